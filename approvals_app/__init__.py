@@ -1,0 +1,1 @@
+"""The human loop: approvals, questions and reconciliations."""

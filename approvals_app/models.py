@@ -1,0 +1,115 @@
+"""Approvals, questions and reconciliations: what a person saw, what they decided, who, when.
+
+At most one open record per step (partial unique constraints), so a step can
+never wait on two decisions.
+"""
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class Decision(models.TextChoices):
+    PENDING = "pending"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    RESPONDED = "responded"
+    EXPIRED = "expired"
+    CANCELED = "canceled"
+
+
+class Approval(models.Model):
+    tenant = models.ForeignKey("tasks_app.Tenant", on_delete=models.CASCADE, related_name="+")
+    task = models.ForeignKey("tasks_app.Task", on_delete=models.CASCADE, related_name="approvals")
+    step = models.ForeignKey("tasks_app.Step", on_delete=models.CASCADE, related_name="approvals")
+    status = models.CharField(max_length=12, choices=Decision.choices, default=Decision.PENDING)
+    tool = models.CharField(max_length=100)
+    args = models.JSONField()
+    args_hash = models.CharField(max_length=64)
+    preview = models.JSONField(default=dict, help_text="What the reviewer is shown: risk, reason, cites.")
+    task_version = models.PositiveIntegerField(help_text="The version the approval was opened at.")
+    expires_at = models.DateTimeField(null=True, blank=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    decided_role = models.CharField(max_length=16, blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    comment = models.TextField(blank=True)
+    edited_args = models.JSONField(null=True, blank=True)
+    args_diff = models.JSONField(null=True, blank=True)
+    response_output = models.JSONField(null=True, blank=True)
+    always_allow = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["step"],
+                condition=models.Q(status="pending"),
+                name="approval_one_pending_per_step",
+            )
+        ]
+        indexes = [models.Index(fields=["tenant", "status", "-id"], name="approval_inbox")]
+
+
+class Question(models.Model):
+    tenant = models.ForeignKey("tasks_app.Tenant", on_delete=models.CASCADE, related_name="+")
+    task = models.ForeignKey("tasks_app.Task", on_delete=models.CASCADE, related_name="questions")
+    step = models.ForeignKey("tasks_app.Step", on_delete=models.CASCADE, related_name="questions")
+    question = models.TextField()
+    status = models.CharField(
+        max_length=12, choices=[("open", "open"), ("answered", "answered"), ("canceled", "canceled")],
+        default="open",
+    )
+    answer = models.TextField(blank=True)
+    answered_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    answered_role = models.CharField(max_length=16, blank=True)
+    answered_at = models.DateTimeField(null=True, blank=True)
+    task_version = models.PositiveIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["step"], condition=models.Q(status="open"), name="question_one_open_per_step"
+            )
+        ]
+        indexes = [models.Index(fields=["tenant", "status", "-id"], name="question_inbox")]
+
+
+class Reconciliation(models.Model):
+    tenant = models.ForeignKey("tasks_app.Tenant", on_delete=models.CASCADE, related_name="+")
+    task = models.ForeignKey("tasks_app.Task", on_delete=models.CASCADE, related_name="reconciliations")
+    step = models.ForeignKey("tasks_app.Step", on_delete=models.CASCADE, related_name="reconciliations")
+    status = models.CharField(
+        max_length=12, choices=[("open", "open"), ("resolved", "resolved"), ("canceled", "canceled")],
+        default="open",
+    )
+    tool = models.CharField(max_length=100)
+    args = models.JSONField()
+    idempotency_key = models.CharField(max_length=64)
+    status_answer = models.JSONField(null=True, blank=True)
+    reason = models.CharField(max_length=200, blank=True)
+    outcome = models.CharField(max_length=12, blank=True)
+    output = models.JSONField(null=True, blank=True)
+    comment = models.TextField(blank=True)
+    resolved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    resolved_role = models.CharField(max_length=16, blank=True)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    task_version = models.PositiveIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["step"], condition=models.Q(status="open"), name="reconciliation_one_open_per_step"
+            )
+        ]
+        indexes = [models.Index(fields=["tenant", "status", "-id"], name="reconciliation_inbox")]

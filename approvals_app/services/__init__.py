@@ -1,0 +1,2 @@
+"""Writes of the human loop: opening requests (called by the runner) and the
+decisions people take on them (called by the API and the console)."""

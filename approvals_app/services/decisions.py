@@ -1,0 +1,269 @@
+"""The decisions people take: approve / edit and approve / reject / respond,
+resolve a reconciliation, and the expiry of approvals past their SLA.
+
+Each decision is one transaction: the permission check, the record, the step
+update and the task transition (which writes the event with the actor, role,
+reason and version) succeed or fail together. A decision on a stale view (the
+task's version moved on) or on an already decided request is a 409.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from config.errors import conflict, forbidden, invalid, not_found
+from tasks_app.keys import idempotency_key
+from tasks_app.models import Role, Step, StepStatus, Task
+from tasks_app.services.actors import SYSTEM, Actor
+from tasks_app.services.dispatch import schedule_advance_on_commit
+from tasks_app.services.transitions import task_transition
+from tools_app.executor.ledger import reopen_for_retry, settle_by_human, settle_with_status_query
+from tools_app.executor.types import ToolCall, ToolContext
+from tools_app.registry import schema_errors, tool_specs
+
+from ..models import Approval, Reconciliation
+from .opening import args_hash
+
+DECIDERS = {Role.REVIEWER, Role.ADMIN}
+
+
+def _require_role(actor: Actor) -> None:
+    if actor.role not in DECIDERS:
+        raise forbidden("role_required", "only reviewers and admins take this decision")
+
+
+def _check_version(task: Task, expected_version: int | None, shown_version: int) -> int:
+    version = shown_version if expected_version is None else expected_version
+    if task.version != version:
+        raise conflict("stale_version", "the task has moved on since this view was taken; look again",
+                       expected_version=version, current_version=task.version, status=task.status)
+    return version
+
+
+def _diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    keys = sorted(set(before) | set(after))
+    return {k: {"from": before.get(k), "to": after.get(k)} for k in keys if before.get(k) != after.get(k)}
+
+
+def approval_decide(
+    *,
+    approval_id: int,
+    tenant_id: int,
+    actor: Actor,
+    decision: Literal["approve", "reject", "respond"],
+    comment: str = "",
+    args: dict[str, Any] | None = None,
+    output: Any = None,
+    expected_version: int | None = None,
+    always_allow: bool = False,
+) -> Approval:
+    _require_role(actor)
+    with transaction.atomic():
+        approval = (Approval.objects.select_for_update()  # this instant only: one decision wins
+                    .filter(pk=approval_id, tenant_id=tenant_id).first())
+        if approval is None:
+            raise not_found("Approval")
+        if approval.status != "pending":
+            raise conflict("already_decided", f"this approval is already {approval.status}",
+                           status=approval.status)
+        task = Task.objects.get(pk=approval.task_id)
+        snapshot = task.agent_snapshot or {}
+        if (task.requester_id is not None and task.requester_id == actor.user_id
+                and not snapshot.get("allow_self_approval")):
+            raise forbidden("separation_of_duties", "the requester of a task cannot decide on its actions")
+        version = _check_version(task, expected_version, approval.task_version)
+        step = Step.objects.get(pk=approval.step_id)
+        now = timezone.now()
+        payload: dict[str, Any] = {"approval_id": approval.pk, "decision": decision, "comment": comment,
+                                   "step_no": step.step_no, "tool": approval.tool, "seen_version": version}
+
+        if decision == "approve":
+            final_args = approval.args
+            if args is not None:
+                final_args = _validated_edit(task, approval.tool, args)
+                if final_args != approval.args:
+                    approval.edited_args = final_args
+                    approval.args_diff = _diff(approval.args, final_args)
+                    payload["args_diff"] = approval.args_diff
+            key = idempotency_key(task_id=task.pk, step_id=step.pk, tool=approval.tool, args=final_args)
+            task_transition(task_id=task.pk, event="approval_granted", actor=actor,
+                            expected_version=version, payload=payload)
+            Step.objects.filter(pk=step.pk).update(status=StepStatus.RUNNING, args=final_args,
+                                                   idempotency_key=key)
+            approval.status = "approved"
+            approval.always_allow = always_allow
+        elif decision == "reject":
+            if not comment.strip():
+                raise invalid("invalid", "The request is not valid.",
+                              comment=["say why, so the agent can do better"])
+            task_transition(task_id=task.pk, event="approval_rejected", actor=actor,
+                            expected_version=version, payload=payload)
+            Step.objects.filter(pk=step.pk).update(
+                status=StepStatus.REJECTED, finished_at=now,
+                error={"type": "rejected", "message": "a reviewer rejected this call", "comment": comment})
+            approval.status = "rejected"
+        else:
+            _validated_result(task, approval.tool, output)
+            task_transition(task_id=task.pk, event="approval_granted", actor=actor,
+                            expected_version=version, payload={**payload, "output": output},
+                            fields={"tool_calls": F("tool_calls") + 1})
+            Step.objects.filter(pk=step.pk).update(
+                status=StepStatus.SUCCEEDED, output=output, finished_at=now,
+                model_log={**step.model_log, "responded_by": actor.name})
+            approval.status = "responded"
+            approval.response_output = output
+        approval.comment = comment
+        approval.decided_by_id = actor.user_id
+        approval.decided_role = actor.role
+        approval.decided_at = now
+        approval.save()
+        schedule_advance_on_commit(task.pk)
+    return approval
+
+
+def _validated_edit(task: Task, tool: str, args: Any) -> dict[str, Any]:
+    if not isinstance(args, dict):
+        raise invalid("invalid", "The request is not valid.", args=["must be a JSON object"])
+    if tool not in ((task.agent_snapshot or {}).get("tools") or []):
+        raise invalid("invalid", "The request is not valid.", args=[f"{tool} is no longer allowed"])
+    spec = tool_specs(tenant_id=task.tenant_id, names=[tool]).get(tool)
+    if spec is None:
+        raise invalid("invalid", "The request is not valid.", args=[f"tool {tool} is disabled"])
+    errors = schema_errors(spec.args_schema, args)
+    if errors:
+        raise invalid("invalid", "The request is not valid.", args=errors)
+    return args
+
+
+def _validated_result(task: Task, tool: str, output: Any) -> None:
+    if output is None:
+        raise invalid("invalid", "The request is not valid.", output=["a response needs an output"])
+    spec = tool_specs(tenant_id=task.tenant_id, names=[tool]).get(tool)
+    if spec is not None and spec.result_schema:
+        errors = schema_errors(spec.result_schema, output)
+        if errors:
+            raise invalid("invalid", "The request is not valid.", output=errors)
+
+
+def reconciliation_resolve(
+    *,
+    reconciliation_id: int,
+    tenant_id: int,
+    actor: Actor,
+    outcome: Literal["succeeded", "failed", "retry"],
+    output: Any = None,
+    comment: str = "",
+    expected_version: int | None = None,
+) -> Reconciliation:
+    _require_role(actor)
+    with transaction.atomic():
+        rec = (Reconciliation.objects.select_for_update()
+               .filter(pk=reconciliation_id, tenant_id=tenant_id).first())
+        if rec is None:
+            raise not_found("Reconciliation")
+        if rec.status != "open":
+            raise conflict("already_resolved", f"this reconciliation is {rec.status}", status=rec.status)
+        task = Task.objects.get(pk=rec.task_id)
+        version = _check_version(task, expected_version, rec.task_version)
+        step = Step.objects.get(pk=rec.step_id)
+        now = timezone.now()
+        payload = {"reconciliation_id": rec.pk, "outcome": outcome, "comment": comment,
+                   "step_no": step.step_no, "evidence": rec.status_answer, "seen_version": version}
+        if outcome == "succeeded":
+            if output is None:
+                raise invalid("invalid", "The request is not valid.",
+                              output=["say what the call returned (the evidence you found)"])
+            task_transition(task_id=task.pk, event="reconciled", actor=actor, expected_version=version,
+                            payload={**payload, "output": output},
+                            fields={"tool_calls": F("tool_calls") + 1})
+            Step.objects.filter(pk=step.pk).update(status=StepStatus.SUCCEEDED, output=output, error=None,
+                                                   finished_at=now)
+            settle_by_human(rec.idempotency_key, succeeded=True, result=output)
+        elif outcome == "failed":
+            error = {"type": "reconciled_failed", "message": "a reviewer found the call did not happen",
+                     "comment": comment}
+            task_transition(task_id=task.pk, event="reconciled", actor=actor, expected_version=version,
+                            payload=payload, fields={"tool_calls": F("tool_calls") + 1})
+            Step.objects.filter(pk=step.pk).update(status=StepStatus.FAILED, error=error, finished_at=now)
+            settle_by_human(rec.idempotency_key, succeeded=False, error=error)
+        elif outcome == "retry":
+            spec = tool_specs(tenant_id=task.tenant_id, names=[rec.tool]).get(rec.tool)
+            if spec is None or not spec.honours_keys:
+                raise invalid("invalid", "The request is not valid.", outcome=[
+                    "retry with the same key is only safe for tools that honour keys "
+                    "(read or idempotent_write); mark it succeeded or failed instead"])
+            task_transition(task_id=task.pk, event="reconciled", actor=actor, expected_version=version,
+                            payload=payload)
+            Step.objects.filter(pk=step.pk).update(status=StepStatus.RUNNING, attempt=F("attempt") + 1,
+                                                   next_attempt_at=None)
+            reopen_for_retry(rec.idempotency_key)
+            schedule_advance_on_commit(task.pk)
+        else:
+            raise invalid("invalid", "The request is not valid.", outcome=["succeeded, failed or retry"])
+        rec.status, rec.outcome, rec.output, rec.comment = "resolved", outcome, output, comment
+        rec.resolved_by_id, rec.resolved_role, rec.resolved_at = actor.user_id, actor.role, now
+        rec.save()
+        schedule_advance_on_commit(task.pk)
+    return rec
+
+
+def reconciliation_requery(*, reconciliation_id: int, tenant_id: int, actor: Actor) -> Reconciliation:
+    """Ask the tool's status query again (outside any transaction) and store its answer.
+    A clear answer resolves the reconciliation with that evidence."""
+    _require_role(actor)
+    rec = Reconciliation.objects.filter(pk=reconciliation_id, tenant_id=tenant_id).first()
+    if rec is None:
+        raise not_found("Reconciliation")
+    if rec.status != "open":
+        raise conflict("already_resolved", f"this reconciliation is {rec.status}", status=rec.status)
+    task = Task.objects.get(pk=rec.task_id)
+    spec = tool_specs(tenant_id=task.tenant_id, names=[rec.tool]).get(rec.tool)
+    if spec is None:
+        raise invalid("invalid", "The request is not valid.", tool=[f"tool {rec.tool} is disabled"])
+    call = ToolCall(spec=spec, args=rec.args, context=ToolContext(
+        idempotency_key=rec.idempotency_key, task_id=task.pk, step_id=rec.step_id,
+        tenant_id=task.tenant_id, trace_id=task.trace_id))
+    result = settle_with_status_query(call)
+    Reconciliation.objects.filter(pk=rec.pk).update(status_answer=result.status_answer)
+    rec.refresh_from_db()
+    answer = (result.status_answer or {}).get("state")
+    if answer == "succeeded":
+        return reconciliation_resolve(reconciliation_id=rec.pk, tenant_id=tenant_id, actor=actor,
+                                      outcome="succeeded", output=result.result,
+                                      comment="settled by the status query")
+    if answer in ("failed", "not_found"):
+        return reconciliation_resolve(reconciliation_id=rec.pk, tenant_id=tenant_id, actor=actor,
+                                      outcome="failed", comment=f"status query: {answer}")
+    return rec
+
+
+def approvals_expire() -> int:
+    """Pending approvals past their SLA: reject, or reject and escalate, per the profile."""
+    now = timezone.now()
+    count = 0
+    for approval in Approval.objects.filter(status="pending", expires_at__lt=now).order_by("id")[:100]:
+        with transaction.atomic():
+            task = Task.objects.get(pk=approval.task_id)
+            fresh = Approval.objects.select_for_update().get(pk=approval.pk)
+            if fresh.status != "pending" or task.version != fresh.task_version:
+                continue
+            mode = (task.agent_snapshot or {}).get("approval_on_expiry", "escalate")
+            done = task_transition(task_id=task.pk, event="approval_rejected", actor=SYSTEM,
+                                   expected_version=task.version,
+                                   payload={"approval_id": fresh.pk, "decision": "expired"})
+            Step.objects.filter(pk=fresh.step_id).update(
+                status=StepStatus.REJECTED, finished_at=now,
+                error={"type": "rejected", "message": "the approval expired before anyone decided"})
+            fresh.status, fresh.decided_at, fresh.comment = "expired", now, f"expired ({mode})"
+            fresh.save()
+            if mode == "escalate":
+                task_transition(task_id=task.pk, event="escalated", actor=SYSTEM,
+                                expected_version=done.version,
+                                payload={"reason": "approval_expired", "approval_id": fresh.pk})
+            else:
+                schedule_advance_on_commit(task.pk)
+            count += 1
+    return count

@@ -1,0 +1,4 @@
+"""Wiring: settings, urls, ASGI routing and the Celery app."""
+from .celery import app as celery_app
+
+__all__ = ["celery_app"]

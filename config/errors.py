@@ -1,0 +1,67 @@
+"""One domain error type; `config.api_errors` maps it to HTTP.
+
+Every refusal the services make is a `DomainError` with a machine-readable
+`code`, a `kind` that decides the HTTP status, and a `retryable` flag. The API
+renders all errors as ``{"error": {"code", "message", "details"}}``; console
+views render the same errors as messages.
+"""
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+
+class ErrorKind(StrEnum):
+    INVALID = "invalid"
+    FORBIDDEN = "forbidden"
+    NOT_FOUND = "not_found"
+    CONFLICT = "conflict"
+    UNAVAILABLE = "unavailable"
+
+
+HTTP_STATUS = {
+    ErrorKind.INVALID: 400,
+    ErrorKind.FORBIDDEN: 403,
+    ErrorKind.NOT_FOUND: 404,
+    ErrorKind.CONFLICT: 409,
+    ErrorKind.UNAVAILABLE: 503,
+}
+
+
+class DomainError(Exception):
+    """A refusal by a service: nothing was changed."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        kind: ErrorKind = ErrorKind.INVALID,
+        details: dict[str, Any] | None = None,
+        retryable: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.kind = kind
+        self.details = details or {}
+        self.retryable = retryable
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "details": self.details}
+
+
+def conflict(code: str, message: str, **details: Any) -> DomainError:
+    return DomainError(code, message, kind=ErrorKind.CONFLICT, details=details)
+
+
+def not_found(what: str) -> DomainError:
+    return DomainError("not_found", f"{what} not found.", kind=ErrorKind.NOT_FOUND)
+
+
+def forbidden(code: str, message: str) -> DomainError:
+    return DomainError(code, message, kind=ErrorKind.FORBIDDEN)
+
+
+def invalid(code: str, message: str, **details: Any) -> DomainError:
+    return DomainError(code, message, kind=ErrorKind.INVALID, details=details)

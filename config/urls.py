@@ -1,0 +1,7 @@
+"""URL map: console pages, the REST API v1, the Django admin."""
+from django.contrib import admin
+from django.urls import include, path
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+]

@@ -1,0 +1,1 @@
+"""Tasks: the state machine, the step loop, leases, recovery, budgets and the live trace."""

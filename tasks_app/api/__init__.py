@@ -1,0 +1,1 @@
+"""The REST API v1 (thin views over services)."""

@@ -1,0 +1,1 @@
+"""The context builder and summaries."""

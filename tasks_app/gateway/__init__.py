@@ -1,0 +1,25 @@
+"""The model gateway: backends behind one interface that turn a context into a decision.
+
+The gateway never touches the database; the runner persists what it returns.
+"""
+from .base import (
+    ContextSnapshot,
+    Decision,
+    GatewayError,
+    ModelBackend,
+    ModelReply,
+    ToolSpecView,
+    parse_decision,
+)
+from .registry import get_backend
+
+__all__ = [
+    "ContextSnapshot",
+    "Decision",
+    "GatewayError",
+    "ModelBackend",
+    "ModelReply",
+    "ToolSpecView",
+    "get_backend",
+    "parse_decision",
+]

@@ -1,0 +1,190 @@
+"""Decisions, the context a backend sees, and the backend interface.
+
+A decision is one of:
+- ``tool_call {tool, args, reason, cites}``
+- ``final {result}``
+- ``ask_user {question}``
+- ``invalid {raw, error}``: what the model said could not be parsed into one of
+  the above; the runner records it as an `invalid_decision` and feeds the
+  error back to the model.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+DecisionKind = Literal["tool_call", "final", "ask_user", "invalid"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    kind: DecisionKind
+    tool: str = ""
+    args: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""
+    cites: tuple[str, ...] = ()
+    result: Any = None
+    question: str = ""
+    raw: str = ""
+    error: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        if self.kind == "tool_call":
+            return {
+                "kind": "tool_call",
+                "tool": self.tool,
+                "args": self.args,
+                "reason": self.reason,
+                "cites": list(self.cites),
+            }
+        if self.kind == "final":
+            return {"kind": "final", "result": self.result}
+        if self.kind == "ask_user":
+            return {"kind": "ask_user", "question": self.question}
+        return {"kind": "invalid", "raw": self.raw, "error": self.error}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Decision:
+        kind = data.get("kind")
+        if kind == "tool_call":
+            return cls(
+                kind="tool_call",
+                tool=data.get("tool", ""),
+                args=data.get("args") or {},
+                reason=data.get("reason", ""),
+                cites=tuple(data.get("cites") or ()),
+            )
+        if kind == "final":
+            return cls(kind="final", result=data.get("result"))
+        if kind == "ask_user":
+            return cls(kind="ask_user", question=data.get("question", ""))
+        return cls(kind="invalid", raw=str(data.get("raw", "")), error=str(data.get("error", "")))
+
+
+def parse_decision(data: Any) -> Decision:
+    """Structural validation of a decision proposed as plain data.
+
+    Accepts the scripted-entry shape (``{"tool", "args"}``, ``{"ask"}``,
+    ``{"final"}``) and the decision shape (``{"kind": ...}``). Anything else
+    becomes an ``invalid`` decision carrying the reason.
+    """
+    if not isinstance(data, dict):
+        return Decision(kind="invalid", raw=_raw(data), error="a decision must be a JSON object")
+    if "invalid" in data:
+        return Decision(kind="invalid", raw=_raw(data["invalid"]), error="the model output is not a decision")
+    kind = data.get("kind")
+    if "tool" in data and kind in (None, "tool_call"):
+        tool, args = data.get("tool"), data.get("args", {})
+        if not isinstance(tool, str) or not tool:
+            return Decision(kind="invalid", raw=_raw(data), error="'tool' must be a non-empty string")
+        if not isinstance(args, dict):
+            return Decision(kind="invalid", raw=_raw(data), error="'args' must be a JSON object")
+        cites = data.get("cites") or ()
+        if not isinstance(cites, list | tuple) or not all(isinstance(c, str | int) for c in cites):
+            return Decision(kind="invalid", raw=_raw(data), error="'cites' must be a list of ids")
+        return Decision(
+            kind="tool_call",
+            tool=tool,
+            args=args,
+            reason=str(data.get("reason", "")),
+            cites=tuple(str(c) for c in cites),
+        )
+    if "ask" in data or kind == "ask_user":
+        question = data.get("ask", data.get("question"))
+        if not isinstance(question, str) or not question.strip():
+            return Decision(kind="invalid", raw=_raw(data), error="a question must be a non-empty string")
+        return Decision(kind="ask_user", question=question)
+    if "final" in data or kind == "final":
+        return Decision(kind="final", result=data.get("final", data.get("result")))
+    return Decision(kind="invalid", raw=_raw(data), error="expected one of tool_call, final, ask_user")
+
+
+def _raw(value: Any) -> str:
+    import json
+
+    if isinstance(value, str):
+        return value[:4000]
+    try:
+        return json.dumps(value)[:4000]
+    except (TypeError, ValueError):
+        return repr(value)[:4000]
+
+
+@dataclass(frozen=True)
+class ToolSpecView:
+    """What a model is told about a tool."""
+
+    name: str
+    description: str
+    args_schema: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ContextItem:
+    """One entry of the context, with an id a decision may cite."""
+
+    id: str
+    role: Literal["system", "pinned", "summary", "step", "observation"]
+    text: str
+    data: Any = None
+
+
+@dataclass(frozen=True)
+class ContextSnapshot:
+    """Everything a backend may look at for one decision. Built by
+    `tasks_app.context.builder` from O(window) rows."""
+
+    task_id: int
+    trace_id: str
+    goal: str
+    model: dict[str, Any]
+    system_prompt: str
+    pinned: tuple[ContextItem, ...]
+    summary: ContextItem | None
+    window: tuple[dict[str, Any], ...]
+    tools: tuple[ToolSpecView, ...]
+    model_calls_so_far: int
+    script: tuple[Any, ...] | None = None
+
+    def items(self) -> list[ContextItem]:
+        return [*self.pinned, *([self.summary] if self.summary else [])]
+
+    def size_chars(self) -> int:
+        import json
+
+        return (
+            len(self.system_prompt)
+            + sum(len(i.text) for i in self.items())
+            + len(json.dumps(list(self.window), default=str))
+        )
+
+
+@dataclass(frozen=True)
+class ModelReply:
+    """A backend's answer: one or more decisions (several tool calls in one
+    response become several steps, in the order given) plus the call log."""
+
+    decisions: tuple[Decision, ...]
+    model: str
+    tokens: int = 0
+    latency_ms: int = 0
+    raw: str = ""
+    input_summary: str = ""
+    used_fallback: bool = False
+    attempts: int = 1
+
+
+class GatewayError(Exception):
+    """The model could not be reached or kept failing; `retryable` says whether
+    trying again later may help."""
+
+    def __init__(self, message: str, *, retryable: bool, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.retry_after_s = retry_after_s
+
+
+class ModelBackend(Protocol):
+    name: str
+
+    def decide(self, context: ContextSnapshot) -> ModelReply: ...

@@ -1,0 +1,23 @@
+"""Canonical JSON and the server-made keys derived from it."""
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def idempotency_key(*, task_id: int, step_id: int, tool: str, args: dict[str, Any]) -> str:
+    """sha256(task_id | step_id | tool | canonical_json(args)); made by the server only."""
+    return sha256_hex(f"{task_id}|{step_id}|{tool}|{canonical_json(args)}")
+
+
+def call_fingerprint(tool: str, args: dict[str, Any]) -> str:
+    return sha256_hex(f"{tool}|{canonical_json(args)}")

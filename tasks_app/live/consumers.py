@@ -1,0 +1,109 @@
+"""The console's WebSocket: authenticated by session, scoped to the user's tenant.
+
+Protocol (JSON):
+- client → ``{"type": "subscribe", "task": ID, "after": LAST_EVENT_ID}``: the
+  task's events after that id, then live ones; or ``{"type": "subscribe",
+  "tenant": true}`` for every task of the tenant (lists, inbox, dashboard).
+- server → ``{"type": "event", "event": {...}}`` in id order, each once;
+  ``{"type": "error", "code": ...}`` for a refused subscription.
+
+Order and no duplicates across a reconnect: the consumer joins the group
+first, then replays the backlog from the database, and drops any live event
+whose id it has already sent.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from ..models import Membership
+from ..selectors import event_dict, events_after, task_of_tenant
+from .publish import task_group, tenant_group
+
+BACKLOG_PAGE = 500
+
+
+class LiveConsumer(AsyncJsonWebsocketConsumer):
+    tenant_id: int | None = None
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=4401)
+            return
+        self.tenant_id = await _tenant_of(user.pk)
+        if self.tenant_id is None:
+            await self.close(code=4403)
+            return
+        self.groups_joined: set[str] = set()
+        self.last_sent: dict[int, int] = {}  # task id -> last event id sent
+        self.tenant_wide = False
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        for group in getattr(self, "groups_joined", set()):
+            await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        if not isinstance(content, dict) or content.get("type") != "subscribe":
+            await self.send_json({"type": "error", "code": "bad_message"})
+            return
+        if content.get("tenant"):
+            await self._join(tenant_group(self.tenant_id))  # type: ignore[arg-type]
+            self.tenant_wide = True
+            await self.send_json({"type": "subscribed", "tenant": True})
+            return
+        try:
+            task_id = int(content.get("task"))
+            after = int(content.get("after") or 0)
+        except (TypeError, ValueError):
+            await self.send_json({"type": "error", "code": "bad_message"})
+            return
+        if not await _task_visible(self.tenant_id, task_id):  # type: ignore[arg-type]
+            await self.send_json({"type": "error", "code": "not_found", "task": task_id})
+            return
+        await self._join(task_group(task_id))
+        self.last_sent[task_id] = max(self.last_sent.get(task_id, 0), after)
+        while True:
+            backlog = await _backlog(task_id, self.last_sent[task_id])
+            for event in backlog:
+                await self._send_event(event)
+            if len(backlog) < BACKLOG_PAGE:
+                break
+        await self.send_json({"type": "subscribed", "task": task_id, "last_id": self.last_sent[task_id]})
+
+    async def _join(self, group: str) -> None:
+        if group not in self.groups_joined:
+            await self.channel_layer.group_add(group, self.channel_name)
+            self.groups_joined.add(group)
+
+    async def _send_event(self, event: dict[str, Any]) -> None:
+        task_id = event["task_id"]
+        if task_id in self.last_sent:
+            if event["id"] <= self.last_sent[task_id]:
+                return  # already sent (backlog and live overlap)
+            self.last_sent[task_id] = event["id"]
+        await self.send_json({"type": "event", "event": event})
+
+    async def tether_event(self, message: dict[str, Any]) -> None:
+        event = message["event"]
+        if event["task_id"] not in self.last_sent and not self.tenant_wide:
+            return
+        await self._send_event(event)
+
+
+@database_sync_to_async
+def _tenant_of(user_id: int) -> int | None:
+    return Membership.objects.filter(user_id=user_id).values_list("tenant_id", flat=True).first()
+
+
+@database_sync_to_async
+def _task_visible(tenant_id: int, task_id: int) -> bool:
+    return task_of_tenant(tenant_id, task_id) is not None
+
+
+@database_sync_to_async
+def _backlog(task_id: int, after: int) -> list[dict[str, Any]]:
+    return [event_dict(e) for e in events_after(task_id=task_id, after_id=after, limit=BACKLOG_PAGE)]

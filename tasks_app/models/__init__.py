@@ -1,0 +1,23 @@
+"""Storage for tenants, agent profiles, tasks, steps, events and context summaries."""
+from .agents import AgentProfile, OnExhaustion
+from .context import ContextSummary
+from .events import Event
+from ..machine import TaskStatus
+from .tasks import Step, StepKind, StepStatus, Task
+from .tenancy import ApiKey, Membership, Role, Tenant
+
+__all__ = [
+    "AgentProfile",
+    "ApiKey",
+    "ContextSummary",
+    "Event",
+    "Membership",
+    "OnExhaustion",
+    "Role",
+    "Step",
+    "StepKind",
+    "StepStatus",
+    "Task",
+    "TaskStatus",
+    "Tenant",
+]

@@ -1,0 +1,89 @@
+"""Agent profiles: model settings, allowed tools and the budget a task runs under.
+
+A task copies its profile into `Task.agent_snapshot` when it is created, so
+editing a profile never changes a task that is already under way.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+
+from .tenancy import Tenant
+
+
+class OnExhaustion(models.TextChoices):
+    FAIL = "fail"
+    ESCALATE = "escalate"
+
+
+def default_model() -> dict[str, Any]:
+    return {"backend": "scripted", "name": "scripted", "system_prompt": ""}
+
+
+class AgentProfile(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="agents")
+    name = models.SlugField(max_length=64)
+    description = models.TextField(blank=True)
+    # {backend, name, base_url, api_key_env, temperature, top_p, system_prompt,
+    #  timeout_s, max_retries, fallback: {name, base_url, api_key_env}}
+    model = models.JSONField(default=default_model)
+    tools = models.JSONField(default=list, help_text="Names of the tools this agent may call.")
+    max_steps = models.PositiveIntegerField(default=50)
+    max_model_calls = models.PositiveIntegerField(default=60)
+    max_tool_calls = models.PositiveIntegerField(default=50)
+    max_tokens = models.PositiveIntegerField(default=200_000)
+    max_duration_s = models.PositiveIntegerField(default=3600)
+    per_tool = models.JSONField(default=dict, blank=True, help_text="{tool name: max calls}")
+    max_concurrent_tasks = models.PositiveIntegerField(default=20)
+    on_exhaustion = models.CharField(
+        max_length=8, choices=OnExhaustion.choices, default=OnExhaustion.FAIL
+    )
+    no_progress_repeats = models.PositiveIntegerField(
+        default=3, help_text="The same tool with the same arguments this many times in a row."
+    )
+    no_progress_window = models.PositiveIntegerField(
+        default=6, help_text="This many steps in a row with no new observable result."
+    )
+    approval_sla_s = models.PositiveIntegerField(default=86400)
+    approval_on_expiry = models.CharField(
+        max_length=8, choices=[("escalate", "escalate"), ("reject", "reject")], default="escalate"
+    )
+    allow_self_approval = models.BooleanField(default=False)
+    result_schema = models.JSONField(default=dict, blank=True)
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="agent_unique_name")]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def budget(self) -> dict[str, Any]:
+        return {
+            "max_steps": self.max_steps,
+            "max_model_calls": self.max_model_calls,
+            "max_tool_calls": self.max_tool_calls,
+            "max_tokens": self.max_tokens,
+            "max_duration_s": self.max_duration_s,
+            "per_tool": dict(self.per_tool or {}),
+            "max_concurrent_tasks": self.max_concurrent_tasks,
+        }
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything a task needs from its profile, frozen at submission."""
+        return {
+            "name": self.name,
+            "model": dict(self.model or {}),
+            "tools": list(self.tools or []),
+            "budget": self.budget(),
+            "on_exhaustion": self.on_exhaustion,
+            "no_progress_repeats": self.no_progress_repeats,
+            "no_progress_window": self.no_progress_window,
+            "approval_sla_s": self.approval_sla_s,
+            "approval_on_expiry": self.approval_on_expiry,
+            "allow_self_approval": self.allow_self_approval,
+            "result_schema": dict(self.result_schema or {}),
+        }

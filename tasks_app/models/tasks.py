@@ -1,0 +1,214 @@
+"""Tasks and steps.
+
+`Task.status` is a protected django-fsm field: it changes only through the
+transition methods below, and those fire only inside
+`tasks_app.services.transitions.task_transition`, which also bumps `version`
+with an optimistic check and writes the event row in the same transaction.
+The transition methods are pure guards: no side effects here.
+"""
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django_fsm import FSMField, transition
+
+from ..machine import NON_TERMINAL, TRANSITIONS, WAITING, TaskStatus
+from .agents import AgentProfile
+from .tenancy import Tenant
+
+S = TaskStatus
+
+
+def _t(event: str):  # type: ignore[no-untyped-def]
+    sources, target = TRANSITIONS[event]
+    return transition(field="status", source=list(sources), target=target)
+
+
+class Task(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="tasks")
+    requester = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    agent = models.ForeignKey(AgentProfile, on_delete=models.PROTECT, related_name="tasks")
+    agent_snapshot = models.JSONField(default=dict)
+    goal = models.TextField()
+    input = models.JSONField(default=dict, blank=True)
+    script = models.JSONField(null=True, blank=True)
+
+    status = FSMField(default=S.CREATED, choices=S.choices, protected=True, db_index=True)
+    version = models.PositiveIntegerField(default=0)
+
+    steps_count = models.PositiveIntegerField(default=0)
+    model_calls = models.PositiveIntegerField(default=0)
+    tool_calls = models.PositiveIntegerField(default=0)
+    tokens = models.PositiveIntegerField(default=0)
+    per_tool = models.JSONField(default=dict, blank=True)
+    budget_extension = models.JSONField(default=dict, blank=True)
+    # no-progress detection: fingerprint of the last tool call and how often it repeated,
+    # and how many steps in a row produced nothing new.
+    last_call_hash = models.CharField(max_length=64, blank=True)
+    repeat_count = models.PositiveIntegerField(default=0)
+    stale_steps = models.PositiveIntegerField(default=0)
+
+    deadline_at = models.DateTimeField(null=True, blank=True)
+    lease_owner = models.CharField(max_length=128, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    next_run_at = models.DateTimeField(null=True, blank=True)
+    trace_id = models.CharField(max_length=32, db_index=True)
+
+    result = models.JSONField(null=True, blank=True)
+    failure_reason = models.CharField(max_length=64, blank=True)
+    failure_detail = models.JSONField(null=True, blank=True)
+
+    idempotency_key = models.CharField(max_length=200, null=True, blank=True)
+    request_hash = models.CharField(max_length=64, blank=True)
+
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "idempotency_key"],
+                condition=models.Q(idempotency_key__isnull=False),
+                name="task_unique_submission_key",
+            )
+        ]
+        indexes = [
+            # console list: newest first within a tenant, optionally by status
+            models.Index(fields=["tenant", "-id"], name="task_tenant_recent"),
+            models.Index(fields=["tenant", "status", "-id"], name="task_tenant_status"),
+            models.Index(fields=["tenant", "agent", "-id"], name="task_tenant_agent"),
+            # admission (FIFO over CREATED) and the recovery sweep (RUNNING, lease expired)
+            models.Index(fields=["status", "id"], name="task_status_fifo"),
+            models.Index(fields=["status", "lease_expires_at"], name="task_status_lease"),
+        ]
+
+    def __str__(self) -> str:
+        return f"task {self.pk} ({self.status})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status not in NON_TERMINAL
+
+    @property
+    def is_waiting(self) -> bool:
+        return self.status in WAITING
+
+    # --- transitions: pure guards, generated from machine.TRANSITIONS -------------
+    @_t("task_started")
+    def task_started(self) -> None: ...
+
+    @_t("need_input")
+    def need_input(self) -> None: ...
+
+    @_t("input_received")
+    def input_received(self) -> None: ...
+
+    @_t("need_approval")
+    def need_approval(self) -> None: ...
+
+    @_t("approval_granted")
+    def approval_granted(self) -> None: ...
+
+    @_t("approval_rejected")
+    def approval_rejected(self) -> None: ...
+
+    @_t("step_succeeded")
+    def step_succeeded(self) -> None: ...
+
+    @_t("retryable_error")
+    def retryable_error(self) -> None: ...
+
+    @_t("result_uncertain")
+    def result_uncertain(self) -> None: ...
+
+    @_t("reconciled")
+    def reconciled(self) -> None: ...
+
+    @_t("escalated")
+    def escalated(self) -> None: ...
+
+    @_t("resumed")
+    def resumed(self) -> None: ...
+
+    @_t("final_accepted")
+    def final_accepted(self) -> None: ...
+
+    @_t("fatal_error")
+    def fatal_error(self) -> None: ...
+
+    @_t("budget_exhausted")
+    def budget_exhausted(self) -> None: ...
+
+    @_t("deadline_exceeded")
+    def deadline_exceeded(self) -> None: ...
+
+    @_t("task_canceled")
+    def task_canceled(self) -> None: ...
+
+
+class StepKind(models.TextChoices):
+    TOOL = "tool"
+    ASK = "ask"
+    FINAL = "final"
+    INVALID = "invalid"
+
+
+class StepStatus(models.TextChoices):
+    PENDING_APPROVAL = "PENDING_APPROVAL"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    RETRYING = "RETRYING"
+    UNCERTAIN = "UNCERTAIN"
+    REJECTED = "REJECTED"
+    DISCARDED = "DISCARDED"
+
+
+OPEN_STEP_STATUSES = (
+    StepStatus.PENDING_APPROVAL,
+    StepStatus.RUNNING,
+    StepStatus.RETRYING,
+    StepStatus.UNCERTAIN,
+)
+
+
+class Step(models.Model):
+    """One model decision and what came of it. The decision is persisted before
+    its tool runs and is reused, never re-asked, if the step is resumed."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="steps")
+    step_no = models.PositiveIntegerField()
+    kind = models.CharField(max_length=8, choices=StepKind.choices)
+    status = models.CharField(max_length=20, choices=StepStatus.choices)
+    decision = models.JSONField(default=dict)
+    # model call log: backend, model, latency_ms, tokens, input summary, raw output
+    model_log = models.JSONField(default=dict, blank=True)
+    tool = models.CharField(max_length=100, blank=True)
+    args = models.JSONField(null=True, blank=True)
+    idempotency_key = models.CharField(max_length=64, blank=True, db_index=True)
+    attempt = models.PositiveIntegerField(default=0)
+    output = models.JSONField(null=True, blank=True)
+    output_hash = models.CharField(max_length=64, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    late_output = models.JSONField(null=True, blank=True, help_text="A discarded late result, for audit.")
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    latency_ms = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["step_no"]
+        constraints = [models.UniqueConstraint(fields=["task", "step_no"], name="step_unique_no")]
+
+    def __str__(self) -> str:
+        return f"step {self.step_no} of task {self.task_id} ({self.status})"
+
+    @property
+    def is_open(self) -> bool:
+        return self.status in OPEN_STEP_STATUSES

@@ -1,0 +1,1 @@
+"""Orchestration: advance a task one durable step at a time, inside a lease."""

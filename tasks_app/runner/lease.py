@@ -1,0 +1,77 @@
+"""The task lease: which executor may advance a task right now.
+
+Taken with a conditional UPDATE (the task is RUNNING at the version read and
+its lease is free, expired or ours), extended by a heartbeat thread during long
+tool calls, released at the end of a slice. The lease keeps executors from
+wasting work on the same task; correctness does not rest on it, the version
+check at commit is the fence.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import close_old_connections, connection
+from django.db.models import Q
+from django.utils import timezone
+
+from ..machine import TaskStatus
+from ..models import Task
+
+
+def lease_ttl() -> timedelta:
+    return timedelta(seconds=settings.TETHER["LEASE_TTL_S"])
+
+
+def lease_take(*, task_id: int, owner: str) -> bool:
+    now = timezone.now()
+    row = Task.objects.filter(pk=task_id).values_list("version", "status").first()
+    if row is None or row[1] != TaskStatus.RUNNING:
+        return False
+    return (
+        Task.objects.filter(pk=task_id, version=row[0], status=TaskStatus.RUNNING)
+        .filter(Q(lease_owner="") | Q(lease_expires_at__lt=now) | Q(lease_owner=owner))
+        .update(lease_owner=owner, lease_expires_at=now + lease_ttl(), heartbeat_at=now, next_run_at=None)
+        == 1
+    )
+
+
+def lease_extend(*, task_id: int, owner: str) -> bool:
+    now = timezone.now()
+    return (
+        Task.objects.filter(pk=task_id, lease_owner=owner)
+        .update(lease_expires_at=now + lease_ttl(), heartbeat_at=now)
+        == 1
+    )
+
+
+def lease_release(*, task_id: int, owner: str, next_run_at=None) -> None:  # type: ignore[no-untyped-def]
+    Task.objects.filter(pk=task_id, lease_owner=owner).update(
+        lease_owner="", lease_expires_at=None, next_run_at=next_run_at
+    )
+
+
+@contextmanager
+def heartbeat(*, task_id: int, owner: str) -> Iterator[None]:
+    """Keep the lease alive while a long call runs (every third of the TTL)."""
+    stop = threading.Event()
+    interval = max(0.2, settings.TETHER["LEASE_TTL_S"] / 3)
+
+    def beat() -> None:
+        close_old_connections()
+        try:
+            while not stop.wait(interval):
+                lease_extend(task_id=task_id, owner=owner)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=beat, name=f"tether-heartbeat-{task_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=interval + 1)

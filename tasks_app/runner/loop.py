@@ -1,0 +1,69 @@
+"""A slice of work on one task: take the lease, advance step by step until the
+task waits, ends, or the slice is used up, then hand the task back.
+
+Re-enqueueing at the end of a slice lets tasks share workers fairly; a waiting
+task is not re-enqueued and holds no worker.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
+from ..services.dispatch import schedule_advance
+from .lease import lease_release, lease_take
+from .step import Next, advance_one_step
+
+log = logging.getLogger(__name__)
+
+
+def new_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(frozen=True)
+class SliceReport:
+    leased: bool
+    steps: int
+    ended: str  # "stop", "later", "slice", "error", "no_lease"
+
+
+def run_slice(task_id: int, *, owner: str | None = None) -> SliceReport:
+    owner = owner or new_owner()
+    if not lease_take(task_id=task_id, owner=owner):
+        # Another executor holds it, or the task is not RUNNING: nothing to do.
+        return SliceReport(False, 0, "no_lease")
+    cfg = settings.TETHER
+    until = time.monotonic() + cfg["SLICE_S"]
+    steps = 0
+    try:
+        while True:
+            result = advance_one_step(task_id=task_id, owner=owner)
+            steps += 1
+            if result.next is Next.STOP:
+                lease_release(task_id=task_id, owner=owner)
+                return SliceReport(True, steps, "stop")
+            if result.next is Next.LATER:
+                lease_release(task_id=task_id, owner=owner,
+                              next_run_at=timezone.now() + timedelta(seconds=result.delay_s))
+                schedule_advance(task_id, delay_s=result.delay_s)
+                return SliceReport(True, steps, "later")
+            if time.monotonic() >= until or steps >= cfg["SLICE_MAX_STEPS"]:
+                lease_release(task_id=task_id, owner=owner)
+                schedule_advance(task_id)
+                return SliceReport(True, steps, "slice")
+    except Exception:
+        # A bug or an outage must not wedge the task: log it, hand the task back,
+        # and come back later. The step that failed was not committed.
+        log.exception("advancing task %s failed", task_id)
+        delay = 5.0
+        lease_release(task_id=task_id, owner=owner, next_run_at=timezone.now() + timedelta(seconds=delay))
+        schedule_advance(task_id, delay_s=delay)
+        return SliceReport(True, steps, "error")

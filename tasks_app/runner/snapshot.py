@@ -1,0 +1,68 @@
+"""A frozen view of a task, read once per step; policy, budgets and progress
+checks are pure functions of it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from ..models import Task
+
+
+@dataclass(frozen=True)
+class TaskSnapshot:
+    id: int
+    tenant_id: int
+    requester_id: int | None
+    trace_id: str
+    status: str
+    version: int
+    goal: str
+    input: dict[str, Any]
+    script: tuple[Any, ...] | None
+    agent: dict[str, Any]
+    steps_count: int
+    model_calls: int
+    tool_calls: int
+    tokens: int
+    per_tool: dict[str, int]
+    budget_extension: dict[str, int]
+    last_call_hash: str
+    repeat_count: int
+    stale_steps: int
+    started_at: datetime | None
+    deadline_at: datetime | None
+
+    @classmethod
+    def of(cls, task: Task) -> TaskSnapshot:
+        return cls(
+            id=task.pk,
+            tenant_id=task.tenant_id,
+            requester_id=task.requester_id,
+            trace_id=task.trace_id,
+            status=task.status,
+            version=task.version,
+            goal=task.goal,
+            input=dict(task.input or {}),
+            script=tuple(task.script) if task.script is not None else None,
+            agent=dict(task.agent_snapshot or {}),
+            steps_count=task.steps_count,
+            model_calls=task.model_calls,
+            tool_calls=task.tool_calls,
+            tokens=task.tokens,
+            per_tool=dict(task.per_tool or {}),
+            budget_extension=dict(task.budget_extension or {}),
+            last_call_hash=task.last_call_hash,
+            repeat_count=task.repeat_count,
+            stale_steps=task.stale_steps,
+            started_at=task.started_at,
+            deadline_at=task.deadline_at,
+        )
+
+    def limit(self, name: str) -> int:
+        base = int((self.agent.get("budget") or {}).get(name) or 0)
+        return base + int(self.budget_extension.get(name, 0))
+
+    @property
+    def on_exhaustion(self) -> str:
+        return self.agent.get("on_exhaustion", "fail")

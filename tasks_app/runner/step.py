@@ -1,0 +1,427 @@
+"""Advance a task by one durable step.
+
+One step (DESIGN.md "The loop"):
+1. read the task (the caller holds its lease);
+2. check deadline, budgets, no progress;
+3. reuse the current step's persisted decision, or ask the model (or take the
+   next decision queued from a multi-call reply) and persist it *before* any
+   tool runs;
+4. policy: allow-list, argument schema, per-tool limits, approval;
+5. execute through the idempotency ledger (no transaction or lock held);
+6. commit the outcome with the version check; a failed check means the result
+   is DISCARDED: recorded for audit, never applied.
+
+No transaction is open while the model or a tool is called.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from approvals_app.services import opening
+from config.errors import DomainError, ErrorKind
+from tools_app.executor import OutcomeKind, ToolCall, ToolContext, ToolOutcome, execute_through_ledger
+from tools_app.executor.types import ToolSpec
+from tools_app.registry import schema_errors, tool_specs
+
+from ..context.builder import build_context
+from ..gateway import Decision, GatewayError, ModelReply, get_backend
+from ..keys import call_fingerprint, canonical_json, idempotency_key, sha256_hex
+from ..machine import TaskStatus
+from ..models import Step, StepKind, StepStatus, Task
+from ..services.actors import Actor
+from ..services.events import event_append
+from ..services.transitions import task_transition, task_update_guarded
+from .budgets import exhausted_budget, past_deadline
+from .lease import heartbeat
+from .policy import check_tool_call
+from .progress import after_call, repeats_too_often, stalled
+from .snapshot import TaskSnapshot
+
+log = logging.getLogger(__name__)
+
+
+class Next(StrEnum):
+    CONTINUE = "continue"  # take another step now
+    STOP = "stop"  # the task waits or ended: release the worker
+    LATER = "later"  # come back after `delay_s` (backoff, or another executor is busy)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    next: Next
+    delay_s: float = 0.0
+    note: str = ""
+
+
+CONTINUE = StepResult(Next.CONTINUE)
+STOP = StepResult(Next.STOP)
+
+
+class _Stale(Exception):
+    """The task moved on under us; roll back and re-read."""
+
+
+def advance_one_step(*, task_id: int, owner: str) -> StepResult:
+    task = Task.objects.filter(pk=task_id).first()
+    if task is None or task.status != TaskStatus.RUNNING:
+        return STOP
+    snap = TaskSnapshot.of(task)
+    actor = Actor.worker(owner)
+    now = timezone.now()
+    try:
+        if past_deadline(snap, now):
+            return _exhaust(snap, "deadline", actor)
+        current = (
+            Step.objects.filter(task_id=task_id, step_no=snap.steps_count).first()
+            if snap.steps_count
+            else None
+        )
+        if current is not None and current.kind == StepKind.TOOL and current.status in (
+            StepStatus.RUNNING, StepStatus.RETRYING, StepStatus.UNCERTAIN,
+        ):
+            if current.next_attempt_at and current.next_attempt_at > now:
+                return StepResult(Next.LATER, (current.next_attempt_at - now).total_seconds(), "backoff")
+            return _execute(snap, current, owner=owner, actor=actor)
+        if stalled(snap):
+            return _exhaust(snap, "no_progress", actor, detail={"signal": "no_new_observation"})
+        budget = exhausted_budget(snap, now)
+        if budget is not None:
+            return _exhaust(snap, budget, actor)
+        queued = list((current.model_log or {}).get("queued") or []) if current is not None else []
+        specs = tool_specs(tenant_id=snap.tenant_id, names=list(snap.agent.get("tools") or []))
+        if queued:
+            decision = Decision.from_dict(queued[0])
+            model_log = {"from_reply_of_step": current.step_no, "queued": queued[1:]}  # type: ignore[union-attr]
+            counters: dict[str, Any] = {}
+        else:
+            reply = _ask_model(snap, specs)
+            if isinstance(reply, StepResult):
+                return reply
+            decision = reply.decisions[0] if reply.decisions else Decision(
+                kind="invalid", raw=reply.raw, error="the model returned no decision")
+            model_log = {
+                "backend": (snap.agent.get("model") or {}).get("backend", "scripted"),
+                "model": reply.model, "latency_ms": reply.latency_ms, "tokens": reply.tokens,
+                "input_summary": reply.input_summary, "raw": reply.raw[:8000],
+                "used_fallback": reply.used_fallback, "attempts": reply.attempts,
+                "queued": [d.as_dict() for d in reply.decisions[1:]],
+            }
+            counters = {"model_calls": F("model_calls") + 1, "tokens": F("tokens") + reply.tokens}
+        return _record_decision(snap, decision, model_log, counters, specs, owner=owner, actor=actor)
+    except (_Stale, IntegrityError):
+        return CONTINUE  # somebody else committed this version: re-read and decide again
+    except DomainError as exc:
+        if exc.kind == ErrorKind.CONFLICT:
+            return CONTINUE
+        raise
+
+
+# --- asking the model --------------------------------------------------------
+
+
+def _ask_model(snap: TaskSnapshot, specs: dict[str, ToolSpec]) -> ModelReply | StepResult:
+    context = build_context(snap, tools=specs)
+    started = time.monotonic()
+    try:
+        reply = get_backend(snap.agent.get("model") or {}).decide(context)
+    except GatewayError as exc:
+        if exc.retryable:
+            return StepResult(Next.LATER, exc.retry_after_s or backoff_s(1), f"model: {exc}")
+        return _fail(snap, "model_unavailable", Actor.worker("gateway"), detail={"message": str(exc)})
+    if not reply.latency_ms:
+        reply = ModelReply(**{**reply.__dict__, "latency_ms": int((time.monotonic() - started) * 1000)})
+    if not reply.input_summary:
+        reply = ModelReply(**{**reply.__dict__, "input_summary": f"{context.size_chars()} chars of context"})
+    return reply
+
+
+# --- persisting a decision ----------------------------------------------------
+
+
+def _new_step(snap: TaskSnapshot, *, kind: str, status: str, decision: Decision,
+              model_log: dict[str, Any], **fields: Any) -> Step:
+    return Step.objects.create(
+        task_id=snap.id, step_no=snap.steps_count + 1, kind=kind, status=status,
+        decision=decision.as_dict(), model_log=model_log, **fields,
+    )
+
+
+def _guard(snap: TaskSnapshot, **fields: Any) -> None:
+    if not task_update_guarded(task_id=snap.id, version=snap.version, updated_at=timezone.now(), **fields):
+        raise _Stale()
+
+
+def _event(snap: TaskSnapshot, type: str, actor: Actor, payload: dict[str, Any]) -> None:
+    event_append(task_id=snap.id, tenant_id=snap.tenant_id, trace_id=snap.trace_id,
+                 task_version=snap.version, type=type, actor=actor, payload=payload)
+
+
+def _record_decision(
+    snap: TaskSnapshot,
+    decision: Decision,
+    model_log: dict[str, Any],
+    counters: dict[str, Any],
+    specs: dict[str, ToolSpec],
+    *,
+    owner: str,
+    actor: Actor,
+) -> StepResult:
+    counters = {**counters, "steps_count": F("steps_count") + 1}
+    step_no = snap.steps_count + 1
+
+    if decision.kind == "invalid":
+        return _invalid(snap, decision, model_log, counters, actor,
+                        {"type": "invalid_decision", "message": decision.error, "raw": decision.raw[:2000]})
+
+    if decision.kind == "ask_user":
+        with transaction.atomic():
+            step = _new_step(snap, kind=StepKind.ASK, status=StepStatus.RUNNING, decision=decision,
+                             model_log=model_log)
+            done = task_transition(task_id=snap.id, event="need_input", actor=actor,
+                                   expected_version=snap.version, fields=counters,
+                                   payload={"step_no": step_no, "question": decision.question})
+            opening.question_open(task_id=snap.id, tenant_id=snap.tenant_id, step_id=step.pk,
+                                  question=decision.question, task_version=done.version)
+        return STOP
+
+    if decision.kind == "final":
+        schema = snap.agent.get("result_schema") or {}
+        errors = schema_errors(schema, decision.result) if schema else []
+        if decision.result is None:
+            errors = ["a final answer needs a result"]
+        if errors:
+            return _invalid(snap, decision, model_log, counters, actor,
+                            {"type": "invalid_result", "message": "the final result failed validation",
+                             "errors": errors})
+        with transaction.atomic():
+            _new_step(snap, kind=StepKind.FINAL, status=StepStatus.SUCCEEDED, decision=decision,
+                      model_log=model_log, output=decision.result, finished_at=timezone.now())
+            task_transition(task_id=snap.id, event="final_accepted", actor=actor,
+                            expected_version=snap.version, fields={**counters, "result": decision.result},
+                            payload={"step_no": step_no})
+        return STOP
+
+    # a tool call
+    spec = specs.get(decision.tool)
+    call_hash = call_fingerprint(decision.tool, decision.args)
+    if repeats_too_often(snap, call_hash):
+        return _exhaust(snap, "no_progress", actor, counters=counters,
+                        detail={"signal": "repeated_call", "tool": decision.tool, "args": decision.args})
+    always = opening.always_allowed_tools(task_id=snap.id)
+    verdict = check_tool_call(decision, spec=spec, snap=snap, always_allowed=always)
+    if verdict.verdict == "invalid":
+        return _invalid(snap, decision, model_log, counters, actor, verdict.error or {})
+    if verdict.verdict == "budget":
+        return _exhaust(snap, "per_tool_limit", actor, counters=counters, detail=verdict.error)
+    assert spec is not None
+    needs_approval = verdict.verdict == "approve"
+    with transaction.atomic():
+        step = _new_step(
+            snap, kind=StepKind.TOOL,
+            status=StepStatus.PENDING_APPROVAL if needs_approval else StepStatus.RUNNING,
+            decision=decision, model_log=model_log, tool=decision.tool, args=decision.args,
+        )
+        step.idempotency_key = idempotency_key(task_id=snap.id, step_id=step.pk, tool=decision.tool,
+                                               args=decision.args)
+        Step.objects.filter(pk=step.pk).update(idempotency_key=step.idempotency_key)
+        if needs_approval:
+            done = task_transition(task_id=snap.id, event="need_approval", actor=actor,
+                                   expected_version=snap.version, fields=counters,
+                                   payload={"step_no": step_no, "tool": decision.tool})
+            opening.approval_open(task_id=snap.id, tenant_id=snap.tenant_id, step_id=step.pk,
+                                  tool=decision.tool, args=decision.args, risk=spec.risk,
+                                  reason=decision.reason, cites=list(decision.cites),
+                                  task_version=done.version, sla_s=int(snap.agent.get("approval_sla_s") or 0))
+            return STOP
+        _guard(snap, **counters)
+        _event(snap, "decision_recorded", actor, {
+            "step_no": step_no, "tool": decision.tool, "args": decision.args,
+            "idempotency_key": step.idempotency_key, "reason": decision.reason,
+        })
+    fresh = TaskSnapshot.of(Task.objects.get(pk=snap.id))
+    return _execute(fresh, step, owner=owner, actor=actor)
+
+
+def _invalid(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any], counters: dict[str, Any],
+             actor: Actor, error: dict[str, Any]) -> StepResult:
+    """An invalid decision is recorded and fed back to the model as the step's error."""
+    with transaction.atomic():
+        _new_step(snap, kind=StepKind.INVALID, status=StepStatus.FAILED, decision=decision,
+                  model_log=model_log, tool=decision.tool, args=decision.args or None, error=error,
+                  finished_at=timezone.now())
+        _guard(snap, **counters)
+        _event(snap, "invalid_decision", actor, {"step_no": snap.steps_count + 1, "error": error})
+    return CONTINUE
+
+
+# --- executing a tool step ------------------------------------------------------
+
+
+def _execute(snap: TaskSnapshot, step: Step, *, owner: str, actor: Actor) -> StepResult:
+    spec = tool_specs(tenant_id=snap.tenant_id, names=[step.tool]).get(step.tool)
+    if spec is None:
+        outcome = ToolOutcome(kind=OutcomeKind.BUSINESS, error={
+            "type": "tool_unavailable", "message": f"tool {step.tool!r} was disabled or removed"})
+        return _commit_outcome(snap, step, None, outcome, actor)
+    call = ToolCall(spec=spec, args=dict(step.args or {}), context=ToolContext(
+        idempotency_key=step.idempotency_key, task_id=snap.id, step_id=step.pk,
+        tenant_id=snap.tenant_id, trace_id=snap.trace_id))
+    with heartbeat(task_id=snap.id, owner=owner):
+        outcome = execute_through_ledger(call, owner=owner)
+    if outcome.kind is OutcomeKind.PROCESSING:
+        return StepResult(Next.LATER, 0.5, "another executor holds this call")
+    return _commit_outcome(snap, step, spec, outcome, actor)
+
+
+def backoff_s(attempt: int, retry_after: float | None = None) -> float:
+    """Exponential backoff with full jitter, bounded; `Retry-After` wins when larger."""
+    cfg = settings.TETHER
+    ceiling = min(cfg["BACKOFF_MAX_S"], cfg["BACKOFF_BASE_S"] * (2 ** max(0, attempt - 1)))
+    delay = random.uniform(ceiling / 2, ceiling)
+    return max(delay, retry_after or 0.0)
+
+
+def _commit_outcome(snap: TaskSnapshot, step: Step, spec: ToolSpec | None, outcome: ToolOutcome,
+                    actor: Actor) -> StepResult:
+    now = timezone.now()
+    latency = outcome.latency_ms
+    try:
+        with transaction.atomic():
+            if outcome.kind in (OutcomeKind.OK, OutcomeKind.BUSINESS):
+                ok = outcome.kind is OutcomeKind.OK
+                observed = outcome.result if ok else outcome.error
+                output_hash = sha256_hex(canonical_json(observed))
+                window = int(snap.agent.get("no_progress_window") or 6)
+                is_new = not Step.objects.filter(
+                    task_id=snap.id, step_no__gte=step.step_no - window, step_no__lt=step.step_no,
+                    output_hash=output_hash,
+                ).exists()
+                progress = after_call(snap, call_hash=call_fingerprint(step.tool, step.args or {}),
+                                      output_is_new=is_new)
+                per_tool = {**snap.per_tool, step.tool: snap.per_tool.get(step.tool, 0) + 1}
+                task_transition(
+                    task_id=snap.id, event="step_succeeded", actor=actor, expected_version=snap.version,
+                    payload={"step_no": step.step_no, "tool": step.tool,
+                             "step_status": StepStatus.SUCCEEDED if ok else StepStatus.FAILED,
+                             "latency_ms": latency, "from_ledger": outcome.from_ledger,
+                             **({"error": outcome.error} if not ok else {})},
+                    fields={"tool_calls": F("tool_calls") + 1, "per_tool": per_tool,
+                            "last_call_hash": progress.last_call_hash,
+                            "repeat_count": progress.repeat_count, "stale_steps": progress.stale_steps},
+                )
+                Step.objects.filter(pk=step.pk).update(
+                    status=StepStatus.SUCCEEDED if ok else StepStatus.FAILED,
+                    output=outcome.result if ok else None, error=None if ok else outcome.error,
+                    output_hash=output_hash, finished_at=now, latency_ms=latency, next_attempt_at=None,
+                )
+                return CONTINUE
+            if outcome.kind is OutcomeKind.PERMISSION:
+                Step.objects.filter(pk=step.pk).update(status=StepStatus.FAILED, error=outcome.error,
+                                                       finished_at=now, latency_ms=latency)
+                task_transition(task_id=snap.id, event="fatal_error", actor=actor,
+                                expected_version=snap.version,
+                                payload={"reason": "permission_denied", "step_no": step.step_no},
+                                fields={"failure_reason": "permission_denied",
+                                        "failure_detail": _failure_snapshot(snap, outcome.error)})
+                return STOP
+            if outcome.kind is OutcomeKind.TRANSIENT:
+                max_retries = spec.max_retries if spec else 0
+                if step.attempt < max_retries:
+                    delay = backoff_s(step.attempt + 1, outcome.retry_after_s)
+                    task_transition(task_id=snap.id, event="retryable_error", actor=actor,
+                                    expected_version=snap.version,
+                                    payload={"step_no": step.step_no, "attempt": step.attempt + 1,
+                                             "delay_s": round(delay, 3), "error": outcome.error})
+                    Step.objects.filter(pk=step.pk).update(
+                        status=StepStatus.RETRYING, attempt=F("attempt") + 1, error=outcome.error,
+                        next_attempt_at=now + _seconds(delay))
+                    return StepResult(Next.LATER, delay, "retry")
+                Step.objects.filter(pk=step.pk).update(status=StepStatus.FAILED, error=outcome.error,
+                                                       finished_at=now)
+                return _exhaust(snap, "retries_exhausted", actor, detail=outcome.error)
+            # UNCERTAIN: the status query could not settle it: a person decides.
+            Step.objects.filter(pk=step.pk).update(status=StepStatus.UNCERTAIN, error=outcome.error,
+                                                   latency_ms=latency)
+            done = task_transition(task_id=snap.id, event="result_uncertain", actor=actor,
+                                   expected_version=snap.version,
+                                   payload={"step_no": step.step_no, "tool": step.tool,
+                                            "status_answer": outcome.status_answer})
+            opening.reconciliation_open(
+                task_id=snap.id, tenant_id=snap.tenant_id, step_id=step.pk, tool=step.tool,
+                args=step.args or {}, idempotency_key=step.idempotency_key,
+                status_answer=outcome.status_answer, reason=(outcome.error or {}).get("type", "uncertain"),
+                task_version=done.version)
+            return STOP
+    except DomainError as exc:
+        if exc.kind != ErrorKind.CONFLICT:
+            raise
+        _discard_late(snap, step, outcome, actor, reason=exc.code)
+        return CONTINUE
+
+
+def _seconds(s: float):  # type: ignore[no-untyped-def]
+    from datetime import timedelta
+
+    return timedelta(seconds=s)
+
+
+def _discard_late(snap: TaskSnapshot, step: Step, outcome: ToolOutcome, actor: Actor, *, reason: str) -> None:
+    """A result that arrived after cancel or a version change: kept, never applied."""
+    late = {"kind": outcome.kind.value, "result": outcome.result, "error": outcome.error,
+            "arrived_at": timezone.now().isoformat(), "seen_version": snap.version}
+    with transaction.atomic():
+        task = Task.objects.only("status", "version").get(pk=snap.id)
+        fresh = Step.objects.select_for_update().get(pk=step.pk)  # held for this instant only
+        fresh.late_output = late
+        if fresh.status in (StepStatus.DISCARDED, StepStatus.RUNNING, StepStatus.RETRYING) and task.is_terminal:
+            fresh.status = StepStatus.DISCARDED
+        fresh.save(update_fields=["late_output", "status"])
+        event_append(task_id=snap.id, tenant_id=snap.tenant_id, trace_id=snap.trace_id,
+                     task_version=task.version, type="result_discarded", actor=actor,
+                     payload={"step_no": step.step_no, "reason": reason, "task_status": task.status,
+                              "step_status": fresh.status})
+
+
+# --- stopping ---------------------------------------------------------------------
+
+
+def _failure_snapshot(snap: TaskSnapshot, detail: Any = None) -> dict[str, Any]:
+    return {
+        "detail": detail,
+        "usage": {"steps": snap.steps_count, "model_calls": snap.model_calls,
+                  "tool_calls": snap.tool_calls, "tokens": snap.tokens, "per_tool": snap.per_tool},
+        "version": snap.version,
+        "at": timezone.now().isoformat(),
+    }
+
+
+def _exhaust(snap: TaskSnapshot, reason: str, actor: Actor, *, counters: dict[str, Any] | None = None,
+             detail: Any = None) -> StepResult:
+    """Budget, deadline, no progress or retries used up: fail or escalate, as the profile says."""
+    if snap.on_exhaustion == "escalate":
+        event = "escalated"
+        fields: dict[str, Any] = {"failure_detail": _failure_snapshot(snap, detail)}
+    else:
+        event = {"deadline": "deadline_exceeded", "no_progress": "fatal_error",
+                 "retries_exhausted": "fatal_error"}.get(reason, "budget_exhausted")
+        fields = {"failure_reason": reason, "failure_detail": _failure_snapshot(snap, detail)}
+    task_transition(task_id=snap.id, event=event, actor=actor, expected_version=snap.version,
+                    payload={"reason": reason, "detail": detail}, fields={**(counters or {}), **fields})
+    return STOP
+
+
+def _fail(snap: TaskSnapshot, reason: str, actor: Actor, *, detail: Any = None) -> StepResult:
+    task_transition(task_id=snap.id, event="fatal_error", actor=actor, expected_version=snap.version,
+                    payload={"reason": reason, "detail": detail},
+                    fields={"failure_reason": reason, "failure_detail": _failure_snapshot(snap, detail)})
+    return STOP

@@ -1,0 +1,50 @@
+"""Reads of tasks, steps and events, always scoped to a tenant by the caller."""
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+
+from .models import Event, Step, Task
+
+
+def event_dict(event: Event) -> dict[str, Any]:
+    return {
+        "id": event.pk,
+        "task_id": event.task_id,
+        "type": event.type,
+        "task_version": event.task_version,
+        "actor": event.actor,
+        "actor_role": event.actor_role,
+        "payload": event.payload,
+        "trace_id": event.trace_id,
+        "created_at": event.created_at.isoformat() if event.created_at else None,
+    }
+
+
+def tasks_of_tenant(tenant_id: int) -> QuerySet[Task]:
+    return Task.objects.filter(tenant_id=tenant_id).select_related("agent")
+
+
+def task_of_tenant(tenant_id: int, task_id: int) -> Task | None:
+    return tasks_of_tenant(tenant_id).filter(pk=task_id).first()
+
+
+def steps_of_task(task_id: int) -> QuerySet[Step]:
+    return Step.objects.filter(task_id=task_id).order_by("step_no")
+
+
+def events_after(*, task_id: int, after_id: int = 0, limit: int = 200) -> list[Event]:
+    """Events of a task with id > after_id, in id order: a stable cursor that
+    neither skips nor repeats events that commit while a client pages."""
+    return list(Event.objects.filter(task_id=task_id, id__gt=after_id).order_by("id")[:limit])
+
+
+def usage_of(task: Task) -> dict[str, Any]:
+    return {
+        "steps": task.steps_count,
+        "model_calls": task.model_calls,
+        "tool_calls": task.tool_calls,
+        "tokens": task.tokens,
+        "per_tool": task.per_tool,
+    }

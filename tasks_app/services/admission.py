@@ -1,0 +1,77 @@
+"""Admission: CREATED tasks start, first come first served, while the global,
+per-tenant and per-agent limits on RUNNING tasks allow.
+
+Admission decisions are serialized (a PostgreSQL transaction-scoped advisory
+lock; SQLite's IMMEDIATE transactions already serialize writers) so two
+admitters cannot both take the last slot.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Count
+from django.utils import timezone
+
+from ..machine import TaskStatus
+from ..models import Task
+from .actors import SYSTEM
+from .dispatch import schedule_advance_on_commit
+
+ADMISSION_LOCK_KEY = 0x7E7E_0001
+
+
+def admission_after_commit() -> None:
+    """Run admission after the current transaction commits (now, outside one)."""
+    transaction.on_commit(admit_created_tasks)
+
+
+def admit_created_tasks(*, limit: int = 100) -> list[int]:
+    """Start as many CREATED tasks as the limits allow; returns their ids."""
+    from .transitions import task_transition
+
+    if not Task.objects.filter(status=TaskStatus.CREATED).exists():
+        return []
+    cfg = settings.TETHER
+    admitted: list[int] = []
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cur:
+                cur.execute("SELECT pg_advisory_xact_lock(%s)", [ADMISSION_LOCK_KEY])
+        running = Task.objects.filter(status=TaskStatus.RUNNING)
+        free = cfg["MAX_RUNNING_TASKS"] - running.count()
+        if free <= 0:
+            return []
+        per_tenant = Counter(
+            dict(running.values_list("tenant_id").annotate(n=Count("id")).values_list("tenant_id", "n"))
+        )
+        per_agent = Counter(
+            dict(running.values_list("agent_id").annotate(n=Count("id")).values_list("agent_id", "n"))
+        )
+        candidates = (
+            Task.objects.filter(status=TaskStatus.CREATED)
+            .order_by("id")
+            .values_list("id", "tenant_id", "agent_id", "version", "agent_snapshot")[: max(limit, free) * 4]
+        )
+        now = timezone.now()
+        for task_id, tenant_id, agent_id, version, snap in candidates:
+            if len(admitted) >= min(free, limit):
+                break
+            agent_cap = (snap.get("budget") or {}).get("max_concurrent_tasks") or 10**9
+            if per_tenant[tenant_id] >= cfg["MAX_RUNNING_PER_TENANT"] or per_agent[agent_id] >= agent_cap:
+                continue  # FIFO within what may run; this tenant/agent waits for a slot
+            duration = (snap.get("budget") or {}).get("max_duration_s") or 3600
+            task_transition(
+                task_id=task_id,
+                event="task_started",
+                actor=SYSTEM,
+                expected_version=version,
+                fields={"started_at": now, "deadline_at": now + timedelta(seconds=duration)},
+            )
+            per_tenant[tenant_id] += 1
+            per_agent[agent_id] += 1
+            admitted.append(task_id)
+            schedule_advance_on_commit(task_id)
+    return admitted

@@ -1,0 +1,45 @@
+"""Appending events. The one function that writes an event row and schedules
+its publication; nothing else publishes.
+
+Publication happens in `transaction.on_commit`, so a rolled-back event is
+never shown to anybody, and a subscriber never sees an event the database
+does not have.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+
+from ..models import Event
+from .actors import Actor
+
+
+def event_append(
+    *,
+    task_id: int,
+    tenant_id: int,
+    trace_id: str,
+    task_version: int,
+    type: str,
+    actor: Actor,
+    payload: dict[str, Any] | None = None,
+) -> Event:
+    event = Event.objects.create(
+        task_id=task_id,
+        tenant_id=tenant_id,
+        trace_id=trace_id,
+        task_version=task_version,
+        type=type,
+        payload=payload or {},
+        actor=actor.name,
+        actor_role=actor.role,
+    )
+    transaction.on_commit(lambda: _publish(event))
+    return event
+
+
+def _publish(event: Event) -> None:
+    from ..live.publish import publish_event
+
+    publish_event(event)

@@ -1,0 +1,214 @@
+"""Task use cases for API clients and operators: submit, cancel, answer, resume."""
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+
+from config.errors import conflict, invalid, not_found
+
+from ..keys import canonical_json, sha256_hex
+from ..machine import NON_TERMINAL, TaskStatus
+from ..models import AgentProfile, Step, StepStatus, Task
+from .actors import Actor
+from .admission import admission_after_commit
+from .dispatch import schedule_advance_on_commit
+from .events import event_append
+from .transitions import Transitioned, task_transition
+
+MAX_SCRIPT_ENTRIES = 5000
+
+
+@dataclass(frozen=True)
+class Submitted:
+    task: Task
+    created: bool
+
+
+def task_submit(
+    *,
+    tenant_id: int,
+    requester_id: int | None,
+    agent: str,
+    goal: str,
+    input: dict[str, Any] | None = None,
+    script: list[Any] | None = None,
+    idempotency_key: str | None = None,
+    actor: Actor,
+) -> Submitted:
+    """Create a task in CREATED; admission starts it when a slot is free.
+
+    With an `idempotency_key`, resubmitting the same body returns the same
+    task; the same key with a different body is a conflict.
+    """
+    body = {"agent": agent, "goal": goal, "input": input or {}, "script": script}
+    request_hash = sha256_hex(canonical_json(body))
+    if idempotency_key:
+        existing = Task.objects.filter(tenant_id=tenant_id, idempotency_key=idempotency_key).first()
+        if existing is not None:
+            return _same_submission(existing, request_hash)
+
+    profile = AgentProfile.objects.filter(tenant_id=tenant_id, name=agent).first()
+    if profile is None:
+        raise invalid("invalid", "The request is not valid.", agent=[f"no agent named {agent!r}"])
+    if not profile.enabled:
+        raise invalid("invalid", "The request is not valid.", agent=[f"agent {agent!r} is disabled"])
+    backend = (profile.model or {}).get("backend", "scripted")
+    if backend == "scripted":
+        if script is None:
+            raise invalid("invalid", "The request is not valid.",
+                          script=["a scripted agent needs a script: a list of decisions"])
+        if len(script) > MAX_SCRIPT_ENTRIES:
+            raise invalid("invalid", "The request is not valid.",
+                          script=[f"at most {MAX_SCRIPT_ENTRIES} entries"])
+    elif script is not None:
+        raise invalid("invalid", "The request is not valid.",
+                      script=[f"agent {agent!r} uses the {backend} backend; a script is only for scripted agents"])
+
+    try:
+        with transaction.atomic():
+            task = Task.objects.create(
+                tenant_id=tenant_id,
+                requester_id=requester_id,
+                agent=profile,
+                agent_snapshot=profile.snapshot(),
+                goal=goal,
+                input=input or {},
+                script=script,
+                trace_id=secrets.token_hex(16),
+                idempotency_key=idempotency_key or None,
+                request_hash=request_hash,
+            )
+            event_append(
+                task_id=task.pk, tenant_id=tenant_id, trace_id=task.trace_id, task_version=0,
+                type="task_created", actor=actor,
+                payload={"agent": agent, "goal": goal[:500], "to": TaskStatus.CREATED},
+            )
+            admission_after_commit()
+    except IntegrityError:
+        # Two submissions with the same key raced; the other one won.
+        existing = Task.objects.filter(tenant_id=tenant_id, idempotency_key=idempotency_key).first()
+        if existing is None:
+            raise
+        return _same_submission(existing, request_hash)
+    return Submitted(task=task, created=True)
+
+
+def _same_submission(existing: Task, request_hash: str) -> Submitted:
+    if existing.request_hash != request_hash:
+        raise conflict("idempotency_key_reused",
+                       "this Idempotency-Key was used for a different request", task_id=existing.pk)
+    return Submitted(task=existing, created=False)
+
+
+def task_cancel(*, task_id: int, actor: Actor, expected_version: int | None = None,
+                reason: str = "") -> Transitioned:
+    """Cancel: every open step gets a typed "canceled" result and its late
+    result, if one ever comes, is discarded at commit."""
+    with transaction.atomic():
+        done = task_transition(
+            task_id=task_id, event="task_canceled", actor=actor, expected_version=expected_version,
+            payload={"reason": reason}, fields={"failure_reason": "canceled"},
+        )
+        Step.objects.filter(task_id=task_id, status__in=[
+            StepStatus.PENDING_APPROVAL, StepStatus.RUNNING, StepStatus.RETRYING, StepStatus.UNCERTAIN,
+        ]).update(status=StepStatus.DISCARDED, error={"type": "canceled", "message": reason or "task canceled"})
+        from approvals_app.services.closing import close_open_requests
+
+        close_open_requests(task_id=task_id)
+    return done
+
+
+def task_cancel_many(*, task_ids: list[int], actor: Actor, reason: str = "") -> dict[str, list[int]]:
+    """Bulk cancel: each task in its own transaction; a task that ended meanwhile is skipped."""
+    canceled, skipped = [], []
+    for task_id in task_ids:
+        try:
+            task_cancel(task_id=task_id, actor=actor, reason=reason)
+            canceled.append(task_id)
+        except Exception:  # noqa: BLE001 - a conflict on one task must not stop the rest
+            skipped.append(task_id)
+    return {"canceled": canceled, "skipped": skipped}
+
+
+def task_provide_input(*, task_id: int, answer: str, actor: Actor,
+                       expected_version: int | None = None) -> Transitioned:
+    """The answer to the agent's open question joins its context verbatim."""
+    from approvals_app.models import Question
+
+    with transaction.atomic():
+        question = Question.objects.filter(task_id=task_id, status="open").order_by("-id").first()
+        if question is None:
+            task = Task.objects.only("status").get(pk=task_id)
+            raise conflict("no_open_question", f"the task is {task.status} and asks nothing",
+                           status=task.status)
+        done = task_transition(
+            task_id=task_id, event="input_received", actor=actor, expected_version=expected_version,
+            payload={"question_id": question.pk, "answer": answer},
+        )
+        from django.utils import timezone
+
+        Question.objects.filter(pk=question.pk).update(
+            status="answered", answer=answer, answered_by_id=actor.user_id,
+            answered_role=actor.role, answered_at=timezone.now(),
+        )
+        Step.objects.filter(pk=question.step_id).update(
+            status=StepStatus.SUCCEEDED, output={"answer": answer}, finished_at=timezone.now()
+        )
+        schedule_advance_on_commit(task_id)
+    return done
+
+
+def task_resume(*, task_id: int, actor: Actor, expected_version: int | None = None,
+                extend: dict[str, int] | None = None, comment: str = "") -> Transitioned:
+    """Resume an escalated task, optionally extending its budget (recorded)."""
+    extend = {k: int(v) for k, v in (extend or {}).items()}
+    allowed = {"max_steps", "max_model_calls", "max_tool_calls", "max_tokens", "max_duration_s"}
+    bad = sorted(set(extend) - allowed)
+    if bad or any(v < 0 for v in extend.values()):
+        raise invalid("invalid", "The request is not valid.",
+                      extend=[f"unknown or negative budget keys: {bad or 'negative value'}"])
+    with transaction.atomic():
+        task = Task.objects.get(pk=task_id)
+        merged = dict(task.budget_extension or {})
+        for k, v in extend.items():
+            merged[k] = merged.get(k, 0) + v
+        fields: dict[str, Any] = {"budget_extension": merged, "repeat_count": 0, "stale_steps": 0}
+        if "max_duration_s" in extend and task.deadline_at:
+            from datetime import timedelta
+
+            fields["deadline_at"] = F("deadline_at") + timedelta(seconds=extend["max_duration_s"])
+        done = task_transition(
+            task_id=task_id, event="resumed", actor=actor, expected_version=expected_version,
+            payload={"extend": extend, "comment": comment}, fields=fields,
+        )
+        schedule_advance_on_commit(task_id)
+    return done
+
+
+def task_fail_by_operator(*, task_id: int, actor: Actor, expected_version: int | None = None,
+                          reason: str = "") -> Transitioned:
+    """An operator ends an escalated or waiting task as FAILED."""
+    with transaction.atomic():
+        done = task_transition(
+            task_id=task_id, event="fatal_error", actor=actor, expected_version=expected_version,
+            payload={"reason": "failed_by_operator", "comment": reason},
+            fields={"failure_reason": "failed_by_operator", "failure_detail": {"comment": reason}},
+        )
+        from approvals_app.services.closing import close_open_requests
+
+        close_open_requests(task_id=task_id)
+    return done
+
+
+def get_task_for_tenant(*, tenant_id: int, task_id: int) -> Task:
+    task = Task.objects.filter(tenant_id=tenant_id, pk=task_id).first()
+    if task is None:
+        raise not_found("Task")
+    return task
+
+
+ACTIVE_STATUSES = NON_TERMINAL

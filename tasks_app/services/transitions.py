@@ -1,0 +1,90 @@
+"""The one service that changes a task's status.
+
+`task_transition` fires a django-fsm transition (a pure guard), bumps
+`version` with an optimistic ``UPDATE ... WHERE id = ? AND version = ?`` and
+appends the transition's event, all in one transaction. Unknown events and
+events not allowed from the current state are refused (409) and change
+nothing; so is a stale `expected_version`. No row lock is taken: the version
+check is the fence.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Expression
+from django.utils import timezone
+from django_fsm import can_proceed
+
+from config.errors import DomainError, ErrorKind, conflict
+
+from ..machine import TERMINAL, TRANSITIONS
+from ..models import Task
+from .actors import Actor
+from .events import event_append
+
+
+@dataclass(frozen=True)
+class Transitioned:
+    task_id: int
+    version: int
+    status: str
+    event_id: int
+
+
+def task_transition(
+    *,
+    task_id: int,
+    event: str,
+    actor: Actor,
+    expected_version: int | None = None,
+    payload: dict[str, Any] | None = None,
+    fields: dict[str, Any] | None = None,
+) -> Transitioned:
+    """Fire `event`; `fields` are written in the same guarded UPDATE (F() allowed)."""
+    if event not in TRANSITIONS:
+        raise DomainError("unknown_event", f"unknown event {event!r}", kind=ErrorKind.INVALID,
+                          details={"event": event})
+    with transaction.atomic():
+        task = Task.objects.only("id", "tenant_id", "trace_id", "status", "version").get(pk=task_id)
+        if expected_version is not None and task.version != expected_version:
+            raise conflict("stale_version", "the task has moved on since this view was taken",
+                           expected_version=expected_version, current_version=task.version,
+                           status=task.status)
+        method = getattr(task, event)
+        if not can_proceed(method):
+            raise conflict("illegal_transition", f"{event} is not allowed when the task is {task.status}",
+                           event=event, status=task.status, version=task.version)
+        source = task.status
+        method()  # a pure guard: sets the in-memory status, nothing else
+        now = timezone.now()
+        updates: dict[str, Any] = {"status": task.status, "version": task.version + 1, "updated_at": now}
+        if task.status in TERMINAL:
+            updates.update(finished_at=now, lease_owner="", lease_expires_at=None, next_run_at=None)
+        updates.update(fields or {})
+        changed = Task.objects.filter(pk=task_id, version=task.version).update(**updates)
+        if changed != 1:
+            raise conflict("stale_version", "another writer committed first", current_version=None)
+        new_version = task.version + 1
+        ev = event_append(
+            task_id=task_id,
+            tenant_id=task.tenant_id,
+            trace_id=task.trace_id,
+            task_version=new_version,
+            type=event,
+            actor=actor,
+            payload={"from": source, "to": task.status,
+                     **{k: v for k, v in (payload or {}).items() if not isinstance(v, Expression)}},
+        )
+        if source != task.status:
+            # A slot may have been freed or taken: let admission look again after commit.
+            from .admission import admission_after_commit
+
+            admission_after_commit()
+    return Transitioned(task_id=task_id, version=new_version, status=task.status, event_id=ev.pk)
+
+
+def task_update_guarded(*, task_id: int, version: int, **fields: Any) -> bool:
+    """A write that is not a transition (counters, lease): only if the version still holds."""
+    return Task.objects.filter(pk=task_id, version=version).update(**fields) == 1

@@ -1,0 +1,24 @@
+"""Celery entry points: ids in, call a service, nothing else.
+
+`advance_task` is acknowledged late and rejected when its worker is lost, so a
+killed worker's message is delivered again; the lease makes a duplicate
+delivery harmless.
+"""
+from __future__ import annotations
+
+from celery import shared_task
+
+from .runner.loop import run_slice
+from .runner.recovery import recovery_sweep as _sweep
+
+
+@shared_task(name="tasks_app.tasks.advance_task", ignore_result=True)
+def advance_task(task_id: int) -> str:
+    return run_slice(int(task_id)).ended
+
+
+@shared_task(name="tasks_app.tasks.recovery_sweep", ignore_result=True)
+def recovery_sweep() -> dict[str, int]:
+    report = _sweep()
+    return {"admitted": report.admitted, "requeued": report.requeued,
+            "approvals_expired": report.approvals_expired}

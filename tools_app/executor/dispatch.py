@@ -1,0 +1,52 @@
+"""Calls one tool once, by kind, and classifies what happened into an error layer.
+
+Every call has a timeout. A result must be JSON, within the size limit and
+valid against the tool's result schema; otherwise it is a business error.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.conf import settings
+from jsonschema import Draft202012Validator
+
+from . import http_kind, python_kind
+from .types import OutcomeKind, StatusAnswer, ToolCall, ToolOutcome
+
+
+def call_tool(call: ToolCall) -> ToolOutcome:
+    if call.spec.kind == "http":
+        outcome = http_kind.call(call)
+    else:
+        outcome = python_kind.call(call)
+    if outcome.kind is OutcomeKind.OK:
+        problem = check_result(call.spec.result_schema, outcome.result)
+        if problem is not None:
+            return ToolOutcome(kind=OutcomeKind.BUSINESS, error=problem)
+    return outcome
+
+
+def query_status(call: ToolCall) -> StatusAnswer:
+    if call.spec.status_url:
+        return http_kind.query_status(call)
+    if call.spec.status_tool:
+        return python_kind.query_status(call)
+    return StatusAnswer(state="unknown", detail="the tool has no status query")
+
+
+def check_result(schema: dict[str, Any], result: Any) -> dict[str, Any] | None:
+    try:
+        encoded = json.dumps(result)
+    except (TypeError, ValueError) as exc:
+        return {"type": "invalid_result", "message": f"the tool result is not JSON: {exc}"}
+    limit = settings.TETHER["MAX_TOOL_RESULT_BYTES"]
+    if len(encoded.encode()) > limit:
+        return {"type": "result_too_large", "message": f"the tool result exceeds {limit} bytes",
+                "size": len(encoded.encode())}
+    if schema:
+        errors = sorted(Draft202012Validator(schema).iter_errors(result), key=lambda e: list(e.path))
+        if errors:
+            return {"type": "invalid_result", "message": "the tool result does not match its schema",
+                    "errors": [f"{'/'.join(map(str, e.path)) or '(root)'}: {e.message}" for e in errors[:5]]}
+    return None

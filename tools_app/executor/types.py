@@ -1,0 +1,76 @@
+"""Frozen data handed to and returned from tool calls (never ORM objects)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Literal
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    kind: str
+    target: str = ""
+    url: str = ""
+    status_url: str = ""
+    status_tool: str = ""
+    compensation_tool: str = ""
+    secret_headers: dict[str, str] = field(default_factory=dict)
+    args_schema: dict[str, Any] = field(default_factory=dict)
+    result_schema: dict[str, Any] = field(default_factory=dict)
+    risk: str = "low"
+    requires_approval: bool = False
+    timeout_s: float = 10.0
+    side_effect: str = "read"
+    max_retries: int = 3
+    description: str = ""
+
+    @property
+    def honours_keys(self) -> bool:
+        """Whether calling again with the same key is safe (no second effect)."""
+        return self.side_effect in ("read", "idempotent_write")
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a python tool is told about the call it serves."""
+
+    idempotency_key: str
+    task_id: int
+    step_id: int
+    tenant_id: int
+    trace_id: str
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    spec: ToolSpec
+    args: dict[str, Any]
+    context: ToolContext
+
+
+class OutcomeKind(StrEnum):
+    OK = "ok"
+    BUSINESS = "business"  # structured error back to the model
+    PERMISSION = "permission"  # stop the task
+    TRANSIENT = "transient"  # retry with backoff, same key
+    UNCERTAIN = "uncertain"  # effect unknown: status query, else a human
+    PROCESSING = "processing"  # another executor holds this key right now
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    kind: OutcomeKind
+    result: Any = None
+    error: dict[str, Any] | None = None
+    retry_after_s: float | None = None
+    latency_ms: int = 0
+    from_ledger: bool = False  # answered from the ledger, the tool was not called
+    status_answer: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class StatusAnswer:
+    state: Literal["succeeded", "failed", "not_found", "unknown"]
+    result: Any = None
+    detail: str = ""

@@ -1,0 +1,121 @@
+"""Tool registrations, the idempotency ledger, and the demo downstream store.
+
+The ledger (`ToolExecution`) has one row per server-made idempotency key. A
+row is written (IN_PROGRESS, claimed by one executor until `claimed_until`)
+*before* the tool is called, so a crash leaves evidence that a call may have
+happened; recovery decides from the tool's side effect what that means.
+"""
+from __future__ import annotations
+
+from django.db import models
+
+
+class ToolKind(models.TextChoices):
+    PYTHON = "python"
+    HTTP = "http"
+
+
+class SideEffect(models.TextChoices):
+    READ = "read"
+    IDEMPOTENT_WRITE = "idempotent_write"
+    WRITE = "write"
+
+
+class Risk(models.TextChoices):
+    LOW = "low"
+    MEDIUM = "medium"
+    HIGH = "high"
+
+
+class Tool(models.Model):
+    tenant = models.ForeignKey("tasks_app.Tenant", on_delete=models.CASCADE, related_name="tools")
+    name = models.CharField(max_length=100)
+    description = models.TextField(blank=True)
+    kind = models.CharField(max_length=8, choices=ToolKind.choices, default=ToolKind.PYTHON)
+    target = models.CharField(max_length=255, blank=True, help_text="Dotted path of a python tool.")
+    url = models.URLField(max_length=500, blank=True)
+    status_url = models.CharField(max_length=500, blank=True, help_text="GET, with {key} substituted.")
+    status_tool = models.CharField(max_length=100, blank=True, help_text="A python status query.")
+    compensation_tool = models.CharField(max_length=100, blank=True)
+    # {header name: name of a setting or environment variable holding its value}
+    secret_headers = models.JSONField(default=dict, blank=True)
+    args_schema = models.JSONField(default=dict)
+    result_schema = models.JSONField(default=dict, blank=True)
+    risk = models.CharField(max_length=8, choices=Risk.choices, default=Risk.LOW)
+    requires_approval = models.BooleanField(default=False)
+    timeout_s = models.FloatField(default=10.0)
+    side_effect = models.CharField(max_length=20, choices=SideEffect.choices, default=SideEffect.READ)
+    max_retries = models.PositiveIntegerField(default=3)
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="tool_unique_name")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class LedgerStatus(models.TextChoices):
+    IN_PROGRESS = "IN_PROGRESS"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED_RETRYABLE = "FAILED_RETRYABLE"
+    FAILED_FINAL = "FAILED_FINAL"
+    UNCERTAIN = "UNCERTAIN"
+
+
+class ToolExecution(models.Model):
+    idempotency_key = models.CharField(max_length=64, unique=True)
+    tenant_id = models.BigIntegerField()
+    task_id = models.BigIntegerField(db_index=True)
+    step_id = models.BigIntegerField()
+    tool = models.CharField(max_length=100)
+    args = models.JSONField()
+    status = models.CharField(max_length=20, choices=LedgerStatus.choices)
+    result = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    attempts = models.JSONField(default=list, help_text="One entry per call: started, outcome, ms.")
+    status_answer = models.JSONField(null=True, blank=True, help_text="Latest status-query answer.")
+    claimed_by = models.CharField(max_length=128, blank=True)
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.tool} {self.idempotency_key[:12]}… {self.status}"
+
+
+# --- the demo downstream store --------------------------------------------------
+
+
+class DemoOrder(models.Model):
+    order_id = models.CharField(max_length=32, unique=True)
+    customer = models.CharField(max_length=100)
+    email = models.CharField(max_length=200)
+    amount_cents = models.PositiveIntegerField()
+    status = models.CharField(max_length=20, default="delivered")
+
+    def __str__(self) -> str:
+        return self.order_id
+
+
+class DemoRefund(models.Model):
+    """Keyed by the caller's idempotency key: a replay cannot refund twice."""
+
+    idempotency_key = models.CharField(max_length=64, unique=True)
+    order_id = models.CharField(max_length=32)
+    amount_cents = models.PositiveIntegerField()
+    reason = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+
+class DemoNotification(models.Model):
+    """A plain write: the provider records the key it was given but does not
+    deduplicate, so a blind replay would send a second message."""
+
+    idempotency_key = models.CharField(max_length=64, db_index=True)
+    customer = models.CharField(max_length=100)
+    message = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
