@@ -4,4 +4,6 @@ from django.urls import include, path
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("api/v1/", include("config.api_urls")),
+    path("", include("config.console_urls")),
 ]

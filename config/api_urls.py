@@ -1,0 +1,2 @@
+"""REST API v1 routes (filled by each app's api package)."""
+urlpatterns: list = []

@@ -1,0 +1,2 @@
+"""Console routes (filled by each app's console package)."""
+urlpatterns: list = []

@@ -1,0 +1,36 @@
+"""Test configuration: real PostgreSQL and Redis, always.
+
+The environment is defaulted in `tests/settings.py`. A missing
+service fails the run (never a skip). Each test drives the runner itself
+(`TETHER_RUNNER=manual`) unless it starts a real Celery worker.
+"""
+from __future__ import annotations
+
+import socket
+
+import pytest  # noqa: E402
+
+from tests.factories import *  # noqa: E402,F401,F403
+from tests.helpers import *  # noqa: E402,F401,F403
+
+REQUIRED = {"PostgreSQL": ("127.0.0.1", 5432), "Redis": ("127.0.0.1", 6379)}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    missing = []
+    for name, (host, port) in REQUIRED.items():
+        try:
+            socket.create_connection((host, port), timeout=2).close()
+        except OSError:
+            missing.append(f"{name} at {host}:{port}")
+    if missing:
+        pytest.exit(f"required services are down: {', '.join(missing)}", returncode=3)
+
+
+@pytest.fixture(autouse=True)
+def _clear_manual_queue():
+    from tasks_app.services.dispatch import MANUAL_QUEUE
+
+    MANUAL_QUEUE.clear()
+    yield
+    MANUAL_QUEUE.clear()

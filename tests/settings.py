@@ -1,0 +1,15 @@
+"""Settings for the test suite: the production settings module, with the
+environment defaulted to this machine's PostgreSQL and Redis. Anything set in
+the real environment wins."""
+import os
+
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/tether")
+os.environ.setdefault("TEST_DATABASE_NAME", "test_tether")
+os.environ.setdefault("CHANNEL_LAYER_URL", "redis://127.0.0.1:6379/14")
+os.environ.setdefault("TETHER_RUNNER", "manual")
+os.environ.setdefault("TETHER_BACKOFF_BASE_S", "0.05")
+os.environ.setdefault("TETHER_BACKOFF_MAX_S", "0.2")
+os.environ.setdefault("TETHER_DEMO_NOTIFY_DELAY_S", "1.5")
+os.environ.setdefault("API_THROTTLE_RATE", "100000/min")
+
+from config.settings import *  # noqa: E402,F401,F403
