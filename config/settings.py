@@ -27,6 +27,7 @@ INSTALLED_APPS = [
     "django.contrib.humanize",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_htmx",
     "channels",
     "tasks_app",
@@ -39,6 +40,7 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
+    "config.middleware.ApiRequestSizeLimitMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -129,6 +131,10 @@ TETHER = {
     "MAX_TOOL_RESULT_BYTES": env.int("TETHER_MAX_TOOL_RESULT_BYTES", default=256 * 1024),
     "CONTEXT_WINDOW_STEPS": env.int("TETHER_CONTEXT_WINDOW_STEPS", default=8),
     "CONTEXT_RESULT_CHARS": env.int("TETHER_CONTEXT_RESULT_CHARS", default=2000),
+    # older steps beyond the window are folded into a summary past either threshold
+    "SUMMARY_THRESHOLD_STEPS": env.int("TETHER_SUMMARY_THRESHOLD_STEPS", default=8),
+    "SUMMARY_THRESHOLD_CHARS": env.int("TETHER_SUMMARY_THRESHOLD_CHARS", default=16000),
+    "SUMMARY_MAX_CHARS": env.int("TETHER_SUMMARY_MAX_CHARS", default=4000),
     "DEMO_NOTIFY_DELAY_S": env.float("TETHER_DEMO_NOTIFY_DELAY_S", default=3.0),
 }
 
@@ -156,6 +162,23 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # Swagger UI and Redoc served from our own static files (no CDN).
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {
+        "TaskStatusEnum": "tasks_app.machine.TaskStatus",
+        "UnfinishedTaskStatusEnum": [
+            "CREATED", "RUNNING", "WAITING_FOR_INPUT", "WAITING_FOR_APPROVAL",
+            "WAITING_FOR_RECONCILIATION", "WAITING_FOR_HUMAN",
+        ],
+        "StepStatusEnum": "tasks_app.models.StepStatus",
+        "ApprovalStatusEnum": "approvals_app.models.Decision",
+        "ReconciliationStatusEnum": ["open", "resolved", "canceled"],
+        "QuestionStatusEnum": ["open", "answered", "canceled"],
+        "ToolKindEnum": "tools_app.models.ToolKind",
+        "OpenRequestKindEnum": ["question", "approval", "reconciliation"],
+    },
 }
 DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("MAX_REQUEST_BYTES", default=1024 * 1024)
 
@@ -163,6 +186,9 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("MAX_REQUEST_BYTES", default=1024 * 1024)
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "staticfiles"
+# The console's CSS/JS are served by WhiteNoise straight from the app and static/
+# dirs, so every run mode (embedded, daphne, uvicorn) works without collectstatic.
+WHITENOISE_USE_FINDERS = True
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
@@ -174,5 +200,10 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
-    "loggers": {"django.channels.server": {"level": "WARNING"}},
+    "loggers": {
+        "django.channels.server": {"level": "WARNING"},
+        # the openai SDK's HTTP client logs every request at INFO
+        "httpx": {"level": "WARNING"},
+        "httpx2": {"level": "WARNING"},
+    },
 }

@@ -1,10 +1,20 @@
 """Builds what the model sees for one decision, reading O(window) rows.
 
-Context = system prompt + pinned facts (goal, input, answers, approvals and
-rejections) + the latest active summary (citing the events it covers) + the
-last W steps verbatim (long tool results truncated, with a reference to the
-full step) + the tool catalogue. The cost of a step does not grow with the
-length of the task's history: every query here is bounded.
+Context = system prompt + pinned facts (goal, input, the result format,
+answers, approvals and rejections) + the latest active summary + the steps
+after it verbatim (long tool results truncated, with a reference to the full
+step) + the tool catalogue.
+
+The verbatim part is the last W steps (`CONTEXT_WINDOW_STEPS`) plus the older
+ones not summarized yet, at most `SUMMARY_THRESHOLD_STEPS` of them: once that
+many pile up, `context.summaries` folds them into a new summary version, so
+the window shrinks back to W. Every query here is bounded (a fixed number of
+queries, each reading at most W + threshold rows): step 1,000 costs what step
+10 costs.
+
+Item ids a decision may cite: ``goal``, ``input``, ``result_schema``,
+``answer:<question id>``, ``approval:<approval id>``, ``summary:v<version>``,
+``step:<step no>``.
 """
 from __future__ import annotations
 
@@ -12,6 +22,7 @@ import json
 from typing import Any
 
 from django.conf import settings
+from django.db.models.fields.json import KT
 
 from approvals_app.selectors import pinned_human_facts
 from tools_app.executor.types import ToolSpec
@@ -21,6 +32,20 @@ from ..models import ContextSummary, Step
 from ..runner.snapshot import TaskSnapshot
 
 MAX_PINNED_HUMAN_FACTS = 20
+MAX_INPUT_CHARS = 8000
+MAX_SAID_CHARS = 1000
+
+
+def context_limits() -> dict[str, int]:
+    """Window, threshold and size settings, with defaults for older settings files."""
+    cfg = settings.TETHER
+    return {
+        "window": int(cfg.get("CONTEXT_WINDOW_STEPS", 8)),
+        "result_chars": int(cfg.get("CONTEXT_RESULT_CHARS", 2000)),
+        "threshold_steps": int(cfg.get("SUMMARY_THRESHOLD_STEPS", 8)),
+        "threshold_chars": int(cfg.get("SUMMARY_THRESHOLD_CHARS", 16000)),
+        "summary_chars": int(cfg.get("SUMMARY_MAX_CHARS", 4000)),
+    }
 
 
 def _truncate(value: Any, limit: int, ref: str) -> Any:
@@ -31,14 +56,30 @@ def _truncate(value: Any, limit: int, ref: str) -> Any:
 
 
 def step_view(step: Step, *, limit: int) -> dict[str, Any]:
+    """One step as the model sees it. `reply_of` (annotated by the query) links a
+    step to the previous one when both came from the same model reply."""
     ref = f"step:{step.step_no}"
-    view: dict[str, Any] = {"id": ref, "step_no": step.step_no, "kind": step.kind, "status": step.status}
+    view: dict[str, Any] = {"id": ref, "step_no": step.step_no, "kind": step.kind,
+                            "status": step.status}
+    reply_of = getattr(step, "reply_of", None)
+    if reply_of not in (None, ""):
+        view["reply_of"] = int(reply_of)
+    decision = step.decision or {}
     if step.kind == "tool":
-        view.update(tool=step.tool, args=step.args)
+        view.update(tool=step.tool, args=_truncate(step.args, limit, ref))
+        if decision.get("reason"):
+            view["reason"] = str(decision["reason"])[:MAX_SAID_CHARS]
     elif step.kind == "ask":
-        view["question"] = step.decision.get("question")
+        view["question"] = decision.get("question")
     elif step.kind == "invalid":
-        view["raw"] = str(step.decision.get("raw", ""))[:500]
+        if step.tool:
+            view["tool"] = step.tool
+        if step.args:
+            view["args"] = _truncate(step.args, limit, ref)
+        if decision.get("raw"):
+            view["raw"] = str(decision["raw"])[:MAX_SAID_CHARS]
+        elif decision.get("kind") == "final":
+            view["raw"] = json.dumps(decision.get("result"), default=str)[:MAX_SAID_CHARS]
     if step.output is not None:
         view["output"] = _truncate(step.output, limit, ref)
     if step.error is not None:
@@ -46,42 +87,76 @@ def step_view(step: Step, *, limit: int) -> dict[str, Any]:
     return view
 
 
+def active_summary(task_id: int) -> ContextSummary | None:
+    """The summary the context uses: the highest active version (one indexed row)."""
+    return (
+        ContextSummary.objects.filter(task_id=task_id, active=True)
+        .defer("event_ids")
+        .order_by("-version")
+        .first()
+    )
+
+
+def recent_steps(task_id: int, *, after_step: int, limit: int) -> list[Step]:
+    """The last `limit` steps after `after_step`, oldest first, without their
+    (large) model logs."""
+    rows: list[Step] = list(
+        Step.objects.filter(task_id=task_id, step_no__gt=after_step)
+        .defer("model_log", "late_output")
+        .annotate(reply_of=KT("model_log__from_reply_of_step"))
+        .order_by("-step_no")[:limit]
+    )
+    rows.reverse()
+    return rows
+
+
 def build_context(snap: TaskSnapshot, *, tools: dict[str, ToolSpec]) -> ContextSnapshot:
-    cfg = settings.TETHER
-    window = cfg["CONTEXT_WINDOW_STEPS"]
-    limit = cfg["CONTEXT_RESULT_CHARS"]
+    limits = context_limits()
     model = snap.agent.get("model") or {}
 
-    summary_row = (
-        ContextSummary.objects.filter(task_id=snap.id, active=True).order_by("-version").first()
-    )
+    summary_row = active_summary(snap.id)
     after_step = summary_row.covers_until_step if summary_row else 0
-    recent = list(
-        Step.objects.filter(task_id=snap.id, step_no__gt=after_step)
-        .order_by("-step_no")[:window]
-    )
-    recent.reverse()
+    recent = recent_steps(snap.id, after_step=after_step,
+                          limit=limits["window"] + limits["threshold_steps"])
 
     pinned: list[ContextItem] = [
         ContextItem(id="goal", role="pinned", text=f"Goal: {snap.goal}"),
     ]
     if snap.input:
-        pinned.append(ContextItem(id="input", role="pinned",
-                                  text=f"Input: {json.dumps(snap.input, default=str)}", data=snap.input))
+        text = json.dumps(snap.input, default=str)
+        if len(text) > MAX_INPUT_CHARS:
+            text = text[:MAX_INPUT_CHARS] + f"... [truncated, {len(text)} chars in all]"
+        pinned.append(ContextItem(id="input", role="pinned", text=f"Input: {text}",
+                                  data=snap.input))
+    schema = snap.agent.get("result_schema") or {}
+    if schema:
+        pinned.append(ContextItem(
+            id="result_schema", role="pinned", data=schema,
+            text="The final answer must be a JSON object matching this JSON Schema: "
+                 + json.dumps(schema, sort_keys=True)))
     for fact in pinned_human_facts(task_id=snap.id, limit=MAX_PINNED_HUMAN_FACTS):
         pinned.append(ContextItem(id=fact["id"], role="pinned", text=fact["text"], data=fact))
+    if recent and recent[0].step_no > after_step + 1:
+        # After a summary rollback (or while the summarizer lags): the steps
+        # between the summary and the window are shown again once summarized.
+        pinned.append(ContextItem(
+            id="omitted", role="pinned",
+            text=f"Steps {after_step + 1}-{recent[0].step_no - 1} are not shown here "
+                 "(not summarized yet)."))
 
     summary = None
     if summary_row is not None:
         summary = ContextItem(
             id=f"summary:v{summary_row.version}", role="summary", text=summary_row.text,
-            data={"event_ids": summary_row.event_ids, "covers_until_step": summary_row.covers_until_step},
+            data={"version": summary_row.version,
+                  "covers_until_step": summary_row.covers_until_step},
         )
 
+    allowed = set(snap.agent.get("tools") or [])
     specs = tuple(
         ToolSpecView(name=s.name, description=s.description, args_schema=s.args_schema)
         for name, s in sorted(tools.items())
-        if name in (snap.agent.get("tools") or [])
+        if name in allowed
     )
     return ContextSnapshot(
         task_id=snap.id,
@@ -91,7 +166,7 @@ def build_context(snap: TaskSnapshot, *, tools: dict[str, ToolSpec]) -> ContextS
         system_prompt=str(model.get("system_prompt") or ""),
         pinned=tuple(pinned),
         summary=summary,
-        window=tuple(step_view(s, limit=limit) for s in recent),
+        window=tuple(step_view(s, limit=limits["result_chars"]) for s in recent),
         tools=specs,
         model_calls_so_far=snap.model_calls,
         script=snap.script,

@@ -41,7 +41,10 @@ class Decision:
             return {"kind": "final", "result": self.result}
         if self.kind == "ask_user":
             return {"kind": "ask_user", "question": self.question}
-        return {"kind": "invalid", "raw": self.raw, "error": self.error}
+        invalid: dict[str, Any] = {"kind": "invalid", "raw": self.raw, "error": self.error}
+        if self.tool:  # a malformed tool call: the context shows it as that call
+            invalid["tool"] = self.tool
+        return invalid
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Decision:
@@ -58,7 +61,8 @@ class Decision:
             return cls(kind="final", result=data.get("result"))
         if kind == "ask_user":
             return cls(kind="ask_user", question=data.get("question", ""))
-        return cls(kind="invalid", raw=str(data.get("raw", "")), error=str(data.get("error", "")))
+        return cls(kind="invalid", tool=str(data.get("tool", "")), raw=str(data.get("raw", "")),
+                   error=str(data.get("error", "")))
 
 
 def parse_decision(data: Any) -> Decision:

@@ -1,0 +1,292 @@
+"""Context summaries: older steps folded into versioned running notes.
+
+`summary_maybe_create` runs after a step commits. When the steps after the
+active summary, beyond the last W (`CONTEXT_WINDOW_STEPS`), reach
+`SUMMARY_THRESHOLD_STEPS` or `SUMMARY_THRESHOLD_CHARS`, they are folded with
+the active summary into a new version: by the model for `openai` agents
+(falling back to the deterministic digest if the call fails), by a
+deterministic digest otherwise. Each version records the step it covers
+until and the ids of the events it newly covers (those since the version it
+was built on), and writes a `context_summarized` event. Every read here is
+bounded by the threshold, not by the task's history; at most
+`MAX_BATCH_STEPS` steps are folded per call, so a big backlog (after a
+rollback) is caught up over the next steps.
+
+`summary_rollback` makes an earlier version the active one again (later
+versions are deactivated, kept for audit) and writes a `summary_rolled_back`
+event; the next summary is built on the restored version.
+
+Invariants: the highest active version is the one the context uses; versions
+are unique per task and never rewritten; a summary is written only if the
+version it was built on is still the active one (checked under a brief lock
+on the task row, which `summary_rollback` takes too).
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F, IntegerField, Max, Sum, TextField
+from django.db.models.functions import Cast, Coalesce, Length
+
+from config.errors import conflict, forbidden, invalid, not_found
+
+from ..gateway import GatewayError, get_backend
+from ..machine import TERMINAL
+from ..models import ContextSummary, Event, Role, Step, Task
+from ..services.actors import SYSTEM, Actor
+from ..services.events import event_append
+from .builder import active_summary, context_limits, step_view
+
+log = logging.getLogger(__name__)
+
+MAX_BATCH_STEPS = 50
+LINE_CHARS = 240
+ROLLBACK_ROLES = (Role.OPERATOR, Role.ADMIN, "system")
+
+
+# --- creating ----------------------------------------------------------------------
+
+
+def summary_maybe_create(*, task_id: int) -> ContextSummary | None:
+    """Fold older steps into a new summary version if a threshold is passed.
+
+    Called by the runner after a step commits, outside any transaction. A
+    failure here is logged and leaves the context as it was: it never fails
+    the step that was already committed.
+    """
+    try:
+        return _maybe_create(task_id)
+    except Exception:
+        log.exception("summarizing the context of task %s failed", task_id)
+        return None
+
+
+def _maybe_create(task_id: int) -> ContextSummary | None:
+    task = (Task.objects.only("id", "tenant_id", "trace_id", "status", "steps_count", "goal",
+                              "agent_snapshot").filter(pk=task_id).first())
+    if task is None or task.status in TERMINAL:
+        return None
+    limits = context_limits()
+    base = active_summary(task_id)
+    covered = base.covers_until_step if base else 0
+    older = task.steps_count - covered - limits["window"]
+    if older <= 0:
+        return None
+    if older < limits["threshold_steps"] and _chars_of(task_id, covered, covered + older) < limits[
+            "threshold_chars"]:
+        return None
+
+    rows = (Step.objects.filter(task_id=task_id, step_no__gt=covered,
+                                step_no__lte=covered + min(older, MAX_BATCH_STEPS))
+            .defer("model_log", "late_output").order_by("step_no"))
+    views = []
+    for row in rows:
+        if row.is_open:  # not settled yet: it stays verbatim until it is
+            break
+        views.append(step_view(row, limit=limits["result_chars"]))
+    if not views:
+        return None
+    until = views[-1]["step_no"]
+    event_ids = _events_covered(task_id, base_version=base.version if base else 0, until_step=until)
+
+    previous = base.text if base else ""
+    method, tokens, model_name, error = "deterministic", 0, "", ""
+    text = ""
+    model = (task.agent_snapshot or {}).get("model") or {}
+    if model.get("backend") == "openai":
+        try:
+            backend: Any = get_backend(model)
+            text, tokens, model_name = backend.summarize(
+                goal=task.goal, previous=previous, steps=views, max_chars=limits["summary_chars"])
+            method = "model"
+        except GatewayError as exc:
+            error = str(exc)
+    if not text:
+        text = deterministic_summary(previous=previous, views=views, until=until,
+                                     max_chars=limits["summary_chars"])
+    return _record(task, base_version=base.version if base else 0, text=text, until=until,
+                   event_ids=event_ids, method=method, tokens=tokens, model_name=model_name,
+                   error=error, from_step=views[0]["step_no"])
+
+
+def _chars_of(task_id: int, after: int, until: int) -> int:
+    """Size of the steps' outputs, errors and arguments, summed in the database."""
+    size = (Step.objects.filter(task_id=task_id, step_no__gt=after, step_no__lte=until)
+            .aggregate(n=Sum(Coalesce(Length(Cast("output", TextField())), 0)
+                             + Coalesce(Length(Cast("error", TextField())), 0)
+                             + Coalesce(Length(Cast("args", TextField())), 0),
+                             output_field=IntegerField())))["n"]
+    return int(size or 0)
+
+
+def _events_covered(task_id: int, *, base_version: int, until_step: int) -> list[int]:
+    """Ids of the events after the base version's last one, up to the last
+    event of step `until_step` (events of the human loop in between included)."""
+    since = 0
+    if base_version:
+        ids = (ContextSummary.objects.filter(task_id=task_id, version=base_version)
+               .values_list("event_ids", flat=True).first()) or []
+        since = max((int(i) for i in ids), default=0)
+    boundary = (Event.objects
+                .filter(task_id=task_id, id__gt=since, payload__step_no__lte=until_step)
+                .aggregate(m=Max("id")))["m"]
+    if boundary is None:
+        return []
+    return list(Event.objects.filter(task_id=task_id, id__gt=since, id__lte=boundary)
+                .order_by("id").values_list("id", flat=True))
+
+
+def _record(task: Task, *, base_version: int, text: str, until: int, event_ids: list[int],
+            method: str, tokens: int, model_name: str, error: str,
+            from_step: int) -> ContextSummary | None:
+    with transaction.atomic():
+        # Held for this instant only: a rollback committing between our read of
+        # the base version and this write must win.
+        version_now = (Task.objects.select_for_update().filter(pk=task.pk)
+                       .values_list("version", flat=True).get())
+        active = (ContextSummary.objects.filter(task_id=task.pk, active=True)
+                  .order_by("-version").values_list("version", flat=True).first()) or 0
+        if active != base_version:
+            return None  # rolled back or summarized meanwhile: the next step decides again
+        top = ContextSummary.objects.filter(task_id=task.pk).aggregate(m=Max("version"))["m"] or 0
+        row = ContextSummary.objects.create(
+            task_id=task.pk, version=top + 1, text=text, covers_until_step=until,
+            event_ids=event_ids, active=True, created_by=f"summarizer:{method}")
+        if tokens:
+            # Summaries are model calls too: they count against the token budget.
+            Task.objects.filter(pk=task.pk).update(tokens=F("tokens") + tokens)
+        payload: dict[str, Any] = {
+            "version": row.version, "built_on": base_version, "from_step": from_step,
+            "covers_until_step": until, "events_covered": len(event_ids), "method": method,
+        }
+        if tokens:
+            payload["tokens"] = tokens
+        if model_name:
+            payload["model"] = model_name
+        if error:
+            payload["model_error"] = error[:500]
+        event_append(task_id=task.pk, tenant_id=task.tenant_id, trace_id=task.trace_id,
+                     task_version=version_now, type="context_summarized", actor=SYSTEM,
+                     payload=payload)
+    return row
+
+
+# --- the deterministic digest ----------------------------------------------------------
+
+
+def deterministic_summary(*, previous: str, views: list[dict[str, Any]], until: int,
+                          max_chars: int) -> str:
+    """One line per step, newest kept when it gets too long. A pure function:
+    the same steps always give the same text."""
+    lines = [ln for ln in previous.splitlines() if ln.startswith("- step ")]
+    lines += [step_line(v) for v in views]
+    header = f"Steps 1-{until}, one line each, oldest first."
+    budget = max(0, max_chars - len(header) - 80)
+    kept: list[str] = []
+    used = 0
+    for line in reversed(lines):
+        if used + len(line) + 1 > budget:
+            break
+        kept.append(line)
+        used += len(line) + 1
+    kept.reverse()
+    out = [header]
+    if len(kept) < len(lines):
+        first = kept[0].split()[2] if kept else str(until + 1)
+        out.append(f"(Steps before step {first} are no longer listed; "
+                   "the pinned facts still hold.)")
+    return "\n".join(out + kept)
+
+
+def step_line(view: dict[str, Any]) -> str:
+    n, status = view["step_no"], view["status"]
+    if view["kind"] == "ask":
+        output = view.get("output")
+        answer = output.get("answer") if isinstance(output, dict) else None
+        line = f"- step {n} asked {view.get('question')!r} -> answer: {answer!r}"
+    elif view["kind"] == "invalid":
+        error = view.get("error") or {}
+        message = error.get("message") if isinstance(error, dict) else error
+        line = f"- step {n} output not accepted ({view.get('tool') or 'no tool'}): {message}"
+    else:
+        outcome = view.get("output") if "output" in view else view.get("error")
+        call = f"{view.get('tool')}({_compact(view.get('args'))})"
+        line = f"- step {n} {call} -> {status}: {_compact(outcome)}"
+    return line if len(line) <= LINE_CHARS else line[: LINE_CHARS - 3] + "..."
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, default=str, separators=(",", ":"), sort_keys=True)
+
+
+# --- rolling back ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RolledBack:
+    task_id: int
+    version: int
+    from_version: int
+    deactivated: tuple[int, ...]
+    event_id: int
+
+
+def summary_rollback(*, task_id: int, tenant_id: int, version: int, actor: Actor,
+                     expected_version: int | None = None, comment: str = "") -> RolledBack:
+    """Make `version` (0: no summary) the active summary again.
+
+    Later versions are deactivated, never deleted. Refused for a version that
+    is not earlier than the active one, for another tenant's task (404), and
+    on a stale `expected_version` of the task (409).
+    """
+    if actor.role not in ROLLBACK_ROLES:
+        raise forbidden("forbidden", "only operators and admins can roll back a summary")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        raise invalid("invalid", "The request is not valid.", version=["a summary version number"])
+    with transaction.atomic():
+        task = (Task.objects.select_for_update()  # held for this instant only
+                .only("id", "tenant_id", "trace_id", "version", "status")
+                .filter(pk=task_id, tenant_id=tenant_id).first())
+        if task is None:
+            raise not_found("Task")
+        if expected_version is not None and task.version != expected_version:
+            raise conflict("stale_version", "the task has moved on since this view was taken",
+                           expected_version=expected_version, current_version=task.version)
+        current = (ContextSummary.objects.filter(task_id=task_id, active=True)
+                   .order_by("-version").values_list("version", flat=True).first()) or 0
+        if version >= current:
+            raise invalid("invalid", "The request is not valid.",
+                          version=[f"roll back to a version before the active one (v{current})"])
+        if version and not ContextSummary.objects.filter(task_id=task_id, version=version).exists():
+            raise invalid("invalid", "The request is not valid.",
+                          version=[f"no summary v{version}"])
+        later = ContextSummary.objects.filter(task_id=task_id, version__gt=version)
+        deactivated = tuple(later.filter(active=True).order_by("version")
+                            .values_list("version", flat=True))
+        later.update(active=False)
+        if version:
+            ContextSummary.objects.filter(task_id=task_id, version=version).update(active=True)
+        event = event_append(task_id=task_id, tenant_id=task.tenant_id, trace_id=task.trace_id,
+                             task_version=task.version, type="summary_rolled_back", actor=actor,
+                             payload={"to_version": version, "from_version": current,
+                                      "deactivated": list(deactivated), "comment": comment[:2000]})
+    return RolledBack(task_id=task_id, version=version, from_version=current,
+                      deactivated=deactivated, event_id=event.pk)
+
+
+# --- reading (for the task page and the API) ---------------------------------------------
+
+
+def summary_list(*, task_id: int, tenant_id: int) -> list[dict[str, Any]]:
+    """Every summary version of a task, newest first, with whether the context uses it."""
+    rows = list(ContextSummary.objects.filter(task_id=task_id, task__tenant_id=tenant_id)
+                .order_by("-version"))
+    in_use = next((r.version for r in rows if r.active), 0)
+    return [{"version": r.version, "text": r.text, "covers_until_step": r.covers_until_step,
+             "event_ids": list(r.event_ids or []), "active": r.active,
+             "in_use": r.version == in_use, "created_by": r.created_by,
+             "created_at": r.created_at} for r in rows]

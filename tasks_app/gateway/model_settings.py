@@ -1,0 +1,147 @@
+"""The `model` settings of an agent profile, parsed and checked.
+
+Shape (JSON on the profile, frozen into `task.agent_snapshot` at submission)::
+
+    {"backend": "openai", "name": "qwen2.5:7b", "base_url": "http://127.0.0.1:11434/v1",
+     "api_key_env": "OLLAMA_API_KEY", "temperature": 0.2, "top_p": 1.0,
+     "system_prompt": "...", "timeout_s": 60, "max_retries": 2,
+     "fallback": {"name": "...", "base_url": "...", "api_key_env": "..."}}
+
+Keys are never stored: a profile names the environment variable that holds
+one (`api_key_env`), and the key is read from the environment at call time.
+`model_settings_errors` is what an API or console form calls before saving.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+BACKENDS = ("scripted", "openai")
+# Keys that would put a secret in the database in clear.
+FORBIDDEN_KEYS = ("api_key", "key", "secret", "token", "password", "authorization")
+DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_MAX_RETRIES = 2
+# Longest pause the gateway takes inside one step (a longer Retry-After hands
+# the task back to the scheduler instead of holding a worker).
+DEFAULT_MAX_WAIT_S = 10.0
+# A key for local servers (Ollama, llama.cpp) that ignore it; the SDK needs one.
+NO_KEY = "no-key"
+
+
+@dataclass(frozen=True)
+class ModelTarget:
+    """One endpoint and model: the primary or the fallback."""
+
+    name: str
+    base_url: str
+    api_key_env: str = ""
+
+    def api_key(self) -> str | None:
+        """The key from the environment; None when the named variable is unset."""
+        if not self.api_key_env:
+            return NO_KEY
+        value = os.environ.get(self.api_key_env, "")
+        return value or None
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    primary: ModelTarget
+    fallback: ModelTarget | None
+    temperature: float | None
+    top_p: float | None
+    system_prompt: str
+    timeout_s: float
+    max_retries: int
+    max_wait_s: float
+
+
+def parse_model_settings(model: dict[str, Any]) -> ModelSettings:
+    """Settings with defaults filled in; call `model_settings_errors` first to
+    reject bad input with field errors."""
+    base_url = str(model.get("base_url") or "")
+    primary = ModelTarget(name=str(model.get("name") or ""), base_url=base_url,
+                          api_key_env=str(model.get("api_key_env") or ""))
+    fb = model.get("fallback") or None
+    fallback = None
+    if isinstance(fb, dict) and fb.get("name"):
+        fallback = ModelTarget(name=str(fb["name"]), base_url=str(fb.get("base_url") or base_url),
+                               api_key_env=str(fb.get("api_key_env", primary.api_key_env) or ""))
+    return ModelSettings(
+        primary=primary,
+        fallback=fallback,
+        temperature=_float_or_none(model.get("temperature")),
+        top_p=_float_or_none(model.get("top_p")),
+        system_prompt=str(model.get("system_prompt") or ""),
+        timeout_s=float(model.get("timeout_s") or DEFAULT_TIMEOUT_S),
+        max_retries=int(model.get("max_retries", DEFAULT_MAX_RETRIES)),
+        max_wait_s=float(model.get("max_wait_s", DEFAULT_MAX_WAIT_S)),
+    )
+
+
+def _float_or_none(value: Any) -> float | None:
+    return None if value is None or value == "" else float(value)
+
+
+def model_settings_errors(model: Any) -> dict[str, list[str]]:
+    """Field errors of a profile's `model` JSON (empty when it is valid)."""
+    if not isinstance(model, dict):
+        return {"model": ["must be a JSON object"]}
+    errors: dict[str, list[str]] = {}
+
+    def add(field: str, message: str) -> None:
+        errors.setdefault(field, []).append(message)
+
+    for key in model:
+        if str(key).lower() in FORBIDDEN_KEYS:
+            add(key, "secrets are not stored on a profile: put the key in an environment "
+                     "variable and name it in api_key_env")
+    backend = model.get("backend", "scripted")
+    if backend not in BACKENDS:
+        add("backend", f"one of {', '.join(BACKENDS)}")
+    if backend == "openai":
+        if not isinstance(model.get("name"), str) or not model["name"].strip():
+            add("name", "the model name is required")
+        if not _is_http_url(model.get("base_url")):
+            add("base_url", "an http(s) URL, e.g. http://127.0.0.1:11434/v1")
+    for field, lo, hi in (("temperature", 0.0, 2.0), ("top_p", 0.0, 1.0), ("timeout_s", 0.1, 600.0),
+                          ("max_wait_s", 0.0, 600.0)):
+        value = model.get(field)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
+            add(field, f"a number from {lo:g} to {hi:g}")
+    retries = model.get("max_retries")
+    if retries is not None and (isinstance(retries, bool) or not isinstance(retries, int)
+                                or not 0 <= retries <= 10):
+        add("max_retries", "an integer from 0 to 10")
+    if "system_prompt" in model and not isinstance(model["system_prompt"], str):
+        add("system_prompt", "a string")
+    env = model.get("api_key_env")
+    if env is not None and not _is_env_name(env):
+        add("api_key_env", "the name of an environment variable (letters, digits, _)")
+    fb = model.get("fallback")
+    if fb is not None:
+        if not isinstance(fb, dict):
+            add("fallback", "a JSON object {name, base_url?, api_key_env?}")
+        else:
+            for key in fb:
+                if str(key).lower() in FORBIDDEN_KEYS:
+                    add(f"fallback.{key}", "secrets are not stored on a profile")
+            if not isinstance(fb.get("name"), str) or not fb["name"].strip():
+                add("fallback.name", "the fallback model name is required")
+            if fb.get("base_url") is not None and not _is_http_url(fb["base_url"]):
+                add("fallback.base_url", "an http(s) URL")
+            if fb.get("api_key_env") is not None and not _is_env_name(fb["api_key_env"]):
+                add("fallback.api_key_env", "the name of an environment variable")
+    return errors
+
+
+def _is_http_url(value: Any) -> bool:
+    return isinstance(value, str) and value.startswith(("http://", "https://")) and len(value) > 8
+
+
+def _is_env_name(value: Any) -> bool:
+    return (isinstance(value, str) and 0 < len(value) <= 128 and not value[0].isdigit()
+            and all(c.isalnum() or c == "_" for c in value))

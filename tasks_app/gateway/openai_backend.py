@@ -1,0 +1,236 @@
+"""The `openai` backend: any OpenAI-compatible chat-completions endpoint
+(OpenAI, vLLM, Ollama, llama.cpp server, DeepSeek, Qwen) through the official
+`openai` SDK.
+
+Retries are ours, not the SDK's (the client has ``max_retries=0``), so they
+are bounded, logged and deterministic:
+
+- every call has the profile's `timeout_s`;
+- transient errors (timeout, connection error, 408, 409, 429, 5xx, a reply
+  with no choices) are retried up to `max_retries` times with exponential
+  backoff and full jitter; `Retry-After` / `retry-after-ms` is honoured;
+- other errors (400, 401, 403, 404, 422) are not retried on the same model;
+- when the primary model keeps failing (or asks to wait longer than
+  `max_wait_s`), the profile's `fallback` model gets the same treatment;
+- when both fail, `GatewayError` tells the runner whether to come back later
+  (`retryable`, with `retry_after_s`) or to fail the task.
+
+Token usage comes from each reply's `usage`. The reply's raw JSON, the
+failed attempts before it and a one-line summary of the input go into the
+step's decision log.
+"""
+from __future__ import annotations
+
+import email.utils
+import json
+import logging
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import openai
+from django.conf import settings
+
+from .base import ContextSnapshot, GatewayError, ModelReply
+from .messages import build_messages, input_summary, tool_catalogue
+from .model_settings import ModelSettings, ModelTarget, parse_model_settings
+from .replies import decisions_from_message
+
+log = logging.getLogger(__name__)
+
+TRANSIENT_STATUS = frozenset({408, 409, 429})
+SUMMARY_MAX_TOKENS = 800
+SUMMARY_SYSTEM = (
+    "You keep the running notes of an agent working on a task. Merge the previous notes and the "
+    "new steps into new notes: keep every fact needed to finish the goal (ids, amounts, names, "
+    "results, errors, what a person decided, what is still to do) and drop chatter. Refer to "
+    "steps as step:N. Plain text, at most {chars} characters."
+)
+
+
+@dataclass(frozen=True)
+class _Completed:
+    body: dict[str, Any]
+    target: ModelTarget
+    used_fallback: bool
+    attempts: int
+    latency_ms: int
+    failures: tuple[dict[str, Any], ...]
+
+
+class _Failure(Exception):
+    def __init__(self, message: str, *, retryable: bool, retry_after_s: float | None = None,
+                 status: int | None = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.retry_after_s = retry_after_s
+        self.status = status
+
+
+class OpenAIBackend:
+    name = "openai"
+
+    def __init__(self, model: dict[str, Any]) -> None:
+        self.settings: ModelSettings = parse_model_settings(model)
+        if not self.settings.primary.name or not self.settings.primary.base_url:
+            raise GatewayError("the openai backend needs a model name and a base_url",
+                               retryable=False)
+
+    # --- the backend interface ------------------------------------------------
+
+    def decide(self, context: ContextSnapshot) -> ModelReply:
+        messages = build_messages(context)
+        tools = tool_catalogue(context.tools)
+        request: dict[str, Any] = {"messages": messages, "tools": tools}
+        request.update(self._sampling())
+        done = self._complete(request)
+        choice = (done.body.get("choices") or [{}])[0]
+        decisions = decisions_from_message(choice.get("message") or {},
+                                           finish_reason=choice.get("finish_reason"))
+        return ModelReply(
+            decisions=decisions,
+            model=done.target.name,
+            tokens=_tokens(done.body),
+            latency_ms=done.latency_ms,
+            raw=json.dumps({"response": done.body, "failed_attempts": list(done.failures)},
+                           default=str),
+            input_summary=input_summary(context, messages, tools),
+            used_fallback=done.used_fallback,
+            attempts=done.attempts,
+        )
+
+    def summarize(self, *, goal: str, previous: str, steps: list[dict[str, Any]],
+                  max_chars: int) -> tuple[str, int, str]:
+        """New running notes from the previous ones and older steps:
+        (text, tokens used, model name). Raises `GatewayError`."""
+        user = (f"Goal: {goal}\n\nPrevious notes:\n{previous or '(none)'}\n\n"
+                "New steps (JSON, one a line):\n"
+                + "\n".join(json.dumps(s, default=str) for s in steps))
+        request: dict[str, Any] = {
+            "messages": [{"role": "system", "content": SUMMARY_SYSTEM.format(chars=max_chars)},
+                         {"role": "user", "content": user}],
+            "max_tokens": SUMMARY_MAX_TOKENS,
+        }
+        if self.settings.temperature is not None:
+            request["temperature"] = 0.0
+        done = self._complete(request)
+        choice = (done.body.get("choices") or [{}])[0]
+        text = str((choice.get("message") or {}).get("content") or "").strip()
+        if not text:
+            raise GatewayError("the model returned an empty summary", retryable=False)
+        return text[:max_chars], _tokens(done.body), done.target.name
+
+    # --- calling with retries and fallback ------------------------------------
+
+    def _sampling(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.settings.temperature is not None:
+            out["temperature"] = self.settings.temperature
+        if self.settings.top_p is not None:
+            out["top_p"] = self.settings.top_p
+        return out
+
+    def _complete(self, request: dict[str, Any]) -> _Completed:
+        s = self.settings
+        targets = [s.primary] + ([s.fallback] if s.fallback else [])
+        failures: list[dict[str, Any]] = []
+        attempts = 0
+        last: _Failure | None = None
+        for index, target in enumerate(targets):
+            for attempt in range(1, s.max_retries + 2):
+                attempts += 1
+                started = time.monotonic()
+                try:
+                    body = self._call_once(target, request)
+                except _Failure as exc:
+                    last = exc
+                    failures.append({"model": target.name, "attempt": attempt, "error": str(exc),
+                                     "status": exc.status,
+                                     "latency_ms": int((time.monotonic() - started) * 1000)})
+                    log.warning("model %s attempt %s failed: %s", target.name, attempt, exc)
+                    if not exc.retryable or attempt > s.max_retries:
+                        break
+                    delay = _backoff_s(attempt, exc.retry_after_s)
+                    if delay > s.max_wait_s:
+                        break  # too long to hold a worker: the fallback, or come back later
+                    time.sleep(delay)
+                    continue
+                return _Completed(body=body, target=target, used_fallback=index > 0,
+                                  attempts=attempts, failures=tuple(failures),
+                                  latency_ms=int((time.monotonic() - started) * 1000))
+        assert last is not None
+        names = " and ".join(t.name for t in targets)
+        raise GatewayError(f"{names} failed after {attempts} attempts: {last}",
+                           retryable=last.retryable,
+                           retry_after_s=max(last.retry_after_s or 0.0,
+                                             _backoff_s(s.max_retries + 1)))
+
+    def _call_once(self, target: ModelTarget, request: dict[str, Any]) -> dict[str, Any]:
+        key = target.api_key()
+        if key is None:
+            raise _Failure(f"the environment variable {target.api_key_env} (the API key of "
+                           f"{target.name}) is not set", retryable=False)
+        client = openai.OpenAI(base_url=target.base_url, api_key=key, max_retries=0,
+                               timeout=self.settings.timeout_s)
+        try:
+            completion = client.chat.completions.create(model=target.name, **request)
+        except openai.APITimeoutError:
+            raise _Failure(f"no reply within {self.settings.timeout_s:g}s", retryable=True)
+        except openai.APIConnectionError as exc:
+            raise _Failure(f"connection failed: {exc}", retryable=True)
+        except openai.APIStatusError as exc:
+            status = exc.status_code
+            retryable = status in TRANSIENT_STATUS or status >= 500
+            raise _Failure(f"HTTP {status}: {_short(exc.message)}", retryable=retryable,
+                           retry_after_s=_retry_after(exc.response.headers), status=status)
+        except openai.APIError as exc:  # e.g. a body that is not a completion
+            raise _Failure(f"bad reply: {_short(str(exc))}", retryable=True)
+        finally:
+            client.close()
+        body = completion.model_dump(mode="json", exclude_none=True)
+        if not body.get("choices"):
+            raise _Failure("the reply has no choices", retryable=True)
+        return body
+
+
+def _tokens(body: dict[str, Any]) -> int:
+    usage = body.get("usage") or {}
+    total = usage.get("total_tokens")
+    if total is None:
+        total = int(usage.get("prompt_tokens") or 0) + int(usage.get("completion_tokens") or 0)
+    return max(0, int(total or 0))
+
+
+def _backoff_s(attempt: int, retry_after: float | None = None) -> float:
+    """Exponential backoff with full jitter, bounded; a server's Retry-After wins when larger."""
+    cfg = settings.TETHER
+    base, cap = float(cfg["BACKOFF_BASE_S"]), float(cfg["BACKOFF_MAX_S"])
+    ceiling = min(cap, base * 2 ** max(0, attempt - 1))
+    return max(random.uniform(ceiling / 2, ceiling), retry_after or 0.0)
+
+
+def _retry_after(headers: Any) -> float | None:
+    """Seconds from `retry-after-ms` or `Retry-After` (seconds or an HTTP date)."""
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _short(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."

@@ -1,0 +1,166 @@
+"""A scriptable OpenAI-compatible chat-completions server for tests.
+
+A real HTTP server on 127.0.0.1 (a thread of the test process) serving
+``POST /v1/chat/completions``. A test queues what it should answer, per model
+name or for any model, and reads back every request it received::
+
+    server.push(reply(tool_calls=[("lookup_order", {"order_id": "A-1"})]))
+    server.push(error(500), error(500), model="primary")
+    server.push(slow(2.0, reply(content="late")))
+
+When nothing is queued for a request, `responder` (if set) answers it, else
+the server answers 500 "nothing scripted", so a test that runs out of script
+fails loudly.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+__all__ = ["FakeOpenAI", "Scripted", "error", "reply", "slow"]
+
+
+@dataclass(frozen=True)
+class Scripted:
+    status: int
+    body: Any
+    headers: dict[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0
+
+
+def reply(content: str | None = None, *, tool_calls: list[tuple[str, Any]] | None = None,
+          usage: tuple[int, int] = (10, 5), finish_reason: str | None = None,
+          model: str = "") -> Scripted:
+    """A completion. A tool call's arguments may be a dict (sent as JSON) or a
+    raw string (sent as is, e.g. malformed JSON)."""
+    calls = [
+        {"id": f"call_{i}", "type": "function",
+         "function": {"name": name,
+                      "arguments": args if isinstance(args, str) else json.dumps(args)}}
+        for i, (name, args) in enumerate(tool_calls or [])
+    ]
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if calls:
+        message["tool_calls"] = calls
+    return Scripted(200, {
+        "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": message,
+                     "finish_reason": finish_reason or ("tool_calls" if calls else "stop")}],
+        "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1],
+                  "total_tokens": usage[0] + usage[1]},
+    })
+
+
+def error(status: int, message: str = "scripted error", *,
+          headers: dict[str, str] | None = None) -> Scripted:
+    return Scripted(status, {"error": {"message": message, "type": "server_error", "code": status}},
+                    headers=dict(headers or {}))
+
+
+def slow(delay_s: float, then: Scripted) -> Scripted:
+    """`then`, sent after `delay_s` (the client's timeout should fire first)."""
+    return Scripted(then.status, then.body, then.headers, delay_s=delay_s)
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+    at: float  # time.monotonic() when it arrived
+
+    @property
+    def model(self) -> str:
+        return str(self.body.get("model", ""))
+
+
+class FakeOpenAI:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queues: dict[str | None, deque[Scripted]] = {None: deque()}
+        self._stopping = threading.Event()
+        self.requests: list[Received] = []
+        self.responder: Callable[[Received], Scripted] | None = None
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-openai",
+                                        daemon=True)
+        self._thread.start()
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def push(self, *items: Scripted, model: str | None = None) -> None:
+        with self._lock:
+            self._queues.setdefault(model, deque()).extend(items)
+
+    def pending(self, model: str | None = None) -> int:
+        with self._lock:
+            return len(self._queues.get(model, ()))
+
+    def close(self) -> None:
+        self._stopping.set()  # wakes any slow response still waiting
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def _next(self, received: Received) -> Scripted:
+        with self._lock:
+            self.requests.append(received)
+            for key in (received.model, None):
+                queue = self._queues.get(key)
+                if queue:
+                    return queue.popleft()
+        if self.responder is not None:
+            return self.responder(received)
+        return error(500, f"fake server: nothing scripted for model {received.model!r}")
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:  # quiet
+                return
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                try:
+                    body = json.loads(raw or b"{}")
+                except ValueError:
+                    body = {"_unparsed": raw.decode(errors="replace")}
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                received = Received(path=self.path, headers=headers, body=body, at=time.monotonic())
+                if not self.path.rstrip("/").endswith("/chat/completions"):
+                    self._send(error(404, f"no route {self.path}"))
+                    return
+                item = fake._next(received)
+                if item.delay_s and fake._stopping.wait(item.delay_s):
+                    return
+                self._send(item)
+
+            def _send(self, item: Scripted) -> None:
+                data = json.dumps(item.body).encode()
+                try:
+                    self.send_response(item.status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    for k, v in item.headers.items():
+                        self.send_header(k, v)
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (a timeout test)
+
+        return Handler
