@@ -1,13 +1,17 @@
 """ASGI entry point: HTTP through Django, WebSockets through Channels.
 
 WebSockets are authenticated by the session and checked for origin. In the
-embedded mode the first call hands the server's event loop to the in-process
-runner, so steps and live pushes run on it.
+embedded mode the in-process runner is handed the server's event loop when the
+server starts, so steps, the recovery sweep and live pushes run on it without
+waiting for a first request: on the ASGI lifespan startup (uvicorn,
+hypercorn), or when daphne's reactor starts (daphne sends no lifespan
+events). See `tasks_app.runner.embedded` for why.
 """
 from __future__ import annotations
 
 import asyncio
 import os
+import sys
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -33,11 +37,31 @@ router = ProtocolTypeRouter(
 )
 
 
+def _bind_embedded_runner() -> None:
+    from tasks_app.runner.embedded import embedded_runner
+
+    embedded_runner.bind_loop(asyncio.get_running_loop())
+
+
+def _bind_when_daphne_starts() -> None:
+    """Daphne runs a Twisted asyncio reactor on the loop that serves requests.
+    `callWhenRunning` fires as the server starts, just before that loop runs,
+    so the binding is queued onto the loop itself. In any other process
+    (tests, Celery, a shell) the reactor never runs: a no-op."""
+    reactor = sys.modules.get("twisted.internet.reactor")
+    loop = getattr(reactor, "_asyncioEventloop", None)
+    if reactor is None or loop is None:
+        return
+    reactor.callWhenRunning(lambda: loop.call_soon(_bind_embedded_runner))
+
+
+if settings.TETHER_RUNNER == "embedded":
+    _bind_when_daphne_starts()
+
+
 async def application(scope, receive, send):  # type: ignore[no-untyped-def]
     if settings.TETHER_RUNNER == "embedded":
-        from tasks_app.runner.embedded import embedded_runner
-
-        embedded_runner.bind_loop(asyncio.get_running_loop())
+        _bind_embedded_runner()  # a no-op once bound to this loop
     if scope["type"] == "lifespan":
         while True:
             message = await receive()

@@ -1,8 +1,10 @@
 """Test configuration: real PostgreSQL and Redis, always.
 
 The environment is defaulted in `tests/settings.py`. A missing
-service fails the run (never a skip). Each test drives the runner itself
-(`TETHER_RUNNER=manual`) unless it starts a real Celery worker.
+service fails the run (never a skip); only RabbitMQ, which one broker test
+uses, is skipped when down, unless `TETHER_REQUIRE_SERVICES=1` (CI). Each test
+drives the runner itself (`TETHER_RUNNER=manual`) unless it starts a real
+Celery worker (the `celery_workers` fixture, from `tests/processes.py`).
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import pytest  # noqa: E402
 
 from tests.factories import *  # noqa: E402,F401,F403
 from tests.helpers import *  # noqa: E402,F401,F403
+from tests.processes import celery_workers, embedded_server  # noqa: E402,F401
 
 REQUIRED = {"PostgreSQL": ("127.0.0.1", 5432), "Redis": ("127.0.0.1", 6379)}
 

@@ -1,11 +1,31 @@
 """The embedded runner: slices run on the ASGI server's own event loop.
 
 Each slice runs in a worker thread through `sync_to_async`, and the channel
-layer's pushes are made from the loop, so the in-memory layer delivers live
-events at once (a push from a foreign thread would wait until the loop woke
-up). Without a server loop (a management command, a shell) a private loop in
-a daemon thread serves instead. A periodic sweep admits and recovers tasks,
-as Celery beat does in production.
+layer's pushes are made from the loop (asgiref hands an `async_to_sync` call
+made in such a thread back to the loop that spawned it), so the in-memory
+layer delivers live events at once; a push from a foreign thread would wait
+until the loop happened to wake up. A periodic sweep admits and recovers
+tasks, as Celery beat does in production.
+
+When the runner gets the server's loop (the choice, and why):
+- uvicorn and hypercorn send the ASGI lifespan startup: `config.asgi` binds
+  the loop then, before the first request;
+- daphne sends no lifespan events, so `config.asgi` also registers
+  `reactor.callWhenRunning` on daphne's Twisted reactor (an asyncio reactor
+  running on the very loop that serves requests): the loop is bound when the
+  server starts, not when the first request happens to arrive;
+- every request binds it too (a no-op once bound), as a safety net.
+A private loop in a daemon thread of its own is never the answer: in a server
+process its pushes to the in-memory layer would reach the consumers late, and
+in a management command it would die with the command mid-step. Outside the
+server, `submit` does nothing; the server resumes such tasks when it starts
+and its sweep finds them later.
+
+When the loop is bound, the runner first resumes every RUNNING task that no
+executor holds (the server is the embedded mode's only executor, so such a
+task was admitted by a management command, or its process stopped); tasks
+whose lease is still held wait for the regular sweep after the lease
+expires. The lease makes a duplicate submission harmless.
 """
 from __future__ import annotations
 
@@ -26,36 +46,41 @@ class EmbeddedRunner:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()
         self._sweeper: Any = None
-        self._running: set[int] = set()
 
     def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Called by the ASGI app with the server's loop; starts the sweeper once."""
+        """Called on the server's loop (lifespan startup, daphne's reactor start,
+        or any request); starts the sweeper once per loop."""
         with self._lock:
             if self.loop is loop:
                 return
             self.loop = loop
-        self._sweeper = loop.create_task(self._sweep_forever())
-
-    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
-        with self._lock:
-            if self.loop is None or self.loop.is_closed():
-                loop = asyncio.new_event_loop()
-                threading.Thread(target=loop.run_forever, name="tether-embedded", daemon=True).start()
-                self.loop = loop
-                loop.call_soon_threadsafe(lambda: loop.create_task(self._sweep_forever()))
-            return self.loop
+            self._sweeper = loop.create_task(self._sweep_forever(resume_first=True))
 
     def submit(self, task_id: int, *, delay_s: float = 0.0) -> None:
-        loop = self._ensure_loop()
+        loop = self.loop
+        if loop is None or loop.is_closed():
+            # Not in the server process (a management command, a shell): the
+            # server's sweep picks the task up; running it here would die with
+            # this process mid-step.
+            return
         loop.call_soon_threadsafe(lambda: loop.create_task(self._run(task_id, delay_s)))
 
     async def _run(self, task_id: int, delay_s: float) -> None:
         if delay_s > 0:
             await asyncio.sleep(delay_s)
-        await sync_to_async(_slice, thread_sensitive=False)(task_id)
+        try:
+            await sync_to_async(_slice, thread_sensitive=False)(task_id)
+        except Exception:  # noqa: BLE001 - run_slice logs its own failures; keep the loop alive
+            log.exception("embedded slice of task %s failed", task_id)
 
-    async def _sweep_forever(self) -> None:
+    async def _sweep_forever(self, *, resume_first: bool) -> None:
         interval = settings.TETHER.get("EMBEDDED_SWEEP_S", 2.0)
+        if resume_first:
+            try:
+                for task_id in await sync_to_async(_unleased_running, thread_sensitive=False)():
+                    asyncio.get_running_loop().create_task(self._run(task_id, 0.0))
+            except Exception:  # noqa: BLE001 - the periodic sweep recovers them later
+                log.exception("embedded runner could not resume running tasks")
         while True:
             try:
                 await sync_to_async(_sweep, thread_sensitive=False)()
@@ -79,6 +104,18 @@ def _sweep() -> None:
 
     close_old_connections()
     recovery_sweep()
+
+
+def _unleased_running() -> list[int]:
+    from ..machine import TaskStatus
+    from ..models import Task
+
+    close_old_connections()
+    return list(
+        Task.objects.filter(status=TaskStatus.RUNNING, lease_owner="")
+        .order_by("id")
+        .values_list("id", flat=True)[:1000]
+    )
 
 
 embedded_runner = EmbeddedRunner()

@@ -19,6 +19,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -51,7 +52,9 @@ def execute_through_ledger(call: ToolCall, *, owner: str) -> ToolOutcome:
     return outcome
 
 
-def settle_with_status_query(call: ToolCall, *, first_error: dict[str, Any] | None = None) -> ToolOutcome:
+def settle_with_status_query(
+    call: ToolCall, *, first_error: dict[str, Any] | None = None
+) -> ToolOutcome:
     """Ask the tool's status query whether key K happened, and settle the ledger row."""
     answer = query_status(call)
     answer_dict = {"state": answer.state, "result": answer.result, "detail": answer.detail,
@@ -94,7 +97,9 @@ def _claim(call: ToolCall, *, owner: str) -> ToolOutcome | None:
     """Take the key for this executor, or answer from the ledger. None means: call the tool."""
     key = call.context.idempotency_key
     now = timezone.now()
-    claim_until = now + timedelta(seconds=call.spec.timeout_s + 30)
+    # The claim outlives the call's own timeout by a grace period; past it, the
+    # claimer is presumed dead and recovery may take the key over.
+    claim_until = now + timedelta(seconds=call.spec.timeout_s + settings.TETHER["LEDGER_CLAIM_GRACE_S"])
     attempt = {"started_at": now.isoformat(), "owner": owner}
     try:
         with transaction.atomic():
@@ -120,7 +125,8 @@ def _claim(call: ToolCall, *, owner: str) -> ToolOutcome | None:
         if row.status == LedgerStatus.SUCCEEDED:
             return ToolOutcome(kind=OutcomeKind.OK, result=row.result, from_ledger=True)
         if row.status == LedgerStatus.FAILED_FINAL:
-            kind = OutcomeKind.PERMISSION if (row.error or {}).get("layer") == "permission" else OutcomeKind.BUSINESS
+            permission = (row.error or {}).get("layer") == "permission"
+            kind = OutcomeKind.PERMISSION if permission else OutcomeKind.BUSINESS
             return ToolOutcome(kind=kind, error=row.error, from_ledger=True)
         if row.status == LedgerStatus.UNCERTAIN:
             uncertain = True
@@ -134,14 +140,17 @@ def _claim(call: ToolCall, *, owner: str) -> ToolOutcome | None:
         if uncertain:
             if row.status != LedgerStatus.UNCERTAIN:
                 row.status = LedgerStatus.UNCERTAIN
-                row.error = {"type": "interrupted", "message": "the call was interrupted; its outcome is unknown"}
+                row.error = {"type": "interrupted",
+                             "message": "the call was interrupted; its outcome is unknown"}
                 row.claimed_by, row.claimed_until = "", None
-                row.save(update_fields=["status", "error", "claimed_by", "claimed_until", "updated_at"])
+                row.save(update_fields=["status", "error", "claimed_by", "claimed_until",
+                                        "updated_at"])
         else:
             row.status = LedgerStatus.IN_PROGRESS
             row.claimed_by, row.claimed_until = owner, claim_until
             row.attempts = [*row.attempts, attempt]
-            row.save(update_fields=["status", "claimed_by", "claimed_until", "attempts", "updated_at"])
+            row.save(update_fields=["status", "claimed_by", "claimed_until", "attempts",
+                                    "updated_at"])
             return None
     return settle_with_status_query(call)
 
@@ -158,7 +167,8 @@ def _record(call: ToolCall, owner: str, outcome: ToolOutcome) -> None:
     if error is not None and outcome.kind in FINAL_KINDS:
         error["layer"] = FINAL_KINDS[outcome.kind]
     with transaction.atomic():
-        row = ToolExecution.objects.select_for_update().get(idempotency_key=call.context.idempotency_key)
+        key = call.context.idempotency_key
+        row = ToolExecution.objects.select_for_update().get(idempotency_key=key)
         attempts = list(row.attempts)
         if attempts:
             attempts[-1] = {**attempts[-1], "outcome": outcome.kind.value, "ms": outcome.latency_ms,

@@ -1,0 +1,92 @@
+"""Production mode: real Celery workers on PostgreSQL, with a Redis (or
+RabbitMQ) broker and the Redis channel layer, run scripted tasks to the end."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+
+from tasks_app.live.publish import tenant_group
+from tasks_app.machine import TaskStatus
+from tasks_app.models import Event, Task
+from tests.factories import submit
+from tests.helpers import wait_for
+from tests.processes import RABBITMQ_BROKER_URL, REDIS_BROKER_URL
+from tests.system.history import assert_history_intact
+
+pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
+
+SCRIPT = [
+    {"tool": "lookup_order", "args": {"order_id": "A-1"}, "reason": "need the order"},
+    {"tool": "lookup_order", "args": {"order_id": "A-2"}},
+    {"final": {"answer": "both orders delivered"}},
+]
+
+
+def _settled(task_id: int) -> Task | None:
+    task = Task.objects.get(pk=task_id)
+    return task if task.status not in (TaskStatus.CREATED, TaskStatus.RUNNING) else None
+
+
+async def _collect(channel: str, *, until_type: str, timeout: float) -> list[dict]:
+    layer = get_channel_layer()
+    messages: list[dict] = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not any(m["event"]["type"] == until_type for m in messages):
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            break
+        try:
+            messages.append(await asyncio.wait_for(layer.receive(channel), timeout=remaining))
+        except TimeoutError:
+            break
+    return messages
+
+
+def test_a_scripted_task_runs_to_success_on_a_real_worker(world, celery_workers):
+    worker = celery_workers.start()
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(tenant_group(world.tenant.pk), channel)
+
+    task = submit(world.tenant, SCRIPT)
+    done = wait_for(lambda: _settled(task.pk), timeout=60, message="the task to finish")
+
+    assert done.status == TaskStatus.SUCCEEDED, celery_workers.logs()
+    assert done.result == {"answer": "both orders delivered"}
+    assert [s.output["order_id"] for s in done.steps.order_by("step_no")[:2]] == ["A-1", "A-2"]
+    assert (done.tool_calls, done.model_calls) == (2, 3)
+    assert_history_intact(done)
+    # The steps ran in the worker's processes (a worker id is "worker:HOST:PID:NONCE").
+    step_pids = {
+        int(actor.split(":")[-2])
+        for actor in Event.objects.filter(task=done, type="step_succeeded").values_list(
+            "actor", flat=True
+        )
+    }
+    assert step_pids and all(os.getpgid(pid) == worker.pid for pid in step_pids)
+    assert worker.alive()
+
+    # Every event reached live subscribers across processes, in order, once.
+    received = async_to_sync(_collect)(channel, until_type="final_accepted", timeout=15)
+    ids = [m["event"]["id"] for m in received if m["task_id"] == done.pk]
+    assert ids == list(Event.objects.filter(task=done).order_by("id").values_list("id", flat=True))
+
+
+@pytest.mark.parametrize("celery_workers", [RABBITMQ_BROKER_URL], indirect=True, ids=["rabbitmq"])
+def test_rabbitmq_works_as_the_broker(world, celery_workers):
+    assert (
+        celery_workers.broker_url.startswith("amqp")
+        and celery_workers.broker_url != REDIS_BROKER_URL
+    )
+    celery_workers.start(beat=True)
+    task = submit(world.tenant, SCRIPT)
+    done = wait_for(lambda: _settled(task.pk), timeout=60, message="the task to finish")
+    assert done.status == TaskStatus.SUCCEEDED, celery_workers.logs()
+    assert done.result == {"answer": "both orders delivered"}
+    assert_history_intact(done)

@@ -1,0 +1,61 @@
+"""The embedded mode as `scripts/start` runs it: SQLite, no broker, the
+in-memory channel layer, the runner on daphne's own event loop.
+
+The seeded demo tasks must run with no request ever made to the server: the
+runner is bound to the loop when the server starts, not on a first request.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import httpx
+
+from tests.helpers import wait_for
+
+
+def _tasks(db: Path) -> dict[str, str]:
+    if not db.exists():
+        return {}
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
+            return dict(conn.execute("SELECT goal, status FROM tasks_app_task").fetchall())
+    except sqlite3.OperationalError:  # not migrated yet
+        return {}
+
+
+def _step_actors(db: Path) -> set[str]:
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
+        rows = conn.execute(
+            "SELECT actor FROM tasks_app_event WHERE type = 'step_succeeded'"
+        ).fetchall()
+    return {actor for (actor,) in rows}
+
+
+def test_the_embedded_server_runs_the_demo_without_any_request(embedded_server, tmp_path):
+    server = embedded_server(tmp_path / "tether.sqlite3")
+    db = server.database_path
+
+    def settled() -> dict[str, str] | None:
+        assert server.proc.alive(), server.proc.log_tail()
+        tasks = _tasks(db)
+        lookup = tasks.get("Where is order A-1001?")
+        notify = tasks.get("Tell Alan Turing his order shipped")
+        return tasks if lookup == "SUCCEEDED" and notify == "SUCCEEDED" else None
+
+    tasks = wait_for(settled, timeout=180, interval=0.25, message="the seeded tasks to run")
+    # The other two stop for a person, as the demo intends.
+    assert tasks["Refund order A-1002: the parcel arrived damaged"] == "WAITING_FOR_APPROVAL"
+    assert tasks["Refund part of A-1003 if the customer agrees"] == "WAITING_FOR_INPUT"
+    # The steps ran inside the server process (a worker id is
+    # "worker:HOST:PID:NONCE"; scripts/start execs daphne, so the server keeps
+    # the script's pid).
+    actors = _step_actors(db)
+    assert actors and {a.split(":")[-2] for a in actors} == {str(server.proc.pid)}
+
+    # Now ask the server something: static files are served, the sign-in page answers.
+    with httpx.Client(base_url=server.url, timeout=10) as client:
+        css = client.get("/static/admin/css/base.css")
+        assert css.status_code == 200 and "text/css" in css.headers["content-type"]
+        assert client.get("/accounts/login/").status_code == 200
