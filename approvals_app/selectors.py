@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .models import Approval, Question
+from django.db.models import QuerySet
+
+from .models import Approval, Question, Reconciliation
 
 
 def pinned_human_facts(*, task_id: int, limit: int = 20) -> list[dict[str, Any]]:
@@ -22,3 +24,47 @@ def pinned_human_facts(*, task_id: int, limit: int = 20) -> list[dict[str, Any]]
         facts.append((a.decided_at, {"id": f"approval:{a.pk}", "kind": a.status, "text": text}))
     facts.sort(key=lambda f: (f[0] is None, f[0]))
     return [f for _, f in facts][-limit:]
+
+
+def approvals_of_tenant(*, tenant_id: int, status: str | None = None,
+                        task_id: int | None = None) -> QuerySet[Approval]:
+    qs = Approval.objects.filter(tenant_id=tenant_id).select_related("step", "decided_by")
+    if status:
+        qs = qs.filter(status=status)
+    if task_id is not None:
+        qs = qs.filter(task_id=task_id)
+    return qs
+
+
+def reconciliations_of_tenant(*, tenant_id: int, status: str | None = None,
+                              task_id: int | None = None) -> QuerySet[Reconciliation]:
+    qs = Reconciliation.objects.filter(tenant_id=tenant_id).select_related("step", "resolved_by")
+    if status:
+        qs = qs.filter(status=status)
+    if task_id is not None:
+        qs = qs.filter(task_id=task_id)
+    return qs
+
+
+def questions_of_tenant(*, tenant_id: int, status: str | None = None,
+                        task_id: int | None = None) -> QuerySet[Question]:
+    qs = Question.objects.filter(tenant_id=tenant_id).select_related("step", "answered_by")
+    if status:
+        qs = qs.filter(status=status)
+    if task_id is not None:
+        qs = qs.filter(task_id=task_id)
+    return qs
+
+
+def open_request_of(*, task_id: int) -> dict[str, Any] | None:
+    """What a waiting task waits on: its open question, pending approval or open reconciliation."""
+    question = Question.objects.filter(task_id=task_id, status="open").order_by("-id").first()
+    if question is not None:
+        return {"kind": "question", "id": question.pk, "question": question.question}
+    approval = Approval.objects.filter(task_id=task_id, status="pending").order_by("-id").first()
+    if approval is not None:
+        return {"kind": "approval", "id": approval.pk, "tool": approval.tool}
+    rec = Reconciliation.objects.filter(task_id=task_id, status="open").order_by("-id").first()
+    if rec is not None:
+        return {"kind": "reconciliation", "id": rec.pk, "tool": rec.tool}
+    return None

@@ -1,2 +1,74 @@
-"""REST API v1 routes (filled by each app's api package)."""
-urlpatterns: list = []
+"""REST API v1 routes, mounted at `/api/v1/`: tasks, human decisions, admin
+(tools, agents), the OpenAPI 3 schema and its browsable docs. Paths have no
+trailing slash; anything unmatched is a JSON 404 in the API's error shape."""
+
+from __future__ import annotations
+
+from django.urls import path, re_path, register_converter
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+
+from approvals_app.api import views as decisions
+from tasks_app.api import agents
+from tasks_app.api import views as tasks
+from tools_app.api import views as tools
+
+from . import api_schema  # noqa: F401 - registers the Token auth scheme with drf-spectacular
+from .api_base import IdConverter, NameConverter
+from .api_errors import api_not_found
+
+register_converter(IdConverter, "id")
+register_converter(NameConverter, "name")
+
+urlpatterns = [
+    path("tasks", tasks.TaskListView.as_view(), name="api-tasks"),
+    path("tasks/bulk-cancel", tasks.TaskBulkCancelView.as_view(), name="api-tasks-bulk-cancel"),
+    path("tasks/<id:task_id>", tasks.TaskDetailView.as_view(), name="api-task"),
+    path("tasks/<id:task_id>/steps", tasks.TaskStepsView.as_view(), name="api-task-steps"),
+    path("tasks/<id:task_id>/events", tasks.TaskEventsView.as_view(), name="api-task-events"),
+    path("tasks/<id:task_id>/cancel", tasks.TaskCancelView.as_view(), name="api-task-cancel"),
+    path("tasks/<id:task_id>/input", tasks.TaskInputView.as_view(), name="api-task-input"),
+    path("tasks/<id:task_id>/resume", tasks.TaskResumeView.as_view(), name="api-task-resume"),
+    path("tasks/<id:task_id>/fail", tasks.TaskFailView.as_view(), name="api-task-fail"),
+    path("approvals", decisions.ApprovalListView.as_view(), name="api-approvals"),
+    path("approvals/<id:approval_id>", decisions.ApprovalDetailView.as_view(), name="api-approval"),
+    path(
+        "approvals/<id:approval_id>/approve",
+        decisions.ApprovalApproveView.as_view(),
+        name="api-approval-approve",
+    ),
+    path(
+        "approvals/<id:approval_id>/reject",
+        decisions.ApprovalRejectView.as_view(),
+        name="api-approval-reject",
+    ),
+    path(
+        "approvals/<id:approval_id>/respond",
+        decisions.ApprovalRespondView.as_view(),
+        name="api-approval-respond",
+    ),
+    path("reconciliations", decisions.ReconciliationListView.as_view(), name="api-reconciliations"),
+    path(
+        "reconciliations/<id:rec_id>",
+        decisions.ReconciliationDetailView.as_view(),
+        name="api-reconciliation",
+    ),
+    path(
+        "reconciliations/<id:rec_id>/resolve",
+        decisions.ReconciliationResolveView.as_view(),
+        name="api-reconciliation-resolve",
+    ),
+    path(
+        "reconciliations/<id:rec_id>/requery",
+        decisions.ReconciliationRequeryView.as_view(),
+        name="api-reconciliation-requery",
+    ),
+    path("questions", decisions.QuestionListView.as_view(), name="api-questions"),
+    path("tools", tools.ToolListView.as_view(), name="api-tools"),
+    path("tools/<name:name>", tools.ToolDetailView.as_view(), name="api-tool"),
+    path("agents", agents.AgentListView.as_view(), name="api-agents"),
+    path("agents/<name:name>", agents.AgentDetailView.as_view(), name="api-agent"),
+    path("schema", SpectacularAPIView.as_view(), name="api-schema"),
+    path("docs", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("redoc", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
+    re_path(r"^.*$", api_not_found),
+]

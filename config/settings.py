@@ -139,6 +139,23 @@ TETHER = {
     "DEMO_NOTIFY_DELAY_S": env.float("TETHER_DEMO_NOTIFY_DELAY_S", default=3.0),
 }
 
+# Python tools registered through the API or console must live under these
+# module prefixes: registering one makes the server import and run that code.
+TETHER_PYTHON_TOOL_MODULES = tuple(
+    env.list("TETHER_PYTHON_TOOL_MODULES", default=["tools_app.demo."])
+)
+
+# The cache holds the API throttles' counters: a shared Redis cache makes a
+# limit hold across processes (CACHE_URL=redis://...); the default is per process.
+CACHE_URL = env.str("CACHE_URL", default="")
+CACHES = {
+    "default": (
+        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}
+        if CACHE_URL
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    )
+}
+
 # --- auth, API ------------------------------------------------------------------
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"

@@ -1,11 +1,12 @@
 """Reads of tasks, steps and events, always scoped to a tenant by the caller."""
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.db.models import QuerySet
 
-from .models import Event, Step, Task
+from .models import AgentProfile, Event, Step, Task
 
 
 def event_dict(event: Event) -> dict[str, Any]:
@@ -30,8 +31,48 @@ def task_of_tenant(tenant_id: int, task_id: int) -> Task | None:
     return tasks_of_tenant(tenant_id).filter(pk=task_id).first()
 
 
+def tasks_matching(
+    *,
+    tenant_id: int,
+    statuses: list[str] | None = None,
+    agent: str | None = None,
+    created_after: datetime | None = None,
+    created_before: datetime | None = None,
+    trace_id: str | None = None,
+    requester_id: int | None = None,
+) -> QuerySet[Task]:
+    """The tenant's tasks that match every filter given (the API list and bulk cancel)."""
+    qs = tasks_of_tenant(tenant_id).select_related("requester")
+    if statuses:
+        qs = qs.filter(status__in=statuses)
+    if agent:
+        qs = qs.filter(agent__name=agent)
+    if created_after:
+        qs = qs.filter(created_at__gte=created_after)
+    if created_before:
+        qs = qs.filter(created_at__lt=created_before)
+    if trace_id:
+        qs = qs.filter(trace_id=trace_id)
+    if requester_id is not None:
+        qs = qs.filter(requester_id=requester_id)
+    return qs
+
+
+def agents_of_tenant(tenant_id: int) -> QuerySet[AgentProfile]:
+    return AgentProfile.objects.filter(tenant_id=tenant_id).order_by("name")
+
+
+def agent_of_tenant(tenant_id: int, name: str) -> AgentProfile | None:
+    return agents_of_tenant(tenant_id).filter(name=name).first()
+
+
 def steps_of_task(task_id: int) -> QuerySet[Step]:
     return Step.objects.filter(task_id=task_id).order_by("step_no")
+
+
+def steps_after(*, task_id: int, after_step_no: int = 0, limit: int = 100) -> list[Step]:
+    """Steps of a task with step_no > after_step_no, in order (bounded page)."""
+    return list(steps_of_task(task_id).filter(step_no__gt=after_step_no)[:limit])
 
 
 def events_after(*, task_id: int, after_id: int = 0, limit: int = 200) -> list[Event]:

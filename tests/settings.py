@@ -13,3 +13,10 @@ os.environ.setdefault("TETHER_DEMO_NOTIFY_DELAY_S", "1.5")
 os.environ.setdefault("API_THROTTLE_RATE", "100000/min")
 
 from config.settings import *  # noqa: E402,F401,F403
+
+# Full-strength password hashing costs seconds per test user on this machine;
+# the tests check who may do what, not the hash.
+PASSWORD_HASHERS = [
+    "django.contrib.auth.hashers.MD5PasswordHasher",
+    "django.contrib.auth.hashers.PBKDF2PasswordHasher",
+]

@@ -1,0 +1,1 @@
+"""REST API of the human loop: approvals, reconciliations, questions."""

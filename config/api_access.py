@@ -1,0 +1,143 @@
+"""Who may do what through the REST API: the role policy, checked on every endpoint.
+
+Every user belongs to exactly one tenant with one role (`tasks_app.Membership`);
+every query the API makes is scoped to that tenant, so another tenant's objects
+are 404 and never appear in a list. On top of that, each endpoint names an
+*action*, and the action's role set below decides (403 otherwise):
+
+=======================  ====================================  ============================
+action                   roles                                 notes
+=======================  ====================================  ============================
+task.read                requester, operator, reviewer, admin  all tasks of the tenant
+task.submit              requester, admin
+task.cancel              requester, operator, admin            a requester: own tasks only
+task.cancel_many         operator, admin                       bulk cancel by filter
+task.input               requester, reviewer, admin            a requester: own tasks only
+task.resume, task.fail   operator, admin                       escalated / waiting tasks
+question.read            requester, operator, reviewer, admin
+approval.read            operator, reviewer, admin
+approval.decide          reviewer, admin                       approve / reject / respond
+reconciliation.read      operator, reviewer, admin
+reconciliation.resolve   reviewer, admin                       resolve / re-run the query
+tool.*, agent.*          admin                                 read and write
+=======================  ====================================  ============================
+
+Separation of duties (a task's requester may not decide on its own task's
+approvals unless the agent profile allows it) is enforced by the decision
+service itself, so the console and the API behave the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rest_framework import permissions
+from rest_framework.request import Request
+from rest_framework.settings import api_settings
+from rest_framework.throttling import UserRateThrottle
+
+from config.errors import forbidden
+from tasks_app.models import ApiKey, Membership, Role
+from tasks_app.services.actors import Actor
+
+R = Role
+ALL_ROLES = frozenset(Role.values)
+
+POLICY: dict[str, frozenset[str]] = {
+    "task.read": ALL_ROLES,
+    "task.submit": frozenset({R.REQUESTER, R.ADMIN}),
+    "task.cancel": frozenset({R.REQUESTER, R.OPERATOR, R.ADMIN}),
+    "task.cancel_many": frozenset({R.OPERATOR, R.ADMIN}),
+    "task.input": frozenset({R.REQUESTER, R.REVIEWER, R.ADMIN}),
+    "task.resume": frozenset({R.OPERATOR, R.ADMIN}),
+    "task.fail": frozenset({R.OPERATOR, R.ADMIN}),
+    "question.read": ALL_ROLES,
+    "approval.read": frozenset({R.OPERATOR, R.REVIEWER, R.ADMIN}),
+    "approval.decide": frozenset({R.REVIEWER, R.ADMIN}),
+    "reconciliation.read": frozenset({R.OPERATOR, R.REVIEWER, R.ADMIN}),
+    "reconciliation.resolve": frozenset({R.REVIEWER, R.ADMIN}),
+    "tool.read": frozenset({R.ADMIN}),
+    "tool.write": frozenset({R.ADMIN}),
+    "agent.read": frozenset({R.ADMIN}),
+    "agent.write": frozenset({R.ADMIN}),
+}
+# Actions a requester may take only on the tasks it submitted itself.
+OWN_TASKS_ONLY: dict[str, frozenset[str]] = {
+    "task.cancel": frozenset({R.REQUESTER}),
+    "task.input": frozenset({R.REQUESTER}),
+}
+
+
+@dataclass(frozen=True)
+class Access:
+    """The caller, as the services see it: tenant, role, and the actor recorded on events."""
+
+    tenant_id: int
+    role: str
+    user_id: int
+    actor: Actor
+
+
+def access_of(request: Request) -> Access:
+    user_id = request.user.pk
+    membership = (
+        None
+        if user_id is None
+        else Membership.objects.filter(user_id=user_id).only("tenant_id", "role").first()
+    )
+    if membership is None or user_id is None:
+        raise forbidden("no_tenant", "this user belongs to no tenant")
+    actor = Actor(name=request.user.get_username(), role=membership.role, user_id=user_id)
+    return Access(
+        tenant_id=membership.tenant_id, role=membership.role, user_id=user_id, actor=actor
+    )
+
+
+def may(role: str, action: str) -> bool:
+    return role in POLICY[action]
+
+
+def require_own_task(access: Access, action: str, *, requester_id: int | None) -> None:
+    """A requester acts only on its own tasks (others of the tenant it may only read)."""
+    if access.role in OWN_TASKS_ONLY.get(action, ()) and requester_id != access.user_id:
+        raise forbidden("not_your_task", "a requester may only act on the tasks it submitted")
+
+
+class HasRole(permissions.BasePermission):
+    """The view's `policy` maps each HTTP method to an action of `POLICY`."""
+
+    code = "role_required"
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        method = "GET" if request.method == "HEAD" else request.method
+        action = view.policy.get(method)
+        if action is None:
+            return True  # DRF answers 405 for a method the view does not have
+        access = view.access
+        if may(access.role, action):
+            return True
+        self.message = f"the {access.role} role may not do {action}"
+        return False
+
+
+class TokenRateThrottle(UserRateThrottle):
+    """Per API key (per user for session calls), at `API_THROTTLE_RATE`.
+
+    The rate is read on each request (not at import) so tests can override it.
+    """
+
+    scope = "user"
+
+    def get_rate(self) -> str | None:
+        rate = api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
+        return None if rate is None else str(rate)
+
+    def get_cache_key(self, request: Request, view: Any) -> str | None:
+        if isinstance(request.auth, ApiKey):
+            ident = f"key{request.auth.pk}"
+        elif request.user and request.user.is_authenticated:
+            ident = f"user{request.user.pk}"
+        else:
+            ident = self.get_ident(request)
+        return self.cache_format % {"scope": self.scope, "ident": ident}

@@ -1,0 +1,238 @@
+"""Agent profile endpoints (admins): list, create, read, update, enable/disable.
+
+Shapes follow DESIGN.md: `model {backend, name, base_url, temperature, top_p,
+system_prompt, fallback}`, `tools [names]`, `budget {max_steps, ...,
+per_tool, max_concurrent_tasks}`. The API nests the budget; the profile
+stores it flat. Every check of what a profile may contain is the service's
+(`tasks_app.services.agents`), including the model settings and that each
+tool belongs to the caller's tenant.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema, extend_schema_field
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from config.api_base import TenantAPIView
+from config.api_errors import error_responses
+from config.errors import not_found
+
+from ..models import AgentProfile, OnExhaustion
+from ..selectors import agent_of_tenant, agents_of_tenant
+from ..services.agents import agent_create, agent_update
+
+MAX_INT = 2**31 - 1
+MODEL_KEYS = (
+    "backend",
+    "name",
+    "base_url",
+    "api_key_env",
+    "temperature",
+    "top_p",
+    "system_prompt",
+    "timeout_s",
+    "max_retries",
+    "fallback",
+)
+TAGS = ["agents"]
+
+
+class FallbackSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200)
+    base_url = serializers.CharField(max_length=500, required=False, allow_null=True)
+    api_key_env = serializers.CharField(max_length=128, required=False, allow_null=True)
+
+
+class ModelSettingsSerializer(serializers.Serializer):
+    backend = serializers.ChoiceField(choices=["scripted", "openai"])
+    name = serializers.CharField(max_length=200, allow_null=True, required=False)
+    base_url = serializers.CharField(
+        max_length=500,
+        allow_null=True,
+        required=False,
+        help_text="An OpenAI-compatible endpoint, e.g. http://127.0.0.1:11434/v1",
+    )
+    api_key_env = serializers.CharField(
+        max_length=128,
+        allow_null=True,
+        required=False,
+        help_text="The environment variable holding the key (never the key).",
+    )
+    temperature = serializers.FloatField(min_value=0, max_value=2, allow_null=True, required=False)
+    top_p = serializers.FloatField(min_value=0, max_value=1, allow_null=True, required=False)
+    system_prompt = serializers.CharField(allow_blank=True, allow_null=True, required=False)
+    timeout_s = serializers.FloatField(
+        min_value=0.1, max_value=600, allow_null=True, required=False
+    )
+    max_retries = serializers.IntegerField(
+        min_value=0, max_value=10, allow_null=True, required=False
+    )
+    fallback = FallbackSerializer(allow_null=True, required=False)
+
+
+@extend_schema_field(ModelSettingsSerializer)
+class ModelSettingsField(serializers.DictField):
+    """Taken as a JSON object and checked whole by the service (which also refuses secrets)."""
+
+    child = serializers.JSONField()
+
+
+class BudgetSerializer(serializers.Serializer):
+    max_steps = serializers.IntegerField(min_value=1, max_value=MAX_INT, required=False)
+    max_model_calls = serializers.IntegerField(min_value=1, max_value=MAX_INT, required=False)
+    max_tool_calls = serializers.IntegerField(min_value=1, max_value=MAX_INT, required=False)
+    max_tokens = serializers.IntegerField(min_value=1, max_value=MAX_INT, required=False)
+    max_duration_s = serializers.IntegerField(min_value=1, max_value=MAX_INT, required=False)
+    per_tool = serializers.DictField(
+        child=serializers.IntegerField(min_value=0, max_value=MAX_INT),
+        required=False,
+        help_text="{tool name: max calls per task}",
+    )
+    max_concurrent_tasks = serializers.IntegerField(min_value=1, max_value=MAX_INT, required=False)
+
+
+class AgentWriteSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=64)
+    description = serializers.CharField(max_length=5000, allow_blank=True, required=False)
+    model = ModelSettingsField(required=False)
+    tools = serializers.ListField(
+        child=serializers.CharField(max_length=100), max_length=200, required=False
+    )
+    budget = BudgetSerializer(required=False)
+    on_exhaustion = serializers.ChoiceField(choices=OnExhaustion.choices, required=False)
+    approval_sla_s = serializers.IntegerField(min_value=0, max_value=MAX_INT, required=False)
+    approval_on_expiry = serializers.ChoiceField(choices=["escalate", "reject"], required=False)
+    allow_self_approval = serializers.BooleanField(required=False)
+    no_progress_repeats = serializers.IntegerField(min_value=1, max_value=1000, required=False)
+    no_progress_window = serializers.IntegerField(min_value=1, max_value=1000, required=False)
+    result_schema = serializers.DictField(
+        child=serializers.JSONField(),
+        required=False,
+        help_text="JSON Schema the final result must satisfy.",
+    )
+    enabled = serializers.BooleanField(required=False)
+
+
+class BudgetOutSerializer(serializers.Serializer):
+    max_steps = serializers.IntegerField()
+    max_model_calls = serializers.IntegerField()
+    max_tool_calls = serializers.IntegerField()
+    max_tokens = serializers.IntegerField()
+    max_duration_s = serializers.IntegerField()
+    per_tool = serializers.DictField(child=serializers.IntegerField())
+    max_concurrent_tasks = serializers.IntegerField()
+
+
+class ModelOutSerializer(serializers.Serializer):
+    backend = serializers.CharField()
+    name = serializers.CharField(allow_null=True)
+    base_url = serializers.CharField(allow_null=True)
+    api_key_env = serializers.CharField(allow_null=True)
+    temperature = serializers.FloatField(allow_null=True)
+    top_p = serializers.FloatField(allow_null=True)
+    system_prompt = serializers.CharField(allow_null=True, allow_blank=True)
+    timeout_s = serializers.FloatField(allow_null=True)
+    max_retries = serializers.IntegerField(allow_null=True)
+    fallback = serializers.DictField(child=serializers.JSONField(), allow_null=True)
+
+
+class AgentSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    description = serializers.CharField(allow_blank=True)
+    model = serializers.SerializerMethodField()
+    tools = serializers.ListField(child=serializers.CharField())
+    budget = serializers.SerializerMethodField()
+    on_exhaustion = serializers.ChoiceField(choices=OnExhaustion.choices)
+    approval_sla_s = serializers.IntegerField()
+    approval_on_expiry = serializers.CharField()
+    allow_self_approval = serializers.BooleanField()
+    no_progress_repeats = serializers.IntegerField()
+    no_progress_window = serializers.IntegerField()
+    result_schema = serializers.DictField(child=serializers.JSONField())
+    enabled = serializers.BooleanField()
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+    @extend_schema_field(ModelOutSerializer)
+    def get_model(self, agent: AgentProfile) -> dict[str, Any]:
+        model = dict(agent.model or {})
+        out = {key: model.get(key) for key in MODEL_KEYS}
+        out["backend"] = out["backend"] or "scripted"
+        return out
+
+    @extend_schema_field(BudgetOutSerializer)
+    def get_budget(self, agent: AgentProfile) -> dict[str, Any]:
+        return agent.budget()
+
+
+def _profile_fields(data: dict[str, Any]) -> dict[str, Any]:
+    """The API's nested budget, flattened onto the profile's fields."""
+    fields = {k: v for k, v in data.items() if k not in ("name", "budget")}
+    fields.update(dict(data.get("budget") or {}))
+    return fields
+
+
+class AgentListView(TenantAPIView):
+    """The tenant's agent profiles (admins): list and create."""
+
+    policy = {"GET": "agent.read", "POST": "agent.write"}
+
+    @extend_schema(
+        operation_id="agents_list",
+        tags=TAGS,
+        summary="List agent profiles",
+        responses={200: AgentSerializer(many=True), **error_responses()},
+    )
+    def get(self, request: Request) -> Response:
+        return Response(AgentSerializer(agents_of_tenant(self.access.tenant_id), many=True).data)
+
+    @extend_schema(
+        operation_id="agents_create",
+        tags=TAGS,
+        summary="Create an agent profile",
+        request=AgentWriteSerializer,
+        responses={201: AgentSerializer, **error_responses(409)},
+    )
+    def post(self, request: Request) -> Response:
+        data = self.validated(AgentWriteSerializer)
+        agent = agent_create(
+            tenant_id=self.access.tenant_id, name=data["name"], **_profile_fields(data)
+        )
+        return Response(AgentSerializer(agent).data, status=status.HTTP_201_CREATED)
+
+
+class AgentDetailView(TenantAPIView):
+    """One agent profile (admins): read, change, enable or disable."""
+
+    policy = {"GET": "agent.read", "PATCH": "agent.write"}
+
+    @extend_schema(
+        operation_id="agents_retrieve",
+        tags=TAGS,
+        summary="An agent profile",
+        responses={200: AgentSerializer, **error_responses()},
+    )
+    def get(self, request: Request, name: str) -> Response:
+        agent = agent_of_tenant(self.access.tenant_id, name)
+        if agent is None:
+            raise not_found("Agent")
+        return Response(AgentSerializer(agent).data)
+
+    @extend_schema(
+        operation_id="agents_update",
+        tags=TAGS,
+        summary="Change an agent profile (`enabled: false` disables it)",
+        request=AgentWriteSerializer,
+        responses={200: AgentSerializer, **error_responses(409)},
+    )
+    def patch(self, request: Request, name: str) -> Response:
+        data = self.validated(AgentWriteSerializer, partial=True)
+        fields = _profile_fields(data)
+        if "name" in data:
+            fields["name"] = data["name"]  # the service refuses a rename with a field error
+        agent = agent_update(tenant_id=self.access.tenant_id, name=name, changes=fields)
+        return Response(AgentSerializer(agent).data)

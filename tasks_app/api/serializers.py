@@ -1,0 +1,229 @@
+"""Input and output shapes of the task endpoints (DESIGN.md "REST API").
+
+Output serializers render; input serializers check types and bounds only.
+Every decision about what is allowed is the services' (`tasks_app.services`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from config.api_base import ExpectedVersionMixin
+from tasks_app.machine import NON_TERMINAL, TaskStatus
+from tasks_app.models import StepStatus, Task
+
+MAX_GOAL = 10_000
+MAX_TEXT = 10_000
+MAX_SCRIPT = 5_000
+
+
+# --- output ---------------------------------------------------------------------------
+
+
+class UsageSerializer(serializers.Serializer):
+    steps = serializers.IntegerField()
+    model_calls = serializers.IntegerField()
+    tool_calls = serializers.IntegerField()
+    tokens = serializers.IntegerField()
+    per_tool = serializers.DictField(
+        child=serializers.IntegerField(), help_text="{tool name: calls}"
+    )
+
+
+class TaskSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    status = serializers.ChoiceField(choices=TaskStatus.choices)
+    version = serializers.IntegerField(
+        help_text="Bumped by every transition; send it back as `expected_version` on human actions."
+    )
+    goal = serializers.CharField()
+    agent = serializers.SerializerMethodField()
+    input = serializers.DictField(child=serializers.JSONField())
+    result = serializers.JSONField(allow_null=True)
+    failure_reason = serializers.CharField(allow_blank=True)
+    failure_detail = serializers.JSONField(allow_null=True)
+    trace_id = serializers.CharField()
+    requester = serializers.SerializerMethodField()
+    usage = serializers.SerializerMethodField()
+    budget = serializers.SerializerMethodField()
+    deadline_at = serializers.DateTimeField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+
+    def get_agent(self, task: Task) -> str:
+        return task.agent.name
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_requester(self, task: Task) -> str | None:
+        return task.requester.get_username() if task.requester_id and task.requester else None
+
+    @extend_schema_field(UsageSerializer)
+    def get_usage(self, task: Task) -> dict[str, Any]:
+        return {
+            "steps": task.steps_count,
+            "model_calls": task.model_calls,
+            "tool_calls": task.tool_calls,
+            "tokens": task.tokens,
+            "per_tool": dict(task.per_tool or {}),
+        }
+
+    @extend_schema_field(
+        serializers.DictField(
+            child=serializers.JSONField(),
+            help_text="The budget frozen at submission, with any extension granted on resume.",
+        )
+    )
+    def get_budget(self, task: Task) -> dict[str, Any]:
+        budget = dict((task.agent_snapshot or {}).get("budget") or {})
+        for key, extra in (task.budget_extension or {}).items():
+            if isinstance(budget.get(key), int):
+                budget[key] += extra
+        return budget
+
+
+class OpenRequestSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=["question", "approval", "reconciliation"])
+    id = serializers.IntegerField()
+    question = serializers.CharField(
+        required=False, help_text="For a question: what the agent asks."
+    )
+    tool = serializers.CharField(required=False, help_text="For an approval or reconciliation.")
+
+
+class TaskDetailSerializer(TaskSerializer):
+    open_request = serializers.SerializerMethodField()
+
+    @extend_schema_field(OpenRequestSerializer(allow_null=True))
+    def get_open_request(self, task: Task) -> dict[str, Any] | None:
+        return self.context.get("open_request")
+
+
+class StepSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    step_no = serializers.IntegerField()
+    kind = serializers.CharField()
+    status = serializers.ChoiceField(choices=StepStatus.choices)
+    decision = serializers.DictField(child=serializers.JSONField())
+    tool = serializers.CharField(allow_blank=True)
+    args = serializers.JSONField(allow_null=True)
+    idempotency_key = serializers.CharField(allow_blank=True)
+    attempt = serializers.IntegerField()
+    output = serializers.JSONField(allow_null=True)
+    error = serializers.JSONField(allow_null=True)
+    late_output = serializers.JSONField(
+        allow_null=True, help_text="A result that came too late (audit)."
+    )
+    model_log = serializers.DictField(child=serializers.JSONField())
+    started_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+    latency_ms = serializers.IntegerField(allow_null=True)
+
+
+class EventSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    type = serializers.CharField()
+    task_version = serializers.IntegerField()
+    actor = serializers.CharField()
+    actor_role = serializers.CharField(allow_blank=True)
+    payload = serializers.DictField(child=serializers.JSONField())
+    trace_id = serializers.CharField()
+    created_at = serializers.DateTimeField()
+
+
+class BulkCancelResultSerializer(serializers.Serializer):
+    matched = serializers.IntegerField(help_text="Unfinished tasks that matched (up to `limit`).")
+    canceled = serializers.ListField(child=serializers.IntegerField())
+    skipped = serializers.ListField(
+        child=serializers.IntegerField(), help_text="Tasks that ended or moved on meanwhile."
+    )
+    more = serializers.BooleanField(help_text="More unfinished tasks match: call again.")
+
+
+# --- input ----------------------------------------------------------------------------
+
+
+class TaskSubmitSerializer(serializers.Serializer):
+    goal = serializers.CharField(max_length=MAX_GOAL)
+    agent = serializers.CharField(max_length=64)
+    input = serializers.DictField(child=serializers.JSONField(), required=False, default=dict)
+    script = serializers.ListField(
+        child=serializers.JSONField(),
+        required=False,
+        allow_null=True,
+        default=None,
+        max_length=MAX_SCRIPT,
+        help_text="For scripted agents: one entry per model call, "
+        '`{"tool", "args"}`, `{"ask"}`, `{"final"}` or `{"invalid"}`.',
+    )
+
+
+class TaskFilterSerializer(serializers.Serializer):
+    status = serializers.MultipleChoiceField(
+        choices=TaskStatus.choices, required=False, help_text="Repeat to match any of several."
+    )
+    agent = serializers.CharField(max_length=64, required=False)
+    created_after = serializers.DateTimeField(required=False, help_text="Created at or after.")
+    created_before = serializers.DateTimeField(required=False, help_text="Created before.")
+    trace_id = serializers.CharField(max_length=64, required=False)
+    mine = serializers.BooleanField(
+        required=False, default=False, help_text="Only the tasks the caller submitted."
+    )
+
+
+class BulkCancelSerializer(serializers.Serializer):
+    status = serializers.MultipleChoiceField(choices=[(s, s) for s in NON_TERMINAL], required=False)
+    agent = serializers.CharField(max_length=64, required=False)
+    created_after = serializers.DateTimeField(required=False)
+    created_before = serializers.DateTimeField(required=False)
+    trace_id = serializers.CharField(max_length=64, required=False)
+    reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+    limit = serializers.IntegerField(min_value=1, max_value=1000, required=False, default=500)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if not any(
+            attrs.get(k) for k in ("status", "agent", "created_after", "created_before", "trace_id")
+        ):
+            raise serializers.ValidationError(
+                {
+                    "non_field_errors": [
+                        "give at least one filter (status, agent, created range, trace_id)"
+                    ]
+                }
+            )
+        return attrs
+
+
+class CancelSerializer(ExpectedVersionMixin):
+    reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+
+
+class InputSerializer(ExpectedVersionMixin):
+    answer = serializers.CharField(max_length=MAX_TEXT, trim_whitespace=False)
+
+
+class BudgetExtensionSerializer(serializers.Serializer):
+    max_steps = serializers.IntegerField(min_value=0, max_value=10**6, required=False)
+    max_model_calls = serializers.IntegerField(min_value=0, max_value=10**6, required=False)
+    max_tool_calls = serializers.IntegerField(min_value=0, max_value=10**6, required=False)
+    max_tokens = serializers.IntegerField(min_value=0, max_value=10**9, required=False)
+    max_duration_s = serializers.IntegerField(min_value=0, max_value=10**7, required=False)
+
+
+class ResumeSerializer(ExpectedVersionMixin):
+    extend = BudgetExtensionSerializer(
+        required=False, help_text="Budget to add, recorded on the event."
+    )
+    comment = serializers.CharField(
+        max_length=MAX_TEXT, required=False, allow_blank=True, default=""
+    )
+
+
+class FailSerializer(ExpectedVersionMixin):
+    reason = serializers.CharField(
+        max_length=MAX_TEXT, required=False, allow_blank=True, default=""
+    )

@@ -1,0 +1,363 @@
+"""Task endpoints: submit, list, detail, steps, events, cancel (one or many),
+input, resume, fail. One view per resource; each method checks its input,
+calls one service (or selector) and renders. Scoping: every lookup is by the
+caller's tenant, so another tenant's task is a 404."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import status
+from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from approvals_app.selectors import open_request_of
+from config.api_access import require_own_task
+from config.api_base import (
+    CURSOR_PARAMETERS,
+    AfterQuerySerializer,
+    TenantAPIView,
+    after_page,
+    cursor_page,
+)
+from config.api_errors import error_responses
+from config.errors import not_found
+
+from ..machine import NON_TERMINAL
+from ..models import Task
+from ..selectors import events_after, steps_after, task_of_tenant, tasks_matching
+from ..services.tasks import (
+    task_cancel,
+    task_cancel_many,
+    task_fail_by_operator,
+    task_provide_input,
+    task_resume,
+    task_submit,
+)
+from .serializers import (
+    BulkCancelResultSerializer,
+    BulkCancelSerializer,
+    CancelSerializer,
+    EventSerializer,
+    FailSerializer,
+    InputSerializer,
+    ResumeSerializer,
+    StepSerializer,
+    TaskDetailSerializer,
+    TaskFilterSerializer,
+    TaskSerializer,
+    TaskSubmitSerializer,
+)
+
+TaskPage = cursor_page(TaskSerializer, "TaskPage")
+StepPage = after_page(StepSerializer, "StepPage")
+EventPage = after_page(EventSerializer, "EventPage")
+
+IDEMPOTENCY_KEY = OpenApiParameter(
+    "Idempotency-Key",
+    OpenApiTypes.STR,
+    location=OpenApiParameter.HEADER,
+    required=False,
+    description="1-200 printable ASCII characters. The same key with the same body returns the "
+    "same task (200); with a different body it is a 409.",
+)
+_KEY = re.compile(r"[\x21-\x7e]{1,200}")
+TAGS = ["tasks"]
+
+
+def _idempotency_key(request: Request) -> str | None:
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        return None
+    if not _KEY.fullmatch(key):
+        raise ValidationError(
+            {"Idempotency-Key": ["1 to 200 printable ASCII characters, no spaces"]}
+        )
+    return key
+
+
+class TaskViewBase(TenantAPIView):
+    """A task of the caller's tenant (another tenant's is a 404)."""
+
+    def task(self, task_id: int) -> Task:
+        task = task_of_tenant(self.access.tenant_id, task_id)
+        if task is None:
+            raise not_found("Task")
+        return task
+
+    def render_task(self, task_id: int, *, code: int = status.HTTP_200_OK) -> Response:
+        task = self.task(task_id)
+        return Response(TaskSerializer(task).data, status=code)
+
+
+class TaskListView(TaskViewBase):
+    """Tasks of the caller's tenant: list with filters and cursor pages; submit."""
+
+    policy = {"GET": "task.read", "POST": "task.submit"}
+
+    @extend_schema(
+        operation_id="tasks_list",
+        tags=TAGS,
+        summary="List tasks, newest first",
+        parameters=[TaskFilterSerializer, *CURSOR_PARAMETERS],
+        responses={200: TaskPage, **error_responses()},
+    )
+    def get(self, request: Request) -> Response:
+        f = self.query(TaskFilterSerializer)
+        qs = tasks_matching(
+            tenant_id=self.access.tenant_id,
+            statuses=sorted(f.get("status") or []),
+            agent=f.get("agent"),
+            created_after=f.get("created_after"),
+            created_before=f.get("created_before"),
+            trace_id=f.get("trace_id"),
+            requester_id=self.access.user_id if f.get("mine") else None,
+        )
+        return self.paginate(qs, lambda page: TaskSerializer(page, many=True).data)
+
+    @extend_schema(
+        operation_id="tasks_submit",
+        tags=TAGS,
+        summary="Submit a task",
+        request=TaskSubmitSerializer,
+        parameters=[IDEMPOTENCY_KEY],
+        responses={
+            201: TaskSerializer,
+            200: OpenApiResponse(
+                TaskSerializer, description="Replay of an Idempotency-Key: the task it created."
+            ),
+            **error_responses(409),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        key = _idempotency_key(request)
+        data = self.validated(TaskSubmitSerializer)
+        submitted = task_submit(
+            tenant_id=self.access.tenant_id,
+            requester_id=self.access.user_id,
+            agent=data["agent"],
+            goal=data["goal"],
+            input=data["input"],
+            script=data["script"],
+            idempotency_key=key,
+            actor=self.access.actor,
+        )
+        response = self.render_task(
+            submitted.task.pk,
+            code=status.HTTP_201_CREATED if submitted.created else status.HTTP_200_OK,
+        )
+        response["Location"] = f"/api/v1/tasks/{submitted.task.pk}"
+        return response
+
+
+class TaskDetailView(TaskViewBase):
+    """One task, with the question, approval or reconciliation it waits on."""
+
+    policy = {"GET": "task.read"}
+
+    @extend_schema(
+        operation_id="tasks_retrieve",
+        tags=TAGS,
+        summary="A task, with what it waits on",
+        responses={200: TaskDetailSerializer, **error_responses()},
+    )
+    def get(self, request: Request, task_id: int) -> Response:
+        task = self.task(task_id)
+        context = {"open_request": open_request_of(task_id=task.pk) if task.is_waiting else None}
+        return Response(TaskDetailSerializer(task, context=context).data)
+
+
+class TaskStepsView(TaskViewBase):
+    """A task's steps in order: decision, tool, arguments, key, attempt, output, error."""
+
+    policy = {"GET": "task.read"}
+
+    @extend_schema(
+        operation_id="tasks_steps",
+        tags=TAGS,
+        summary="A task's steps, in order",
+        parameters=[AfterQuerySerializer],
+        responses={200: StepPage, **error_responses()},
+    )
+    def get(self, request: Request, task_id: int) -> Response:
+        q = self.query(AfterQuerySerializer)
+        task = self.task(task_id)
+        steps = steps_after(task_id=task.pk, after_step_no=q["after"], limit=q["limit"] + 1)
+        page = steps[: q["limit"]]
+        return Response(
+            {
+                "results": StepSerializer(page, many=True).data,
+                "next_after": page[-1].step_no if page else q["after"],
+                "has_more": len(steps) > q["limit"],
+            }
+        )
+
+
+class TaskEventsView(TaskViewBase):
+    """A task's events after an id, in a stable order."""
+
+    policy = {"GET": "task.read"}
+
+    @extend_schema(
+        operation_id="tasks_events",
+        tags=TAGS,
+        summary="A task's events after an id",
+        description="Events in id order. Pass the returned `next_after` as `after` to continue: "
+        "events committed while paging are neither skipped nor repeated.",
+        parameters=[AfterQuerySerializer],
+        responses={200: EventPage, **error_responses()},
+    )
+    def get(self, request: Request, task_id: int) -> Response:
+        q = self.query(AfterQuerySerializer)
+        task = self.task(task_id)
+        events = events_after(task_id=task.pk, after_id=q["after"], limit=q["limit"] + 1)
+        page = events[: q["limit"]]
+        return Response(
+            {
+                "results": EventSerializer(page, many=True).data,
+                "next_after": page[-1].pk if page else q["after"],
+                "has_more": len(events) > q["limit"],
+            }
+        )
+
+
+class TaskCancelView(TaskViewBase):
+    """Cancel a task (a requester: only its own); a versioned transition."""
+
+    policy = {"POST": "task.cancel"}
+
+    @extend_schema(
+        operation_id="tasks_cancel",
+        tags=TAGS,
+        summary="Cancel a task",
+        request=CancelSerializer,
+        responses={200: TaskSerializer, **error_responses(409)},
+    )
+    def post(self, request: Request, task_id: int) -> Response:
+        data = self.validated(CancelSerializer)
+        task = self.task(task_id)
+        require_own_task(self.access, "task.cancel", requester_id=task.requester_id)
+        task_cancel(
+            task_id=task.pk,
+            actor=self.access.actor,
+            expected_version=data.get("expected_version"),
+            reason=data["reason"],
+        )
+        return self.render_task(task.pk)
+
+
+class TaskInputView(TaskViewBase):
+    """Answer the open question of a task; the answer joins its context verbatim."""
+
+    policy = {"POST": "task.input"}
+
+    @extend_schema(
+        operation_id="tasks_input",
+        tags=TAGS,
+        summary="Answer the agent's question",
+        request=InputSerializer,
+        responses={200: TaskSerializer, **error_responses(409)},
+    )
+    def post(self, request: Request, task_id: int) -> Response:
+        data = self.validated(InputSerializer)
+        task = self.task(task_id)
+        require_own_task(self.access, "task.input", requester_id=task.requester_id)
+        task_provide_input(
+            task_id=task.pk,
+            answer=data["answer"],
+            actor=self.access.actor,
+            expected_version=data.get("expected_version"),
+        )
+        return self.render_task(task.pk)
+
+
+class TaskResumeView(TaskViewBase):
+    """Resume an escalated task (WAITING_FOR_HUMAN), optionally extending its budget."""
+
+    policy = {"POST": "task.resume"}
+
+    @extend_schema(
+        operation_id="tasks_resume",
+        tags=TAGS,
+        summary="Resume an escalated task, optionally extending its budget",
+        request=ResumeSerializer,
+        responses={200: TaskSerializer, **error_responses(409)},
+    )
+    def post(self, request: Request, task_id: int) -> Response:
+        data = self.validated(ResumeSerializer)
+        task = self.task(task_id)
+        task_resume(
+            task_id=task.pk,
+            actor=self.access.actor,
+            expected_version=data.get("expected_version"),
+            extend=dict(data.get("extend") or {}),
+            comment=data["comment"],
+        )
+        return self.render_task(task.pk)
+
+
+class TaskFailView(TaskViewBase):
+    """End a waiting or escalated task as FAILED (operators)."""
+
+    policy = {"POST": "task.fail"}
+
+    @extend_schema(
+        operation_id="tasks_fail",
+        tags=TAGS,
+        summary="End an escalated or waiting task as FAILED",
+        request=FailSerializer,
+        responses={200: TaskSerializer, **error_responses(409)},
+    )
+    def post(self, request: Request, task_id: int) -> Response:
+        data = self.validated(FailSerializer)
+        task = self.task(task_id)
+        task_fail_by_operator(
+            task_id=task.pk,
+            actor=self.access.actor,
+            expected_version=data.get("expected_version"),
+            reason=data["reason"],
+        )
+        return self.render_task(task.pk)
+
+
+class TaskBulkCancelView(TaskViewBase):
+    """Cancel the unfinished tasks matching a filter (operators); bounded per call."""
+
+    policy = {"POST": "task.cancel_many"}
+
+    @extend_schema(
+        operation_id="tasks_bulk_cancel",
+        tags=TAGS,
+        summary="Cancel unfinished tasks by filter",
+        request=BulkCancelSerializer,
+        responses={200: BulkCancelResultSerializer, **error_responses()},
+    )
+    def post(self, request: Request) -> Response:
+        data = self.validated(BulkCancelSerializer)
+        statuses = sorted(data.get("status") or NON_TERMINAL)
+        qs = tasks_matching(
+            tenant_id=self.access.tenant_id,
+            statuses=statuses,
+            agent=data.get("agent"),
+            created_after=data.get("created_after"),
+            created_before=data.get("created_before"),
+            trace_id=data.get("trace_id"),
+        ).order_by("id")
+        ids = list(qs.values_list("id", flat=True)[: data["limit"] + 1])
+        more = len(ids) > data["limit"]
+        ids = ids[: data["limit"]]
+        done: dict[str, Any] = task_cancel_many(
+            task_ids=ids, actor=self.access.actor, reason=data["reason"]
+        )
+        return Response(
+            {
+                "matched": len(ids),
+                "canceled": done["canceled"],
+                "skipped": done["skipped"],
+                "more": more,
+            }
+        )

@@ -1,0 +1,171 @@
+"""Agent profiles: create and update, every field checked before it is stored.
+
+A profile names the tools its agent may call; each must be a tool of the
+same tenant (another tenant's tool cannot be used). Per-tool limits may name
+only those tools. The `model` settings are checked by the gateway's own
+`model_settings_errors`, so the API, the console and the runner agree on
+them. Tasks copy their profile at submission: an update never changes a task
+that is already under way.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import IntegrityError, transaction
+
+from config.errors import conflict, invalid, not_found
+from tools_app.models import Tool
+from tools_app.registry import check_schema
+
+from ..gateway.model_settings import model_settings_errors
+from ..models import AgentProfile, OnExhaustion
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+MAX_INT = 2**31 - 1
+BUDGET_FIELDS = (
+    "max_steps",
+    "max_model_calls",
+    "max_tool_calls",
+    "max_tokens",
+    "max_duration_s",
+    "max_concurrent_tasks",
+)
+EDITABLE = (
+    "description",
+    "model",
+    "tools",
+    *BUDGET_FIELDS,
+    "per_tool",
+    "on_exhaustion",
+    "no_progress_repeats",
+    "no_progress_window",
+    "approval_sla_s",
+    "approval_on_expiry",
+    "allow_self_approval",
+    "result_schema",
+    "enabled",
+)
+
+
+def agent_create(*, tenant_id: int, name: str, **fields: Any) -> AgentProfile:
+    _refuse_unknown(fields)
+    agent = AgentProfile(tenant_id=tenant_id, name=name)
+    for key, value in fields.items():
+        setattr(agent, key, value)
+    errors = agent_errors(agent)
+    if not NAME.fullmatch(name or ""):
+        errors.setdefault("name", []).append("letters, digits, _ and - (max 64)")
+    if errors:
+        raise invalid("invalid", "The request is not valid.", **errors)
+    if AgentProfile.objects.filter(tenant_id=tenant_id, name=name).exists():
+        raise conflict("agent_exists", f"an agent named {name!r} already exists", name=name)
+    try:
+        with transaction.atomic():
+            agent.save()
+    except IntegrityError:  # a concurrent create of the same name won
+        raise conflict("agent_exists", f"an agent named {name!r} already exists", name=name)
+    return agent
+
+
+def agent_update(*, tenant_id: int, name: str, changes: dict[str, Any]) -> AgentProfile:
+    """Change some fields; the merged profile is checked as a whole."""
+    changes = dict(changes)
+    if "name" in changes and changes.pop("name") != name:
+        raise invalid(
+            "invalid",
+            "The request is not valid.",
+            name=["an agent cannot be renamed: create a new profile instead"],
+        )
+    _refuse_unknown(changes)
+    with transaction.atomic():
+        agent = (
+            AgentProfile.objects.select_for_update().filter(tenant_id=tenant_id, name=name).first()
+        )
+        if agent is None:
+            raise not_found("Agent")
+        for key, value in changes.items():
+            setattr(agent, key, value)
+        errors = agent_errors(agent)
+        if errors:
+            raise invalid("invalid", "The request is not valid.", **errors)
+        agent.save()
+    return agent
+
+
+def _refuse_unknown(fields: dict[str, Any]) -> None:
+    unknown = sorted(set(fields) - set(EDITABLE))
+    if unknown:
+        raise invalid(
+            "invalid", "The request is not valid.", **{k: ["unknown field"] for k in unknown}
+        )
+
+
+def agent_errors(agent: AgentProfile) -> dict[str, list[str]]:
+    """Field errors of a profile as a whole (empty when it may be stored)."""
+    errors: dict[str, list[str]] = {}
+
+    def add(field: str, message: str) -> None:
+        errors.setdefault(field, []).append(message)
+
+    for field, messages in model_settings_errors(agent.model).items():
+        key = field if field == "model" else f"model.{field}"
+        errors.setdefault(key, []).extend(messages)
+
+    tools = agent.tools
+    if not isinstance(tools, list) or not all(isinstance(t, str) for t in tools):
+        add("tools", "a list of tool names")
+        tools = []
+    elif len(set(tools)) != len(tools):
+        add("tools", "a tool is listed twice")
+    known = set(
+        Tool.objects.filter(tenant_id=agent.tenant_id, name__in=tools).values_list(
+            "name", flat=True
+        )
+    )
+    for missing in [t for t in tools if t not in known]:
+        add("tools", f"no tool named {missing!r} in this tenant")
+
+    for field in BUDGET_FIELDS:
+        value = getattr(agent, field)
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_INT:
+            add(f"budget.{field}", f"an integer from 1 to {MAX_INT}")
+    per_tool = agent.per_tool
+    if not isinstance(per_tool, dict):
+        add("budget.per_tool", "an object {tool name: max calls}")
+    else:
+        for tool, limit in per_tool.items():
+            if tool not in tools:
+                add("budget.per_tool", f"{tool!r} is not one of this agent's tools")
+            if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= MAX_INT:
+                add("budget.per_tool", f"{tool}: an integer from 0 to {MAX_INT}")
+
+    for field in ("no_progress_repeats", "no_progress_window"):
+        value = getattr(agent, field)
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
+            add(field, "an integer from 1 to 1000")
+    sla = agent.approval_sla_s
+    if isinstance(sla, bool) or not isinstance(sla, int) or not 0 <= sla <= MAX_INT:
+        add("approval_sla_s", f"seconds, from 0 (no expiry) to {MAX_INT}")
+    if agent.on_exhaustion not in OnExhaustion.values:
+        add("on_exhaustion", f"one of {', '.join(OnExhaustion.values)}")
+    if agent.approval_on_expiry not in ("escalate", "reject"):
+        add("approval_on_expiry", "escalate or reject")
+    for flag in ("allow_self_approval", "enabled"):
+        if not isinstance(getattr(agent, flag), bool):
+            add(flag, "true or false")
+    if agent.result_schema not in ({}, None):
+        problems = check_schema(agent.result_schema)
+        if problems:
+            errors["result_schema"] = problems
+    if agent.result_schema is None:
+        agent.result_schema = {}
+    if not errors:
+        try:
+            agent.full_clean(exclude=["tenant"], validate_unique=False, validate_constraints=False)
+        except DjangoValidationError as exc:
+            for field, messages in exc.message_dict.items():
+                errors.setdefault(field, []).extend(messages)
+    return errors

@@ -1,0 +1,168 @@
+"""Fixtures for the REST API tests: token-authenticated clients per role, a
+second tenant, and tasks brought to each waiting state by the real runner.
+
+The only fake is at the process edge: `hanging_url` is a local TCP socket that
+accepts connections and never answers, so an http `write` tool times out and
+its step becomes UNCERTAIN (a reconciliation), exactly as with a real provider.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from django.core.cache import cache
+from rest_framework.test import APIClient
+
+from approvals_app.models import Approval, Question, Reconciliation
+from tasks_app.machine import TaskStatus
+from tasks_app.models import Role, Task, Tenant
+from tasks_app.services.accounts import api_key_create
+from tasks_app.services.demo import demo_agent_ensure, demo_tools_ensure
+from tests.factories import TenantFactory, ToolFactory, make_user, submit
+from tests.helpers import drive
+
+REFUND_ARGS = {"order_id": "A-1", "amount_cents": 500, "reason": "damaged"}
+
+
+def client_for(user: Any) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {api_key_create(user=user)}")
+    return client
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings: Any) -> None:
+    # `world` makes a user per role with a password; PBKDF2 at full strength
+    # costs seconds per test on a shared 2-core machine.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_throttle_cache() -> Iterator[None]:
+    cache.clear()
+    yield
+    cache.clear()
+
+
+@pytest.fixture(scope="session")
+def hanging_url() -> Iterator[str]:
+    """A URL whose server accepts the connection and never answers."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(512)
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}/call"
+    sock.close()
+
+
+@dataclass
+class Tenancy:
+    """One tenant: its users by role, API clients by role, and helpers to make
+    tasks in each state through the real services and runner."""
+
+    tenant: Tenant
+    users: dict[str, Any]
+    hanging_url: str
+    clients: dict[str, APIClient] = field(default_factory=dict)
+
+    def client(self, role: str) -> APIClient:
+        if role not in self.clients:
+            self.clients[role] = client_for(self.users[role])
+        return self.clients[role]
+
+    @property
+    def requester(self) -> Any:
+        return self.users[Role.REQUESTER]
+
+    def created_task(self, **kw: Any) -> Task:
+        return submit(self.tenant, [{"final": {"ok": True}}], requester=self.requester, **kw)
+
+    def finished_task(self, script: list[Any] | None = None) -> Task:
+        task = submit(self.tenant, script or [{"final": {"ok": True}}], requester=self.requester)
+        task = drive(task.pk)
+        assert task.status == TaskStatus.SUCCEEDED
+        return task
+
+    def waiting_for_input(self) -> tuple[Task, Question]:
+        task = submit(
+            self.tenant,
+            [{"ask": "How much should be refunded?"}, {"final": {"ok": True}}],
+            requester=self.requester,
+        )
+        task = drive(task.pk)
+        assert task.status == TaskStatus.WAITING_FOR_INPUT
+        return task, Question.objects.get(task=task, status="open")
+
+    def waiting_for_approval(
+        self, *, requester: Any = None, agent: str = "support"
+    ) -> tuple[Task, Approval]:
+        task = submit(
+            self.tenant,
+            [
+                {"tool": "issue_refund", "args": REFUND_ARGS, "reason": "damaged"},
+                {"final": {"ok": True}},
+            ],
+            requester=requester or self.requester,
+            agent=agent,
+        )
+        task = drive(task.pk)
+        assert task.status == TaskStatus.WAITING_FOR_APPROVAL
+        return task, Approval.objects.get(task=task, status="pending")
+
+    def escalated(self) -> Task:
+        demo_agent_ensure(self.tenant, name="escalating", on_exhaustion="escalate", max_steps=1)
+        task = submit(
+            self.tenant,
+            [{"invalid": "???"}, {"final": {"ok": True}}],
+            agent="escalating",
+            requester=self.requester,
+        )
+        task = drive(task.pk)
+        assert task.status == TaskStatus.WAITING_FOR_HUMAN
+        return task
+
+    def in_reconciliation(self, *, side_effect: str = "write") -> tuple[Task, Reconciliation]:
+        if not self.tenant.tools.filter(name="hang_write").exists():
+            ToolFactory(
+                tenant=self.tenant,
+                name="hang_write",
+                kind="http",
+                url=self.hanging_url,
+                side_effect=side_effect,
+                timeout_s=0.3,
+                max_retries=0,
+                args_schema={"type": "object"},
+            )
+            demo_agent_ensure(self.tenant, name="recon", tools=["hang_write"], on_exhaustion="fail")
+        task = submit(
+            self.tenant,
+            [{"tool": "hang_write", "args": {"n": 1}}, {"final": {"ok": True}}],
+            agent="recon",
+            requester=self.requester,
+        )
+        task = drive(task.pk)
+        assert task.status == TaskStatus.WAITING_FOR_RECONCILIATION
+        return task, Reconciliation.objects.get(task=task, status="open")
+
+
+def make_tenancy(name: str, hanging_url: str) -> Tenancy:
+    tenant = TenantFactory(name=name)
+    demo_tools_ensure(tenant)
+    demo_agent_ensure(tenant, on_exhaustion="fail")
+    users = {role: make_user(tenant, role) for role in Role.values}
+    return Tenancy(tenant=tenant, users=users, hanging_url=hanging_url)
+
+
+@pytest.fixture
+def main(world: Any, hanging_url: str) -> Tenancy:
+    """The `world` tenant (demo tools, `support` agent, orders, a user per role)."""
+    return Tenancy(tenant=world.tenant, users=world.users, hanging_url=hanging_url)
+
+
+@pytest.fixture
+def other(db: Any, hanging_url: str) -> Tenancy:
+    """A second tenant with the same tools, agent name and roles: nothing of it may leak."""
+    return make_tenancy("t-other", hanging_url)

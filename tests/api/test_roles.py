@@ -1,0 +1,231 @@
+"""Every endpoint with every role: allowed roles get the endpoint's success
+status; refused roles get a 403 in the error shape and nothing changes.
+
+The expected role sets are written out here, independently of
+`config.api_access.POLICY`, and a last test checks that every operation of
+the live OpenAPI schema has a row, so a new endpoint cannot skip this matrix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from approvals_app.models import Approval, Question, Reconciliation
+from tasks_app.models import AgentProfile, Event, Role, Task
+from tests.factories import make_user
+from tools_app.models import Tool
+
+from .conftest import Tenancy, client_for
+
+REQ, OP, REV, ADM = Role.REQUESTER, Role.OPERATOR, Role.REVIEWER, Role.ADMIN
+ALL = {REQ, OP, REV, ADM}
+
+Setup = Callable[[Tenancy, str], tuple[str, str, Any]]
+
+
+def _submit(t: Tenancy, role: str) -> tuple[str, str, Any]:
+    return (
+        "post",
+        "/api/v1/tasks",
+        {"goal": "g", "agent": "support", "script": [{"final": {"ok": 1}}]},
+    )
+
+
+def _task(suffix: str = "", method: str = "get", body: Any = None) -> Setup:
+    return lambda t, role: (method, f"/api/v1/tasks/{t.created_task().pk}{suffix}", body)
+
+
+def _input(t: Tenancy, role: str) -> tuple[str, str, Any]:
+    task, _ = t.waiting_for_input()
+    return "post", f"/api/v1/tasks/{task.pk}/input", {"answer": "500 cents"}
+
+
+def _escalated(action: str, body: Any) -> Setup:
+    return lambda t, role: ("post", f"/api/v1/tasks/{t.escalated().pk}/{action}", body)
+
+
+def _approval(suffix: str = "", method: str = "get", body: Any = None) -> Setup:
+    return lambda t, role: (
+        method,
+        f"/api/v1/approvals/{t.waiting_for_approval()[1].pk}{suffix}",
+        body,
+    )
+
+
+def _reconciliation(suffix: str = "", method: str = "get", body: Any = None) -> Setup:
+    return lambda t, role: (
+        method,
+        f"/api/v1/reconciliations/{t.in_reconciliation()[1].pk}{suffix}",
+        body,
+    )
+
+
+def _const(method: str, url: str, body: Any = None) -> Setup:
+    return lambda t, role: (method, url, body)
+
+
+# operation id -> (roles allowed, setup, success status)
+MATRIX: dict[str, tuple[set[str], Setup, int]] = {
+    "tasks_list": (ALL, _const("get", "/api/v1/tasks"), 200),
+    "tasks_submit": ({REQ, ADM}, _submit, 201),
+    "tasks_retrieve": (ALL, _task(), 200),
+    "tasks_steps": (ALL, _task("/steps"), 200),
+    "tasks_events": (ALL, _task("/events"), 200),
+    "tasks_cancel": ({REQ, OP, ADM}, _task("/cancel", "post", {"reason": "no longer needed"}), 200),
+    "tasks_input": ({REQ, REV, ADM}, _input, 200),
+    "tasks_resume": ({OP, ADM}, _escalated("resume", {"extend": {"max_steps": 3}}), 200),
+    "tasks_fail": ({OP, ADM}, _escalated("fail", {"reason": "giving up"}), 200),
+    "tasks_bulk_cancel": (
+        {OP, ADM},
+        _const("post", "/api/v1/tasks/bulk-cancel", {"status": ["CREATED"]}),
+        200,
+    ),
+    "questions_list": (ALL, _const("get", "/api/v1/questions?status=open"), 200),
+    "approvals_list": ({OP, REV, ADM}, _const("get", "/api/v1/approvals?status=pending"), 200),
+    "approvals_retrieve": ({OP, REV, ADM}, _approval(), 200),
+    "approvals_approve": ({REV, ADM}, _approval("/approve", "post", {"comment": "ok"}), 200),
+    "approvals_reject": ({REV, ADM}, _approval("/reject", "post", {"comment": "no evidence"}), 200),
+    "approvals_respond": (
+        {REV, ADM},
+        _approval("/respond", "post", {"output": {"refund_id": "manual"}}),
+        200,
+    ),
+    "reconciliations_list": ({OP, REV, ADM}, _const("get", "/api/v1/reconciliations"), 200),
+    "reconciliations_retrieve": ({OP, REV, ADM}, _reconciliation(), 200),
+    "reconciliations_resolve": (
+        {REV, ADM},
+        _reconciliation("/resolve", "post", {"outcome": "failed", "comment": "not sent"}),
+        200,
+    ),
+    "reconciliations_requery": ({REV, ADM}, _reconciliation("/requery", "post"), 200),
+    "tools_list": ({ADM}, _const("get", "/api/v1/tools"), 200),
+    "tools_create": (
+        {ADM},
+        _const(
+            "post",
+            "/api/v1/tools",
+            {"name": "ship_parcel", "kind": "http", "url": "http://127.0.0.1:9/ship"},
+        ),
+        201,
+    ),
+    "tools_retrieve": ({ADM}, _const("get", "/api/v1/tools/lookup_order"), 200),
+    "tools_update": (
+        {ADM},
+        _const("patch", "/api/v1/tools/lookup_order", {"description": "Find an order."}),
+        200,
+    ),
+    "agents_list": ({ADM}, _const("get", "/api/v1/agents"), 200),
+    "agents_create": (
+        {ADM},
+        _const("post", "/api/v1/agents", {"name": "triage", "tools": ["lookup_order"]}),
+        201,
+    ),
+    "agents_retrieve": ({ADM}, _const("get", "/api/v1/agents/support"), 200),
+    "agents_update": (
+        {ADM},
+        _const("patch", "/api/v1/agents/support", {"description": "Support desk."}),
+        200,
+    ),
+}
+
+
+def fingerprint() -> tuple[Any, ...]:
+    """What any write would change."""
+    return (
+        Event.objects.count(),
+        sorted(Task.objects.values_list("id", "status", "version")),
+        sorted(Approval.objects.values_list("id", "status")),
+        sorted(Question.objects.values_list("id", "status")),
+        sorted(Reconciliation.objects.values_list("id", "status")),
+        sorted(Tool.objects.values_list("id", "description", "enabled")),
+        sorted(AgentProfile.objects.values_list("id", "description", "enabled")),
+    )
+
+
+@pytest.mark.parametrize("role", sorted(ALL))
+@pytest.mark.parametrize("operation", sorted(MATRIX))
+def test_every_endpoint_with_every_role(main: Tenancy, operation: str, role: str) -> None:
+    allowed, setup, success = MATRIX[operation]
+    method, url, body = setup(main, role)
+    before = fingerprint()
+    response = getattr(main.client(role), method)(url, body, format="json")
+    if role in allowed:
+        assert response.status_code == success, response.content
+    else:
+        assert response.status_code == 403, response.content
+        assert response.json()["error"]["code"] == "role_required"
+        assert fingerprint() == before, "a refused request changed something"
+
+
+def test_the_matrix_covers_every_operation_of_the_schema(main: Tenancy) -> None:
+    schema = main.client(ADM).get("/api/v1/schema", HTTP_ACCEPT="application/json").json()
+    operations = {
+        op["operationId"]
+        for item in schema["paths"].values()
+        for op in item.values()
+        if isinstance(op, dict) and "operationId" in op
+    }
+    assert operations == set(MATRIX)
+
+
+@pytest.mark.parametrize("action", ["cancel", "input"])
+def test_a_requester_acts_only_on_its_own_tasks(main: Tenancy, action: str) -> None:
+    stranger = client_for(make_user(main.tenant, REQ, username="another-requester"))
+    task = main.waiting_for_input()[0]
+    body = {"answer": "x"} if action == "input" else {}
+    response = stranger.post(f"/api/v1/tasks/{task.pk}/{action}", body, format="json")
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == "not_your_task"
+    assert Task.objects.get(pk=task.pk).version == task.version
+    # ...while it may still read it: tasks are visible tenant-wide.
+    assert stranger.get(f"/api/v1/tasks/{task.pk}").status_code == 200
+
+
+def test_no_credentials_is_a_401_in_the_error_shape(main: Tenancy) -> None:
+    from rest_framework.test import APIClient
+
+    response = APIClient().get("/api/v1/tasks")
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "not_authenticated"
+    assert response["WWW-Authenticate"] == "Token"
+
+
+@pytest.mark.parametrize("header", ["Token nope", "Token", "Token a b", "Token \xff\xfe"])
+def test_a_bad_token_is_a_401(main: Tenancy, header: str) -> None:
+    from rest_framework.test import APIClient
+
+    response = APIClient().get("/api/v1/tasks", HTTP_AUTHORIZATION=header)
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "authentication_failed"
+
+
+def test_a_revoked_key_is_a_401(main: Tenancy) -> None:
+    from tasks_app.models import ApiKey
+
+    client = main.client(ADM)
+    assert client.get("/api/v1/tasks").status_code == 200
+    ApiKey.objects.filter(user=main.users[ADM]).update(revoked=True)
+    assert client.get("/api/v1/tasks").status_code == 401
+
+
+def test_session_auth_works_for_the_console(main: Tenancy) -> None:
+    from rest_framework.test import APIClient
+
+    client = APIClient(enforce_csrf_checks=True)
+    client.force_login(main.users[OP])
+    assert client.get("/api/v1/tasks").status_code == 200
+    # unsafe methods need the CSRF token, as for any session call
+    response = client.post("/api/v1/tasks/bulk-cancel", {"status": ["CREATED"]}, format="json")
+    assert response.status_code == 403
+
+
+def test_a_user_without_a_tenant_is_refused(db: Any) -> None:
+    from django.contrib.auth import get_user_model
+
+    loner = get_user_model().objects.create(username="loner")
+    response = client_for(loner).get("/api/v1/tasks")
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == "no_tenant"

@@ -1,0 +1,1 @@
+"""REST API of tool registrations (admins)."""

@@ -1,0 +1,136 @@
+"""Tool registration endpoints (admins): list, register, read, update, enable/disable.
+
+Input serializers check types and bounds; what a registration may contain
+(URLs, dotted paths, schemas that are valid JSON Schema, secrets only by
+name) is `tools_app.services`'. Reads are tenant-scoped: another tenant's
+tool is a 404 and never listed.
+"""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from config.api_base import TenantAPIView
+from config.api_errors import error_responses
+from config.errors import not_found
+
+from ..models import Risk, SideEffect, ToolKind
+from ..selectors import tool_of_tenant, tools_of_tenant
+from ..services import tool_create, tool_update
+
+TAGS = ["tools"]
+
+
+class ToolSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    description = serializers.CharField(allow_blank=True)
+    kind = serializers.ChoiceField(choices=ToolKind.choices)
+    target = serializers.CharField(
+        allow_blank=True, help_text="Python tools: the function's dotted path."
+    )
+    url = serializers.CharField(
+        allow_blank=True, help_text="HTTP tools: POSTed with the arguments."
+    )
+    status_url = serializers.CharField(allow_blank=True, help_text="GET with {key} substituted.")
+    status_tool = serializers.CharField(allow_blank=True)
+    compensation_tool = serializers.CharField(allow_blank=True)
+    secret_headers = serializers.DictField(
+        child=serializers.CharField(), help_text="{header: name of the setting/env variable}"
+    )
+    args_schema = serializers.DictField(child=serializers.JSONField())
+    result_schema = serializers.DictField(child=serializers.JSONField())
+    side_effect = serializers.ChoiceField(choices=SideEffect.choices)
+    risk = serializers.ChoiceField(choices=Risk.choices)
+    requires_approval = serializers.BooleanField()
+    timeout_s = serializers.FloatField()
+    max_retries = serializers.IntegerField()
+    enabled = serializers.BooleanField()
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+
+class ToolWriteSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=64)
+    description = serializers.CharField(max_length=5000, allow_blank=True, required=False)
+    kind = serializers.ChoiceField(choices=ToolKind.choices, required=False)
+    target = serializers.CharField(max_length=255, allow_blank=True, required=False)
+    url = serializers.CharField(max_length=500, allow_blank=True, required=False)
+    status_url = serializers.CharField(max_length=500, allow_blank=True, required=False)
+    status_tool = serializers.CharField(max_length=100, allow_blank=True, required=False)
+    compensation_tool = serializers.CharField(max_length=100, allow_blank=True, required=False)
+    secret_headers = serializers.DictField(
+        child=serializers.CharField(max_length=128), required=False
+    )
+    args_schema = serializers.DictField(
+        child=serializers.JSONField(),
+        required=False,
+        help_text='JSON Schema of the arguments (default {"type": "object"}).',
+    )
+    result_schema = serializers.DictField(child=serializers.JSONField(), required=False)
+    side_effect = serializers.ChoiceField(choices=SideEffect.choices, required=False)
+    risk = serializers.ChoiceField(choices=Risk.choices, required=False)
+    requires_approval = serializers.BooleanField(required=False)
+    timeout_s = serializers.FloatField(min_value=0.001, max_value=600, required=False)
+    max_retries = serializers.IntegerField(min_value=0, max_value=20, required=False)
+    enabled = serializers.BooleanField(required=False)
+
+
+class ToolListView(TenantAPIView):
+    """The tenant's tools (admins): list and register."""
+
+    policy = {"GET": "tool.read", "POST": "tool.write"}
+
+    @extend_schema(
+        operation_id="tools_list",
+        tags=TAGS,
+        summary="List tools",
+        responses={200: ToolSerializer(many=True), **error_responses()},
+    )
+    def get(self, request: Request) -> Response:
+        return Response(ToolSerializer(tools_of_tenant(self.access.tenant_id), many=True).data)
+
+    @extend_schema(
+        operation_id="tools_create",
+        tags=TAGS,
+        summary="Register a tool",
+        request=ToolWriteSerializer,
+        responses={201: ToolSerializer, **error_responses(409)},
+    )
+    def post(self, request: Request) -> Response:
+        data = self.validated(ToolWriteSerializer)
+        name = data.pop("name")
+        tool = tool_create(tenant_id=self.access.tenant_id, name=name, **data)
+        return Response(ToolSerializer(tool).data, status=status.HTTP_201_CREATED)
+
+
+class ToolDetailView(TenantAPIView):
+    """One tool (admins): read, change, enable or disable."""
+
+    policy = {"GET": "tool.read", "PATCH": "tool.write"}
+
+    @extend_schema(
+        operation_id="tools_retrieve",
+        tags=TAGS,
+        summary="A tool",
+        responses={200: ToolSerializer, **error_responses()},
+    )
+    def get(self, request: Request, name: str) -> Response:
+        tool = tool_of_tenant(self.access.tenant_id, name)
+        if tool is None:
+            raise not_found("Tool")
+        return Response(ToolSerializer(tool).data)
+
+    @extend_schema(
+        operation_id="tools_update",
+        tags=TAGS,
+        summary="Change a tool (`enabled: false` disables it)",
+        request=ToolWriteSerializer,
+        responses={200: ToolSerializer, **error_responses(409)},
+    )
+    def patch(self, request: Request, name: str) -> Response:
+        data = self.validated(ToolWriteSerializer, partial=True)
+        tool = tool_update(tenant_id=self.access.tenant_id, name=name, changes=data)
+        return Response(ToolSerializer(tool).data)

@@ -1,0 +1,26 @@
+"""Reads of tool registrations and of the idempotency ledger, scoped by the caller."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+
+from .models import Tool, ToolExecution
+
+
+def tools_of_tenant(tenant_id: int) -> QuerySet[Tool]:
+    return Tool.objects.filter(tenant_id=tenant_id).order_by("name")
+
+
+def tool_of_tenant(tenant_id: int, name: str) -> Tool | None:
+    return tools_of_tenant(tenant_id).filter(name=name).first()
+
+
+def ledger_attempts(*, tenant_id: int, keys: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Each call attempt recorded in the ledger, by idempotency key."""
+    rows = ToolExecution.objects.filter(tenant_id=tenant_id, idempotency_key__in=keys)
+    return {
+        row.idempotency_key: list(row.attempts or [])
+        for row in rows.only("idempotency_key", "attempts")
+    }

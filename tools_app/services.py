@@ -1,0 +1,243 @@
+"""Tool registrations: create, update, enable/disable, each field checked before it is stored.
+
+- An `http` tool is registrable without writing Python: `url` (POSTed to with
+  the arguments), an optional `status_url` with `{key}` (GET, "did key K
+  happen?"), header secrets named by setting/env variable (never stored in
+  clear), schemas, side effect, risk, timeout and retries.
+- A `python` tool names a dotted path to server code. Registering one loads
+  that code, so its module must sit under one of the prefixes of the setting
+  `TETHER_PYTHON_TOOL_MODULES` (default: the demo tools only).
+- `args_schema` and `result_schema` are JSON Schema 2020-12 and are checked
+  against the metaschema; arguments are always an object.
+
+Every refusal is a `DomainError` with field errors; nothing is written then.
+A tool's name is its identity (agent profiles and steps refer to it) and
+cannot change.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.validators import URLValidator
+from django.db import IntegrityError, transaction
+from django.utils.module_loading import import_string
+
+from config.errors import conflict, invalid, not_found
+
+from .models import Risk, SideEffect, Tool, ToolKind
+from .registry import check_schema
+
+NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
+HEADER = re.compile(r"[A-Za-z0-9-]{1,64}")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+RESERVED_HEADERS = {
+    "idempotency-key",
+    "x-tether-task",
+    "traceparent",
+    "content-type",
+    "content-length",
+}
+EDITABLE = (
+    "description",
+    "kind",
+    "target",
+    "url",
+    "status_url",
+    "status_tool",
+    "compensation_tool",
+    "secret_headers",
+    "args_schema",
+    "result_schema",
+    "risk",
+    "requires_approval",
+    "timeout_s",
+    "side_effect",
+    "max_retries",
+    "enabled",
+)
+MAX_TIMEOUT_S = 600.0
+MAX_RETRIES = 20
+_http_url = URLValidator(schemes=["http", "https"])
+
+
+def tool_create(*, tenant_id: int, name: str, **fields: Any) -> Tool:
+    _refuse_unknown(fields)
+    tool = Tool(tenant_id=tenant_id, name=name, args_schema={"type": "object"})
+    for key, value in fields.items():
+        setattr(tool, key, value)
+    errors = tool_errors(tool)
+    if not NAME.fullmatch(name or ""):
+        errors.setdefault("name", []).append(
+            "letters, digits, _ and -, starting with a letter (max 64)"
+        )
+    if errors:
+        raise invalid("invalid", "The request is not valid.", **errors)
+    if Tool.objects.filter(tenant_id=tenant_id, name=name).exists():
+        raise conflict("tool_exists", f"a tool named {name!r} already exists", name=name)
+    try:
+        with transaction.atomic():
+            tool.save()
+    except IntegrityError:  # a concurrent create of the same name won
+        raise conflict("tool_exists", f"a tool named {name!r} already exists", name=name)
+    return tool
+
+
+def tool_update(*, tenant_id: int, name: str, changes: dict[str, Any]) -> Tool:
+    """Change some fields; the merged registration is checked as a whole."""
+    changes = dict(changes)
+    if "name" in changes and changes.pop("name") != name:
+        raise invalid(
+            "invalid",
+            "The request is not valid.",
+            name=["a tool cannot be renamed: register a new tool instead"],
+        )
+    _refuse_unknown(changes)
+    with transaction.atomic():
+        tool = Tool.objects.select_for_update().filter(tenant_id=tenant_id, name=name).first()
+        if tool is None:
+            raise not_found("Tool")
+        for key, value in changes.items():
+            setattr(tool, key, value)
+        errors = tool_errors(tool)
+        if errors:
+            raise invalid("invalid", "The request is not valid.", **errors)
+        tool.save()
+    return tool
+
+
+def tool_set_enabled(*, tenant_id: int, name: str, enabled: bool) -> Tool:
+    return tool_update(tenant_id=tenant_id, name=name, changes={"enabled": enabled})
+
+
+def _refuse_unknown(fields: dict[str, Any]) -> None:
+    unknown = sorted(set(fields) - set(EDITABLE))
+    if unknown:
+        raise invalid(
+            "invalid", "The request is not valid.", **{k: ["unknown field"] for k in unknown}
+        )
+
+
+def tool_errors(tool: Tool) -> dict[str, list[str]]:
+    """Field errors of a registration as a whole (empty when it may be stored)."""
+    errors: dict[str, list[str]] = {}
+
+    def add(field: str, message: str) -> None:
+        errors.setdefault(field, []).append(message)
+
+    if tool.kind == ToolKind.HTTP:
+        if not tool.url:
+            add("url", "an http tool needs the URL it is POSTed to")
+        elif not _is_http_url(tool.url):
+            add("url", "an http(s) URL")
+        if tool.target:
+            add("target", "only python tools have a target")
+    elif tool.kind == ToolKind.PYTHON:
+        if not tool.target:
+            add("target", "a python tool needs the dotted path of its function")
+        else:
+            problem = _python_callable_problem(tool.target)
+            if problem:
+                add("target", problem)
+        if tool.url:
+            add("url", "only http tools have a URL")
+    else:
+        add("kind", f"one of {', '.join(ToolKind.values)}")
+
+    if tool.status_url:
+        if "{key}" not in tool.status_url:
+            add("status_url", "must contain {key}, where the idempotency key goes")
+        elif not _is_http_url(tool.status_url.replace("{key}", "k")):
+            add("status_url", "an http(s) URL")
+    if tool.status_tool:
+        if tool.status_url:
+            add("status_tool", "give a status_url or a status_tool, not both")
+        problem = _python_callable_problem(tool.status_tool)
+        if problem:
+            add("status_tool", problem)
+    if tool.compensation_tool:
+        if tool.compensation_tool == tool.name:
+            add("compensation_tool", "a tool cannot compensate itself")
+        elif not Tool.objects.filter(
+            tenant_id=tool.tenant_id, name=tool.compensation_tool
+        ).exists():
+            add("compensation_tool", f"no tool named {tool.compensation_tool!r} in this tenant")
+
+    if not isinstance(tool.secret_headers, dict):
+        add("secret_headers", "an object {header name: setting or environment variable name}")
+    else:
+        for header, source in tool.secret_headers.items():
+            if not HEADER.fullmatch(str(header)) or str(header).lower() in RESERVED_HEADERS:
+                add("secret_headers", f"{header!r} is not a header name Tether lets you set")
+            if not isinstance(source, str) or not ENV_NAME.fullmatch(source):
+                add(
+                    "secret_headers",
+                    f"{header}: the name of a setting or environment variable, "
+                    "not the secret itself",
+                )
+
+    schema_problems = check_schema(tool.args_schema)
+    if schema_problems:
+        errors["args_schema"] = schema_problems
+    elif tool.args_schema.get("type") != "object":
+        add("args_schema", 'arguments are a JSON object: the schema needs "type": "object"')
+    if tool.result_schema not in ({}, None):
+        problems = check_schema(tool.result_schema)
+        if problems:
+            errors["result_schema"] = problems
+    if tool.result_schema is None:
+        tool.result_schema = {}
+
+    if tool.side_effect not in SideEffect.values:
+        add("side_effect", f"one of {', '.join(SideEffect.values)}")
+    if tool.risk not in Risk.values:
+        add("risk", f"one of {', '.join(Risk.values)}")
+    if (
+        not isinstance(tool.timeout_s, int | float)
+        or isinstance(tool.timeout_s, bool)
+        or not 0 < tool.timeout_s <= MAX_TIMEOUT_S
+    ):
+        add("timeout_s", f"seconds, more than 0 and at most {MAX_TIMEOUT_S:g}")
+    if (
+        not isinstance(tool.max_retries, int)
+        or isinstance(tool.max_retries, bool)
+        or not 0 <= tool.max_retries <= MAX_RETRIES
+    ):
+        add("max_retries", f"an integer from 0 to {MAX_RETRIES}")
+    for flag in ("requires_approval", "enabled"):
+        if not isinstance(getattr(tool, flag), bool):
+            add(flag, "true or false")
+    if not errors:
+        try:
+            tool.full_clean(exclude=["tenant"], validate_unique=False, validate_constraints=False)
+        except DjangoValidationError as exc:
+            for field, messages in exc.message_dict.items():
+                errors.setdefault(field, []).extend(messages)
+    return errors
+
+
+def _is_http_url(value: str) -> bool:
+    try:
+        _http_url(value)
+    except DjangoValidationError:
+        return False
+    return True
+
+
+def _python_callable_problem(path: str) -> str | None:
+    if not isinstance(path, str) or not DOTTED.fullmatch(path):
+        return "a dotted path such as package.module.function"
+    prefixes = tuple(getattr(settings, "TETHER_PYTHON_TOOL_MODULES", ("tools_app.demo.",)))
+    if not path.startswith(prefixes):
+        return f"python tools must live under {', '.join(prefixes)} (TETHER_PYTHON_TOOL_MODULES)"
+    try:
+        target = import_string(path)
+    except (ImportError, ValueError):
+        return f"cannot import {path}"
+    if not callable(target):
+        return f"{path} is not callable"
+    return None
