@@ -38,14 +38,16 @@ def _require_role(actor: Actor) -> None:
 def _check_version(task: Task, expected_version: int | None, shown_version: int) -> int:
     version = shown_version if expected_version is None else expected_version
     if task.version != version:
-        raise conflict("stale_version", "the task has moved on since this view was taken; look again",
+        raise conflict("stale_version",
+                       "the task has moved on since this view was taken; look again",
                        expected_version=version, current_version=task.version, status=task.status)
     return version
 
 
 def _diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     keys = sorted(set(before) | set(after))
-    return {k: {"from": before.get(k), "to": after.get(k)} for k in keys if before.get(k) != after.get(k)}
+    return {k: {"from": before.get(k), "to": after.get(k)}
+            for k in keys if before.get(k) != after.get(k)}
 
 
 def approval_decide(
@@ -60,6 +62,9 @@ def approval_decide(
     expected_version: int | None = None,
     always_allow: bool = False,
 ) -> Approval:
+    if decision not in ("approve", "reject", "respond"):
+        raise invalid("invalid", "The request is not valid.",
+                      decision=["approve, reject or respond"])
     _require_role(actor)
     with transaction.atomic():
         approval = (Approval.objects.select_for_update()  # this instant only: one decision wins
@@ -73,12 +78,20 @@ def approval_decide(
         snapshot = task.agent_snapshot or {}
         if (task.requester_id is not None and task.requester_id == actor.user_id
                 and not snapshot.get("allow_self_approval")):
-            raise forbidden("separation_of_duties", "the requester of a task cannot decide on its actions")
+            raise forbidden("separation_of_duties",
+                            "the requester of a task cannot decide on its actions")
         version = _check_version(task, expected_version, approval.task_version)
         step = Step.objects.get(pk=approval.step_id)
+        shown = approval.args_hash
+        if args_hash(approval.args) != shown or args_hash(step.args or {}) != shown:
+            # The approval is bound to the arguments it showed: if the action to run is
+            # not the one the reviewer saw, nothing is decided.
+            raise conflict("stale_arguments", "the action changed since it was shown; look again",
+                           approval_id=approval.pk)
         now = timezone.now()
-        payload: dict[str, Any] = {"approval_id": approval.pk, "decision": decision, "comment": comment,
-                                   "step_no": step.step_no, "tool": approval.tool, "seen_version": version}
+        payload: dict[str, Any] = {"approval_id": approval.pk, "decision": decision,
+                                   "comment": comment, "step_no": step.step_no,
+                                   "tool": approval.tool, "seen_version": version}
 
         if decision == "approve":
             final_args = approval.args
@@ -88,7 +101,8 @@ def approval_decide(
                     approval.edited_args = final_args
                     approval.args_diff = _diff(approval.args, final_args)
                     payload["args_diff"] = approval.args_diff
-            key = idempotency_key(task_id=task.pk, step_id=step.pk, tool=approval.tool, args=final_args)
+            key = idempotency_key(task_id=task.pk, step_id=step.pk, tool=approval.tool,
+                                  args=final_args)
             task_transition(task_id=task.pk, event="approval_granted", actor=actor,
                             expected_version=version, payload=payload)
             Step.objects.filter(pk=step.pk).update(status=StepStatus.RUNNING, args=final_args,
@@ -103,9 +117,10 @@ def approval_decide(
                             expected_version=version, payload=payload)
             Step.objects.filter(pk=step.pk).update(
                 status=StepStatus.REJECTED, finished_at=now,
-                error={"type": "rejected", "message": "a reviewer rejected this call", "comment": comment})
+                error={"type": "rejected", "message": "a reviewer rejected this call",
+                       "comment": comment})
             approval.status = "rejected"
-        else:
+        else:  # respond: the reviewer's output stands in for the tool's result
             _validated_result(task, approval.tool, output)
             task_transition(task_id=task.pk, event="approval_granted", actor=actor,
                             expected_version=version, payload={**payload, "output": output},
@@ -158,6 +173,9 @@ def reconciliation_resolve(
     comment: str = "",
     expected_version: int | None = None,
 ) -> Reconciliation:
+    if outcome not in ("succeeded", "failed", "retry"):
+        raise invalid("invalid", "The request is not valid.",
+                      outcome=["succeeded, failed or retry"])
     _require_role(actor)
     with transaction.atomic():
         rec = (Reconciliation.objects.select_for_update()
@@ -165,7 +183,8 @@ def reconciliation_resolve(
         if rec is None:
             raise not_found("Reconciliation")
         if rec.status != "open":
-            raise conflict("already_resolved", f"this reconciliation is {rec.status}", status=rec.status)
+            raise conflict("already_resolved", f"this reconciliation is {rec.status}",
+                           status=rec.status)
         task = Task.objects.get(pk=rec.task_id)
         version = _check_version(task, expected_version, rec.task_version)
         step = Step.objects.get(pk=rec.step_id)
@@ -176,18 +195,24 @@ def reconciliation_resolve(
             if output is None:
                 raise invalid("invalid", "The request is not valid.",
                               output=["say what the call returned (the evidence you found)"])
-            task_transition(task_id=task.pk, event="reconciled", actor=actor, expected_version=version,
+            _validated_result(task, rec.tool, output)
+            task_transition(task_id=task.pk, event="reconciled", actor=actor,
+                            expected_version=version,
                             payload={**payload, "output": output},
                             fields={"tool_calls": F("tool_calls") + 1})
-            Step.objects.filter(pk=step.pk).update(status=StepStatus.SUCCEEDED, output=output, error=None,
+            Step.objects.filter(pk=step.pk).update(status=StepStatus.SUCCEEDED, output=output,
+                                                   error=None,
                                                    finished_at=now)
             settle_by_human(rec.idempotency_key, succeeded=True, result=output)
         elif outcome == "failed":
-            error = {"type": "reconciled_failed", "message": "a reviewer found the call did not happen",
+            error = {"type": "reconciled_failed",
+                     "message": "a reviewer found the call did not happen",
                      "comment": comment}
-            task_transition(task_id=task.pk, event="reconciled", actor=actor, expected_version=version,
+            task_transition(task_id=task.pk, event="reconciled", actor=actor,
+                            expected_version=version,
                             payload=payload, fields={"tool_calls": F("tool_calls") + 1})
-            Step.objects.filter(pk=step.pk).update(status=StepStatus.FAILED, error=error, finished_at=now)
+            Step.objects.filter(pk=step.pk).update(status=StepStatus.FAILED, error=error,
+                                                   finished_at=now)
             settle_by_human(rec.idempotency_key, succeeded=False, error=error)
         elif outcome == "retry":
             spec = tool_specs(tenant_id=task.tenant_id, names=[rec.tool]).get(rec.tool)
@@ -195,14 +220,13 @@ def reconciliation_resolve(
                 raise invalid("invalid", "The request is not valid.", outcome=[
                     "retry with the same key is only safe for tools that honour keys "
                     "(read or idempotent_write); mark it succeeded or failed instead"])
-            task_transition(task_id=task.pk, event="reconciled", actor=actor, expected_version=version,
+            task_transition(task_id=task.pk, event="reconciled", actor=actor,
+                            expected_version=version,
                             payload=payload)
-            Step.objects.filter(pk=step.pk).update(status=StepStatus.RUNNING, attempt=F("attempt") + 1,
+            Step.objects.filter(pk=step.pk).update(status=StepStatus.RUNNING,
+                                                   attempt=F("attempt") + 1,
                                                    next_attempt_at=None)
             reopen_for_retry(rec.idempotency_key)
-            schedule_advance_on_commit(task.pk)
-        else:
-            raise invalid("invalid", "The request is not valid.", outcome=["succeeded, failed or retry"])
         rec.status, rec.outcome, rec.output, rec.comment = "resolved", outcome, output, comment
         rec.resolved_by_id, rec.resolved_role, rec.resolved_at = actor.user_id, actor.role, now
         rec.save()
@@ -210,7 +234,8 @@ def reconciliation_resolve(
     return rec
 
 
-def reconciliation_requery(*, reconciliation_id: int, tenant_id: int, actor: Actor) -> Reconciliation:
+def reconciliation_requery(*, reconciliation_id: int, tenant_id: int,
+                           actor: Actor) -> Reconciliation:
     """Ask the tool's status query again (outside any transaction) and store its answer.
     A clear answer resolves the reconciliation with that evidence."""
     _require_role(actor)
@@ -218,7 +243,8 @@ def reconciliation_requery(*, reconciliation_id: int, tenant_id: int, actor: Act
     if rec is None:
         raise not_found("Reconciliation")
     if rec.status != "open":
-        raise conflict("already_resolved", f"this reconciliation is {rec.status}", status=rec.status)
+        raise conflict("already_resolved", f"this reconciliation is {rec.status}",
+                       status=rec.status)
     task = Task.objects.get(pk=rec.task_id)
     spec = tool_specs(tenant_id=task.tenant_id, names=[rec.tool]).get(rec.tool)
     if spec is None:
@@ -244,7 +270,8 @@ def approvals_expire() -> int:
     """Pending approvals past their SLA: reject, or reject and escalate, per the profile."""
     now = timezone.now()
     count = 0
-    for approval in Approval.objects.filter(status="pending", expires_at__lt=now).order_by("id")[:100]:
+    due = Approval.objects.filter(status="pending", expires_at__lt=now).order_by("id")[:100]
+    for approval in due:
         with transaction.atomic():
             task = Task.objects.get(pk=approval.task_id)
             fresh = Approval.objects.select_for_update().get(pk=approval.pk)

@@ -1,4 +1,11 @@
-"""Budget checks: pure functions of a snapshot."""
+"""Budget checks: pure functions of a snapshot.
+
+Each budget is checked where spending it is decided: steps and duration before
+every step; model calls and tokens before asking the model (a decision queued
+from an earlier reply costs neither); tool calls and per-tool limits when a
+tool call is proposed (so a task that used its tool calls can still answer).
+Limits are the profile's budget plus any extension granted on resume.
+"""
 from __future__ import annotations
 
 from datetime import datetime
@@ -6,16 +13,14 @@ from datetime import datetime
 from .snapshot import TaskSnapshot
 
 
-def exhausted_budget(snap: TaskSnapshot, now: datetime) -> str | None:
-    """The first budget the task has used up before asking the model again, or None."""
+def exhausted_budget(snap: TaskSnapshot, now: datetime, *, asking_model: bool = True) -> str | None:
+    """The first budget the task has used up before its next step, or None."""
     if snap.steps_count >= snap.limit("max_steps"):
         return "max_steps"
-    if snap.model_calls >= snap.limit("max_model_calls"):
+    if asking_model and snap.model_calls >= snap.limit("max_model_calls"):
         return "max_model_calls"
-    if snap.tokens >= snap.limit("max_tokens"):
+    if asking_model and snap.tokens >= snap.limit("max_tokens"):
         return "max_tokens"
-    if snap.tool_calls >= snap.limit("max_tool_calls"):
-        return "max_tool_calls"
     if snap.started_at is not None:
         elapsed = (now - snap.started_at).total_seconds()
         if elapsed >= snap.limit("max_duration_s"):
@@ -23,11 +28,21 @@ def exhausted_budget(snap: TaskSnapshot, now: datetime) -> str | None:
     return None
 
 
-def per_tool_exhausted(snap: TaskSnapshot, tool: str) -> bool:
+def tool_calls_exhausted(snap: TaskSnapshot) -> bool:
+    return snap.tool_calls >= snap.limit("max_tool_calls")
+
+
+def per_tool_limit(snap: TaskSnapshot, tool: str) -> int | None:
     limits = (snap.agent.get("budget") or {}).get("per_tool") or {}
     if tool not in limits:
-        return False
-    return snap.per_tool.get(tool, 0) >= int(limits[tool])
+        return None
+    extra = (snap.budget_extension.get("per_tool") or {}).get(tool, 0)
+    return int(limits[tool]) + int(extra)
+
+
+def per_tool_exhausted(snap: TaskSnapshot, tool: str) -> bool:
+    limit = per_tool_limit(snap, tool)
+    return limit is not None and snap.per_tool.get(tool, 0) >= limit
 
 
 def past_deadline(snap: TaskSnapshot, now: datetime) -> bool:

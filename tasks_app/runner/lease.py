@@ -34,7 +34,8 @@ def lease_take(*, task_id: int, owner: str) -> bool:
     return (
         Task.objects.filter(pk=task_id, version=row[0], status=TaskStatus.RUNNING)
         .filter(Q(lease_owner="") | Q(lease_expires_at__lt=now) | Q(lease_owner=owner))
-        .update(lease_owner=owner, lease_expires_at=now + lease_ttl(), heartbeat_at=now, next_run_at=None)
+        .update(lease_owner=owner, lease_expires_at=now + lease_ttl(), heartbeat_at=now,
+                next_run_at=None)
         == 1
     )
 

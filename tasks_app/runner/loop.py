@@ -64,6 +64,7 @@ def run_slice(task_id: int, *, owner: str | None = None) -> SliceReport:
         # and come back later. The step that failed was not committed.
         log.exception("advancing task %s failed", task_id)
         delay = 5.0
-        lease_release(task_id=task_id, owner=owner, next_run_at=timezone.now() + timedelta(seconds=delay))
+        lease_release(task_id=task_id, owner=owner,
+                      next_run_at=timezone.now() + timedelta(seconds=delay))
         schedule_advance(task_id, delay_s=delay)
         return SliceReport(True, steps, "error")

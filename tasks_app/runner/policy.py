@@ -1,15 +1,20 @@
 """Policy on a proposed tool call: a pure function of the decision, the tool
-spec and the task snapshot. The model only proposes; this decides."""
+spec and the task snapshot. The model only proposes; this decides.
+
+Order: allow-list, registration, argument schema (all "invalid": fed back to
+the model), then the task's tool-call budgets ("budget": the task fails or
+escalates), then whether a person must approve.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from tools_app.executor.types import ToolSpec
 from tools_app.registry import schema_errors
 
 from ..gateway.base import Decision
-from .budgets import per_tool_exhausted
+from .budgets import per_tool_exhausted, per_tool_limit, tool_calls_exhausted
 from .snapshot import TaskSnapshot
 
 Verdict = Literal["run", "approve", "invalid", "budget"]
@@ -18,7 +23,7 @@ Verdict = Literal["run", "approve", "invalid", "budget"]
 @dataclass(frozen=True)
 class PolicyResult:
     verdict: Verdict
-    error: dict | None = None
+    error: dict[str, Any] | None = None
 
 
 def check_tool_call(
@@ -28,21 +33,31 @@ def check_tool_call(
     snap: TaskSnapshot,
     always_allowed: frozenset[str] = frozenset(),
 ) -> PolicyResult:
+    tool = decision.tool
     allowed = snap.agent.get("tools") or []
-    if decision.tool not in allowed:
-        return PolicyResult("invalid", {"type": "unknown_tool", "tool": decision.tool,
-                                        "message": f"tool {decision.tool!r} is not available to this agent",
-                                        "available": list(allowed)})
+    if tool not in allowed:
+        return PolicyResult("invalid", {
+            "type": "unknown_tool", "tool": tool[:100], "available": list(allowed),
+            "message": f"tool {tool[:100]!r} is not available to this agent"})
     if spec is None:
-        return PolicyResult("invalid", {"type": "unknown_tool", "tool": decision.tool,
-                                        "message": f"tool {decision.tool!r} is not registered or disabled"})
+        return PolicyResult("invalid", {
+            "type": "unknown_tool", "tool": tool,
+            "message": f"tool {tool!r} is not registered or disabled"})
     errors = schema_errors(spec.args_schema, decision.args)
     if errors:
-        return PolicyResult("invalid", {"type": "invalid_arguments", "tool": decision.tool,
-                                        "message": "the arguments do not match the tool's schema",
-                                        "errors": errors})
-    if per_tool_exhausted(snap, decision.tool):
-        return PolicyResult("budget", {"type": "per_tool_limit", "tool": decision.tool})
-    if spec.requires_approval and decision.tool not in always_allowed:
+        return PolicyResult("invalid", {
+            "type": "invalid_arguments", "tool": tool, "errors": errors,
+            "message": "the arguments do not match the tool's schema"})
+    if tool_calls_exhausted(snap):
+        return PolicyResult("budget", {
+            "type": "budget_exhausted", "budget": "max_tool_calls", "tool": tool,
+            "used": snap.tool_calls, "limit": snap.limit("max_tool_calls"),
+            "message": "the task has used all its tool calls"})
+    if per_tool_exhausted(snap, tool):
+        return PolicyResult("budget", {
+            "type": "budget_exhausted", "budget": "per_tool_limit", "tool": tool,
+            "used": snap.per_tool.get(tool, 0), "limit": per_tool_limit(snap, tool),
+            "message": f"the task has used all its calls of {tool}"})
+    if spec.requires_approval and tool not in always_allowed:
         return PolicyResult("approve")
     return PolicyResult("run")

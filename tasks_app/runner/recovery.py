@@ -4,7 +4,11 @@ the embedded runner's own timer).
 - CREATED tasks are admitted while slots are free;
 - RUNNING tasks whose lease expired (their worker died) are re-enqueued, and
   so are RUNNING tasks nobody holds whose next run is due (a lost message);
-- pending approvals past their SLA expire.
+- pending approvals past their SLA expire;
+- tasks waiting for an answer or an approval past their deadline fail
+  (`deadline_exceeded`): the deadline holds while nobody runs them. Tasks
+  waiting for a reconciliation (the outside world's state is unknown) or for an
+  operator (escalated: the operator decides) are left to their person.
 
 What happens to a step left mid-call is decided by the ledger when the task
 runs again: same key for tools that honour keys, UNCERTAIN (status query,
@@ -15,13 +19,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from config.errors import DomainError
+
 from ..machine import TaskStatus
 from ..models import Task
+from ..services.actors import SYSTEM
 from ..services.admission import admit_created_tasks
 from ..services.dispatch import schedule_advance
+from ..services.transitions import task_transition
+
+DEADLINE_WAITS = (TaskStatus.WAITING_FOR_INPUT, TaskStatus.WAITING_FOR_APPROVAL)
 
 STALE_UNLEASED_S = 10
 
@@ -31,6 +42,7 @@ class SweepReport:
     admitted: int
     requeued: int
     approvals_expired: int
+    deadlines_failed: int = 0
 
 
 def recovery_sweep(*, batch: int = 500) -> SweepReport:
@@ -51,4 +63,34 @@ def recovery_sweep(*, batch: int = 500) -> SweepReport:
     )
     for task_id in orphans:
         schedule_advance(task_id)
-    return SweepReport(admitted=len(admitted), requeued=len(orphans), approvals_expired=approvals_expire())
+    expired = approvals_expire()
+    return SweepReport(admitted=len(admitted), requeued=len(orphans), approvals_expired=expired,
+                       deadlines_failed=fail_waiting_past_deadline(batch=batch))
+
+
+def fail_waiting_past_deadline(*, batch: int = 500) -> int:
+    """Fail tasks waiting for an answer or an approval whose deadline passed."""
+    from approvals_app.services.closing import close_open_requests
+
+    now = timezone.now()
+    due = list(
+        Task.objects.filter(status__in=DEADLINE_WAITS, deadline_at__lt=now)
+        .order_by("id").values_list("id", "version", "status")[:batch]
+    )
+    failed = 0
+    for task_id, version, status in due:
+        try:
+            with transaction.atomic():
+                task_transition(
+                    task_id=task_id, event="deadline_exceeded", actor=SYSTEM,
+                    expected_version=version,
+                    payload={"reason": "deadline", "while": status},
+                    fields={"failure_reason": "deadline",
+                            "failure_detail": {"detail": {"while": status}, "version": version,
+                                               "at": now.isoformat()}},
+                )
+                close_open_requests(task_id=task_id)
+        except DomainError:
+            continue  # somebody acted on it meanwhile; the next sweep looks again
+        failed += 1
+    return failed

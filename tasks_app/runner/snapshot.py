@@ -26,7 +26,7 @@ class TaskSnapshot:
     tool_calls: int
     tokens: int
     per_tool: dict[str, int]
-    budget_extension: dict[str, int]
+    budget_extension: dict[str, Any]  # {budget name: n, "per_tool": {tool: n}}
     last_call_hash: str
     repeat_count: int
     stale_steps: int
@@ -61,7 +61,7 @@ class TaskSnapshot:
 
     def limit(self, name: str) -> int:
         base = int((self.agent.get("budget") or {}).get(name) or 0)
-        return base + int(self.budget_extension.get(name, 0))
+        return base + int(self.budget_extension.get(name) or 0)
 
     @property
     def on_exhaustion(self) -> str:

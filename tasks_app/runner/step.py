@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -29,11 +29,19 @@ from django.utils import timezone
 
 from approvals_app.services import opening
 from config.errors import DomainError, ErrorKind
-from tools_app.executor import OutcomeKind, ToolCall, ToolContext, ToolOutcome, execute_through_ledger
+from tools_app.executor import (
+    OutcomeKind,
+    ToolCall,
+    ToolContext,
+    ToolOutcome,
+    execute_through_ledger,
+)
+from tools_app.executor.jsonsafe import has_nul, storable
 from tools_app.executor.types import ToolSpec
 from tools_app.registry import schema_errors, tool_specs
 
 from ..context.builder import build_context
+from ..context.summaries import summary_maybe_create
 from ..gateway import Decision, GatewayError, ModelReply, get_backend
 from ..keys import call_fingerprint, canonical_json, idempotency_key, sha256_hex
 from ..machine import TaskStatus
@@ -90,14 +98,15 @@ def advance_one_step(*, task_id: int, owner: str) -> StepResult:
             StepStatus.RUNNING, StepStatus.RETRYING, StepStatus.UNCERTAIN,
         ):
             if current.next_attempt_at and current.next_attempt_at > now:
-                return StepResult(Next.LATER, (current.next_attempt_at - now).total_seconds(), "backoff")
+                return StepResult(Next.LATER, (current.next_attempt_at - now).total_seconds(),
+                                  "backoff")
             return _execute(snap, current, owner=owner, actor=actor)
         if stalled(snap):
             return _exhaust(snap, "no_progress", actor, detail={"signal": "no_new_observation"})
-        budget = exhausted_budget(snap, now)
+        queued = list((current.model_log or {}).get("queued") or []) if current is not None else []
+        budget = exhausted_budget(snap, now, asking_model=not queued)
         if budget is not None:
             return _exhaust(snap, budget, actor)
-        queued = list((current.model_log or {}).get("queued") or []) if current is not None else []
         specs = tool_specs(tenant_id=snap.tenant_id, names=list(snap.agent.get("tools") or []))
         if queued:
             decision = Decision.from_dict(queued[0])
@@ -117,7 +126,10 @@ def advance_one_step(*, task_id: int, owner: str) -> StepResult:
                 "queued": [d.as_dict() for d in reply.decisions[1:]],
             }
             counters = {"model_calls": F("model_calls") + 1, "tokens": F("tokens") + reply.tokens}
-        return _record_decision(snap, decision, model_log, counters, specs, owner=owner, actor=actor)
+        result = _record_decision(snap, decision, model_log, counters, specs, owner=owner,
+                                  actor=actor)
+        summary_maybe_create(task_id=task_id)  # after the step committed; never raises
+        return result
     except (_Stale, IntegrityError):
         return CONTINUE  # somebody else committed this version: re-read and decide again
     except DomainError as exc:
@@ -137,11 +149,14 @@ def _ask_model(snap: TaskSnapshot, specs: dict[str, ToolSpec]) -> ModelReply | S
     except GatewayError as exc:
         if exc.retryable:
             return StepResult(Next.LATER, exc.retry_after_s or backoff_s(1), f"model: {exc}")
-        return _fail(snap, "model_unavailable", Actor.worker("gateway"), detail={"message": str(exc)})
+        return _fail(snap, "model_unavailable", Actor.worker("gateway"),
+                     detail={"message": str(exc)})
     if not reply.latency_ms:
-        reply = ModelReply(**{**reply.__dict__, "latency_ms": int((time.monotonic() - started) * 1000)})
+        reply = ModelReply(**{**reply.__dict__,
+                              "latency_ms": int((time.monotonic() - started) * 1000)})
     if not reply.input_summary:
-        reply = ModelReply(**{**reply.__dict__, "input_summary": f"{context.size_chars()} chars of context"})
+        reply = ModelReply(**{**reply.__dict__,
+                              "input_summary": f"{context.size_chars()} chars of context"})
     return reply
 
 
@@ -157,7 +172,8 @@ def _new_step(snap: TaskSnapshot, *, kind: str, status: str, decision: Decision,
 
 
 def _guard(snap: TaskSnapshot, **fields: Any) -> None:
-    if not task_update_guarded(task_id=snap.id, version=snap.version, updated_at=timezone.now(), **fields):
+    if not task_update_guarded(task_id=snap.id, version=snap.version, updated_at=timezone.now(),
+                               **fields):
         raise _Stale()
 
 
@@ -178,10 +194,19 @@ def _record_decision(
 ) -> StepResult:
     counters = {**counters, "steps_count": F("steps_count") + 1}
     step_no = snap.steps_count + 1
+    model_log = storable(model_log)
+    if decision.kind == "invalid":
+        decision = replace(decision, raw=_no_nul(decision.raw), tool=_no_nul(decision.tool),
+                           error=_no_nul(decision.error))
+    elif has_nul(decision.as_dict()):
+        # jsonb cannot store it; the model is told, as for any malformed output
+        decision = Decision(kind="invalid", raw=canonical_json(decision.as_dict())[:2000],
+                            error="the decision contains NUL characters")
 
     if decision.kind == "invalid":
         return _invalid(snap, decision, model_log, counters, actor,
-                        {"type": "invalid_decision", "message": decision.error, "raw": decision.raw[:2000]})
+                        {"type": "invalid_decision", "message": decision.error,
+                         "raw": decision.raw[:2000]})
 
     if decision.kind == "ask_user":
         with transaction.atomic():
@@ -201,13 +226,15 @@ def _record_decision(
             errors = ["a final answer needs a result"]
         if errors:
             return _invalid(snap, decision, model_log, counters, actor,
-                            {"type": "invalid_result", "message": "the final result failed validation",
+                            {"type": "invalid_result",
+                             "message": "the final result failed validation",
                              "errors": errors})
         with transaction.atomic():
             _new_step(snap, kind=StepKind.FINAL, status=StepStatus.SUCCEEDED, decision=decision,
                       model_log=model_log, output=decision.result, finished_at=timezone.now())
             task_transition(task_id=snap.id, event="final_accepted", actor=actor,
-                            expected_version=snap.version, fields={**counters, "result": decision.result},
+                            expected_version=snap.version,
+                            fields={**counters, "result": decision.result},
                             payload={"step_no": step_no})
         return STOP
 
@@ -215,14 +242,18 @@ def _record_decision(
     spec = specs.get(decision.tool)
     call_hash = call_fingerprint(decision.tool, decision.args)
     if repeats_too_often(snap, call_hash):
-        return _exhaust(snap, "no_progress", actor, counters=counters,
-                        detail={"signal": "repeated_call", "tool": decision.tool, "args": decision.args})
+        return _refuse(snap, decision, model_log, counters, actor, reason="no_progress", error={
+            "type": "no_progress", "signal": "repeated_call", "tool": decision.tool,
+            "repeats": snap.repeat_count,
+            "message": "the same call with the same arguments was already repeated too often"})
     always = opening.always_allowed_tools(task_id=snap.id)
     verdict = check_tool_call(decision, spec=spec, snap=snap, always_allowed=always)
     if verdict.verdict == "invalid":
         return _invalid(snap, decision, model_log, counters, actor, verdict.error or {})
     if verdict.verdict == "budget":
-        return _exhaust(snap, "per_tool_limit", actor, counters=counters, detail=verdict.error)
+        error = verdict.error or {}
+        return _refuse(snap, decision, model_log, counters, actor,
+                       reason=str(error.get("budget", "budget")), error=error, offer_again=True)
     assert spec is not None
     needs_approval = verdict.verdict == "approve"
     with transaction.atomic():
@@ -241,7 +272,8 @@ def _record_decision(
             opening.approval_open(task_id=snap.id, tenant_id=snap.tenant_id, step_id=step.pk,
                                   tool=decision.tool, args=decision.args, risk=spec.risk,
                                   reason=decision.reason, cites=list(decision.cites),
-                                  task_version=done.version, sla_s=int(snap.agent.get("approval_sla_s") or 0))
+                                  task_version=done.version,
+                                  sla_s=int(snap.agent.get("approval_sla_s") or 0))
             return STOP
         _guard(snap, **counters)
         _event(snap, "decision_recorded", actor, {
@@ -249,19 +281,55 @@ def _record_decision(
             "idempotency_key": step.idempotency_key, "reason": decision.reason,
         })
     fresh = TaskSnapshot.of(Task.objects.get(pk=snap.id))
+    if fresh.status != TaskStatus.RUNNING:
+        return STOP  # canceled meanwhile: the step was discarded, the tool must not run
     return _execute(fresh, step, owner=owner, actor=actor)
 
 
-def _invalid(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any], counters: dict[str, Any],
-             actor: Actor, error: dict[str, Any]) -> StepResult:
-    """An invalid decision is recorded and fed back to the model as the step's error."""
+def _no_nul(text: str) -> str:
+    return text.replace("\x00", "")
+
+
+def _invalid(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
+             counters: dict[str, Any], actor: Actor, error: dict[str, Any]) -> StepResult:
+    """An invalid decision is recorded and fed back to the model as the step's error.
+    The same error again within the window is no new observation (no progress)."""
+    step_no = snap.steps_count + 1
+    error = storable(error)
+    output_hash = sha256_hex(canonical_json(error))
     with transaction.atomic():
         _new_step(snap, kind=StepKind.INVALID, status=StepStatus.FAILED, decision=decision,
-                  model_log=model_log, tool=decision.tool, args=decision.args or None, error=error,
-                  finished_at=timezone.now())
-        _guard(snap, **counters)
-        _event(snap, "invalid_decision", actor, {"step_no": snap.steps_count + 1, "error": error})
+                  model_log=model_log, tool=decision.tool[:100], args=decision.args or None,
+                  error=error, output_hash=output_hash, finished_at=timezone.now())
+        is_new = not _seen_recently(snap, step_no, output_hash)
+        _guard(snap, **counters, stale_steps=0 if is_new else snap.stale_steps + 1)
+        _event(snap, "invalid_decision", actor, {"step_no": step_no, "error": error})
     return CONTINUE
+
+
+def _seen_recently(snap: TaskSnapshot, step_no: int, output_hash: str) -> bool:
+    window = int(snap.agent.get("no_progress_window") or 6)
+    return Step.objects.filter(
+        task_id=snap.id, step_no__gte=step_no - window, step_no__lt=step_no,
+        output_hash=output_hash,
+    ).exists()
+
+
+def _refuse(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
+            counters: dict[str, Any], actor: Actor, *, reason: str, error: dict[str, Any],
+            offer_again: bool = False) -> StepResult:
+    """A tool call the runner will not make (a budget is used up, or no progress):
+    recorded as a failed step, so every decision has its step and the model sees
+    why; then the task fails or escalates. With `offer_again` (a budget refusal)
+    the decision is queued again, so a resume that extends the budget runs it."""
+    if offer_again and snap.on_exhaustion == "escalate":
+        model_log = {**model_log, "queued": [decision.as_dict(), *(model_log.get("queued") or [])]}
+    with transaction.atomic():
+        _new_step(snap, kind=StepKind.TOOL, status=StepStatus.FAILED, decision=decision,
+                  model_log=model_log, tool=decision.tool, args=decision.args, error=error,
+                  finished_at=timezone.now())
+        return _exhaust(snap, reason, actor, counters=counters, detail=error,
+                        step_no=snap.steps_count + 1)
 
 
 # --- executing a tool step ------------------------------------------------------
@@ -301,32 +369,32 @@ def _commit_outcome(snap: TaskSnapshot, step: Step, spec: ToolSpec | None, outco
                 ok = outcome.kind is OutcomeKind.OK
                 observed = outcome.result if ok else outcome.error
                 output_hash = sha256_hex(canonical_json(observed))
-                window = int(snap.agent.get("no_progress_window") or 6)
-                is_new = not Step.objects.filter(
-                    task_id=snap.id, step_no__gte=step.step_no - window, step_no__lt=step.step_no,
-                    output_hash=output_hash,
-                ).exists()
+                is_new = not _seen_recently(snap, step.step_no, output_hash)
                 progress = after_call(snap, call_hash=call_fingerprint(step.tool, step.args or {}),
                                       output_is_new=is_new)
                 per_tool = {**snap.per_tool, step.tool: snap.per_tool.get(step.tool, 0) + 1}
                 task_transition(
-                    task_id=snap.id, event="step_succeeded", actor=actor, expected_version=snap.version,
+                    task_id=snap.id, event="step_succeeded", actor=actor,
+                    expected_version=snap.version,
                     payload={"step_no": step.step_no, "tool": step.tool,
                              "step_status": StepStatus.SUCCEEDED if ok else StepStatus.FAILED,
                              "latency_ms": latency, "from_ledger": outcome.from_ledger,
                              **({"error": outcome.error} if not ok else {})},
                     fields={"tool_calls": F("tool_calls") + 1, "per_tool": per_tool,
                             "last_call_hash": progress.last_call_hash,
-                            "repeat_count": progress.repeat_count, "stale_steps": progress.stale_steps},
+                            "repeat_count": progress.repeat_count,
+                            "stale_steps": progress.stale_steps},
                 )
                 Step.objects.filter(pk=step.pk).update(
                     status=StepStatus.SUCCEEDED if ok else StepStatus.FAILED,
                     output=outcome.result if ok else None, error=None if ok else outcome.error,
-                    output_hash=output_hash, finished_at=now, latency_ms=latency, next_attempt_at=None,
+                    output_hash=output_hash, finished_at=now, latency_ms=latency,
+                    next_attempt_at=None,
                 )
                 return CONTINUE
             if outcome.kind is OutcomeKind.PERMISSION:
-                Step.objects.filter(pk=step.pk).update(status=StepStatus.FAILED, error=outcome.error,
+                Step.objects.filter(pk=step.pk).update(status=StepStatus.FAILED,
+                                                       error=outcome.error,
                                                        finished_at=now, latency_ms=latency)
                 task_transition(task_id=snap.id, event="fatal_error", actor=actor,
                                 expected_version=snap.version,
@@ -346,7 +414,8 @@ def _commit_outcome(snap: TaskSnapshot, step: Step, spec: ToolSpec | None, outco
                         status=StepStatus.RETRYING, attempt=F("attempt") + 1, error=outcome.error,
                         next_attempt_at=now + _seconds(delay))
                     return StepResult(Next.LATER, delay, "retry")
-                Step.objects.filter(pk=step.pk).update(status=StepStatus.FAILED, error=outcome.error,
+                Step.objects.filter(pk=step.pk).update(status=StepStatus.FAILED,
+                                                       error=outcome.error,
                                                        finished_at=now)
                 return _exhaust(snap, "retries_exhausted", actor, detail=outcome.error)
             # UNCERTAIN: the status query could not settle it: a person decides.
@@ -359,7 +428,8 @@ def _commit_outcome(snap: TaskSnapshot, step: Step, spec: ToolSpec | None, outco
             opening.reconciliation_open(
                 task_id=snap.id, tenant_id=snap.tenant_id, step_id=step.pk, tool=step.tool,
                 args=step.args or {}, idempotency_key=step.idempotency_key,
-                status_answer=outcome.status_answer, reason=(outcome.error or {}).get("type", "uncertain"),
+                status_answer=outcome.status_answer,
+                reason=(outcome.error or {}).get("type", "uncertain"),
                 task_version=done.version)
             return STOP
     except DomainError as exc:
@@ -375,21 +445,28 @@ def _seconds(s: float):  # type: ignore[no-untyped-def]
     return timedelta(seconds=s)
 
 
-def _discard_late(snap: TaskSnapshot, step: Step, outcome: ToolOutcome, actor: Actor, *, reason: str) -> None:
+def _discard_late(snap: TaskSnapshot, step: Step, outcome: ToolOutcome, actor: Actor, *,
+                  reason: str) -> None:
     """A result that arrived after cancel or a version change: kept, never applied."""
     late = {"kind": outcome.kind.value, "result": outcome.result, "error": outcome.error,
-            "arrived_at": timezone.now().isoformat(), "seen_version": snap.version}
+            "arrived_at": timezone.now().isoformat(), "seen_version": snap.version,
+            "from_ledger": outcome.from_ledger}
     with transaction.atomic():
         task = Task.objects.only("status", "version").get(pk=snap.id)
         fresh = Step.objects.select_for_update().get(pk=step.pk)  # held for this instant only
-        fresh.late_output = late
-        if fresh.status in (StepStatus.DISCARDED, StepStatus.RUNNING, StepStatus.RETRYING) and task.is_terminal:
-            fresh.status = StepStatus.DISCARDED
-        fresh.save(update_fields=["late_output", "status"])
+        # Another executor already settled this step: ours is a duplicate, the step
+        # keeps the outcome that was applied.
+        duplicate = fresh.status in (StepStatus.SUCCEEDED, StepStatus.FAILED, StepStatus.REJECTED)
+        if not duplicate:
+            fresh.late_output = late
+            if task.is_terminal:
+                fresh.status = StepStatus.DISCARDED
+            fresh.save(update_fields=["late_output", "status"])
         event_append(task_id=snap.id, tenant_id=snap.tenant_id, trace_id=snap.trace_id,
                      task_version=task.version, type="result_discarded", actor=actor,
                      payload={"step_no": step.step_no, "reason": reason, "task_status": task.status,
-                              "step_status": fresh.status})
+                              "step_status": fresh.status, "duplicate": duplicate,
+                              "late_kind": outcome.kind.value})
 
 
 # --- stopping ---------------------------------------------------------------------
@@ -405,8 +482,9 @@ def _failure_snapshot(snap: TaskSnapshot, detail: Any = None) -> dict[str, Any]:
     }
 
 
-def _exhaust(snap: TaskSnapshot, reason: str, actor: Actor, *, counters: dict[str, Any] | None = None,
-             detail: Any = None) -> StepResult:
+def _exhaust(snap: TaskSnapshot, reason: str, actor: Actor, *,
+             counters: dict[str, Any] | None = None,
+             detail: Any = None, step_no: int | None = None) -> StepResult:
     """Budget, deadline, no progress or retries used up: fail or escalate, as the profile says."""
     if snap.on_exhaustion == "escalate":
         event = "escalated"
@@ -415,13 +493,16 @@ def _exhaust(snap: TaskSnapshot, reason: str, actor: Actor, *, counters: dict[st
         event = {"deadline": "deadline_exceeded", "no_progress": "fatal_error",
                  "retries_exhausted": "fatal_error"}.get(reason, "budget_exhausted")
         fields = {"failure_reason": reason, "failure_detail": _failure_snapshot(snap, detail)}
+    payload = {"reason": reason, "detail": detail, **({"step_no": step_no} if step_no else {})}
     task_transition(task_id=snap.id, event=event, actor=actor, expected_version=snap.version,
-                    payload={"reason": reason, "detail": detail}, fields={**(counters or {}), **fields})
+                    payload=payload, fields={**(counters or {}), **fields})
     return STOP
 
 
 def _fail(snap: TaskSnapshot, reason: str, actor: Actor, *, detail: Any = None) -> StepResult:
-    task_transition(task_id=snap.id, event="fatal_error", actor=actor, expected_version=snap.version,
+    task_transition(task_id=snap.id, event="fatal_error", actor=actor,
+                    expected_version=snap.version,
                     payload={"reason": reason, "detail": detail},
-                    fields={"failure_reason": reason, "failure_detail": _failure_snapshot(snap, detail)})
+                    fields={"failure_reason": reason,
+                            "failure_detail": _failure_snapshot(snap, detail)})
     return STOP

@@ -13,6 +13,7 @@ from config.errors import conflict, invalid, not_found
 from ..keys import canonical_json, sha256_hex
 from ..machine import NON_TERMINAL, TaskStatus
 from ..models import AgentProfile, Step, StepStatus, Task
+from ..models.tasks import OPEN_STEP_STATUSES
 from .actors import Actor
 from .admission import admission_after_commit
 from .dispatch import schedule_advance_on_commit
@@ -55,7 +56,8 @@ def task_submit(
     if profile is None:
         raise invalid("invalid", "The request is not valid.", agent=[f"no agent named {agent!r}"])
     if not profile.enabled:
-        raise invalid("invalid", "The request is not valid.", agent=[f"agent {agent!r} is disabled"])
+        raise invalid("invalid", "The request is not valid.",
+                      agent=[f"agent {agent!r} is disabled"])
     backend = (profile.model or {}).get("backend", "scripted")
     if backend == "scripted":
         if script is None:
@@ -66,7 +68,8 @@ def task_submit(
                           script=[f"at most {MAX_SCRIPT_ENTRIES} entries"])
     elif script is not None:
         raise invalid("invalid", "The request is not valid.",
-                      script=[f"agent {agent!r} uses the {backend} backend; a script is only for scripted agents"])
+                      script=[f"agent {agent!r} uses the {backend} backend; "
+                              "a script is only for scripted agents"])
 
     try:
         with transaction.atomic():
@@ -113,16 +116,18 @@ def task_cancel(*, task_id: int, actor: Actor, expected_version: int | None = No
             task_id=task_id, event="task_canceled", actor=actor, expected_version=expected_version,
             payload={"reason": reason}, fields={"failure_reason": "canceled"},
         )
-        Step.objects.filter(task_id=task_id, status__in=[
-            StepStatus.PENDING_APPROVAL, StepStatus.RUNNING, StepStatus.RETRYING, StepStatus.UNCERTAIN,
-        ]).update(status=StepStatus.DISCARDED, error={"type": "canceled", "message": reason or "task canceled"})
+        Step.objects.filter(task_id=task_id, status__in=OPEN_STEP_STATUSES).update(
+            status=StepStatus.DISCARDED,
+            error={"type": "canceled", "message": reason or "task canceled"})
         from approvals_app.services.closing import close_open_requests
 
         close_open_requests(task_id=task_id)
     return done
 
 
-def task_cancel_many(*, task_ids: list[int], actor: Actor, reason: str = "") -> dict[str, list[int]]:
+def task_cancel_many(
+    *, task_ids: list[int], actor: Actor, reason: str = ""
+) -> dict[str, list[int]]:
     """Bulk cancel: each task in its own transaction; a task that ended meanwhile is skipped."""
     canceled, skipped = [], []
     for task_id in task_ids:
@@ -162,20 +167,59 @@ def task_provide_input(*, task_id: int, answer: str, actor: Actor,
     return done
 
 
+EXTENDABLE_BUDGETS = ("max_steps", "max_model_calls", "max_tool_calls", "max_tokens",
+                      "max_duration_s")
+MAX_EXTENSION = 10**9
+
+
+def _budget_extension(extend: Any) -> dict[str, Any]:
+    """Check a budget extension: {budget: n} and optionally {"per_tool": {tool: n}},
+    every n a non-negative integer."""
+    if extend is None:
+        return {}
+    if not isinstance(extend, dict):
+        raise invalid("invalid", "The request is not valid.", extend=["an object {budget name: n}"])
+    problems: list[str] = []
+
+    def amount(name: str, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_EXTENSION:
+            problems.append(f"{name}: a non-negative integer")
+            return 0
+        return value
+
+    clean: dict[str, Any] = {}
+    for key, value in extend.items():
+        if key == "per_tool":
+            if not isinstance(value, dict):
+                problems.append("per_tool: an object {tool name: n}")
+                continue
+            clean["per_tool"] = {str(t): amount(f"per_tool.{t}", n) for t, n in value.items()}
+        elif key in EXTENDABLE_BUDGETS:
+            clean[key] = amount(key, value)
+        else:
+            names = ", ".join(EXTENDABLE_BUDGETS)
+            problems.append(f"{key}: not a budget; one of {names}, per_tool")
+    if problems:
+        raise invalid("invalid", "The request is not valid.", extend=problems)
+    return clean
+
+
 def task_resume(*, task_id: int, actor: Actor, expected_version: int | None = None,
-                extend: dict[str, int] | None = None, comment: str = "") -> Transitioned:
-    """Resume an escalated task, optionally extending its budget (recorded)."""
-    extend = {k: int(v) for k, v in (extend or {}).items()}
-    allowed = {"max_steps", "max_model_calls", "max_tool_calls", "max_tokens", "max_duration_s"}
-    bad = sorted(set(extend) - allowed)
-    if bad or any(v < 0 for v in extend.values()):
-        raise invalid("invalid", "The request is not valid.",
-                      extend=[f"unknown or negative budget keys: {bad or 'negative value'}"])
+                extend: dict[str, Any] | None = None, comment: str = "") -> Transitioned:
+    """Resume an escalated task, optionally extending its budget (recorded):
+    `extend` = {budget name: n, "per_tool": {tool: n}}, added to earlier extensions."""
+    extend = _budget_extension(extend)
     with transaction.atomic():
         task = Task.objects.get(pk=task_id)
         merged = dict(task.budget_extension or {})
         for k, v in extend.items():
-            merged[k] = merged.get(k, 0) + v
+            if k == "per_tool":
+                tools = dict(merged.get("per_tool") or {})
+                for tool, n in v.items():
+                    tools[tool] = tools.get(tool, 0) + n
+                merged["per_tool"] = tools
+            else:
+                merged[k] = merged.get(k, 0) + v
         fields: dict[str, Any] = {"budget_extension": merged, "repeat_count": 0, "stale_steps": 0}
         if "max_duration_s" in extend and task.deadline_at:
             from datetime import timedelta

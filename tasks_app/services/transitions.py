@@ -19,7 +19,7 @@ from django_fsm import can_proceed
 
 from config.errors import DomainError, ErrorKind, conflict
 
-from ..machine import TERMINAL, TRANSITIONS
+from ..machine import TERMINAL, TRANSITIONS, TaskStatus
 from ..models import Task
 from .actors import Actor
 from .events import event_append
@@ -44,7 +44,8 @@ def task_transition(
 ) -> Transitioned:
     """Fire `event`; `fields` are written in the same guarded UPDATE (F() allowed)."""
     if event not in TRANSITIONS:
-        raise DomainError("unknown_event", f"unknown event {event!r}", kind=ErrorKind.INVALID,
+        # DESIGN.md: an unknown event is refused like a disallowed one (409), changing nothing.
+        raise DomainError("unknown_event", f"unknown event {event!r}", kind=ErrorKind.CONFLICT,
                           details={"event": event})
     with transaction.atomic():
         task = Task.objects.only("id", "tenant_id", "trace_id", "status", "version").get(pk=task_id)
@@ -54,12 +55,14 @@ def task_transition(
                            status=task.status)
         method = getattr(task, event)
         if not can_proceed(method):
-            raise conflict("illegal_transition", f"{event} is not allowed when the task is {task.status}",
+            raise conflict("illegal_transition",
+                           f"{event} is not allowed when the task is {task.status}",
                            event=event, status=task.status, version=task.version)
         source = task.status
         method()  # a pure guard: sets the in-memory status, nothing else
         now = timezone.now()
-        updates: dict[str, Any] = {"status": task.status, "version": task.version + 1, "updated_at": now}
+        updates: dict[str, Any] = {"status": task.status, "version": task.version + 1,
+                                   "updated_at": now}
         if task.status in TERMINAL:
             updates.update(finished_at=now, lease_owner="", lease_expires_at=None, next_run_at=None)
         updates.update(fields or {})
@@ -77,8 +80,8 @@ def task_transition(
             payload={"from": source, "to": task.status,
                      **{k: v for k, v in (payload or {}).items() if not isinstance(v, Expression)}},
         )
-        if source != task.status:
-            # A slot may have been freed or taken: let admission look again after commit.
+        if source == TaskStatus.RUNNING and task.status != TaskStatus.RUNNING:
+            # A RUNNING slot was freed: a CREATED task may start (after this commits).
             from .admission import admission_after_commit
 
             admission_after_commit()

@@ -6,24 +6,26 @@ valid against the tool's result schema; otherwise it is a business error.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from django.conf import settings
 from jsonschema import Draft202012Validator
 
 from . import http_kind, python_kind
+from .jsonsafe import has_nul, storable
 from .types import OutcomeKind, StatusAnswer, ToolCall, ToolOutcome
 
 
 def call_tool(call: ToolCall) -> ToolOutcome:
-    if call.spec.kind == "http":
-        outcome = http_kind.call(call)
-    else:
-        outcome = python_kind.call(call)
+    outcome = http_kind.call(call) if call.spec.kind == "http" else python_kind.call(call)
     if outcome.kind is OutcomeKind.OK:
         problem = check_result(call.spec.result_schema, outcome.result)
         if problem is not None:
             return ToolOutcome(kind=OutcomeKind.BUSINESS, error=problem)
+    elif outcome.error is not None:
+        # Errors are stored in the ledger, the step and an event: make them storable.
+        outcome = replace(outcome, error=storable(outcome.error))
     return outcome
 
 
@@ -37,16 +39,22 @@ def query_status(call: ToolCall) -> StatusAnswer:
 
 def check_result(schema: dict[str, Any], result: Any) -> dict[str, Any] | None:
     try:
-        encoded = json.dumps(result)
+        encoded = json.dumps(result, allow_nan=False)
     except (TypeError, ValueError) as exc:
         return {"type": "invalid_result", "message": f"the tool result is not JSON: {exc}"}
+    if "\\u0000" in encoded and has_nul(result):
+        # valid JSON, but jsonb cannot store it: refuse it here rather than fail the commit
+        return {"type": "invalid_result", "message": "the tool result contains NUL characters"}
     limit = settings.TETHER["MAX_TOOL_RESULT_BYTES"]
     if len(encoded.encode()) > limit:
         return {"type": "result_too_large", "message": f"the tool result exceeds {limit} bytes",
                 "size": len(encoded.encode())}
     if schema:
-        errors = sorted(Draft202012Validator(schema).iter_errors(result), key=lambda e: list(e.path))
+        validator = Draft202012Validator(schema)
+        errors = sorted(validator.iter_errors(result), key=lambda e: list(e.path))
         if errors:
-            return {"type": "invalid_result", "message": "the tool result does not match its schema",
-                    "errors": [f"{'/'.join(map(str, e.path)) or '(root)'}: {e.message}" for e in errors[:5]]}
+            return {"type": "invalid_result",
+                    "message": "the tool result does not match its schema",
+                    "errors": [f"{'/'.join(map(str, e.path)) or '(root)'}: {e.message}"
+                               for e in errors[:5]]}
     return None

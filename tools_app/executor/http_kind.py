@@ -7,14 +7,22 @@ stored in clear. Classification of the answer:
 - 2xx with a JSON body: the result;
 - 400/404/409/422: business error (the body goes back to the model);
 - 401/403: permission error;
-- 408, 429, 5xx, connection refused: transient (``Retry-After`` honoured);
+- 408, 429, 5xx, connection refused or a connect timeout (nothing was sent):
+  transient (``Retry-After`` honoured, in seconds or as an HTTP date);
 - a timeout or a reset *after the request was sent*: transient for tools that
-  honour keys, uncertain for plain writes.
+  honour keys, uncertain for plain writes;
+- an unusable URL: the tool is unavailable (the task stops, as for a python
+  tool that cannot be imported).
+
+Bodies are read up to ``MAX_TOOL_RESULT_BYTES``, never more.
 """
 from __future__ import annotations
 
+import json
 import os
 import secrets
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
@@ -25,6 +33,11 @@ from .types import OutcomeKind, StatusAnswer, ToolCall, ToolOutcome
 
 BUSINESS = {400, 404, 409, 422}
 PERMISSION = {401, 403}
+ERROR_BODY_BYTES = 16 * 1024
+SERVER_SECRETS = frozenset({
+    "SECRET_KEY", "SECRET_KEY_FALLBACKS", "DATABASES", "DATABASE_URL", "CELERY_BROKER_URL",
+    "CHANNEL_LAYER_URL", "CHANNEL_LAYERS", "EMAIL_HOST_PASSWORD", "REDIS_URL",
+})
 
 
 def _headers(call: ToolCall) -> dict[str, str]:
@@ -36,74 +49,133 @@ def _headers(call: ToolCall) -> dict[str, str]:
         "Accept": "application/json",
     }
     for header, source in (call.spec.secret_headers or {}).items():
-        value = getattr(settings, source, None) or os.environ.get(source)
+        value = _secret(str(source))
         if value:
-            headers[header] = str(value)
+            headers[header] = value
     return headers
 
 
-def _body(response: httpx.Response) -> Any:
-    try:
-        return response.json()
-    except ValueError:
-        return response.text[:2000]
+def _secret(source: str) -> str | None:
+    """A header secret by setting or environment variable name. The server's own
+    credentials are never handed to a tool a tenant admin registered."""
+    if source.upper() in SERVER_SECRETS:
+        return None
+    value = getattr(settings, source, None)
+    if not isinstance(value, str | int) or isinstance(value, bool):
+        value = os.environ.get(source)
+    return str(value) if value not in (None, "") else None
+
+
+def _body(content: bytes) -> Any:
+    """An error body as the model gets it: JSON when it parses, else a bounded text."""
+    if len(content) <= ERROR_BODY_BYTES:
+        try:
+            return json.loads(content)
+        except ValueError:
+            pass
+    return content[:2000].decode("utf-8", "replace")
 
 
 def _retry_after(response: httpx.Response) -> float | None:
+    """`Retry-After` in seconds: delta-seconds or an HTTP date."""
     value = response.headers.get("Retry-After")
     if value is None:
         return None
     try:
         return max(0.0, float(value))
     except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
         return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def _read_capped(response: httpx.Response, limit: int) -> tuple[bytes, bool]:
+    """Read at most `limit` bytes of the body; the flag says there was more."""
+    chunks: list[bytes] = []
+    size = 0
+    for chunk in response.iter_bytes():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            return b"".join(chunks)[:limit], True
+    return b"".join(chunks), False
+
+
+def _unavailable(call: ToolCall, exc: Exception) -> ToolOutcome:
+    # A broken registration (bad URL or scheme): nothing was sent, retrying cannot help.
+    return ToolOutcome(kind=OutcomeKind.PERMISSION, error={
+        "type": "tool_unavailable", "message": f"cannot call {call.spec.url!r}: {exc}"})
 
 
 def call(call: ToolCall) -> ToolOutcome:
     limit = settings.TETHER["MAX_TOOL_RESULT_BYTES"]
     ambiguous = OutcomeKind.TRANSIENT if call.spec.honours_keys else OutcomeKind.UNCERTAIN
     try:
-        with httpx.Client(timeout=call.spec.timeout_s, follow_redirects=False) as client:
-            response = client.post(call.spec.url, json=call.args, headers=_headers(call))
-    except httpx.ConnectError as exc:
-        # nothing was sent: safe to retry for every kind of tool
-        return ToolOutcome(kind=OutcomeKind.TRANSIENT, error={"type": "connect_error", "message": str(exc)})
+        with (
+            httpx.Client(timeout=call.spec.timeout_s, follow_redirects=False) as client,
+            client.stream("POST", call.spec.url, json=call.args,
+                          headers=_headers(call)) as response,
+        ):
+            content, too_large = _read_capped(response, limit)
+    except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
+        return _unavailable(call, exc)
+    except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+        # no connection, so nothing was sent: safe to retry for every kind of tool
+        return ToolOutcome(kind=OutcomeKind.TRANSIENT, error={
+            "type": "connect_error", "message": str(exc) or type(exc).__name__})
     except httpx.TimeoutException as exc:
-        return ToolOutcome(kind=ambiguous, error={"type": "timeout", "message": str(exc) or "timed out"})
-    except httpx.TransportError as exc:
-        return ToolOutcome(kind=ambiguous, error={"type": "transport_error", "message": str(exc)})
+        # sent (or partly sent) and no answer: it may have happened
+        return ToolOutcome(kind=ambiguous, error={
+            "type": "timeout", "message": str(exc) or "timed out"})
+    except httpx.HTTPError as exc:
+        # a reset or a broken answer after sending: it may have happened
+        return ToolOutcome(kind=ambiguous, error={
+            "type": "transport_error", "message": str(exc) or type(exc).__name__})
     code = response.status_code
     if 200 <= code < 300:
-        if len(response.content) > limit:
+        if too_large:
             return ToolOutcome(kind=OutcomeKind.BUSINESS, error={
                 "type": "result_too_large", "message": f"the tool result exceeds {limit} bytes"})
         try:
-            return ToolOutcome(kind=OutcomeKind.OK, result=response.json())
+            return ToolOutcome(kind=OutcomeKind.OK, result=json.loads(content))
         except ValueError:
             return ToolOutcome(kind=OutcomeKind.BUSINESS, error={
                 "type": "invalid_result", "message": "the tool answered 2xx without a JSON body",
-                "body": response.text[:500]})
-    error = {"type": "http_error", "status": code, "body": _body(response)}
+                "body": content[:500].decode("utf-8", "replace")})
+    error = {"type": "http_error", "status": code, "body": _body(content)}
     if code in BUSINESS:
         return ToolOutcome(kind=OutcomeKind.BUSINESS, error=error)
     if code in PERMISSION:
         return ToolOutcome(kind=OutcomeKind.PERMISSION, error=error)
     if code in (408, 429) or code >= 500:
-        return ToolOutcome(kind=OutcomeKind.TRANSIENT, error=error, retry_after_s=_retry_after(response))
+        return ToolOutcome(kind=OutcomeKind.TRANSIENT, error=error,
+                           retry_after_s=_retry_after(response))
     return ToolOutcome(kind=OutcomeKind.BUSINESS, error=error)
 
 
 def query_status(call: ToolCall) -> StatusAnswer:
     url = call.spec.status_url.replace("{key}", call.context.idempotency_key)
+    limit = settings.TETHER["MAX_TOOL_RESULT_BYTES"]
     try:
-        with httpx.Client(timeout=max(call.spec.timeout_s, 5.0)) as client:
-            response = client.get(url, headers=_headers(call))
-    except httpx.HTTPError as exc:
+        with (
+            httpx.Client(timeout=max(call.spec.timeout_s, 5.0)) as client,
+            client.stream("GET", url, headers=_headers(call)) as response,
+        ):
+            content, too_large = _read_capped(response, limit)
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
         return StatusAnswer(state="unknown", detail=f"status query failed: {exc}")
+    if too_large:
+        return StatusAnswer(state="unknown", detail="the status query's answer is too large")
     try:
-        data = response.json()
+        data = json.loads(content)
     except ValueError:
-        return StatusAnswer(state="unknown", detail=f"status query answered {response.status_code} without JSON")
+        return StatusAnswer(state="unknown",
+                            detail=f"status query answered {response.status_code} without JSON")
     if not 200 <= response.status_code < 300 and not (isinstance(data, dict) and "state" in data):
         return StatusAnswer(state="unknown", detail=f"status query answered {response.status_code}")
     return status_answer_from(data)

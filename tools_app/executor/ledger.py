@@ -99,7 +99,8 @@ def _claim(call: ToolCall, *, owner: str) -> ToolOutcome | None:
     now = timezone.now()
     # The claim outlives the call's own timeout by a grace period; past it, the
     # claimer is presumed dead and recovery may take the key over.
-    claim_until = now + timedelta(seconds=call.spec.timeout_s + settings.TETHER["LEDGER_CLAIM_GRACE_S"])
+    grace_s = settings.TETHER["LEDGER_CLAIM_GRACE_S"]
+    claim_until = now + timedelta(seconds=call.spec.timeout_s + grace_s)
     attempt = {"started_at": now.isoformat(), "owner": owner}
     try:
         with transaction.atomic():

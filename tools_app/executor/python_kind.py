@@ -18,7 +18,9 @@ from .ledger_answers import status_answer_from
 from .types import OutcomeKind, StatusAnswer, ToolCall, ToolOutcome
 
 
-def _run_with_timeout(fn: Callable[[], Any], timeout_s: float) -> tuple[bool, Any, BaseException | None]:
+def _run_with_timeout(
+    fn: Callable[[], Any], timeout_s: float
+) -> tuple[bool, Any, BaseException | None]:
     box: dict[str, Any] = {}
     done = threading.Event()
 
@@ -40,10 +42,11 @@ def _run_with_timeout(fn: Callable[[], Any], timeout_s: float) -> tuple[bool, An
 def call(call: ToolCall) -> ToolOutcome:
     try:
         fn = import_string(call.spec.target)
-    except ImportError as exc:
-        return ToolOutcome(kind=OutcomeKind.PERMISSION,
-                           error={"type": "tool_unavailable", "message": f"cannot load {call.spec.target}: {exc}"})
-    finished, value, error = _run_with_timeout(lambda: fn(dict(call.args), call.context), call.spec.timeout_s)
+    except Exception as exc:  # noqa: BLE001 - a broken registration, whatever the import raised
+        return ToolOutcome(kind=OutcomeKind.PERMISSION, error={
+            "type": "tool_unavailable", "message": f"cannot load {call.spec.target}: {exc}"})
+    finished, value, error = _run_with_timeout(
+        lambda: fn(dict(call.args), call.context), call.spec.timeout_s)
     if not finished:
         kind = OutcomeKind.TRANSIENT if call.spec.honours_keys else OutcomeKind.UNCERTAIN
         return ToolOutcome(kind=kind, error={"type": "timeout",
@@ -62,18 +65,21 @@ def call(call: ToolCall) -> ToolOutcome:
     # An unexpected crash inside the tool: for a plain write we cannot know whether
     # the effect happened before it crashed.
     kind = OutcomeKind.BUSINESS if call.spec.honours_keys else OutcomeKind.UNCERTAIN
-    return ToolOutcome(kind=kind, error={"type": "tool_crashed", "message": f"{type(error).__name__}: {error}"})
+    return ToolOutcome(kind=kind, error={
+        "type": "tool_crashed", "message": f"{type(error).__name__}: {error}"})
 
 
 def query_status(call: ToolCall) -> StatusAnswer:
     try:
         fn = import_string(call.spec.status_tool)
-    except ImportError:
-        return StatusAnswer(state="unknown", detail=f"cannot load status query {call.spec.status_tool}")
+    except Exception:  # noqa: BLE001 - a broken registration, whatever the import raised
+        return StatusAnswer(state="unknown",
+                            detail=f"cannot load status query {call.spec.status_tool}")
     finished, value, error = _run_with_timeout(
         lambda: fn({"idempotency_key": call.context.idempotency_key}, call.context),
         max(call.spec.timeout_s, 5.0),
     )
     if not finished or error is not None:
-        return StatusAnswer(state="unknown", detail=f"the status query failed: {error or 'timeout'}")
+        return StatusAnswer(state="unknown",
+                            detail=f"the status query failed: {error or 'timeout'}")
     return status_answer_from(value)
