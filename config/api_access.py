@@ -14,6 +14,7 @@ task.cancel              requester, operator, admin            a requester: own 
 task.cancel_many         operator, admin                       bulk cancel by filter
 task.input               requester, reviewer, admin            a requester: own tasks only
 task.resume, task.fail   operator, admin                       escalated / waiting tasks
+task.summary_rollback    operator, admin                       restore a context summary
 question.read            requester, operator, reviewer, admin
 approval.read            operator, reviewer, admin
 approval.decide          reviewer, admin                       approve / reject / respond
@@ -52,6 +53,7 @@ POLICY: dict[str, frozenset[str]] = {
     "task.input": frozenset({R.REQUESTER, R.REVIEWER, R.ADMIN}),
     "task.resume": frozenset({R.OPERATOR, R.ADMIN}),
     "task.fail": frozenset({R.OPERATOR, R.ADMIN}),
+    "task.summary_rollback": frozenset({R.OPERATOR, R.ADMIN}),
     "question.read": ALL_ROLES,
     "approval.read": frozenset({R.OPERATOR, R.REVIEWER, R.ADMIN}),
     "approval.decide": frozenset({R.REVIEWER, R.ADMIN}),

@@ -25,6 +25,14 @@ urlpatterns = [
     path("tasks/<id:task_id>", tasks.TaskDetailView.as_view(), name="api-task"),
     path("tasks/<id:task_id>/steps", tasks.TaskStepsView.as_view(), name="api-task-steps"),
     path("tasks/<id:task_id>/events", tasks.TaskEventsView.as_view(), name="api-task-events"),
+    path(
+        "tasks/<id:task_id>/summaries", tasks.TaskSummariesView.as_view(), name="api-task-summaries"
+    ),
+    path(
+        "tasks/<id:task_id>/summaries/<id:version>/rollback",
+        tasks.TaskSummaryRollbackView.as_view(),
+        name="api-task-summary-rollback",
+    ),
     path("tasks/<id:task_id>/cancel", tasks.TaskCancelView.as_view(), name="api-task-cancel"),
     path("tasks/<id:task_id>/input", tasks.TaskInputView.as_view(), name="api-task-input"),
     path("tasks/<id:task_id>/resume", tasks.TaskResumeView.as_view(), name="api-task-resume"),

@@ -28,6 +28,7 @@ from django.utils.module_loading import import_string
 
 from config.errors import conflict, invalid, not_found
 
+from .executor.http_kind import SECRET_PREFIX
 from .models import Risk, SideEffect, Tool, ToolKind
 from .registry import check_schema
 
@@ -168,16 +169,17 @@ def tool_errors(tool: Tool) -> dict[str, list[str]]:
             add("compensation_tool", f"no tool named {tool.compensation_tool!r} in this tenant")
 
     if not isinstance(tool.secret_headers, dict):
-        add("secret_headers", "an object {header name: setting or environment variable name}")
+        add("secret_headers", f"an object {{header name: {SECRET_PREFIX}* environment variable}}")
     else:
         for header, source in tool.secret_headers.items():
             if not HEADER.fullmatch(str(header)) or str(header).lower() in RESERVED_HEADERS:
                 add("secret_headers", f"{header!r} is not a header name Tether lets you set")
-            if not isinstance(source, str) or not ENV_NAME.fullmatch(source):
+            if (not isinstance(source, str) or not ENV_NAME.fullmatch(source)
+                    or not source.startswith(SECRET_PREFIX)):
                 add(
                     "secret_headers",
-                    f"{header}: the name of a setting or environment variable, "
-                    "not the secret itself",
+                    f"{header}: the name of an environment variable starting with "
+                    f"{SECRET_PREFIX} (not the secret itself)",
                 )
 
     schema_problems = check_schema(tool.args_schema)

@@ -13,7 +13,7 @@ from rest_framework import serializers
 
 from config.api_base import ExpectedVersionMixin
 from tasks_app.machine import NON_TERMINAL, TaskStatus
-from tasks_app.models import StepStatus, Task
+from tasks_app.models import Step, StepStatus, Task
 
 MAX_GOAL = 10_000
 MAX_TEXT = 10_000
@@ -103,12 +103,62 @@ class TaskDetailSerializer(TaskSerializer):
         return self.context.get("open_request")
 
 
+class DecisionSerializer(serializers.Serializer):
+    """The decision a step records; which fields are present depends on `kind`."""
+
+    kind = serializers.ChoiceField(choices=["tool_call", "final", "ask_user", "invalid"])
+    tool = serializers.CharField(
+        required=False, help_text="tool_call; an invalid decision that was a malformed call."
+    )
+    args = serializers.DictField(child=serializers.JSONField(), required=False)
+    reason = serializers.CharField(required=False, allow_blank=True, help_text="tool_call.")
+    cites = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        help_text="tool_call: ids of the context items it relies on "
+        "(`step:N`, `event:N`, `summary:vN`, pinned facts).",
+    )
+    result = serializers.JSONField(required=False, allow_null=True, help_text="final.")
+    question = serializers.CharField(required=False, help_text="ask_user.")
+    raw = serializers.CharField(
+        required=False, allow_blank=True, help_text="invalid: the output not accepted."
+    )
+    error = serializers.CharField(
+        required=False, allow_blank=True, help_text="invalid: why it was not accepted."
+    )
+
+
+class ModelLogSerializer(serializers.Serializer):
+    """The model call behind a step; a step taken from an earlier reply (several tool
+    calls in one response) has only `from_reply_of_step` and `queued`."""
+
+    backend = serializers.CharField(required=False)
+    model = serializers.CharField(required=False, allow_blank=True)
+    latency_ms = serializers.IntegerField(required=False)
+    tokens = serializers.IntegerField(required=False)
+    input_summary = serializers.CharField(
+        required=False, allow_blank=True, help_text="What the model was given, in brief."
+    )
+    raw = serializers.CharField(
+        required=False, allow_blank=True, help_text="The raw reply (first 8000 characters)."
+    )
+    used_fallback = serializers.BooleanField(
+        required=False, help_text="The fallback model answered."
+    )
+    attempts = serializers.IntegerField(required=False)
+    from_reply_of_step = serializers.IntegerField(required=False)
+    queued = DecisionSerializer(
+        many=True, required=False, help_text="Decisions of the same reply still to be taken."
+    )
+
+
 class StepSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     step_no = serializers.IntegerField()
     kind = serializers.CharField()
     status = serializers.ChoiceField(choices=StepStatus.choices)
-    decision = serializers.DictField(child=serializers.JSONField())
+    # Both are rendered as stored (nothing dropped); the schema documents their shape.
+    decision = serializers.SerializerMethodField()
     tool = serializers.CharField(allow_blank=True)
     args = serializers.JSONField(allow_null=True)
     idempotency_key = serializers.CharField(allow_blank=True)
@@ -118,10 +168,18 @@ class StepSerializer(serializers.Serializer):
     late_output = serializers.JSONField(
         allow_null=True, help_text="A result that came too late (audit)."
     )
-    model_log = serializers.DictField(child=serializers.JSONField())
+    model_log = serializers.SerializerMethodField()
     started_at = serializers.DateTimeField()
     finished_at = serializers.DateTimeField(allow_null=True)
     latency_ms = serializers.IntegerField(allow_null=True)
+
+    @extend_schema_field(DecisionSerializer)
+    def get_decision(self, step: Step) -> dict[str, Any]:
+        return dict(step.decision or {})
+
+    @extend_schema_field(ModelLogSerializer)
+    def get_model_log(self, step: Step) -> dict[str, Any]:
+        return dict(step.model_log or {})
 
 
 class EventSerializer(serializers.Serializer):
@@ -133,6 +191,27 @@ class EventSerializer(serializers.Serializer):
     payload = serializers.DictField(child=serializers.JSONField())
     trace_id = serializers.CharField()
     created_at = serializers.DateTimeField()
+
+
+class SummarySerializer(serializers.Serializer):
+    version = serializers.IntegerField()
+    text = serializers.CharField(allow_blank=True)
+    covers_until_step = serializers.IntegerField(help_text="The last step folded in.")
+    event_ids = serializers.ListField(
+        child=serializers.IntegerField(), help_text="The events this version was built from."
+    )
+    active = serializers.BooleanField(help_text="False once rolled back past (kept for audit).")
+    in_use = serializers.BooleanField(help_text="The version the context uses now.")
+    created_by = serializers.CharField()
+    created_at = serializers.DateTimeField()
+
+
+class SummaryRollbackResultSerializer(serializers.Serializer):
+    task_id = serializers.IntegerField()
+    version = serializers.IntegerField(help_text="The version now in use (0: none).")
+    from_version = serializers.IntegerField(help_text="The version that was in use before.")
+    deactivated = serializers.ListField(child=serializers.IntegerField())
+    event_id = serializers.IntegerField(help_text="The `summary_rolled_back` event.")
 
 
 class BulkCancelResultSerializer(serializers.Serializer):
@@ -227,3 +306,7 @@ class FailSerializer(ExpectedVersionMixin):
     reason = serializers.CharField(
         max_length=MAX_TEXT, required=False, allow_blank=True, default=""
     )
+
+
+class SummaryRollbackSerializer(ExpectedVersionMixin):
+    comment = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")

@@ -1,7 +1,8 @@
-"""Task endpoints: submit, list, detail, steps, events, cancel (one or many),
-input, resume, fail. One view per resource; each method checks its input,
-calls one service (or selector) and renders. Scoping: every lookup is by the
-caller's tenant, so another tenant's task is a 404."""
+"""Task endpoints: submit, list, detail, steps, events, context summaries (list,
+roll back), cancel (one or many), input, resume, fail. One view per resource;
+each method checks its input, calls one service (or selector) and renders.
+Scoping: every lookup is by the caller's tenant, so another tenant's task is a
+404."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from config.api_base import (
 from config.api_errors import error_responses
 from config.errors import not_found
 
+from ..context.summaries import summary_exists, summary_list, summary_rollback
 from ..machine import NON_TERMINAL
 from ..models import Task
 from ..selectors import events_after, steps_after, task_of_tenant, tasks_matching
@@ -47,6 +49,9 @@ from .serializers import (
     InputSerializer,
     ResumeSerializer,
     StepSerializer,
+    SummaryRollbackResultSerializer,
+    SummaryRollbackSerializer,
+    SummarySerializer,
     TaskDetailSerializer,
     TaskFilterSerializer,
     TaskSerializer,
@@ -223,6 +228,55 @@ class TaskEventsView(TaskViewBase):
                 "has_more": len(events) > q["limit"],
             }
         )
+
+
+class TaskSummariesView(TaskViewBase):
+    """A task's context summary versions, newest first, with the one in use."""
+
+    policy = {"GET": "task.read"}
+
+    @extend_schema(
+        operation_id="tasks_summaries",
+        tags=TAGS,
+        summary="A task's context summary versions, newest first",
+        responses={200: SummarySerializer(many=True), **error_responses()},
+    )
+    def get(self, request: Request, task_id: int) -> Response:
+        task = self.task(task_id)
+        rows = summary_list(task_id=task.pk, tenant_id=self.access.tenant_id)
+        return Response(SummarySerializer(rows, many=True).data)
+
+
+class TaskSummaryRollbackView(TaskViewBase):
+    """Make an earlier summary version (0: none) the one the context uses again."""
+
+    policy = {"POST": "task.summary_rollback"}
+
+    @extend_schema(
+        operation_id="tasks_summary_rollback",
+        tags=TAGS,
+        summary="Roll the context summary back to an earlier version",
+        description="Later versions are deactivated (kept for audit) and a "
+        "`summary_rolled_back` event is written; the next summary is built on this one. "
+        "Version 0 drops the summary. `expected_version` is the task's version.",
+        request=SummaryRollbackSerializer,
+        responses={200: SummaryRollbackResultSerializer, **error_responses(409)},
+    )
+    def post(self, request: Request, task_id: int, version: int) -> Response:
+        data = self.validated(SummaryRollbackSerializer)
+        task = self.task(task_id)
+        tenant_id = self.access.tenant_id
+        if version and not summary_exists(task_id=task.pk, tenant_id=tenant_id, version=version):
+            raise not_found("Summary")
+        done = summary_rollback(
+            task_id=task.pk,
+            tenant_id=tenant_id,
+            version=version,
+            actor=self.access.actor,
+            expected_version=data.get("expected_version"),
+            comment=data["comment"],
+        )
+        return Response(SummaryRollbackResultSerializer(done).data)
 
 
 class TaskCancelView(TaskViewBase):

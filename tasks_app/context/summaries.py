@@ -290,3 +290,9 @@ def summary_list(*, task_id: int, tenant_id: int) -> list[dict[str, Any]]:
              "event_ids": list(r.event_ids or []), "active": r.active,
              "in_use": r.version == in_use, "created_by": r.created_by,
              "created_at": r.created_at} for r in rows]
+
+
+def summary_exists(*, task_id: int, tenant_id: int, version: int) -> bool:
+    """Whether the task (of this tenant) has a summary `version`."""
+    return ContextSummary.objects.filter(task_id=task_id, task__tenant_id=tenant_id,
+                                         version=version).exists()

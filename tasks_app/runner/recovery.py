@@ -70,8 +70,6 @@ def recovery_sweep(*, batch: int = 500) -> SweepReport:
 
 def fail_waiting_past_deadline(*, batch: int = 500) -> int:
     """Fail tasks waiting for an answer or an approval whose deadline passed."""
-    from approvals_app.services.closing import close_open_requests
-
     now = timezone.now()
     due = list(
         Task.objects.filter(status__in=DEADLINE_WAITS, deadline_at__lt=now)
@@ -89,7 +87,6 @@ def fail_waiting_past_deadline(*, batch: int = 500) -> int:
                             "failure_detail": {"detail": {"while": status}, "version": version,
                                                "at": now.isoformat()}},
                 )
-                close_open_requests(task_id=task_id)
         except DomainError:
             continue  # somebody acted on it meanwhile; the next sweep looks again
         failed += 1

@@ -8,12 +8,11 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.db.models import F
 
-from config.errors import conflict, invalid, not_found
+from config.errors import DomainError, conflict, invalid, not_found
 
 from ..keys import canonical_json, sha256_hex
 from ..machine import NON_TERMINAL, TaskStatus
 from ..models import AgentProfile, Step, StepStatus, Task
-from ..models.tasks import OPEN_STEP_STATUSES
 from .actors import Actor
 from .admission import admission_after_commit
 from .dispatch import schedule_advance_on_commit
@@ -111,18 +110,10 @@ def task_cancel(*, task_id: int, actor: Actor, expected_version: int | None = No
                 reason: str = "") -> Transitioned:
     """Cancel: every open step gets a typed "canceled" result and its late
     result, if one ever comes, is discarded at commit."""
-    with transaction.atomic():
-        done = task_transition(
-            task_id=task_id, event="task_canceled", actor=actor, expected_version=expected_version,
-            payload={"reason": reason}, fields={"failure_reason": "canceled"},
-        )
-        Step.objects.filter(task_id=task_id, status__in=OPEN_STEP_STATUSES).update(
-            status=StepStatus.DISCARDED,
-            error={"type": "canceled", "message": reason or "task canceled"})
-        from approvals_app.services.closing import close_open_requests
-
-        close_open_requests(task_id=task_id)
-    return done
+    return task_transition(
+        task_id=task_id, event="task_canceled", actor=actor, expected_version=expected_version,
+        payload={"reason": reason}, fields={"failure_reason": "canceled"},
+    )
 
 
 def task_cancel_many(
@@ -134,7 +125,7 @@ def task_cancel_many(
         try:
             task_cancel(task_id=task_id, actor=actor, reason=reason)
             canceled.append(task_id)
-        except Exception:  # noqa: BLE001 - a conflict on one task must not stop the rest
+        except DomainError:  # it ended or moved on meanwhile: the rest still go
             skipped.append(task_id)
     return {"canceled": canceled, "skipped": skipped}
 
@@ -242,9 +233,6 @@ def task_fail_by_operator(*, task_id: int, actor: Actor, expected_version: int |
             payload={"reason": "failed_by_operator", "comment": reason},
             fields={"failure_reason": "failed_by_operator", "failure_detail": {"comment": reason}},
         )
-        from approvals_app.services.closing import close_open_requests
-
-        close_open_requests(task_id=task_id)
     return done
 
 

@@ -20,7 +20,8 @@ from django_fsm import can_proceed
 from config.errors import DomainError, ErrorKind, conflict
 
 from ..machine import TERMINAL, TRANSITIONS, TaskStatus
-from ..models import Task
+from ..models import Step, StepStatus, Task
+from ..models.tasks import OPEN_STEP_STATUSES
 from .actors import Actor
 from .events import event_append
 
@@ -80,12 +81,31 @@ def task_transition(
             payload={"from": source, "to": task.status,
                      **{k: v for k, v in (payload or {}).items() if not isinstance(v, Expression)}},
         )
+        if task.status in TERMINAL:
+            _close_open_work(task_id, event=event, payload=payload or {})
         if source == TaskStatus.RUNNING and task.status != TaskStatus.RUNNING:
             # A RUNNING slot was freed: a CREATED task may start (after this commits).
             from .admission import admission_after_commit
 
             admission_after_commit()
     return Transitioned(task_id=task_id, version=new_version, status=task.status, event_id=ev.pk)
+
+
+def _close_open_work(task_id: int, *, event: str, payload: dict[str, Any]) -> None:
+    """A task that ended leaves nothing open: its open steps get a typed result
+    (a late tool result is then discarded at commit) and its open human
+    requests are closed. Same transaction as the terminal transition."""
+    from approvals_app.services.closing import close_open_requests
+
+    if event == "task_canceled":
+        status = StepStatus.DISCARDED
+        error = {"type": "canceled", "message": str(payload.get("reason") or "task canceled")}
+    else:
+        status = StepStatus.FAILED
+        error = {"type": "task_ended", "message": f"the task ended ({event})"}
+    Step.objects.filter(task_id=task_id, status__in=OPEN_STEP_STATUSES).update(
+        status=status, error=error, finished_at=timezone.now())
+    close_open_requests(task_id=task_id)
 
 
 def task_update_guarded(*, task_id: int, version: int, **fields: Any) -> bool:

@@ -1,5 +1,6 @@
 """Fixtures for the REST API tests: token-authenticated clients per role, a
-second tenant, and tasks brought to each waiting state by the real runner.
+second tenant, and tasks brought to each waiting state (or past the context
+summary threshold) by the real runner.
 
 The only fake is at the process edge: `hanging_url` is a local TCP socket that
 accepts connections and never answers, so an http `write` tool times out and
@@ -14,7 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.core.cache import cache
+from django.test import override_settings
 from rest_framework.test import APIClient
 
 from approvals_app.models import Approval, Question, Reconciliation
@@ -26,6 +29,18 @@ from tests.factories import TenantFactory, ToolFactory, make_user, submit
 from tests.helpers import drive
 
 REFUND_ARGS = {"order_id": "A-1", "amount_cents": 500, "reason": "damaged"}
+# A window of 1 step and a threshold of 2 older ones: `summarized()`'s six lookups
+# fold steps 1-2 into summary v1 (after step 3), then 1-4 into v2 (after step 5).
+SMALL_CONTEXT = {"CONTEXT_WINDOW_STEPS": 1, "SUMMARY_THRESHOLD_STEPS": 2}
+LOOKUPS = [
+    {
+        "tool": "lookup_order",
+        "args": {"order_id": "A-1" if i % 2 else "A-2"},
+        "reason": f"look {i}",
+        "cites": [f"step:{i - 1}"] if i > 1 else [],
+    }
+    for i in range(1, 7)
+]
 
 
 def client_for(user: Any) -> APIClient:
@@ -111,6 +126,15 @@ class Tenancy:
         task = drive(task.pk)
         assert task.status == TaskStatus.WAITING_FOR_APPROVAL
         return task, Approval.objects.get(task=task, status="pending")
+
+    def summarized(self) -> Task:
+        """A finished task whose context was summarized twice (v1, then v2)."""
+        task = submit(self.tenant, [*LOOKUPS, {"final": {"ok": True}}], requester=self.requester)
+        with override_settings(TETHER={**settings.TETHER, **SMALL_CONTEXT}):
+            task = drive(task.pk)
+        assert task.status == TaskStatus.SUCCEEDED, task.failure_reason
+        assert sorted(task.summaries.values_list("version", flat=True)) == [1, 2]
+        return task
 
     def escalated(self) -> Task:
         demo_agent_ensure(self.tenant, name="escalating", on_exhaustion="escalate", max_steps=1)

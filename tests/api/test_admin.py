@@ -41,7 +41,7 @@ HTTP_TOOL = {
     "requires_approval": False,
     "timeout_s": 2.5,
     "max_retries": 1,
-    "secret_headers": {"X-Api-Key": "STOCK_API_KEY"},
+    "secret_headers": {"X-Api-Key": "TETHER_SECRET_STOCK_API_KEY"},
 }
 TOOL_FIELDS = {
     "name",
@@ -167,6 +167,9 @@ def test_a_registered_http_tool_runs_end_to_end(main: Tenancy, stock_server: Sto
         ({"status_url": "http://127.0.0.1:9/status"}, "status_url"),
         ({"secret_headers": {"X-Api-Key": "sk-live-1234"}}, "secret_headers"),
         ({"secret_headers": {"Idempotency-Key": "SOME_ENV"}}, "secret_headers"),
+        # only TETHER_SECRET_* variables: never the server's own credentials
+        ({"secret_headers": {"X-Api-Key": "SECRET_KEY"}}, "secret_headers"),
+        ({"secret_headers": {"X-Api-Key": "DATABASE_URL"}}, "secret_headers"),
         ({"kind": "python", "target": "os.system", "url": ""}, "target"),
         ({"kind": "python", "target": "tools_app.demo.tools.nothing_here", "url": ""}, "target"),
         ({"kind": "shell"}, "kind"),

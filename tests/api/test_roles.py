@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from approvals_app.models import Approval, Question, Reconciliation
-from tasks_app.models import AgentProfile, Event, Role, Task
+from tasks_app.models import AgentProfile, ContextSummary, Event, Role, Task
 from tests.factories import make_user
 from tools_app.models import Tool
 
@@ -47,6 +47,11 @@ def _escalated(action: str, body: Any) -> Setup:
     return lambda t, role: ("post", f"/api/v1/tasks/{t.escalated().pk}/{action}", body)
 
 
+def _summary_rollback(t: Tenancy, role: str) -> tuple[str, str, Any]:
+    task = t.summarized()
+    return "post", f"/api/v1/tasks/{task.pk}/summaries/1/rollback", {"comment": "v2 lost a fact"}
+
+
 def _approval(suffix: str = "", method: str = "get", body: Any = None) -> Setup:
     return lambda t, role: (
         method,
@@ -74,6 +79,8 @@ MATRIX: dict[str, tuple[set[str], Setup, int]] = {
     "tasks_retrieve": (ALL, _task(), 200),
     "tasks_steps": (ALL, _task("/steps"), 200),
     "tasks_events": (ALL, _task("/events"), 200),
+    "tasks_summaries": (ALL, _task("/summaries"), 200),
+    "tasks_summary_rollback": ({OP, ADM}, _summary_rollback, 200),
     "tasks_cancel": ({REQ, OP, ADM}, _task("/cancel", "post", {"reason": "no longer needed"}), 200),
     "tasks_input": ({REQ, REV, ADM}, _input, 200),
     "tasks_resume": ({OP, ADM}, _escalated("resume", {"extend": {"max_steps": 3}}), 200),
@@ -142,6 +149,7 @@ def fingerprint() -> tuple[Any, ...]:
         sorted(Reconciliation.objects.values_list("id", "status")),
         sorted(Tool.objects.values_list("id", "description", "enabled")),
         sorted(AgentProfile.objects.values_list("id", "description", "enabled")),
+        sorted(ContextSummary.objects.values_list("id", "active")),
     )
 
 

@@ -53,6 +53,7 @@ def seeded(main: Tenancy, other: Tenancy) -> dict[str, Any]:
     main.in_reconciliation()
     main.escalated()
     main.created_task()
+    main.summarized()
     other.waiting_for_approval()
     return {"token": api_key_create(user=main.users[Role.ADMIN])}
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Role, Task
+from tasks_app.models import ContextSummary, Event, Role, Task
 from tests.factories import AgentFactory, ToolFactory
 
 from .conftest import Tenancy
@@ -25,6 +25,7 @@ def foreign(other: Tenancy) -> dict[str, Any]:
     approval_task, approval = other.waiting_for_approval()
     rec_task, rec = other.in_reconciliation()
     escalated = other.escalated()
+    summarized = other.summarized()
     ToolFactory(tenant=other.tenant, name="other_only_tool")
     AgentFactory(tenant=other.tenant, name="other-only-agent", tools=["lookup_order"])
     return {
@@ -35,17 +36,19 @@ def foreign(other: Tenancy) -> dict[str, Any]:
         "rec_task": rec_task,
         "rec": rec,
         "escalated": escalated,
+        "summarized": summarized,
     }
 
 
 def test_every_path_of_another_tenants_objects_is_a_404(
     main: Tenancy, other: Tenancy, foreign: dict[str, Any]
 ) -> None:
-    waiting, escalated, approval, rec = (
+    waiting, escalated, approval, rec, summarized = (
         foreign["waiting"].pk,
         foreign["escalated"].pk,
         foreign["approval"].pk,
         foreign["rec"].pk,
+        foreign["summarized"].pk,
     )
     attempts = [
         ("get", f"/api/v1/tasks/{waiting}", None),
@@ -55,6 +58,9 @@ def test_every_path_of_another_tenants_objects_is_a_404(
         ("post", f"/api/v1/tasks/{waiting}/input", {"answer": "42"}),
         ("post", f"/api/v1/tasks/{escalated}/resume", {}),
         ("post", f"/api/v1/tasks/{escalated}/fail", {"reason": "x"}),
+        ("get", f"/api/v1/tasks/{summarized}/summaries", None),
+        ("post", f"/api/v1/tasks/{summarized}/summaries/1/rollback", {}),
+        ("post", f"/api/v1/tasks/{summarized}/summaries/0/rollback", {}),
         ("get", f"/api/v1/approvals/{approval}", None),
         ("post", f"/api/v1/approvals/{approval}/approve", {}),
         ("post", f"/api/v1/approvals/{approval}/reject", {"comment": "no"}),
@@ -77,9 +83,13 @@ def test_every_path_of_another_tenants_objects_is_a_404(
         assert response.status_code == 404, f"{method} {url}: {response.status_code}"
         assert response.json()["error"]["code"] == "not_found"
     # ...and nothing of the other tenant moved.
-    for key in ("waiting", "approval_task", "rec_task", "escalated"):
+    for key in ("waiting", "approval_task", "rec_task", "escalated", "summarized"):
         task = foreign[key]
         assert Task.objects.get(pk=task.pk).version == task.version
+    assert list(
+        ContextSummary.objects.filter(task=foreign["summarized"]).values_list("version", "active")
+    ) == [(1, True), (2, True)]
+    assert not Event.objects.filter(type="summary_rolled_back").exists()
     assert other.tenant.tools.get(name="other_only_tool").enabled
     assert other.tenant.agents.get(name="other-only-agent").enabled
 

@@ -38,9 +38,9 @@ def _run(world, args: dict | None = None) -> Task:  # type: ignore[no-untyped-de
 
 
 def test_a_call_sends_the_arguments_and_the_tether_headers(world, fake_http, monkeypatch):
-    monkeypatch.setenv("TETHER_TEST_REMOTE_TOKEN", "Bearer s3cret")
+    monkeypatch.setenv("TETHER_SECRET_REMOTE_TOKEN", "Bearer s3cret")
     fake_http.on("POST", "/refunds", Reply(201, {"refund_id": "rf_1"}))
-    _http_tool(world, fake_http, secret_headers={"Authorization": "TETHER_TEST_REMOTE_TOKEN",
+    _http_tool(world, fake_http, secret_headers={"Authorization": "TETHER_SECRET_REMOTE_TOKEN",
                                                  "X-Server-Key": "SECRET_KEY"})
     task = _run(world)
 

@@ -1,7 +1,7 @@
 """HTTP tools (DESIGN.md "HTTP tools"): ``POST {url}`` with the arguments as JSON.
 
 Headers: ``Idempotency-Key``, ``X-Tether-Task`` and a W3C ``traceparent``;
-secret headers are read from settings or the environment by name, never
+secret headers are read from `TETHER_SECRET_*` environment variables by name, never
 stored in clear. Classification of the answer:
 
 - 2xx with a JSON body: the result;
@@ -34,10 +34,10 @@ from .types import OutcomeKind, StatusAnswer, ToolCall, ToolOutcome
 BUSINESS = {400, 404, 409, 422}
 PERMISSION = {401, 403}
 ERROR_BODY_BYTES = 16 * 1024
-SERVER_SECRETS = frozenset({
-    "SECRET_KEY", "SECRET_KEY_FALLBACKS", "DATABASES", "DATABASE_URL", "CELERY_BROKER_URL",
-    "CHANNEL_LAYER_URL", "CHANNEL_LAYERS", "EMAIL_HOST_PASSWORD", "REDIS_URL",
-})
+# Only environment variables with this prefix can be named as header secrets:
+# a tenant admin must not be able to send the server's own credentials (or
+# any other process secret) to a URL of their choosing.
+SECRET_PREFIX = "TETHER_SECRET_"
 
 
 def _headers(call: ToolCall) -> dict[str, str]:
@@ -56,14 +56,10 @@ def _headers(call: ToolCall) -> dict[str, str]:
 
 
 def _secret(source: str) -> str | None:
-    """A header secret by setting or environment variable name. The server's own
-    credentials are never handed to a tool a tenant admin registered."""
-    if source.upper() in SERVER_SECRETS:
+    """A header secret from the environment variable `source` (TETHER_SECRET_*)."""
+    if not source.startswith(SECRET_PREFIX):
         return None
-    value = getattr(settings, source, None)
-    if not isinstance(value, str | int) or isinstance(value, bool):
-        value = os.environ.get(source)
-    return str(value) if value not in (None, "") else None
+    return os.environ.get(source) or None
 
 
 def _body(content: bytes) -> Any:
