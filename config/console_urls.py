@@ -1,2 +1,18 @@
-"""Console routes (filled by each app's console package)."""
-urlpatterns: list = []
+"""Console routes: sign-in, the pages of each app's console package."""
+
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+
+from tasks_app.console.access import with_csp
+
+urlpatterns = [
+    path(
+        "accounts/login/",
+        with_csp(auth_views.LoginView.as_view(redirect_authenticated_user=True)),
+        name="login",
+    ),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("inbox/", include("approvals_app.console.urls")),
+    path("tools/", include("tools_app.console.urls")),
+    path("", include("tasks_app.console.urls")),
+]

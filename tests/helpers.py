@@ -36,7 +36,7 @@ def drive(task_id: int, *, max_slices: int = 200, timeout: float = 30.0) -> Task
         task = Task.objects.get(pk=task_id)
         if task.status == TaskStatus.CREATED:
             admit_created_tasks()
-            task.refresh_from_db()
+            task = Task.objects.get(pk=task_id)  # protected FSM field: no refresh_from_db
         if task.status != TaskStatus.RUNNING:
             return task
         report = run_slice(task_id)

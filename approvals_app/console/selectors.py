@@ -1,0 +1,218 @@
+"""Reads for the reviewer's inbox: cards for pending approvals, open questions and
+open reconciliations, with what the reviewer needs to decide (the model's
+reason and the evidence it cites, each attempt of an uncertain call and the
+latest status-query answer). Always scoped to one tenant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tasks_app.machine import TaskStatus
+from tasks_app.models import ContextSummary, Step, Task
+from tools_app.models import Tool, ToolExecution
+
+from ..models import Approval, Question, Reconciliation
+
+SECTION_LIMIT = 50
+
+
+@dataclass(frozen=True)
+class Card:
+    kind: str  # "approval" | "question" | "reconciliation"
+    obj: Any
+    task: Task
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+    ledger: ToolExecution | None = None
+    honours_keys: bool = False
+    step_no: int | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}-{self.obj.pk}"
+
+    @property
+    def is_open(self) -> bool:
+        return self.obj.status in ("pending", "open")
+
+    @property
+    def attempts(self) -> list[dict[str, Any]]:
+        return list(self.ledger.attempts or []) if self.ledger else []
+
+    @property
+    def status_answer(self) -> Any:
+        if self.kind != "reconciliation":
+            return None
+        return self.obj.status_answer or (self.ledger.status_answer if self.ledger else None)
+
+
+def _evidence(task: Task, cites: list[str]) -> list[dict[str, Any]]:
+    """What each cited context id pointed at, so the reviewer can check the reason."""
+    step_nos = [
+        int(c.split(":", 1)[1])
+        for c in cites
+        if c.startswith("step:") and c.split(":", 1)[1].isdigit()
+    ]
+    steps = {s.step_no: s for s in Step.objects.filter(task_id=task.pk, step_no__in=step_nos)}
+    out: list[dict[str, Any]] = []
+    for ref in cites[:20]:
+        kind, _, ident = ref.partition(":")
+        item: dict[str, Any] = {"ref": ref, "label": ref, "value": None, "missing": False}
+        if kind == "step" and ident.isdigit() and int(ident) in steps:
+            s = steps[int(ident)]
+            item["label"] = f"Step {s.step_no}" + (f" · {s.tool}" if s.tool else "")
+            item["value"] = s.output if s.output is not None else s.error
+        elif kind == "goal":
+            item["label"], item["value"] = "Goal", task.goal
+        elif kind == "input":
+            item["label"], item["value"] = "Input", task.input
+        elif kind == "answer" and ident.isdigit():
+            q = Question.objects.filter(task_id=task.pk, pk=int(ident)).first()
+            item["label"] = "Answer"
+            item["value"] = {"question": q.question, "answer": q.answer} if q else None
+        elif kind == "summary":
+            version = ident.lstrip("v")
+            summary = (
+                ContextSummary.objects.filter(task_id=task.pk, version=int(version)).first()
+                if version.isdigit()
+                else None
+            )
+            item["label"] = f"Summary {ident}"
+            item["value"] = summary.text if summary else None
+        item["missing"] = item["value"] is None
+        out.append(item)
+    return out
+
+
+def approval_card(approval: Approval) -> Card:
+    task = approval.task
+    preview = approval.preview or {}
+    return Card(
+        kind="approval",
+        obj=approval,
+        task=task,
+        step_no=approval.step.step_no,
+        evidence=_evidence(task, [str(c) for c in preview.get("cites") or []]),
+    )
+
+
+def question_card(question: Question) -> Card:
+    return Card(kind="question", obj=question, task=question.task, step_no=question.step.step_no)
+
+
+def reconciliation_card(
+    rec: Reconciliation, *, tool: Tool | None = None, ledger: ToolExecution | None = None
+) -> Card:
+    if tool is None:
+        tool = Tool.objects.filter(tenant_id=rec.tenant_id, name=rec.tool).first()
+    if ledger is None:
+        ledger = ToolExecution.objects.filter(idempotency_key=rec.idempotency_key).first()
+    honours = bool(tool and tool.enabled and tool.side_effect in ("read", "idempotent_write"))
+    return Card(
+        kind="reconciliation",
+        obj=rec,
+        task=rec.task,
+        ledger=ledger,
+        honours_keys=honours,
+        step_no=rec.step.step_no,
+    )
+
+
+def inbox(tenant_id: int) -> dict[str, Any]:
+    """Open requests of the tenant, oldest first (they have waited longest)."""
+    approvals_qs = Approval.objects.filter(tenant_id=tenant_id, status="pending")
+    questions_qs = Question.objects.filter(tenant_id=tenant_id, status="open")
+    recs_qs = Reconciliation.objects.filter(tenant_id=tenant_id, status="open")
+    related = ("task", "task__agent", "step")
+    approvals = [
+        approval_card(a)
+        for a in approvals_qs.select_related(*related).order_by("id")[:SECTION_LIMIT]
+    ]
+    questions = [
+        question_card(q)
+        for q in questions_qs.select_related(*related).order_by("id")[:SECTION_LIMIT]
+    ]
+    recs = list(recs_qs.select_related(*related).order_by("id")[:SECTION_LIMIT])
+    tools = {
+        t.name: t for t in Tool.objects.filter(tenant_id=tenant_id, name__in={r.tool for r in recs})
+    }
+    ledgers = {
+        row.idempotency_key: row
+        for row in ToolExecution.objects.filter(
+            tenant_id=tenant_id, idempotency_key__in=[r.idempotency_key for r in recs]
+        )
+    }
+    reconciliations = [
+        reconciliation_card(r, tool=tools.get(r.tool), ledger=ledgers.get(r.idempotency_key))
+        for r in recs
+    ]
+    counts = {
+        "approvals": approvals_qs.count(),
+        "questions": questions_qs.count(),
+        "reconciliations": recs_qs.count(),
+    }
+    return {
+        "approvals": approvals,
+        "questions": questions,
+        "reconciliations": reconciliations,
+        "counts": counts,
+        "total": sum(counts.values()),
+    }
+
+
+def inbox_count(tenant_id: int) -> int:
+    return (
+        Approval.objects.filter(tenant_id=tenant_id, status="pending").count()
+        + Question.objects.filter(tenant_id=tenant_id, status="open").count()
+        + Reconciliation.objects.filter(tenant_id=tenant_id, status="open").count()
+    )
+
+
+def card_of(tenant_id: int, kind: str, pk: int) -> Card | None:
+    """One card, fresh from the database (after a decision, or a refused stale one)."""
+    related = ("task", "task__agent", "step")
+    if kind == "approval":
+        a = Approval.objects.select_related(*related).filter(tenant_id=tenant_id, pk=pk).first()
+        return approval_card(a) if a else None
+    if kind == "question":
+        q = Question.objects.select_related(*related).filter(tenant_id=tenant_id, pk=pk).first()
+        return question_card(q) if q else None
+    if kind == "reconciliation":
+        r = (
+            Reconciliation.objects.select_related(*related)
+            .filter(tenant_id=tenant_id, pk=pk)
+            .first()
+        )
+        return reconciliation_card(r) if r else None
+    return None
+
+
+def open_card_for_task(task: Task) -> Card | None:
+    """The request the task is waiting on, if it waits on a person's decision."""
+    related = ("task", "task__agent", "step")
+    if task.status == TaskStatus.WAITING_FOR_APPROVAL:
+        a = (
+            Approval.objects.select_related(*related)
+            .filter(task_id=task.pk, tenant_id=task.tenant_id, status="pending")
+            .order_by("-id")
+            .first()
+        )
+        return approval_card(a) if a else None
+    if task.status == TaskStatus.WAITING_FOR_INPUT:
+        q = (
+            Question.objects.select_related(*related)
+            .filter(task_id=task.pk, tenant_id=task.tenant_id, status="open")
+            .order_by("-id")
+            .first()
+        )
+        return question_card(q) if q else None
+    if task.status == TaskStatus.WAITING_FOR_RECONCILIATION:
+        r = (
+            Reconciliation.objects.select_related(*related)
+            .filter(task_id=task.pk, tenant_id=task.tenant_id, status="open")
+            .order_by("-id")
+            .first()
+        )
+        return reconciliation_card(r) if r else None
+    return None

@@ -1,0 +1,393 @@
+"""The inbox page and the decisions taken on its cards.
+
+Each action calls one service (`approvals_app.services.decisions` or
+`tasks_app.services.tasks.task_provide_input`) with the task version the card
+showed. Through htmx the response is the card itself, fresh from the database,
+with what happened (or why nothing did: 400 field errors, 403, 409 stale view).
+Without JavaScript a success redirects back and a refusal re-renders the inbox.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_GET, require_POST
+
+from config.errors import DomainError
+from tasks_app.console.access import DECIDERS, INBOX_ROLES, ConsoleUser, console_view, refuse
+from tasks_app.console.errors import error_message, error_status, field_errors, form_errors
+from tasks_app.services.tasks import task_provide_input
+from tools_app.registry import schema_errors, tool_specs
+
+from ..models import Approval, Question, Reconciliation
+from ..services.decisions import approval_decide, reconciliation_requery, reconciliation_resolve
+from . import selectors as sel
+from .forms import AnswerForm, ApproveForm, PreviewForm, RejectForm, ResolveForm, RespondForm
+
+
+def _cu(request: HttpRequest) -> ConsoleUser:
+    return request.console  # type: ignore[attr-defined, no-any-return]
+
+
+# --- pages ---------------------------------------------------------------------------
+
+
+@require_GET
+@console_view(roles=INBOX_ROLES)
+def inbox(request: HttpRequest) -> HttpResponse:
+    cu = _cu(request)
+    ctx = {"nav": "inbox", "inbox": sel.inbox(cu.tenant_id)}
+    if request.htmx and request.GET.get("fragment") == "items":  # type: ignore[attr-defined]
+        return render(request, "approvals/_inbox_sections.html", ctx)
+    return render(request, "approvals/inbox.html", ctx)
+
+
+@require_GET
+@console_view()
+def inbox_badge(request: HttpRequest) -> HttpResponse:
+    cu = _cu(request)
+    count = sel.inbox_count(cu.tenant_id) if cu.sees_inbox else 0
+    return render(request, "approvals/_badge.html", {"inbox_count": count})
+
+
+# --- answering through the card -----------------------------------------------------------
+
+
+def _card_response(
+    request: HttpRequest,
+    cu: ConsoleUser,
+    kind: str,
+    pk: int,
+    *,
+    status: int = 200,
+    message: str = "",
+    level: str = "success",
+    errors: dict[str, list[str]] | None = None,
+    values: dict[str, Any] | None = None,
+    open_form: str = "",
+) -> HttpResponse:
+    card = sel.card_of(cu.tenant_id, kind, pk)
+    if card is None:
+        raise Http404("No such request")
+    if not request.htmx:  # type: ignore[attr-defined]
+        if status >= 400 and cu.sees_inbox:
+            messages.error(request, message)
+            return render(
+                request,
+                "approvals/inbox.html",
+                {
+                    "nav": "inbox",
+                    "inbox": sel.inbox(cu.tenant_id),
+                    "errors_by_card": {card.key: errors or {}},
+                },
+                status=status,
+            )
+        (messages.success if status < 400 else messages.error)(request, message)
+        return redirect(_back(request, cu, card.task.pk))
+    return render(
+        request,
+        "approvals/_card.html",
+        {
+            "card": card,
+            "card_message": message,
+            "card_level": level,
+            "card_errors": errors or {},
+            "values": values or {},
+            "open_form": open_form,
+            "context_page": request.POST.get("context", ""),
+        },
+        status=status,
+    )
+
+
+def _back(request: HttpRequest, cu: ConsoleUser, task_id: int) -> str:
+    """Where a form without JavaScript returns to: the page it came from, if it is ours."""
+    target = request.POST.get("next", "")
+    if url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return target
+    if cu.sees_inbox:
+        return reverse("inbox:inbox")
+    return reverse("console:task-detail", args=[task_id])
+
+
+def _refusal(
+    request: HttpRequest,
+    cu: ConsoleUser,
+    kind: str,
+    pk: int,
+    exc: DomainError,
+    values: dict[str, Any],
+    open_form: str,
+) -> HttpResponse:
+    return _card_response(
+        request,
+        cu,
+        kind,
+        pk,
+        status=error_status(exc),
+        message=error_message(exc),
+        level="error",
+        errors=field_errors(exc),
+        values=values,
+        open_form=open_form if error_status(exc) == 400 else "",
+    )
+
+
+def _invalid_form(
+    request: HttpRequest, cu: ConsoleUser, kind: str, pk: int, form: Any, open_form: str
+) -> HttpResponse:
+    errors = form_errors(form)
+    stale_fields = {"expected_version"} & set(errors)
+    message = (
+        "Not applied: the page did not say which version of the task you saw; reload it."
+        if stale_fields
+        else "Not applied: please correct the fields below."
+    )
+    return _card_response(
+        request,
+        cu,
+        kind,
+        pk,
+        status=400,
+        message=message,
+        level="error",
+        errors=errors,
+        values=dict(request.POST.items()),
+        open_form=open_form,
+    )
+
+
+def _approval_or_404(cu: ConsoleUser, pk: int) -> Approval:
+    approval = Approval.objects.filter(tenant_id=cu.tenant_id, pk=pk).select_related("task").first()
+    if approval is None:
+        raise Http404("No such approval")
+    return approval
+
+
+@require_POST
+@console_view(roles=DECIDERS)
+def approval_approve(request: HttpRequest, pk: int) -> HttpResponse:
+    cu = _cu(request)
+    approval = _approval_or_404(cu, pk)
+    form = ApproveForm(request.POST)
+    editing = "args" in request.POST
+    open_form = "edit" if editing else ""
+    if not form.is_valid():
+        return _invalid_form(request, cu, "approval", pk, form, open_form)
+    try:
+        done = approval_decide(
+            approval_id=approval.pk,
+            tenant_id=cu.tenant_id,
+            actor=cu.actor,
+            decision="approve",
+            comment=form.cleaned_data.get("comment") or "",
+            args=form.cleaned_data.get("args"),
+            expected_version=form.cleaned_data["expected_version"],
+            always_allow=form.cleaned_data.get("always_allow", False),
+        )
+    except DomainError as exc:
+        return _refusal(request, cu, "approval", pk, exc, dict(request.POST.items()), open_form)
+    message = (
+        f"Approved {done.tool} with edited arguments."
+        if done.args_diff
+        else f"Approved {done.tool}."
+    )
+    return _card_response(request, cu, "approval", pk, message=message)
+
+
+@require_POST
+@console_view(roles=DECIDERS)
+def approval_preview(request: HttpRequest, pk: int) -> HttpResponse:
+    """Check edited arguments against the tool's schema and show the diff, deciding nothing."""
+    cu = _cu(request)
+    approval = _approval_or_404(cu, pk)
+    form = PreviewForm(request.POST)
+    errors: list[str] = []
+    diff: list[dict[str, Any]] = []
+    if not form.is_valid():
+        errors = [str(e) for e in form.errors.get("args", [])]
+    else:
+        args = form.cleaned_data["args"]
+        allowed = (approval.task.agent_snapshot or {}).get("tools") or []
+        spec = tool_specs(tenant_id=cu.tenant_id, names=[approval.tool]).get(approval.tool)
+        if approval.tool not in allowed or spec is None:
+            errors = [f"{approval.tool} is no longer allowed or enabled"]
+        else:
+            errors = schema_errors(spec.args_schema, args)
+        diff = args_diff(approval.args or {}, args)
+    return render(
+        request,
+        "approvals/_diff.html",
+        {"errors": errors, "diff": diff, "checked": True},
+        status=400 if errors else 200,
+    )
+
+
+def args_diff(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
+    keys = sorted(set(before) | set(after))
+    return [
+        {
+            "key": k,
+            "from": before.get(k),
+            "to": after.get(k),
+            "added": k not in before,
+            "removed": k not in after,
+        }
+        for k in keys
+        if before.get(k) != after.get(k)
+    ]
+
+
+@require_POST
+@console_view(roles=DECIDERS)
+def approval_reject(request: HttpRequest, pk: int) -> HttpResponse:
+    cu = _cu(request)
+    _approval_or_404(cu, pk)
+    form = RejectForm(request.POST)
+    if not form.is_valid():
+        return _invalid_form(request, cu, "approval", pk, form, "reject")
+    try:
+        approval_decide(
+            approval_id=pk,
+            tenant_id=cu.tenant_id,
+            actor=cu.actor,
+            decision="reject",
+            comment=form.cleaned_data["comment"],
+            expected_version=form.cleaned_data["expected_version"],
+        )
+    except DomainError as exc:
+        return _refusal(request, cu, "approval", pk, exc, dict(request.POST.items()), "reject")
+    return _card_response(
+        request, cu, "approval", pk, message="Rejected; the agent gets your feedback."
+    )
+
+
+@require_POST
+@console_view(roles=DECIDERS)
+def approval_respond(request: HttpRequest, pk: int) -> HttpResponse:
+    cu = _cu(request)
+    _approval_or_404(cu, pk)
+    form = RespondForm(request.POST)
+    if not form.is_valid():
+        return _invalid_form(request, cu, "approval", pk, form, "respond")
+    try:
+        approval_decide(
+            approval_id=pk,
+            tenant_id=cu.tenant_id,
+            actor=cu.actor,
+            decision="respond",
+            comment=form.cleaned_data.get("comment") or "",
+            output=form.cleaned_data["output"],
+            expected_version=form.cleaned_data["expected_version"],
+        )
+    except DomainError as exc:
+        return _refusal(request, cu, "approval", pk, exc, dict(request.POST.items()), "respond")
+    return _card_response(
+        request,
+        cu,
+        "approval",
+        pk,
+        message="Responded: the agent gets your result instead of a tool call.",
+    )
+
+
+@require_POST
+@console_view()
+def question_answer(request: HttpRequest, pk: int) -> HttpResponse:
+    cu = _cu(request)
+    question = Question.objects.filter(tenant_id=cu.tenant_id, pk=pk).select_related("task").first()
+    if question is None:
+        raise Http404("No such question")
+    if not cu.can_answer(question.task):
+        return refuse(
+            request, "Only reviewers, admins and the task's requester can answer its questions."
+        )
+    form = AnswerForm(request.POST)
+    if not form.is_valid():
+        return _invalid_form(request, cu, "question", pk, form, "answer")
+    if question.status != "open":
+        return _card_response(
+            request,
+            cu,
+            "question",
+            pk,
+            status=409,
+            level="error",
+            message=f"Not applied: this question is already {question.status}.",
+        )
+    try:
+        task_provide_input(
+            task_id=question.task_id,
+            answer=form.cleaned_data["answer"],
+            actor=cu.actor,
+            expected_version=form.cleaned_data["expected_version"],
+        )
+    except DomainError as exc:
+        return _refusal(request, cu, "question", pk, exc, dict(request.POST.items()), "answer")
+    return _card_response(request, cu, "question", pk, message="Answer sent; the agent continues.")
+
+
+def _rec_or_404(cu: ConsoleUser, pk: int) -> Reconciliation:
+    rec = Reconciliation.objects.filter(tenant_id=cu.tenant_id, pk=pk).first()
+    if rec is None:
+        raise Http404("No such reconciliation")
+    return rec
+
+
+@require_POST
+@console_view(roles=DECIDERS)
+def reconciliation_requery_view(request: HttpRequest, pk: int) -> HttpResponse:
+    cu = _cu(request)
+    _rec_or_404(cu, pk)
+    try:
+        rec = reconciliation_requery(reconciliation_id=pk, tenant_id=cu.tenant_id, actor=cu.actor)
+    except DomainError as exc:
+        return _refusal(request, cu, "reconciliation", pk, exc, {}, "")
+    if rec.status == "resolved":
+        message = f"The status query settled it: {rec.outcome}."
+        return _card_response(request, cu, "reconciliation", pk, message=message)
+    state = (rec.status_answer or {}).get("state", "unknown")
+    return _card_response(
+        request,
+        cu,
+        "reconciliation",
+        pk,
+        level="warning",
+        message=f"The status query still cannot tell (it says: {state}).",
+    )
+
+
+@require_POST
+@console_view(roles=DECIDERS)
+def reconciliation_resolve_view(request: HttpRequest, pk: int) -> HttpResponse:
+    cu = _cu(request)
+    _rec_or_404(cu, pk)
+    form = ResolveForm(request.POST)
+    outcome = request.POST.get("outcome", "")
+    if not form.is_valid():
+        return _invalid_form(request, cu, "reconciliation", pk, form, outcome)
+    try:
+        reconciliation_resolve(
+            reconciliation_id=pk,
+            tenant_id=cu.tenant_id,
+            actor=cu.actor,
+            outcome=form.cleaned_data["outcome"],
+            output=form.cleaned_data.get("output"),
+            comment=form.cleaned_data.get("comment") or "",
+            expected_version=form.cleaned_data["expected_version"],
+        )
+    except DomainError as exc:
+        return _refusal(request, cu, "reconciliation", pk, exc, dict(request.POST.items()), outcome)
+    text = {
+        "succeeded": "Marked succeeded; the agent gets the result.",
+        "failed": "Marked failed; the agent is told the call did not happen.",
+        "retry": "Retrying with the same idempotency key.",
+    }[form.cleaned_data["outcome"]]
+    return _card_response(request, cu, "reconciliation", pk, message=text)

@@ -1,0 +1,151 @@
+"""Django admin for tenants, users' memberships, API keys, agent profiles and
+(read-only) tasks, steps, events and summaries.
+
+Task state is never edited here: the status field is protected and changes
+only through `services.transitions`, so tasks and their history are view-only.
+Agent profiles are editable and checked by the same rules as the API and the
+console (`services.agents.agent_errors`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.http import HttpRequest
+
+from .models import AgentProfile, ApiKey, ContextSummary, Event, Membership, Step, Task, Tenant
+from .services.agents import agent_errors
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """View-only: rows written by services (the audit trail) are not edited by hand."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Tenant)
+class TenantAdmin(admin.ModelAdmin):
+    list_display = ("name", "created_at")
+    search_fields = ("name",)
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ("user", "tenant", "role")
+    list_filter = ("role", "tenant")
+    search_fields = ("user__username",)
+    autocomplete_fields = ("user",)
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    """Keys are made by `manage.py create_api_token` (shown once); here they are only revoked."""
+
+    list_display = ("prefix", "user", "created_at", "last_used_at", "revoked")
+    list_filter = ("revoked",)
+    search_fields = ("prefix", "user__username")
+    readonly_fields = ("user", "prefix", "key_hash", "created_at", "last_used_at")
+    fields = ("user", "prefix", "key_hash", "created_at", "last_used_at", "revoked")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+
+class AgentProfileForm(forms.ModelForm):
+    class Meta:
+        model = AgentProfile
+        fields = (
+            "tenant",
+            "name",
+            "description",
+            "enabled",
+            "model",
+            "tools",
+            "max_steps",
+            "max_model_calls",
+            "max_tool_calls",
+            "max_tokens",
+            "max_duration_s",
+            "per_tool",
+            "max_concurrent_tasks",
+            "on_exhaustion",
+            "no_progress_repeats",
+            "no_progress_window",
+            "approval_sla_s",
+            "approval_on_expiry",
+            "allow_self_approval",
+            "result_schema",
+        )
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if self.errors:
+            return data
+        probe = AgentProfile(
+            **{k: v for k, v in data.items() if k != "tenant"},
+            tenant_id=getattr(data.get("tenant"), "pk", 0),
+        )
+        for field, messages in agent_errors(probe).items():
+            target = field if field in self.fields else None
+            for message in messages:
+                self.add_error(target, message if target else f"{field}: {message}")
+        return data
+
+
+@admin.register(AgentProfile)
+class AgentProfileAdmin(admin.ModelAdmin):
+    form = AgentProfileForm
+    list_display = ("name", "tenant", "enabled", "on_exhaustion", "max_steps", "updated_at")
+    list_filter = ("tenant", "enabled", "on_exhaustion")
+    search_fields = ("name", "description")
+
+
+class StepInline(admin.TabularInline):
+    model = Step
+    extra = 0
+    can_delete = False
+    show_change_link = True
+    fields = ("step_no", "kind", "status", "tool", "attempt", "latency_ms", "finished_at")
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Task)
+class TaskAdmin(ReadOnlyAdmin):
+    list_display = ("id", "tenant", "agent", "status", "version", "steps_count", "created_at")
+    list_filter = ("status", "tenant", "agent")
+    search_fields = ("=id", "trace_id", "goal")
+    date_hierarchy = "created_at"
+    list_select_related = ("tenant", "agent")
+    inlines = [StepInline]
+
+
+@admin.register(Step)
+class StepAdmin(ReadOnlyAdmin):
+    list_display = ("id", "task", "step_no", "kind", "status", "tool", "attempt")
+    list_filter = ("status", "kind")
+    search_fields = ("=task__id", "tool", "idempotency_key")
+
+
+@admin.register(Event)
+class EventAdmin(ReadOnlyAdmin):
+    list_display = ("id", "task", "task_version", "type", "actor", "actor_role", "created_at")
+    list_filter = ("type", "actor_role")
+    search_fields = ("=task__id", "trace_id", "actor")
+
+
+@admin.register(ContextSummary)
+class ContextSummaryAdmin(ReadOnlyAdmin):
+    list_display = ("task", "version", "covers_until_step", "active", "created_by", "created_at")
+    list_filter = ("active",)

@@ -1,0 +1,258 @@
+"""The agent profile form: model settings, allowed tools, budgets, prompts.
+
+The form parses input into the profile's shape; `tasks_app.services.agents`
+checks it as a whole and its field errors are mapped back onto these fields.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+
+from ..models import AgentProfile
+
+SERVICE_FIELD = {
+    "model": "backend",
+    "model.backend": "backend",
+    "model.name": "model_name",
+    "model.base_url": "base_url",
+    "model.api_key_env": "api_key_env",
+    "model.temperature": "temperature",
+    "model.top_p": "top_p",
+    "model.system_prompt": "system_prompt",
+    "model.timeout_s": "timeout_s",
+    "model.fallback": "fallback_name",
+    "model.fallback.name": "fallback_name",
+    "model.fallback.base_url": "fallback_base_url",
+    "model.fallback.api_key_env": "fallback_api_key_env",
+    "budget.per_tool": "per_tool",
+}
+BUDGET = (
+    "max_steps",
+    "max_model_calls",
+    "max_tool_calls",
+    "max_tokens",
+    "max_duration_s",
+    "max_concurrent_tasks",
+)
+
+
+def form_field_of(service_field: str) -> str:
+    if service_field in SERVICE_FIELD:
+        return SERVICE_FIELD[service_field]
+    if service_field.startswith("budget."):
+        return service_field.split(".", 1)[1]
+    if service_field.startswith("model."):
+        return "backend"
+    return service_field
+
+
+class JSONObjectField(forms.CharField):
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("required", False)
+        kwargs.setdefault(
+            "widget", forms.Textarea(attrs={"rows": 4, "spellcheck": "false", "class": "mono"})
+        )
+        super().__init__(**kwargs)
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, dict | list):
+            return json.dumps(value, indent=2)
+        return value
+
+    def clean(self, value: Any) -> Any:
+        text = (super().clean(value) or "").strip()
+        if not text:
+            return {}
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise forms.ValidationError(f"not valid JSON: {exc.msg} (line {exc.lineno})")
+        if not isinstance(parsed, dict):
+            raise forms.ValidationError("a JSON object")
+        return parsed
+
+
+class AgentForm(forms.Form):
+    name = forms.SlugField(
+        max_length=64, help_text="Letters, digits, _ and -. Cannot change later."
+    )
+    description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
+    enabled = forms.BooleanField(required=False, initial=True)
+    # model
+    backend = forms.ChoiceField(
+        choices=[
+            ("scripted", "scripted (demos, tests)"),
+            ("openai", "openai-compatible"),
+        ]
+    )
+    model_name = forms.CharField(required=False, max_length=200, label="Model name")
+    base_url = forms.CharField(required=False, max_length=500, label="Base URL")
+    api_key_env = forms.CharField(
+        required=False,
+        max_length=128,
+        label="API key variable",
+        help_text="The environment variable holding the key; never the key itself.",
+    )
+    temperature = forms.FloatField(required=False, min_value=0, max_value=2)
+    top_p = forms.FloatField(required=False, min_value=0, max_value=1, label="Top p")
+    timeout_s = forms.FloatField(required=False, min_value=1, max_value=600, label="Timeout (s)")
+    system_prompt = forms.CharField(
+        required=False,
+        max_length=50_000,
+        label="System prompt",
+        widget=forms.Textarea(attrs={"rows": 8}),
+    )
+    fallback_name = forms.CharField(required=False, max_length=200, label="Fallback model")
+    fallback_base_url = forms.CharField(required=False, max_length=500, label="Fallback base URL")
+    fallback_api_key_env = forms.CharField(
+        required=False, max_length=128, label="Fallback API key variable"
+    )
+    # tools and budget
+    tools = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple)
+    max_steps = forms.IntegerField(min_value=1, label="Steps")
+    max_model_calls = forms.IntegerField(min_value=1, label="Model calls")
+    max_tool_calls = forms.IntegerField(min_value=1, label="Tool calls")
+    max_tokens = forms.IntegerField(min_value=1, label="Tokens")
+    max_duration_s = forms.IntegerField(min_value=1, label="Duration (s)")
+    max_concurrent_tasks = forms.IntegerField(min_value=1, label="Concurrent tasks")
+    per_tool = JSONObjectField(label="Per-tool limits", help_text='{"tool name": max calls}')
+    on_exhaustion = forms.ChoiceField(
+        choices=[("fail", "fail the task"), ("escalate", "escalate to an operator")],
+        label="When a budget runs out",
+    )
+    no_progress_repeats = forms.IntegerField(
+        min_value=1, max_value=1000, label="Same call repeated"
+    )
+    no_progress_window = forms.IntegerField(min_value=1, max_value=1000, label="Steps without news")
+    approval_sla_s = forms.IntegerField(
+        min_value=0, label="Approval SLA (s)", help_text="0: never expires."
+    )
+    approval_on_expiry = forms.ChoiceField(
+        choices=[("escalate", "escalate"), ("reject", "reject")], label="When an approval expires"
+    )
+    allow_self_approval = forms.BooleanField(
+        required=False, label="Requesters may approve their own tasks"
+    )
+    result_schema = JSONObjectField(
+        label="Result schema", help_text="JSON Schema the final result must match."
+    )
+
+    def __init__(
+        self, *args: Any, tool_names: list[str], editing: bool = False, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        tools = self.fields["tools"]
+        assert isinstance(tools, forms.MultipleChoiceField)
+        tools.choices = [(t, t) for t in tool_names]
+        if editing:
+            self.fields["name"].disabled = True
+            self.fields["name"].required = False
+
+    @staticmethod
+    def initial_of(agent: AgentProfile | None) -> dict[str, Any]:
+        if agent is None:
+            blank = AgentProfile()
+            model: dict[str, Any] = {"backend": "scripted", "name": "scripted"}
+            return {
+                **{
+                    k: getattr(blank, k)
+                    for k in (
+                        *BUDGET,
+                        "on_exhaustion",
+                        "no_progress_repeats",
+                        "no_progress_window",
+                        "approval_sla_s",
+                        "approval_on_expiry",
+                    )
+                },
+                "enabled": True,
+                "backend": model["backend"],
+                "model_name": model["name"],
+            }
+        model = dict(agent.model or {})
+        fallback = model.get("fallback") or {}
+        return {
+            "name": agent.name,
+            "description": agent.description,
+            "enabled": agent.enabled,
+            "backend": model.get("backend", "scripted"),
+            "model_name": model.get("name", ""),
+            "base_url": model.get("base_url", ""),
+            "api_key_env": model.get("api_key_env", ""),
+            "temperature": model.get("temperature"),
+            "top_p": model.get("top_p"),
+            "timeout_s": model.get("timeout_s"),
+            "system_prompt": model.get("system_prompt", ""),
+            "fallback_name": fallback.get("name", ""),
+            "fallback_base_url": fallback.get("base_url", ""),
+            "fallback_api_key_env": fallback.get("api_key_env", ""),
+            "tools": list(agent.tools or []),
+            **{k: getattr(agent, k) for k in BUDGET},
+            "per_tool": agent.per_tool or {},
+            "on_exhaustion": agent.on_exhaustion,
+            "no_progress_repeats": agent.no_progress_repeats,
+            "no_progress_window": agent.no_progress_window,
+            "approval_sla_s": agent.approval_sla_s,
+            "approval_on_expiry": agent.approval_on_expiry,
+            "allow_self_approval": agent.allow_self_approval,
+            "result_schema": agent.result_schema or {},
+        }
+
+    def profile_fields(self, existing_model: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The cleaned form as the service's keyword arguments (model keys the
+        form does not show are kept from the existing profile)."""
+        d = self.cleaned_data
+        model: dict[str, Any] = dict(existing_model or {})
+        model.update(
+            backend=d["backend"], name=d["model_name"] or "", system_prompt=d["system_prompt"] or ""
+        )
+        for key, field in (
+            ("base_url", "base_url"),
+            ("api_key_env", "api_key_env"),
+            ("temperature", "temperature"),
+            ("top_p", "top_p"),
+            ("timeout_s", "timeout_s"),
+        ):
+            value = d.get(field)
+            if value in (None, ""):
+                model.pop(key, None)
+            else:
+                model[key] = value
+        if d.get("fallback_name"):
+            model["fallback"] = {
+                k: v
+                for k, v in {
+                    "name": d["fallback_name"],
+                    "base_url": d.get("fallback_base_url") or "",
+                    "api_key_env": d.get("fallback_api_key_env") or "",
+                }.items()
+                if v
+            }
+        else:
+            model.pop("fallback", None)
+        return {
+            "description": d.get("description") or "",
+            "enabled": bool(d.get("enabled")),
+            "model": model,
+            "tools": list(d.get("tools") or []),
+            **{k: d[k] for k in BUDGET},
+            "per_tool": d.get("per_tool") or {},
+            "on_exhaustion": d["on_exhaustion"],
+            "no_progress_repeats": d["no_progress_repeats"],
+            "no_progress_window": d["no_progress_window"],
+            "approval_sla_s": d["approval_sla_s"],
+            "approval_on_expiry": d["approval_on_expiry"],
+            "allow_self_approval": bool(d.get("allow_self_approval")),
+            "result_schema": d.get("result_schema") or {},
+        }
+
+    def add_service_errors(self, errors: dict[str, list[str]]) -> None:
+        for key, messages in errors.items():
+            field = form_field_of(key)
+            if field not in self.fields:
+                field = None  # type: ignore[assignment]
+            for message in messages:
+                self.add_error(field, message if field else f"{key}: {message}")

@@ -1,0 +1,49 @@
+"""Rendering a service's `DomainError` in the console: a readable message, the
+HTTP status its kind maps to (400/403/404/409), and its field errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from config.errors import HTTP_STATUS, DomainError
+
+from .presenters import status_label
+
+
+def error_status(exc: DomainError) -> int:
+    return HTTP_STATUS.get(exc.kind, 400)
+
+
+def error_message(exc: DomainError) -> str:
+    d = exc.details or {}
+    if exc.code == "stale_version":
+        status = d.get("status")
+        now = f" It is now {status_label(status)}" if status else ""
+        version = (
+            f" (version {d['current_version']})" if d.get("current_version") is not None else ""
+        )
+        return (
+            "Not applied: this task has moved on since you loaded this view."
+            + now
+            + version
+            + ". Here is its current state; look again before acting."
+        )
+    if exc.code in ("already_decided", "already_resolved"):
+        return f"Not applied: {exc.message}. Here is its current state."
+    if field_errors(exc):
+        return "Not applied: please correct the fields below."
+    # Every other refusal (illegal transition, stale arguments, no open question,
+    # separation of duties, ...) says what the service said.
+    return f"Not applied: {exc.message.rstrip('.')}."
+
+
+def field_errors(exc: DomainError) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for key, value in (exc.details or {}).items():
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            out[key] = value
+    return out
+
+
+def form_errors(form: Any) -> dict[str, list[str]]:
+    return {k: [str(e) for e in v] for k, v in form.errors.items()}

@@ -1,0 +1,239 @@
+"""Turning rows into what the console shows: event titles and tones, status
+tones, budget meters, "what is it waiting for". Pure functions of their inputs;
+the templates escape everything these return (model and tool text included).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.utils import timezone
+
+from ..machine import TaskStatus
+
+S = TaskStatus
+
+STATUS_LABELS: dict[str, str] = {
+    S.CREATED: "Queued",
+    S.RUNNING: "Running",
+    S.WAITING_FOR_INPUT: "Waiting for input",
+    S.WAITING_FOR_APPROVAL: "Waiting for approval",
+    S.WAITING_FOR_RECONCILIATION: "Waiting for reconciliation",
+    S.WAITING_FOR_HUMAN: "Escalated",
+    S.SUCCEEDED: "Succeeded",
+    S.FAILED: "Failed",
+    S.CANCELED: "Canceled",
+}
+
+WAITING_LABELS: dict[str, str] = {
+    S.WAITING_FOR_INPUT: "an answer to its question",
+    S.WAITING_FOR_APPROVAL: "a reviewer's approval",
+    S.WAITING_FOR_RECONCILIATION: "a reviewer to reconcile an uncertain tool result",
+    S.WAITING_FOR_HUMAN: "an operator: it was escalated",
+}
+
+TONE_OF_EVENT = {
+    "task_created": "neutral",
+    "task_started": "info",
+    "decision_recorded": "info",
+    "step_succeeded": "success",
+    "need_input": "warning",
+    "input_received": "info",
+    "need_approval": "warning",
+    "approval_granted": "success",
+    "approval_rejected": "danger",
+    "retryable_error": "warning",
+    "result_uncertain": "warning",
+    "reconciled": "info",
+    "escalated": "warning",
+    "resumed": "info",
+    "final_accepted": "success",
+    "fatal_error": "danger",
+    "budget_exhausted": "danger",
+    "deadline_exceeded": "danger",
+    "task_canceled": "neutral",
+    "invalid_decision": "danger",
+    "result_discarded": "neutral",
+}
+
+
+def status_label(status: str) -> str:
+    return STATUS_LABELS.get(status, status)
+
+
+def _short(value: Any, limit: int = 140) -> str:
+    text = value if isinstance(value, str) else str(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@dataclass(frozen=True)
+class EventView:
+    id: int
+    type: str
+    title: str
+    detail: str
+    tone: str
+    actor: str
+    actor_role: str
+    task_version: int
+    created_at: datetime | None
+    payload: dict[str, Any]
+
+    @property
+    def by_person(self) -> bool:
+        return self.actor_role not in ("", "system")
+
+    @property
+    def actor_display(self) -> str:
+        """Workers are named host:pid:nonce; the timeline only needs "worker"."""
+        return "worker" if self.actor.startswith("worker:") else self.actor
+
+
+def present_event(event: Any) -> EventView:
+    """An `Event` row as one line of the timeline."""
+    p: dict[str, Any] = dict(event.payload or {})
+    title, detail = _describe(event.type, p, event.actor)
+    tone = TONE_OF_EVENT.get(event.type, "neutral")
+    if event.type == "step_succeeded" and p.get("step_status") == "FAILED":
+        tone = "danger"
+    return EventView(
+        id=event.pk,
+        type=event.type,
+        title=title,
+        detail=detail,
+        tone=tone,
+        actor=event.actor,
+        actor_role=event.actor_role,
+        task_version=event.task_version,
+        created_at=event.created_at,
+        payload=p,
+    )
+
+
+def _describe(kind: str, p: dict[str, Any], actor: str) -> tuple[str, str]:
+    step = f"Step {p['step_no']}" if p.get("step_no") else "Step"
+    tool = p.get("tool") or ""
+    if kind == "task_created":
+        return "Task created", _short(p.get("goal", ""))
+    if kind == "task_started":
+        return "Started", "admitted to run"
+    if kind == "decision_recorded":
+        return f"{step}: decided to call {tool}", _short(p.get("reason") or "")
+    if kind == "step_succeeded":
+        ms = f" in {p['latency_ms']} ms" if p.get("latency_ms") is not None else ""
+        cached = " (from the ledger)" if p.get("from_ledger") else ""
+        if p.get("step_status") == "FAILED":
+            err = p.get("error") or {}
+            return f"{step}: {tool} returned an error{ms}", _short(err.get("message", ""))
+        return f"{step}: {tool} succeeded{ms}{cached}", ""
+    if kind == "need_input":
+        return f"{step}: asked a question", _short(p.get("question", ""))
+    if kind == "input_received":
+        return f"Answered by {actor}", _short(p.get("answer", ""))
+    if kind == "need_approval":
+        return f"{step}: {tool} needs approval", ""
+    if kind == "approval_granted":
+        verb = "Responded with a result" if p.get("decision") == "respond" else "Approved"
+        edited = " (arguments edited)" if p.get("args_diff") else ""
+        return f"{verb} by {actor}{edited}", _short(p.get("comment", ""))
+    if kind == "approval_rejected":
+        if p.get("decision") == "expired":
+            return "Approval expired", ""
+        return f"Rejected by {actor}", _short(p.get("comment", ""))
+    if kind == "retryable_error":
+        delay = p.get("delay_s")
+        when = f" in {delay:.2f} s" if isinstance(delay, int | float) else ""
+        return f"{step}: retrying (attempt {p.get('attempt')}){when}", _short(
+            (p.get("error") or {}).get("message", "")
+        )
+    if kind == "result_uncertain":
+        answer = (p.get("status_answer") or {}).get("state", "no answer")
+        return f"{step}: outcome of {tool} is uncertain", f"status query: {answer}"
+    if kind == "reconciled":
+        return f"Reconciled by {actor}: {p.get('outcome', '')}", _short(p.get("comment", ""))
+    if kind == "escalated":
+        return "Escalated to an operator", str(p.get("reason", "")).replace("_", " ")
+    if kind == "resumed":
+        extend = p.get("extend") or {}
+        more = ", ".join(f"{k.replace('max_', '')} +{v}" for k, v in extend.items())
+        return f"Resumed by {actor}", more or _short(p.get("comment", ""))
+    if kind == "final_accepted":
+        return "Finished: result accepted", ""
+    if kind in ("fatal_error", "budget_exhausted", "deadline_exceeded"):
+        reason = str(p.get("reason") or kind).replace("_", " ")
+        return f"Failed: {reason}", _short(p.get("comment") or "")
+    if kind == "task_canceled":
+        return f"Canceled by {actor}", _short(p.get("reason", ""))
+    if kind == "invalid_decision":
+        err = p.get("error") or {}
+        return f"{step}: invalid model output", _short(err.get("message", ""))
+    if kind == "result_discarded":
+        return f"{step}: a late result was discarded", str(p.get("reason", "")).replace("_", " ")
+    return kind.replace("_", " ").capitalize(), ""
+
+
+@dataclass(frozen=True)
+class Meter:
+    label: str
+    used: float
+    limit: float | None
+    unit: str = ""
+
+    @property
+    def percent(self) -> int:
+        if not self.limit:
+            return 0
+        return max(0, min(100, int(round(100 * self.used / self.limit))))
+
+    @property
+    def step_class(self) -> str:
+        """A width class in 5% steps (no inline styles under our CSP)."""
+        return f"w-{5 * round(self.percent / 5)}"
+
+    @property
+    def tone(self) -> str:
+        if self.percent >= 90:
+            return "danger"
+        if self.percent >= 70:
+            return "warning"
+        return "ok"
+
+
+def budget_meters(task: Any, *, now: datetime | None = None) -> list[Meter]:
+    """Use against the task's frozen budget plus any extension granted on resume."""
+    budget = dict((task.agent_snapshot or {}).get("budget") or {})
+    ext = dict(task.budget_extension or {})
+
+    def limit(key: str) -> float | None:
+        base = budget.get(key)
+        return None if base is None else base + ext.get(key, 0)
+
+    meters = [
+        Meter("Steps", task.steps_count, limit("max_steps")),
+        Meter("Model calls", task.model_calls, limit("max_model_calls")),
+        Meter("Tool calls", task.tool_calls, limit("max_tool_calls")),
+        Meter("Tokens", task.tokens, limit("max_tokens")),
+    ]
+    if task.started_at:
+        end = task.finished_at or now or timezone.now()
+        meters.append(
+            Meter(
+                "Duration",
+                int((end - task.started_at).total_seconds()),
+                limit("max_duration_s"),
+                unit="s",
+            )
+        )
+    per_tool_limits = budget.get("per_tool") or {}
+    for name, used in sorted((task.per_tool or {}).items()):
+        meters.append(Meter(f"{name} calls", used, per_tool_limits.get(name)))
+    return meters
+
+
+def bar_class(value: int, peak: int) -> str:
+    """A height class in 10% steps for the dashboard's throughput bars."""
+    if not peak or not value:
+        return "h-0"
+    return f"h-{max(1, round(10 * value / peak))}"

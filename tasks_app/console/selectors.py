@@ -1,0 +1,231 @@
+"""Reads for the console pages: the filtered task list, the dashboard figures,
+and everything the task page shows. Every function takes the tenant id and
+scopes its queries by it; a task of another tenant simply is not found.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Count, Q, QuerySet
+from django.db.models.functions import TruncHour
+from django.utils import timezone
+
+from tools_app.models import ToolExecution
+
+from ..machine import NON_TERMINAL, TERMINAL, WAITING, TaskStatus
+from ..models import AgentProfile, Event, Step, Task
+from ..selectors import tasks_of_tenant
+from .presenters import EventView, bar_class, present_event, status_label
+
+S = TaskStatus
+STATUS_GROUPS: dict[str, tuple[str, ...]] = {
+    "active": NON_TERMINAL,
+    "waiting": WAITING,
+    "finished": TERMINAL,
+}
+TIMELINE_PAGE = 200
+STEPS_SHOWN = 50
+
+
+# --- the task list -------------------------------------------------------------------
+
+
+def filtered_tasks(
+    tenant_id: int,
+    *,
+    status: str = "",
+    agent: str = "",
+    q: str = "",
+    trace: str = "",
+    requester_id: int | None = None,
+) -> QuerySet[Task]:
+    """The tenant's tasks matching the list's filters, newest first.
+
+    `q` matches a task id (``42`` or ``#42``), the start of a trace id, or
+    words of the goal.
+    """
+    qs = tasks_of_tenant(tenant_id).select_related("requester")
+    if status in STATUS_GROUPS:
+        qs = qs.filter(status__in=STATUS_GROUPS[status])
+    elif status in S.values:
+        qs = qs.filter(status=status)
+    if agent:
+        qs = qs.filter(agent__name=agent)
+    if trace:
+        qs = qs.filter(trace_id=trace.strip().lower())
+    q = q.strip()
+    if q:
+        cond = Q(goal__icontains=q)
+        bare = q.lstrip("#")
+        if bare.isdigit() and len(bare) < 18:
+            cond |= Q(pk=int(bare))
+        if len(q) >= 4 and all(c in "0123456789abcdefABCDEF" for c in q):
+            cond |= Q(trace_id__startswith=q.lower())
+        qs = qs.filter(cond)
+    if requester_id is not None:
+        qs = qs.filter(requester_id=requester_id)
+    return qs.order_by("-id")
+
+
+def agent_names(tenant_id: int) -> list[str]:
+    return list(
+        AgentProfile.objects.filter(tenant_id=tenant_id)
+        .order_by("name")
+        .values_list("name", flat=True)
+    )
+
+
+# --- the dashboard ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HourBar:
+    """One hour of finished tasks; segment heights are classes relative to the busiest hour."""
+
+    start: datetime
+    succeeded: int
+    failed: int
+    canceled: int
+    peak: int
+
+    @property
+    def total(self) -> int:
+        return self.succeeded + self.failed + self.canceled
+
+    @property
+    def segments(self) -> list[tuple[str, int, str]]:
+        return [
+            (kind, n, bar_class(n, self.peak))
+            for kind, n in (
+                ("succeeded", self.succeeded),
+                ("failed", self.failed),
+                ("canceled", self.canceled),
+            )
+            if n
+        ]
+
+
+def dashboard(tenant_id: int, *, now: datetime | None = None, hours: int = 12) -> dict[str, Any]:
+    now = now or timezone.now()
+    tasks = Task.objects.filter(tenant_id=tenant_id)
+    counts = dict(tasks.order_by().values_list("status").annotate(n=Count("id")))
+    waiting = [{"status": s, "label": status_label(s), "count": counts.get(s, 0)} for s in WAITING]
+    week_ago = now - timedelta(days=7)
+    failed_by_reason = list(
+        tasks.filter(status=S.FAILED, finished_at__gte=week_ago)
+        .order_by()
+        .values("failure_reason")
+        .annotate(n=Count("id"))
+        .order_by("-n", "failure_reason")[:8]
+    )
+    start = (now - timedelta(hours=hours - 1)).replace(minute=0, second=0, microsecond=0)
+    per_hour: dict[tuple[datetime, str], int] = {}
+    for hour, status, n in (
+        tasks.filter(finished_at__gte=start)
+        .order_by()
+        .annotate(h=TruncHour("finished_at"))
+        .values_list("h", "status")
+        .annotate(n=Count("id"))
+    ):
+        per_hour[(hour, status)] = n
+    buckets = []
+    for i in range(hours):
+        h = start + timedelta(hours=i)
+        buckets.append(
+            (
+                h,
+                per_hour.get((h, S.SUCCEEDED), 0),
+                per_hour.get((h, S.FAILED), 0),
+                per_hour.get((h, S.CANCELED), 0),
+            )
+        )
+    peak = max([sum(b[1:]) for b in buckets] + [0])
+    bars = [HourBar(h, ok, bad, gone, peak) for h, ok, bad, gone in buckets]
+    day = tasks.filter(finished_at__gte=now - timedelta(hours=24)).order_by()
+    day_counts = dict(day.values_list("status").annotate(n=Count("id")))
+    finished_day = sum(day_counts.values())
+    return {
+        "counts": counts,
+        "total": sum(counts.values()),
+        "running": counts.get(S.RUNNING, 0),
+        "queued": counts.get(S.CREATED, 0),
+        "waiting": waiting,
+        "waiting_total": sum(w["count"] for w in waiting),
+        "failed_by_reason": failed_by_reason,
+        "failed_week": sum(r["n"] for r in failed_by_reason),
+        "bars": bars,
+        "bars_peak": peak,
+        "finished_hour": tasks.filter(finished_at__gte=now - timedelta(hours=1)).count(),
+        "finished_day": finished_day,
+        "succeeded_day": day_counts.get(S.SUCCEEDED, 0),
+        "success_rate_day": (
+            round(100 * day_counts.get(S.SUCCEEDED, 0) / finished_day) if finished_day else None
+        ),
+        "attention": list(
+            tasks_of_tenant(tenant_id).filter(status__in=WAITING).order_by("updated_at")[:8]
+        ),
+        "recent_failures": list(
+            tasks_of_tenant(tenant_id).filter(status=S.FAILED).order_by("-finished_at")[:5]
+        ),
+    }
+
+
+# --- the task page -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepView:
+    step: Step
+    ledger: ToolExecution | None
+
+    @property
+    def rev(self) -> str:
+        """Changes whenever anything shown for the step changes (live merge key)."""
+        s = self.step
+        ledger_rev = self.ledger.updated_at.isoformat() if self.ledger else ""
+        done = s.finished_at.isoformat() if s.finished_at else ""
+        return f"{s.status}|{s.attempt}|{done}|{ledger_rev}|{bool(s.late_output)}"
+
+    @property
+    def model_log(self) -> dict[str, Any]:
+        return dict(self.step.model_log or {})
+
+    @property
+    def attempts(self) -> list[dict[str, Any]]:
+        return list(self.ledger.attempts or []) if self.ledger else []
+
+
+def events_page(
+    task_id: int, *, after: int = 0, before: int | None = None, limit: int = TIMELINE_PAGE
+) -> tuple[list[EventView], bool]:
+    """Events of a task as timeline rows, oldest first, and whether more exist
+    (earlier ones when paging back with `before`, later ones otherwise)."""
+    qs = Event.objects.filter(task_id=task_id)
+    if before is not None:
+        rows = list(qs.filter(id__lt=before).order_by("-id")[: limit + 1])
+        more = len(rows) > limit
+        return [present_event(e) for e in reversed(rows[:limit])], more
+    rows = list(qs.filter(id__gt=after).order_by("id")[: limit + 1])
+    return [present_event(e) for e in rows[:limit]], len(rows) > limit
+
+
+def latest_events(task_id: int, *, limit: int = TIMELINE_PAGE) -> tuple[list[EventView], bool]:
+    """The last `limit` events, oldest first, and whether earlier ones exist."""
+    rows = list(Event.objects.filter(task_id=task_id).order_by("-id")[: limit + 1])
+    return [present_event(e) for e in reversed(rows[:limit])], len(rows) > limit
+
+
+def step_views(task_id: int, *, limit: int = STEPS_SHOWN) -> tuple[list[StepView], int]:
+    """The latest steps with their ledger rows, and how many steps there are in all."""
+    total = Step.objects.filter(task_id=task_id).count()
+    steps = list(Step.objects.filter(task_id=task_id).order_by("-step_no")[:limit])
+    steps.reverse()
+    keys = [s.idempotency_key for s in steps if s.idempotency_key]
+    ledger = {
+        row.idempotency_key: row
+        for row in ToolExecution.objects.filter(task_id=task_id, idempotency_key__in=keys)
+    }
+    return [StepView(s, ledger.get(s.idempotency_key)) for s in steps], total

@@ -1,0 +1,384 @@
+"""Console pages for tasks: the dashboard, the task list, the live task page and
+the operator's actions (cancel, bulk cancel, resume, fail).
+
+Thin: role checks through `access`, reads through `selectors`, writes through
+`tasks_app.services.tasks`. An action that succeeds redirects back (303) with a
+message; one that is refused re-renders the page with the fresh state, the
+reason, and the status of the refusal (400/403/409).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from approvals_app.console.selectors import inbox_count, open_card_for_task
+from config.errors import DomainError
+
+from ..machine import NON_TERMINAL, WAITING, TaskStatus
+from ..models import Task
+from ..selectors import task_of_tenant
+from ..services.tasks import task_cancel, task_cancel_many, task_fail_by_operator, task_resume
+from . import selectors as sel
+from .access import OPERATORS, ConsoleUser, console_view, refuse
+from .errors import error_message, error_status, form_errors
+from .forms import (
+    BulkCancelForm,
+    CancelForm,
+    FailForm,
+    ResumeForm,
+    TaskFilterForm,
+    describe_filters,
+)
+from .presenters import WAITING_LABELS, budget_meters
+
+PAGE_SIZE = 25
+RESUME_FIELDS = [
+    ("max_steps", "Extra steps"),
+    ("max_model_calls", "Extra model calls"),
+    ("max_tool_calls", "Extra tool calls"),
+    ("max_tokens", "Extra tokens"),
+    ("max_duration_s", "Extra seconds"),
+]
+BULK_CANCEL_LIMIT = 1000
+
+
+def _cu(request: HttpRequest) -> ConsoleUser:
+    return request.console  # type: ignore[attr-defined, no-any-return]
+
+
+def _task_or_404(cu: ConsoleUser, task_id: int) -> Task:
+    task = task_of_tenant(cu.tenant_id, task_id)
+    if task is None:
+        raise Http404("No such task")
+    return task
+
+
+# --- dashboard -------------------------------------------------------------------------
+
+
+@require_GET
+@console_view()
+def dashboard(request: HttpRequest) -> HttpResponse:
+    cu = _cu(request)
+    ctx: dict[str, Any] = {
+        "nav": "dashboard",
+        "d": sel.dashboard(cu.tenant_id),
+        "inbox_total": inbox_count(cu.tenant_id) if cu.sees_inbox else None,
+    }
+    if request.htmx and request.GET.get("fragment") == "body":  # type: ignore[attr-defined]
+        return render(request, "tasks/_dashboard_body.html", ctx)
+    return render(request, "tasks/dashboard.html", ctx)
+
+
+# --- the task list ------------------------------------------------------------------------
+
+
+def _list_filters(
+    request: HttpRequest, cu: ConsoleUser, data: Any
+) -> tuple[TaskFilterForm, dict[str, Any]]:
+    form = TaskFilterForm(data, agents=sel.agent_names(cu.tenant_id))
+    return form, form.filters()
+
+
+def _matching(cu: ConsoleUser, filters: dict[str, Any]):  # type: ignore[no-untyped-def]
+    return sel.filtered_tasks(
+        cu.tenant_id,
+        status=filters["status"],
+        agent=filters["agent"],
+        q=filters["q"],
+        trace=filters["trace"],
+        requester_id=cu.user_id if filters["mine"] else None,
+    )
+
+
+def _list_context(request: HttpRequest, cu: ConsoleUser) -> dict[str, Any]:
+    form, filters = _list_filters(request, cu, request.GET)
+    qs = _matching(cu, filters)
+    page = Paginator(qs, PAGE_SIZE).get_page(request.GET.get("page"))
+    kept = {k: ("on" if v is True else v) for k, v in filters.items() if v}
+    active = qs.filter(status__in=NON_TERMINAL).count() if cu.can_operate else 0
+    return {
+        "nav": "tasks",
+        "form": form,
+        "filters": filters,
+        "page_obj": page,
+        "tasks": page.object_list,
+        "query_prefix": urlencode(kept) + "&" if kept else "",
+        "filtered": bool(kept),
+        "filter_text": describe_filters(filters),
+        "active_matching": active,
+        "bulk_limit": BULK_CANCEL_LIMIT,
+    }
+
+
+@require_GET
+@console_view()
+def task_list(request: HttpRequest) -> HttpResponse:
+    cu = _cu(request)
+    ctx = _list_context(request, cu)
+    if request.htmx and request.GET.get("fragment") == "body":  # type: ignore[attr-defined]
+        return render(request, "tasks/_list_body.html", ctx)
+    return render(request, "tasks/list.html", ctx)
+
+
+@require_POST
+@console_view(roles=OPERATORS)
+def tasks_bulk_cancel(request: HttpRequest) -> HttpResponse:
+    """Cancel every active task that matches the list's filters (each in its own
+    transaction; one that ended meanwhile is skipped and counted)."""
+    cu = _cu(request)
+    form = BulkCancelForm(request.POST, agents=sel.agent_names(cu.tenant_id))
+    filters = form.filters()
+    back = (
+        reverse("console:task-list")
+        + "?"
+        + urlencode({k: ("on" if v is True else v) for k, v in filters.items() if v})
+    )
+    if not form.is_valid():
+        messages.error(request, "Not applied: the bulk cancel form was incomplete.")
+        return redirect(back, permanent=False)
+    ids = list(
+        _matching(cu, filters)
+        .filter(status__in=NON_TERMINAL)
+        .order_by("id")
+        .values_list("id", flat=True)[:BULK_CANCEL_LIMIT]
+    )
+    expected = form.cleaned_data["expected_count"]
+    if len(ids) > expected:
+        messages.warning(
+            request,
+            f"Not applied: {len(ids)} tasks match now, not the {expected} you "
+            "confirmed. Check the list and confirm again.",
+        )
+        return redirect(back)
+    reason = form.cleaned_data.get("reason") or f"bulk cancel ({describe_filters(filters)})"
+    done = task_cancel_many(task_ids=ids, actor=cu.actor, reason=reason)
+    n, skipped = len(done["canceled"]), len(done["skipped"])
+    text = f"Canceled {n} task{'s' if n != 1 else ''}."
+    if skipped:
+        text += f" {skipped} had already ended or moved on and were left alone."
+    messages.success(request, text)
+    return redirect(back)
+
+
+# --- the task page ---------------------------------------------------------------------------
+
+
+def _task_context(request: HttpRequest, cu: ConsoleUser, task: Task) -> dict[str, Any]:
+    events, earlier = sel.latest_events(task.pk)
+    steps, steps_total = sel.step_views(task.pk)
+    return {
+        "nav": "tasks",
+        "task": task,
+        "events": events,
+        "has_earlier": earlier,
+        "last_event_id": events[-1].id if events else 0,
+        **_panels(cu, task),
+        "steps": steps,
+        "steps_total": steps_total,
+    }
+
+
+def _panels(cu: ConsoleUser, task: Task) -> dict[str, Any]:
+    """What the live refresh re-renders: state, waiting card, actions, budget."""
+    card = open_card_for_task(task)
+    return {
+        "task": task,
+        "meters": budget_meters(task),
+        "card": card,
+        "waiting_for": WAITING_LABELS.get(task.status, ""),
+        "is_waiting": task.status in WAITING,
+        "is_active": task.status in NON_TERMINAL,
+        "can_cancel": cu.can_cancel(task) and task.status in NON_TERMINAL,
+        "can_resume": cu.can_resume(task) and task.status == TaskStatus.WAITING_FOR_HUMAN,
+        "can_fail": cu.can_operate and task.status in WAITING,
+        "resume_fields": RESUME_FIELDS,
+    }
+
+
+@require_GET
+@console_view()
+def task_detail(request: HttpRequest, task_id: int) -> HttpResponse:
+    cu = _cu(request)
+    task = _task_or_404(cu, task_id)
+    return render(request, "tasks/detail.html", _task_context(request, cu, task))
+
+
+@require_GET
+@console_view()
+def task_live(request: HttpRequest, task_id: int) -> HttpResponse:
+    """Timeline rows after `after` plus the panels, for the page's live refresh."""
+    cu = _cu(request)
+    task = _task_or_404(cu, task_id)
+    try:
+        after = max(0, int(request.GET.get("after", "0")))
+    except ValueError:
+        after = 0
+    events, more = sel.events_page(task.pk, after=after)
+    steps, steps_total = sel.step_views(task.pk)
+    return render(
+        request,
+        "tasks/_live.html",
+        {
+            **_panels(cu, task),
+            "events": events,
+            "more": more,
+            "steps": steps,
+            "steps_total": steps_total,
+        },
+    )
+
+
+@require_GET
+@console_view()
+def task_events_before(request: HttpRequest, task_id: int) -> HttpResponse:
+    cu = _cu(request)
+    task = _task_or_404(cu, task_id)
+    try:
+        before = int(request.GET.get("before", "0"))
+    except ValueError:
+        before = 0
+    events, earlier = sel.events_page(task.pk, before=before or None)
+    return render(
+        request, "tasks/_earlier.html", {"task": task, "events": events, "has_earlier": earlier}
+    )
+
+
+def _refused(
+    request: HttpRequest,
+    cu: ConsoleUser,
+    task_id: int,
+    message: str,
+    status: int,
+    errors: dict[str, list[str]] | None = None,
+    action: str = "",
+) -> HttpResponse:
+    """The task page again, fresh from the database, saying why nothing was done."""
+    task = _task_or_404(cu, task_id)
+    messages.error(request, message)
+    ctx = _task_context(request, cu, task)
+    ctx.update(action_errors=errors or {}, open_action=action)
+    return render(request, "tasks/detail.html", ctx, status=status)
+
+
+def _version_for_cancel(task: Task, form: CancelForm) -> int | None:
+    """Cancel acts on what the operator saw. While a task is running its version
+    moves with every step; progress inside RUNNING does not make "stop this" stale,
+    so only a change of status is. A waiting task's version is stable: pass it."""
+    shown = form.cleaned_data.get("shown_status")
+    if shown in (TaskStatus.RUNNING, TaskStatus.CREATED) and task.status == shown:
+        return None
+    return form.cleaned_data["expected_version"]
+
+
+@require_POST
+@console_view()
+def task_cancel_view(request: HttpRequest, task_id: int) -> HttpResponse:
+    cu = _cu(request)
+    task = _task_or_404(cu, task_id)
+    if not cu.can_cancel(task):
+        return refuse(request, "Only operators, admins and the task's requester can cancel it.")
+    form = CancelForm(request.POST)
+    if not form.is_valid():
+        return _refused(
+            request,
+            cu,
+            task_id,
+            "Not applied: the cancel form was incomplete.",
+            400,
+            form_errors(form),
+            "cancel",
+        )
+    try:
+        task_cancel(
+            task_id=task.pk,
+            actor=cu.actor,
+            expected_version=_version_for_cancel(task, form),
+            reason=form.cleaned_data.get("reason") or "",
+        )
+    except DomainError as exc:
+        return _refused(
+            request, cu, task_id, error_message(exc), error_status(exc), action="cancel"
+        )
+    messages.success(request, f"Task #{task.pk} canceled.")
+    return redirect("console:task-detail", task_id=task.pk)
+
+
+@require_POST
+@console_view(roles=OPERATORS)
+def task_resume_view(request: HttpRequest, task_id: int) -> HttpResponse:
+    cu = _cu(request)
+    task = _task_or_404(cu, task_id)
+    form = ResumeForm(request.POST)
+    if not form.is_valid():
+        return _refused(
+            request,
+            cu,
+            task_id,
+            "Not applied: please correct the fields below.",
+            400,
+            form_errors(form),
+            "resume",
+        )
+    try:
+        task_resume(
+            task_id=task.pk,
+            actor=cu.actor,
+            expected_version=form.cleaned_data["expected_version"],
+            extend=form.extension(),
+            comment=form.cleaned_data.get("comment") or "",
+        )
+    except DomainError as exc:
+        return _refused(
+            request, cu, task_id, error_message(exc), error_status(exc), action="resume"
+        )
+    extra = form.extension()
+    more = (
+        (
+            " with "
+            + ", ".join(
+                f"{v} more {k.replace('max_', '').replace('_', ' ')}" for k, v in extra.items()
+            )
+        )
+        if extra
+        else ""
+    )
+    messages.success(request, f"Task #{task.pk} resumed{more}.")
+    return redirect("console:task-detail", task_id=task.pk)
+
+
+@require_POST
+@console_view(roles=OPERATORS)
+def task_fail_view(request: HttpRequest, task_id: int) -> HttpResponse:
+    cu = _cu(request)
+    task = _task_or_404(cu, task_id)
+    form = FailForm(request.POST)
+    if not form.is_valid():
+        return _refused(
+            request,
+            cu,
+            task_id,
+            "Not applied: say why the task is being ended.",
+            400,
+            form_errors(form),
+            "fail",
+        )
+    try:
+        task_fail_by_operator(
+            task_id=task.pk,
+            actor=cu.actor,
+            expected_version=form.cleaned_data["expected_version"],
+            reason=form.cleaned_data["reason"],
+        )
+    except DomainError as exc:
+        return _refused(request, cu, task_id, error_message(exc), error_status(exc), action="fail")
+    messages.success(request, f"Task #{task.pk} ended as failed.")
+    return redirect("console:task-detail", task_id=task.pk)

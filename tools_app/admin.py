@@ -1,0 +1,93 @@
+"""Django admin for tool registrations (checked by the same rules as the API and
+the console), the idempotency ledger (read-only: it is evidence) and the demo store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.http import HttpRequest
+
+from .models import DemoNotification, DemoOrder, DemoRefund, Tool, ToolExecution
+from .services import tool_errors
+
+
+class ToolForm(forms.ModelForm):
+    url = forms.URLField(required=False, max_length=500, assume_scheme="https")
+
+    class Meta:
+        model = Tool
+        fields = (
+            "tenant",
+            "name",
+            "description",
+            "kind",
+            "target",
+            "url",
+            "status_url",
+            "status_tool",
+            "compensation_tool",
+            "secret_headers",
+            "args_schema",
+            "result_schema",
+            "risk",
+            "requires_approval",
+            "timeout_s",
+            "side_effect",
+            "max_retries",
+            "enabled",
+        )
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if self.errors:
+            return data
+        probe = Tool(
+            **{k: v for k, v in data.items() if k != "tenant"},
+            tenant_id=getattr(data.get("tenant"), "pk", 0),
+        )
+        for field, messages in tool_errors(probe).items():
+            target = field if field in self.fields else None
+            for message in messages:
+                self.add_error(target, message if target else f"{field}: {message}")
+        return data
+
+
+@admin.register(Tool)
+class ToolAdmin(admin.ModelAdmin):
+    form = ToolForm
+    list_display = ("name", "tenant", "kind", "side_effect", "risk", "requires_approval", "enabled")
+    list_filter = ("tenant", "kind", "side_effect", "risk", "enabled")
+    search_fields = ("name", "description")
+
+
+@admin.register(ToolExecution)
+class ToolExecutionAdmin(admin.ModelAdmin):
+    list_display = ("idempotency_key", "tool", "task_id", "status", "updated_at")
+    list_filter = ("status", "tool")
+    search_fields = ("idempotency_key", "=task_id")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(DemoOrder)
+class DemoOrderAdmin(admin.ModelAdmin):
+    list_display = ("order_id", "customer", "amount_cents", "status")
+
+
+@admin.register(DemoRefund)
+class DemoRefundAdmin(admin.ModelAdmin):
+    list_display = ("order_id", "amount_cents", "reason", "created_at")
+
+
+@admin.register(DemoNotification)
+class DemoNotificationAdmin(admin.ModelAdmin):
+    list_display = ("customer", "message", "created_at")

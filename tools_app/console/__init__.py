@@ -1,0 +1,1 @@
+"""Console pages for tool registrations: readable by the tenant, edited by admins."""

@@ -1,0 +1,139 @@
+"""The tool registration form. It parses input into the registration's shape;
+`tools_app.services` checks it as a whole (schemas against the metaschema,
+URLs, python paths) and its field errors are put back on these fields."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+
+from ..models import Risk, SideEffect, Tool, ToolKind
+
+FIELDS = (
+    "description",
+    "kind",
+    "target",
+    "url",
+    "status_url",
+    "status_tool",
+    "compensation_tool",
+    "secret_headers",
+    "args_schema",
+    "result_schema",
+    "risk",
+    "requires_approval",
+    "timeout_s",
+    "side_effect",
+    "max_retries",
+    "enabled",
+)
+
+
+class JSONObjectField(forms.CharField):
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault(
+            "widget", forms.Textarea(attrs={"rows": 8, "spellcheck": "false", "class": "mono"})
+        )
+        super().__init__(**kwargs)
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, dict | list):
+            return json.dumps(value, indent=2)
+        return value
+
+    def clean(self, value: Any) -> Any:
+        text = (super().clean(value) or "").strip()
+        if not text:
+            return {}
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise forms.ValidationError(f"not valid JSON: {exc.msg} (line {exc.lineno})")
+        if not isinstance(parsed, dict):
+            raise forms.ValidationError("a JSON object")
+        return parsed
+
+
+class ToolForm(forms.Form):
+    name = forms.CharField(
+        max_length=64, help_text="Letters, digits, _ and -. Cannot change later."
+    )
+    description = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="What the model reads to decide when to call it.",
+    )
+    kind = forms.ChoiceField(choices=ToolKind.choices)
+    target = forms.CharField(
+        required=False,
+        max_length=255,
+        label="Python function",
+        help_text="Dotted path, for python tools.",
+    )
+    url = forms.CharField(
+        required=False, max_length=500, label="URL", help_text="POSTed to, for http tools."
+    )
+    status_url = forms.CharField(
+        required=False,
+        max_length=500,
+        label="Status URL",
+        help_text="GET with {key}: did the call with this key happen?",
+    )
+    status_tool = forms.CharField(required=False, max_length=100, label="Status query (python)")
+    compensation_tool = forms.CharField(required=False, max_length=100, label="Compensation tool")
+    secret_headers = JSONObjectField(
+        required=False,
+        label="Secret headers",
+        help_text='{"Header": "TETHER_SECRET_NAME"}: the environment variable, never the secret.',
+    )
+    args_schema = JSONObjectField(
+        label="Arguments schema", help_text="JSON Schema 2020-12, an object."
+    )
+    result_schema = JSONObjectField(required=False, label="Result schema")
+    side_effect = forms.ChoiceField(choices=SideEffect.choices, label="Side effect")
+    risk = forms.ChoiceField(choices=Risk.choices)
+    requires_approval = forms.BooleanField(
+        required=False, label="Every call needs a reviewer's approval"
+    )
+    timeout_s = forms.FloatField(min_value=0.1, max_value=600, label="Timeout (s)")
+    max_retries = forms.IntegerField(min_value=0, max_value=20, label="Max retries")
+    enabled = forms.BooleanField(required=False)
+
+    def __init__(self, *args: Any, editing: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if editing:
+            self.fields["name"].disabled = True
+            self.fields["name"].required = False
+
+    @staticmethod
+    def initial_of(tool: Tool | None) -> dict[str, Any]:
+        tool = tool or Tool(
+            args_schema={"type": "object", "properties": {}, "additionalProperties": False}
+        )
+        return {"name": tool.name, **{f: getattr(tool, f) for f in FIELDS}}
+
+    def registration(self) -> dict[str, Any]:
+        d = self.cleaned_data
+        out = {f: d.get(f) for f in FIELDS}
+        for text in (
+            "description",
+            "target",
+            "url",
+            "status_url",
+            "status_tool",
+            "compensation_tool",
+        ):
+            out[text] = (out[text] or "").strip()
+        out["secret_headers"] = out["secret_headers"] or {}
+        out["result_schema"] = out["result_schema"] or {}
+        out["requires_approval"] = bool(out["requires_approval"])
+        out["enabled"] = bool(out["enabled"])
+        return out
+
+    def add_service_errors(self, errors: dict[str, list[str]]) -> None:
+        for key, messages in errors.items():
+            field = key if key in self.fields else None
+            for message in messages:
+                self.add_error(field, message if field else f"{key}: {message}")
