@@ -3,6 +3,7 @@
 At most one open record per step (partial unique constraints), so a step can
 never wait on two decisions.
 """
+
 from __future__ import annotations
 
 from django.conf import settings
@@ -26,7 +27,9 @@ class Approval(models.Model):
     tool = models.CharField(max_length=100)
     args = models.JSONField()
     args_hash = models.CharField(max_length=64)
-    preview = models.JSONField(default=dict, help_text="What the reviewer is shown: risk, reason, cites.")
+    preview = models.JSONField(
+        default=dict, help_text="What the reviewer is shown: risk, reason, cites."
+    )
     task_version = models.PositiveIntegerField(help_text="The version the approval was opened at.")
     expires_at = models.DateTimeField(null=True, blank=True)
     decided_by = models.ForeignKey(
@@ -52,6 +55,9 @@ class Approval(models.Model):
         ]
         indexes = [models.Index(fields=["tenant", "status", "-id"], name="approval_inbox")]
 
+    def __str__(self) -> str:
+        return f"approval {self.pk} of {self.tool} ({self.status})"
+
 
 class Question(models.Model):
     tenant = models.ForeignKey("tasks_app.Tenant", on_delete=models.CASCADE, related_name="+")
@@ -59,7 +65,8 @@ class Question(models.Model):
     step = models.ForeignKey("tasks_app.Step", on_delete=models.CASCADE, related_name="questions")
     question = models.TextField()
     status = models.CharField(
-        max_length=12, choices=[("open", "open"), ("answered", "answered"), ("canceled", "canceled")],
+        max_length=12,
+        choices=[("open", "open"), ("answered", "answered"), ("canceled", "canceled")],
         default="open",
     )
     answer = models.TextField(blank=True)
@@ -75,18 +82,28 @@ class Question(models.Model):
         ordering = ["-id"]
         constraints = [
             models.UniqueConstraint(
-                fields=["step"], condition=models.Q(status="open"), name="question_one_open_per_step"
+                fields=["step"],
+                condition=models.Q(status="open"),
+                name="question_one_open_per_step",
             )
         ]
         indexes = [models.Index(fields=["tenant", "status", "-id"], name="question_inbox")]
 
+    def __str__(self) -> str:
+        return f"question {self.pk} ({self.status})"
+
 
 class Reconciliation(models.Model):
     tenant = models.ForeignKey("tasks_app.Tenant", on_delete=models.CASCADE, related_name="+")
-    task = models.ForeignKey("tasks_app.Task", on_delete=models.CASCADE, related_name="reconciliations")
-    step = models.ForeignKey("tasks_app.Step", on_delete=models.CASCADE, related_name="reconciliations")
+    task = models.ForeignKey(
+        "tasks_app.Task", on_delete=models.CASCADE, related_name="reconciliations"
+    )
+    step = models.ForeignKey(
+        "tasks_app.Step", on_delete=models.CASCADE, related_name="reconciliations"
+    )
     status = models.CharField(
-        max_length=12, choices=[("open", "open"), ("resolved", "resolved"), ("canceled", "canceled")],
+        max_length=12,
+        choices=[("open", "open"), ("resolved", "resolved"), ("canceled", "canceled")],
         default="open",
     )
     tool = models.CharField(max_length=100)
@@ -109,7 +126,12 @@ class Reconciliation(models.Model):
         ordering = ["-id"]
         constraints = [
             models.UniqueConstraint(
-                fields=["step"], condition=models.Q(status="open"), name="reconciliation_one_open_per_step"
+                fields=["step"],
+                condition=models.Q(status="open"),
+                name="reconciliation_one_open_per_step",
             )
         ]
         indexes = [models.Index(fields=["tenant", "status", "-id"], name="reconciliation_inbox")]
+
+    def __str__(self) -> str:
+        return f"reconciliation {self.pk} of {self.tool} ({self.status})"

@@ -4,6 +4,7 @@ With no environment at all Tether runs *embedded*: a SQLite file, the in-process
 runner on the ASGI server's own event loop and the in-memory channel layer.
 Production sets DATABASE_URL, CELERY_BROKER_URL and CHANNEL_LAYER_URL.
 """
+
 from pathlib import Path
 
 import environ
@@ -69,9 +70,7 @@ TEMPLATES = [
 
 # --- database -----------------------------------------------------------------
 DATABASES = {
-    "default": env.db_url(
-        "DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'tether.sqlite3'}"
-    )
+    "default": env.db_url("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'tether.sqlite3'}")
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Concurrent writers (runner threads + requests) need IMMEDIATE transactions
@@ -85,7 +84,9 @@ else:
     DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DB_CONN_MAX_AGE", default=60))
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
     if "TEST" not in DATABASES["default"]:
-        DATABASES["default"]["TEST"] = {"NAME": env.str("TEST_DATABASE_NAME", default="test_tether")}
+        DATABASES["default"]["TEST"] = {
+            "NAME": env.str("TEST_DATABASE_NAME", default="test_tether")
+        }
 IS_SQLITE = DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3"
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -187,8 +188,12 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "TaskStatusEnum": "tasks_app.machine.TaskStatus",
         "UnfinishedTaskStatusEnum": [
-            "CREATED", "RUNNING", "WAITING_FOR_INPUT", "WAITING_FOR_APPROVAL",
-            "WAITING_FOR_RECONCILIATION", "WAITING_FOR_HUMAN",
+            "CREATED",
+            "RUNNING",
+            "WAITING_FOR_INPUT",
+            "WAITING_FOR_APPROVAL",
+            "WAITING_FOR_RECONCILIATION",
+            "WAITING_FOR_HUMAN",
         ],
         "StepStatusEnum": "tasks_app.models.StepStatus",
         "ApprovalStatusEnum": "approvals_app.models.Decision",

@@ -1,4 +1,5 @@
 """Driving the runner in-process, and polling with a deadline (never a bare sleep)."""
+
 from __future__ import annotations
 
 import time
@@ -11,8 +12,13 @@ from tasks_app.models import Task
 __all__ = ["drive", "wait_for"]
 
 
-def wait_for(predicate: Callable[[], Any], *, timeout: float = 20.0, interval: float = 0.05,
-             message: str = "condition") -> Any:
+def wait_for(
+    predicate: Callable[[], Any],
+    *,
+    timeout: float = 20.0,
+    interval: float = 0.05,
+    message: str = "condition",
+) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -41,8 +47,11 @@ def drive(task_id: int, *, max_slices: int = 200, timeout: float = 30.0) -> Task
             return task
         report = run_slice(task_id)
         if report.ended == "later":
-            wait_for(lambda: _due(task_id), timeout=max(0.1, deadline - time.monotonic()),
-                     message=f"task {task_id} retry to be due")
+            wait_for(
+                lambda: _due(task_id),
+                timeout=max(0.1, deadline - time.monotonic()),
+                message=f"task {task_id} retry to be due",
+            )
         if time.monotonic() > deadline:
             break
     return Task.objects.get(pk=task_id)
@@ -52,4 +61,6 @@ def _due(task_id: int) -> bool:
     from django.utils import timezone
 
     t = Task.objects.only("next_run_at", "status").get(pk=task_id)
-    return t.status != TaskStatus.RUNNING or t.next_run_at is None or t.next_run_at <= timezone.now()
+    return (
+        t.status != TaskStatus.RUNNING or t.next_run_at is None or t.next_run_at <= timezone.now()
+    )

@@ -55,7 +55,11 @@ REDIS_BROKER_URL = os.environ.get("TETHER_TEST_BROKER_URL", "redis://127.0.0.1:6
 RABBITMQ_BROKER_URL = os.environ.get("TETHER_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
 # What the worker runs with: a short lease and a fast sweep, so a crash is
 # noticed within seconds instead of the production defaults (30 s, 5 s).
-WORKER_KNOBS = {"TETHER_LEASE_TTL_S": "3", "TETHER_SWEEP_INTERVAL_S": "1", "TETHER_LEDGER_CLAIM_GRACE_S": "2"}
+WORKER_KNOBS = {
+    "TETHER_LEASE_TTL_S": "3",
+    "TETHER_SWEEP_INTERVAL_S": "1",
+    "TETHER_LEDGER_CLAIM_GRACE_S": "2",
+}
 START_TIMEOUT_S = 60.0
 
 

@@ -1,1 +1,2 @@
-"""Tools: the registry, the executor (python and http kinds), the idempotency ledger and the demo tools."""
+"""Tools: the registry, the executor (python and http kinds), the idempotency
+ledger and the demo tools."""

@@ -1,5 +1,6 @@
 """Opening approvals, questions and reconciliations. Called by the runner inside
 the transaction that moves the task into the matching WAITING_* state."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -16,27 +17,65 @@ def args_hash(args: dict[str, Any]) -> str:
     return sha256_hex(canonical_json(args))
 
 
-def approval_open(*, task_id: int, tenant_id: int, step_id: int, tool: str, args: dict[str, Any],
-                  risk: str, reason: str, cites: list[str], task_version: int, sla_s: int) -> Approval:
+def approval_open(
+    *,
+    task_id: int,
+    tenant_id: int,
+    step_id: int,
+    tool: str,
+    args: dict[str, Any],
+    risk: str,
+    reason: str,
+    cites: list[str],
+    task_version: int,
+    sla_s: int,
+) -> Approval:
     return Approval.objects.create(
-        tenant_id=tenant_id, task_id=task_id, step_id=step_id, tool=tool, args=args,
-        args_hash=args_hash(args), task_version=task_version,
+        tenant_id=tenant_id,
+        task_id=task_id,
+        step_id=step_id,
+        tool=tool,
+        args=args,
+        args_hash=args_hash(args),
+        task_version=task_version,
         preview={"tool": tool, "args": args, "risk": risk, "reason": reason, "cites": cites},
         expires_at=timezone.now() + timedelta(seconds=sla_s) if sla_s else None,
     )
 
 
-def question_open(*, task_id: int, tenant_id: int, step_id: int, question: str, task_version: int) -> Question:
-    return Question.objects.create(tenant_id=tenant_id, task_id=task_id, step_id=step_id,
-                                   question=question, task_version=task_version)
+def question_open(
+    *, task_id: int, tenant_id: int, step_id: int, question: str, task_version: int
+) -> Question:
+    return Question.objects.create(
+        tenant_id=tenant_id,
+        task_id=task_id,
+        step_id=step_id,
+        question=question,
+        task_version=task_version,
+    )
 
 
-def reconciliation_open(*, task_id: int, tenant_id: int, step_id: int, tool: str, args: dict[str, Any],
-                        idempotency_key: str, status_answer: dict[str, Any] | None, reason: str,
-                        task_version: int) -> Reconciliation:
+def reconciliation_open(
+    *,
+    task_id: int,
+    tenant_id: int,
+    step_id: int,
+    tool: str,
+    args: dict[str, Any],
+    idempotency_key: str,
+    status_answer: dict[str, Any] | None,
+    reason: str,
+    task_version: int,
+) -> Reconciliation:
     return Reconciliation.objects.create(
-        tenant_id=tenant_id, task_id=task_id, step_id=step_id, tool=tool, args=args,
-        idempotency_key=idempotency_key, status_answer=status_answer, reason=reason,
+        tenant_id=tenant_id,
+        task_id=task_id,
+        step_id=step_id,
+        tool=tool,
+        args=args,
+        idempotency_key=idempotency_key,
+        status_answer=status_answer,
+        reason=reason,
         task_version=task_version,
     )
 
@@ -44,6 +83,7 @@ def reconciliation_open(*, task_id: int, tenant_id: int, step_id: int, tool: str
 def always_allowed_tools(*, task_id: int) -> frozenset[str]:
     """Tools a reviewer chose to "always allow" for this task (recorded decisions)."""
     return frozenset(
-        Approval.objects.filter(task_id=task_id, always_allow=True, status="approved")
-        .values_list("tool", flat=True)
+        Approval.objects.filter(task_id=task_id, always_allow=True, status="approved").values_list(
+            "tool", flat=True
+        )
     )

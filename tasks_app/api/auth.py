@@ -1,4 +1,5 @@
 """`Authorization: Token <key>` authentication against hashed API keys."""
+
 from __future__ import annotations
 
 from django.utils import timezone
@@ -21,7 +22,11 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
             raw = header[1].decode()
         except UnicodeError:
             raise exceptions.AuthenticationFailed("Invalid token header.")
-        key = ApiKey.objects.select_related("user").filter(key_hash=hash_key(raw), revoked=False).first()
+        key = (
+            ApiKey.objects.select_related("user")
+            .filter(key_hash=hash_key(raw), revoked=False)
+            .first()
+        )
         if key is None or not key.user.is_active:
             raise exceptions.AuthenticationFailed("Invalid or revoked API key.")
         ApiKey.objects.filter(pk=key.pk).update(last_used_at=timezone.now())

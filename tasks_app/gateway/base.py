@@ -8,6 +8,7 @@ A decision is one of:
   the above; the runner records it as an `invalid_decision` and feeds the
   error back to the model.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -61,8 +62,12 @@ class Decision:
             return cls(kind="final", result=data.get("result"))
         if kind == "ask_user":
             return cls(kind="ask_user", question=data.get("question", ""))
-        return cls(kind="invalid", tool=str(data.get("tool", "")), raw=str(data.get("raw", "")),
-                   error=str(data.get("error", "")))
+        return cls(
+            kind="invalid",
+            tool=str(data.get("tool", "")),
+            raw=str(data.get("raw", "")),
+            error=str(data.get("error", "")),
+        )
 
 
 def parse_decision(data: Any) -> Decision:
@@ -75,12 +80,16 @@ def parse_decision(data: Any) -> Decision:
     if not isinstance(data, dict):
         return Decision(kind="invalid", raw=_raw(data), error="a decision must be a JSON object")
     if "invalid" in data:
-        return Decision(kind="invalid", raw=_raw(data["invalid"]), error="the model output is not a decision")
+        return Decision(
+            kind="invalid", raw=_raw(data["invalid"]), error="the model output is not a decision"
+        )
     kind = data.get("kind")
     if "tool" in data and kind in (None, "tool_call"):
         tool, args = data.get("tool"), data.get("args", {})
         if not isinstance(tool, str) or not tool:
-            return Decision(kind="invalid", raw=_raw(data), error="'tool' must be a non-empty string")
+            return Decision(
+                kind="invalid", raw=_raw(data), error="'tool' must be a non-empty string"
+            )
         if not isinstance(args, dict):
             return Decision(kind="invalid", raw=_raw(data), error="'args' must be a JSON object")
         cites = data.get("cites") or ()
@@ -96,11 +105,15 @@ def parse_decision(data: Any) -> Decision:
     if "ask" in data or kind == "ask_user":
         question = data.get("ask", data.get("question"))
         if not isinstance(question, str) or not question.strip():
-            return Decision(kind="invalid", raw=_raw(data), error="a question must be a non-empty string")
+            return Decision(
+                kind="invalid", raw=_raw(data), error="a question must be a non-empty string"
+            )
         return Decision(kind="ask_user", question=question)
     if "final" in data or kind == "final":
         return Decision(kind="final", result=data.get("final", data.get("result")))
-    return Decision(kind="invalid", raw=_raw(data), error="expected one of tool_call, final, ask_user")
+    return Decision(
+        kind="invalid", raw=_raw(data), error="expected one of tool_call, final, ask_user"
+    )
 
 
 def _raw(value: Any) -> str:
@@ -182,7 +195,9 @@ class GatewayError(Exception):
     """The model could not be reached or kept failing; `retryable` says whether
     trying again later may help."""
 
-    def __init__(self, message: str, *, retryable: bool, retry_after_s: float | None = None) -> None:
+    def __init__(
+        self, message: str, *, retryable: bool, retry_after_s: float | None = None
+    ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.retry_after_s = retry_after_s

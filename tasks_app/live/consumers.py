@@ -11,6 +11,7 @@ Order and no duplicates across a reconnect: the consumer joins the group
 first, then replays the backlog from the database, and drops any live event
 whose id it has already sent.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -72,7 +73,9 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
                 await self._send_event(event)
             if len(backlog) < BACKLOG_PAGE:
                 break
-        await self.send_json({"type": "subscribed", "task": task_id, "last_id": self.last_sent[task_id]})
+        await self.send_json(
+            {"type": "subscribed", "task": task_id, "last_id": self.last_sent[task_id]}
+        )
 
     async def _join(self, group: str) -> None:
         if group not in self.groups_joined:
@@ -106,4 +109,6 @@ def _task_visible(tenant_id: int, task_id: int) -> bool:
 
 @database_sync_to_async
 def _backlog(task_id: int, after: int) -> list[dict[str, Any]]:
-    return [event_dict(e) for e in events_after(task_id=task_id, after_id=after, limit=BACKLOG_PAGE)]
+    return [
+        event_dict(e) for e in events_after(task_id=task_id, after_id=after, limit=BACKLOG_PAGE)
+    ]

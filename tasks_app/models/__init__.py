@@ -1,8 +1,9 @@
 """Storage for tenants, agent profiles, tasks, steps, events and context summaries."""
+
+from ..machine import TaskStatus
 from .agents import AgentProfile, OnExhaustion
 from .context import ContextSummary
 from .events import Event
-from ..machine import TaskStatus
 from .tasks import Step, StepKind, StepStatus, Task
 from .tenancy import ApiKey, Membership, Role, Tenant
 

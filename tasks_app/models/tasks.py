@@ -6,6 +6,7 @@ transition methods below, and those fire only inside
 with an optimistic check and writes the event row in the same transaction.
 The transition methods are pure guards: no side effects here.
 """
+
 from __future__ import annotations
 
 from django.conf import settings
@@ -196,7 +197,9 @@ class Step(models.Model):
     output = models.JSONField(null=True, blank=True)
     output_hash = models.CharField(max_length=64, blank=True)
     error = models.JSONField(null=True, blank=True)
-    late_output = models.JSONField(null=True, blank=True, help_text="A discarded late result, for audit.")
+    late_output = models.JSONField(
+        null=True, blank=True, help_text="A discarded late result, for audit."
+    )
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -1,4 +1,5 @@
 """Tenants, memberships (a user's tenant and role) and hashed API keys."""
+
 from __future__ import annotations
 
 from django.conf import settings
@@ -36,7 +37,9 @@ class Membership(models.Model):
 class ApiKey(models.Model):
     """An API key; only its SHA-256 is stored, the key itself is shown once."""
 
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_keys")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_keys"
+    )
     prefix = models.CharField(max_length=12, db_index=True)
     key_hash = models.CharField(max_length=64, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -1,4 +1,5 @@
 """Tenants, users, memberships and API keys."""
+
 from __future__ import annotations
 
 import hashlib
@@ -26,14 +27,19 @@ def tenant_create(*, name: str) -> Tenant:
 def user_ensure(*, tenant: Tenant, username: str, role: str, password: str | None = None):  # type: ignore[no-untyped-def]
     """Create the user (or update its role); a user belongs to one tenant only."""
     if role not in Role.values:
-        raise invalid("invalid", "The request is not valid.", role=[f"one of {', '.join(Role.values)}"])
+        raise invalid(
+            "invalid", "The request is not valid.", role=[f"one of {', '.join(Role.values)}"]
+        )
     User = get_user_model()
     with transaction.atomic():
         user, _ = User.objects.get_or_create(username=username)
         membership = Membership.objects.filter(user=user).first()
         if membership is not None and membership.tenant_id != tenant.pk:
-            raise invalid("invalid", "The request is not valid.",
-                          username=[f"{username} already belongs to tenant {membership.tenant.name}"])
+            raise invalid(
+                "invalid",
+                "The request is not valid.",
+                username=[f"{username} already belongs to tenant {membership.tenant.name}"],
+            )
         Membership.objects.update_or_create(user=user, defaults={"tenant": tenant, "role": role})
         if password:
             user.set_password(password)

@@ -5,6 +5,7 @@ Admission decisions are serialized (a PostgreSQL transaction-scoped advisory
 lock; SQLite's IMMEDIATE transactions already serialize writers) so two
 admitters cannot both take the last slot.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -45,22 +46,33 @@ def admit_created_tasks(*, limit: int = 100) -> list[int]:
         if free <= 0:
             return []
         per_tenant = Counter(
-            dict(running.values_list("tenant_id").annotate(n=Count("id")).values_list("tenant_id", "n"))
+            dict(
+                running.values_list("tenant_id")
+                .annotate(n=Count("id"))
+                .values_list("tenant_id", "n")
+            )
         )
         per_agent = Counter(
-            dict(running.values_list("agent_id").annotate(n=Count("id")).values_list("agent_id", "n"))
+            dict(
+                running.values_list("agent_id").annotate(n=Count("id")).values_list("agent_id", "n")
+            )
         )
         candidates = (
             Task.objects.filter(status=TaskStatus.CREATED)
             .order_by("id")
-            .values_list("id", "tenant_id", "agent_id", "version", "agent_snapshot")[: max(limit, free) * 4]
+            .values_list("id", "tenant_id", "agent_id", "version", "agent_snapshot")[
+                : max(limit, free) * 4
+            ]
         )
         now = timezone.now()
         for task_id, tenant_id, agent_id, version, snap in candidates:
             if len(admitted) >= min(free, limit):
                 break
             agent_cap = (snap.get("budget") or {}).get("max_concurrent_tasks") or 10**9
-            if per_tenant[tenant_id] >= cfg["MAX_RUNNING_PER_TENANT"] or per_agent[agent_id] >= agent_cap:
+            if (
+                per_tenant[tenant_id] >= cfg["MAX_RUNNING_PER_TENANT"]
+                or per_agent[agent_id] >= agent_cap
+            ):
                 continue  # FIFO within what may run; this tenant/agent waits for a slot
             duration = (snap.get("budget") or {}).get("max_duration_s") or 3600
             task_transition(

@@ -7,6 +7,7 @@
   its timeout, like a provider that accepted the request but never answered.
   ``notification_status`` answers whether key K was delivered.
 """
+
 from __future__ import annotations
 
 import time
@@ -23,7 +24,9 @@ from ..models import DemoNotification, DemoOrder, DemoRefund
 def lookup_order(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     order = DemoOrder.objects.filter(order_id=args["order_id"]).first()
     if order is None:
-        raise ToolBusinessError(f"order {args['order_id']} does not exist", details={"code": "not_found"})
+        raise ToolBusinessError(
+            f"order {args['order_id']} does not exist", details={"code": "not_found"}
+        )
     return {
         "order_id": order.order_id,
         "customer": order.customer,
@@ -36,20 +39,31 @@ def lookup_order(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
 def issue_refund(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     order = DemoOrder.objects.filter(order_id=args["order_id"]).first()
     if order is None:
-        raise ToolBusinessError(f"order {args['order_id']} does not exist", details={"code": "not_found"})
+        raise ToolBusinessError(
+            f"order {args['order_id']} does not exist", details={"code": "not_found"}
+        )
     if args["amount_cents"] > order.amount_cents:
-        raise ToolBusinessError("the refund exceeds the order amount",
-                                details={"code": "amount_too_large", "max": order.amount_cents})
+        raise ToolBusinessError(
+            "the refund exceeds the order amount",
+            details={"code": "amount_too_large", "max": order.amount_cents},
+        )
     try:
         refund, _ = DemoRefund.objects.get_or_create(
             idempotency_key=ctx.idempotency_key,
-            defaults={"order_id": order.order_id, "amount_cents": args["amount_cents"],
-                      "reason": args.get("reason", "")},
+            defaults={
+                "order_id": order.order_id,
+                "amount_cents": args["amount_cents"],
+                "reason": args.get("reason", ""),
+            },
         )
     except IntegrityError:  # a concurrent call with the same key won the insert
         refund = DemoRefund.objects.get(idempotency_key=ctx.idempotency_key)
-    return {"refund_id": f"rf_{refund.pk}", "order_id": refund.order_id,
-            "amount_cents": refund.amount_cents, "status": "refunded"}
+    return {
+        "refund_id": f"rf_{refund.pk}",
+        "order_id": refund.order_id,
+        "amount_cents": refund.amount_cents,
+        "status": "refunded",
+    }
 
 
 def notify_customer(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:

@@ -19,7 +19,9 @@ class Command(BaseCommand):
         if tenant is None:
             raise CommandError(f"no tenant {o['tenant']!r}; create it with create_tenant")
         try:
-            user = user_ensure(tenant=tenant, username=o["username"], role=o["role"], password=o["password"])
+            user = user_ensure(
+                tenant=tenant, username=o["username"], role=o["role"], password=o["password"]
+            )
         except DomainError as exc:
             raise CommandError(f"{exc.message} {exc.details}")
         self.stdout.write(f"user {user.username} ({o['role']} of {tenant.name})")

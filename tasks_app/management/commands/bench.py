@@ -1,0 +1,120 @@
+"""`python manage.py bench`: Tether's performance benchmark (see tasks_app.bench).
+
+The command re-executes itself in the bench's production environment (its
+own PostgreSQL database, created if missing; Redis db 7 as the broker with its
+own queue; Redis db 6 as the channel layer), so it measures the same thing
+whatever the caller's environment is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connection
+
+from tasks_app.bench.config import CHILD_FLAG, DEFAULT_DATABASE_URL, BenchConfig, bench_env
+
+KNOBS = ("tasks", "steps", "long_steps", "workers", "ws_steps", "console_tasks", "console_events")
+
+
+class Command(BaseCommand):
+    help = "Measure Tether's overhead per step (runner, floor, long task, live latency, console)."
+    # The bench measures; the URL and model checks are the test suite's job.
+    requires_system_checks: list[str] = []
+
+    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+        parser.add_argument("--tasks", type=int, help="tasks in the throughput run (200)")
+        parser.add_argument("--steps", type=int, help="steps per task (10)")
+        parser.add_argument("--long-steps", type=int, help="steps of the long task (1000)")
+        parser.add_argument("--workers", type=int, help="Celery worker processes (4)")
+        parser.add_argument(
+            "--ws-steps", type=int, help="steps published for the WebSocket latency (1000)"
+        )
+        parser.add_argument(
+            "--console-tasks", type=int, help="tasks in the console history (100000)"
+        )
+        parser.add_argument(
+            "--console-events", type=int, help="events in the console history (1000000)"
+        )
+        parser.add_argument(
+            "--skip-console", action="store_true", help="no history, no console timings"
+        )
+        parser.add_argument(
+            "--json", dest="json_path", default="", help="write the figures to this file"
+        )
+        parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
+        parser.add_argument(
+            "--database-url",
+            default="",
+            help=f"the bench's database (default $BENCH_DATABASE_URL or {DEFAULT_DATABASE_URL})",
+        )
+
+    def handle(self, *args, **opts):  # type: ignore[no-untyped-def]
+        if os.environ.get(CHILD_FLAG) != "1":
+            return self._in_bench_environment(opts)
+        if connection.vendor != "postgresql":
+            raise CommandError("the bench runs against PostgreSQL only")
+        cfg = BenchConfig.quick_defaults() if opts["quick"] else BenchConfig()
+        given = {k: opts[k] for k in KNOBS if opts.get(k) is not None}
+        cfg = replace(cfg, skip_console=opts["skip_console"], json_path=opts["json_path"], **given)
+        call_command("migrate", verbosity=0, skip_checks=True)
+
+        from tasks_app.bench.report import table
+        from tasks_app.bench.run import bench_run
+
+        log_dir = Path(tempfile.mkdtemp(prefix="tether-bench-"))
+        self.stdout.write(
+            f"bench on database {connection.settings_dict['NAME']}; logs in {log_dir}"
+        )
+        doc = bench_run(cfg, log_dir=log_dir, say=lambda line: self.stdout.write(line))
+        if cfg.json_path:
+            Path(cfg.json_path).write_text(json.dumps(doc, indent=2, default=str))
+            self.stdout.write(f"figures written to {cfg.json_path}")
+        self.stdout.write("")
+        self.stdout.write(table(doc))
+
+    def _in_bench_environment(self, opts: dict) -> None:
+        url = opts["database_url"] or os.environ.get("BENCH_DATABASE_URL") or DEFAULT_DATABASE_URL
+        _database_ensure(url)
+        argv = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py"), "bench"]
+        for knob in KNOBS:
+            if opts.get(knob) is not None:
+                argv += [f"--{knob.replace('_', '-')}", str(opts[knob])]
+        for flag in ("skip_console", "quick"):
+            if opts[flag]:
+                argv.append(f"--{flag.replace('_', '-')}")
+        if opts["json_path"]:
+            argv += ["--json", str(Path(opts["json_path"]).resolve())]
+        done = subprocess.run(argv, env=bench_env(url), cwd=settings.BASE_DIR, check=False)
+        if done.returncode:
+            raise CommandError(f"the bench failed (exit {done.returncode})")
+
+
+def _database_ensure(url: str) -> None:
+    """Create the bench's database if it does not exist (it is migrated by the bench)."""
+    import psycopg
+    from psycopg import sql
+
+    parsed = urlparse(url)
+    name = parsed.path.lstrip("/")
+    params = {
+        "dbname": "postgres",
+        "host": parsed.hostname or "127.0.0.1",
+        "port": parsed.port or 5432,
+        "user": unquote(parsed.username or "postgres"),
+    }
+    if parsed.password:
+        params["password"] = unquote(parsed.password)
+    with psycopg.connect(**params, autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
