@@ -12,7 +12,7 @@
 
 Every refusal is a `DomainError` with field errors; nothing is written then.
 A tool's name is its identity (agent profiles and steps refer to it) and
-cannot change.
+cannot change; names that are console routes (`/tools/new/`) are reserved.
 """
 
 from __future__ import annotations
@@ -61,6 +61,8 @@ EDITABLE = (
     "max_retries",
     "enabled",
 )
+# Names a tool cannot take: its console page would be a route of the console.
+RESERVED_NAMES = frozenset({"new"})
 MAX_TIMEOUT_S = 600.0
 MAX_RETRIES = 20
 _http_url = URLValidator(schemes=["http", "https"])
@@ -76,6 +78,8 @@ def tool_create(*, tenant_id: int, name: str, **fields: Any) -> Tool:
         errors.setdefault("name", []).append(
             "letters, digits, _ and -, starting with a letter (max 64)"
         )
+    elif name.lower() in RESERVED_NAMES:
+        errors.setdefault("name", []).append(f"{name!r} is reserved: choose another name")
     if errors:
         raise invalid("invalid", "The request is not valid.", **errors)
     if Tool.objects.filter(tenant_id=tenant_id, name=name).exists():
@@ -174,8 +178,11 @@ def tool_errors(tool: Tool) -> dict[str, list[str]]:
         for header, source in tool.secret_headers.items():
             if not HEADER.fullmatch(str(header)) or str(header).lower() in RESERVED_HEADERS:
                 add("secret_headers", f"{header!r} is not a header name Tether lets you set")
-            if (not isinstance(source, str) or not ENV_NAME.fullmatch(source)
-                    or not source.startswith(SECRET_PREFIX)):
+            if (
+                not isinstance(source, str)
+                or not ENV_NAME.fullmatch(source)
+                or not source.startswith(SECRET_PREFIX)
+            ):
                 add(
                     "secret_headers",
                     f"{header}: the name of an environment variable starting with "

@@ -26,6 +26,23 @@
     return timeline.querySelectorAll("[data-event-id]").length;
   }
 
+  // The oldest timeline row loaded (0: all of them are), so the summaries
+  // card links only the events whose rows are on the page.
+  function firstShown() {
+    if (!document.getElementById("timeline-earlier")) { return 0; }
+    var row = timeline.querySelector("[data-event-id]");
+    return row ? Number(row.getAttribute("data-event-id")) : 0;
+  }
+
+  // Following a link to a step or a summary opens it.
+  function openTarget() {
+    var id = window.location.hash.slice(1);
+    var el = id ? document.getElementById(id) : null;
+    if (!el) { return; }
+    var d = el.matches("details[data-anchor-open]") ? el : el.querySelector("details[data-anchor-open]");
+    if (d) { d.open = true; }
+  }
+
   function updateCount() {
     var el = document.getElementById("timeline-count");
     if (el) { var n = renderedIds(); el.textContent = n + " event" + (n === 1 ? "" : "s"); }
@@ -112,7 +129,7 @@
     if (inflight) { again = true; return; }
     inflight = true;
     var more = false;
-    fetch(liveUrl + "?after=" + encodeURIComponent(last), {
+    fetch(liveUrl + "?after=" + encodeURIComponent(last) + "&first=" + firstShown(), {
       credentials: "same-origin", headers: { "HX-Request": "true" }
     }).then(function (res) {
       if (!res.ok) { throw new Error("HTTP " + res.status); }
@@ -133,6 +150,8 @@
   }
 
   updateCount();
+  window.addEventListener("hashchange", openTarget);
+  openTarget();
   if (window.TetherLive) {
     window.TetherLive.watchTask(taskId, function () { return last; }, onEvent, function () {});
   }

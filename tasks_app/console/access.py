@@ -11,6 +11,7 @@ The role rules live here as small predicates, so views, templates (through
 
 - reviewers and admins decide approvals and reconciliations;
 - operators and admins cancel, resume and fail tasks, and cancel in bulk;
+- operators and admins roll a task's context summary back (or drop it);
 - a requester may cancel and answer its own tasks;
 - reviewers and admins answer questions on any task of the tenant;
 - admins manage tools and agent profiles.
@@ -34,6 +35,7 @@ DECIDERS = frozenset({Role.REVIEWER, Role.ADMIN})
 OPERATORS = frozenset({Role.OPERATOR, Role.ADMIN})
 ANSWERERS = frozenset({Role.REVIEWER, Role.ADMIN})
 ADMINS = frozenset({Role.ADMIN})
+SUMMARY_EDITORS = OPERATORS
 INBOX_ROLES = DECIDERS
 
 
@@ -57,6 +59,10 @@ class ConsoleUser:
     @property
     def can_operate(self) -> bool:
         return self.role in OPERATORS
+
+    @property
+    def can_roll_back_summary(self) -> bool:
+        return self.role in SUMMARY_EDITORS
 
     @property
     def can_manage(self) -> bool:

@@ -121,6 +121,14 @@ class ResumeForm(VersionedForm):
         return {k: self.cleaned_data[k] for k in BUDGET_KEYS if self.cleaned_data.get(k)}
 
 
+class SummaryRollbackForm(forms.Form):
+    """Roll the context back to summary `version` (0: drop every summary)."""
+
+    version = forms.IntegerField(min_value=0, max_value=2**31 - 1)
+    expected_version = forms.IntegerField(min_value=0, max_value=2**31 - 1)
+    comment = forms.CharField(required=False, max_length=2000)
+
+
 class BulkCancelForm(TaskFilterForm):
     reason = forms.CharField(required=False, max_length=500)
     expected_count = forms.IntegerField(min_value=0)

@@ -56,6 +56,8 @@ TONE_OF_EVENT = {
     "task_canceled": "neutral",
     "invalid_decision": "danger",
     "result_discarded": "neutral",
+    "context_summarized": "neutral",
+    "summary_rolled_back": "info",
 }
 
 
@@ -169,6 +171,15 @@ def _describe(kind: str, p: dict[str, Any], actor: str) -> tuple[str, str]:
     if kind == "invalid_decision":
         err = p.get("error") or {}
         return f"{step}: invalid model output", _short(err.get("message", ""))
+    if kind == "context_summarized":
+        return (
+            f"Context summarized into v{p.get('version')}",
+            f"steps 1-{p.get('covers_until_step')}, {p.get('method', '')}".rstrip(", "),
+        )
+    if kind == "summary_rolled_back":
+        to = p.get("to_version")
+        where = f"to v{to}" if to else "(all summaries dropped)"
+        return f"Summary rolled back {where} by {actor}", _short(p.get("comment") or "")
     if kind == "result_discarded":
         return f"{step}: a late result was discarded", str(p.get("reason", "")).replace("_", " ")
     return kind.replace("_", " ").capitalize(), ""
@@ -237,3 +248,52 @@ def bar_class(value: int, peak: int) -> str:
     if not peak or not value:
         return "h-0"
     return f"h-{max(1, round(10 * value / peak))}"
+
+
+# --- what a decision was based on ---------------------------------------------------------
+
+CITES_SHOWN = 20
+CITE_CHARS = 60
+
+
+@dataclass(frozen=True)
+class CiteChip:
+    """One id a decision cites, as a chip: `href` is "" when it points at
+    nothing shown on the page."""
+
+    ref: str
+    label: str
+    title: str
+    href: str = ""
+
+
+def cite_chips(
+    cites: Any, *, step_nos: set[int] | frozenset[int], summary_versions: set[int] | frozenset[int]
+) -> tuple[CiteChip, ...]:
+    """The first `CITES_SHOWN` cites of a decision (`goal`, `input`, `answer:3`,
+    `approval:5`, `summary:v2`, `step:4`), linked to the step or summary they
+    name when it is on the page. Anything else is shown as given, shortened."""
+    if not isinstance(cites, list | tuple):
+        return ()
+    chips = []
+    for raw in cites[:CITES_SHOWN]:
+        ref = _short(str(raw), CITE_CHARS)
+        kind, _, ident = ref.partition(":")
+        number = ident.lstrip("v")
+        if ref == "goal":
+            chips.append(CiteChip(ref, "Goal", "the task's goal"))
+        elif ref == "input":
+            chips.append(CiteChip(ref, "Input", "the task's input"))
+        elif kind == "step" and ident.isdigit():
+            href = f"#step-{int(ident)}" if int(ident) in step_nos else ""
+            chips.append(CiteChip(ref, f"Step {int(ident)}", f"the result of step {ident}", href))
+        elif kind == "summary" and number.isdigit():
+            href = f"#summary-v{int(number)}" if int(number) in summary_versions else ""
+            chips.append(CiteChip(ref, f"Summary v{int(number)}", "a context summary", href))
+        elif kind == "answer" and ident.isdigit():
+            chips.append(CiteChip(ref, f"Answer #{ident}", "a person's answer to a question"))
+        elif kind == "approval" and ident.isdigit():
+            chips.append(CiteChip(ref, f"Approval #{ident}", "a reviewer's decision"))
+        else:
+            chips.append(CiteChip(ref, ref, "an id the model cited"))
+    return tuple(chips)

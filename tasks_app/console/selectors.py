@@ -15,10 +15,11 @@ from django.utils import timezone
 
 from tools_app.models import ToolExecution
 
+from ..context.summaries import summary_list
 from ..machine import NON_TERMINAL, TERMINAL, WAITING, TaskStatus
-from ..models import AgentProfile, Event, Step, Task
+from ..models import AgentProfile, ContextSummary, Event, Step, Task
 from ..selectors import tasks_of_tenant
-from .presenters import EventView, bar_class, present_event, status_label
+from .presenters import CiteChip, EventView, bar_class, cite_chips, present_event, status_label
 
 S = TaskStatus
 STATUS_GROUPS: dict[str, tuple[str, ...]] = {
@@ -180,6 +181,7 @@ def dashboard(tenant_id: int, *, now: datetime | None = None, hours: int = 12) -
 class StepView:
     step: Step
     ledger: ToolExecution | None
+    cites: tuple[CiteChip, ...] = ()
 
     @property
     def rev(self) -> str:
@@ -228,4 +230,82 @@ def step_views(task_id: int, *, limit: int = STEPS_SHOWN) -> tuple[list[StepView
         row.idempotency_key: row
         for row in ToolExecution.objects.filter(task_id=task_id, idempotency_key__in=keys)
     }
-    return [StepView(s, ledger.get(s.idempotency_key)) for s in steps], total
+    shown = frozenset(s.step_no for s in steps)
+    versions = (
+        frozenset(ContextSummary.objects.filter(task_id=task_id).values_list("version", flat=True))
+        if any((s.decision or {}).get("cites") for s in steps)
+        else frozenset()
+    )
+    return [
+        StepView(
+            s,
+            ledger.get(s.idempotency_key),
+            cite_chips(
+                (s.decision or {}).get("cites") or (), step_nos=shown, summary_versions=versions
+            ),
+        )
+        for s in steps
+    ], total
+
+
+# --- the task page: context summaries ----------------------------------------------------
+
+SUMMARY_METHODS = {
+    "summarizer:deterministic": "deterministic digest",
+    "summarizer:model": "written by the model",
+}
+
+
+@dataclass(frozen=True)
+class SummaryView:
+    """One summary version as the task page shows it. `events` pairs each event
+    id the version covers with whether that event's row is on the page."""
+
+    version: int
+    text: str
+    covers_until_step: int
+    created_at: datetime | None
+    created_by: str
+    active: bool
+    in_use: bool
+    events: tuple[tuple[int, bool], ...]
+
+    @property
+    def method(self) -> str:
+        return SUMMARY_METHODS.get(self.created_by, self.created_by)
+
+    @property
+    def state(self) -> str:
+        """in_use; superseded (folded into the newer one in use); rolled_back."""
+        if self.in_use:
+            return "in_use"
+        return "superseded" if self.active else "rolled_back"
+
+    @property
+    def linked(self) -> int:
+        return sum(1 for _, on_page in self.events if on_page)
+
+
+def summary_views(task_id: int, tenant_id: int, *, first_on_page: int) -> list[SummaryView]:
+    """The task's summary versions, newest first. An event is on the page when
+    its id is at least `first_on_page` (0: the whole timeline is shown)."""
+    return [
+        SummaryView(
+            version=row["version"],
+            text=row["text"],
+            covers_until_step=row["covers_until_step"],
+            created_at=row["created_at"],
+            created_by=row["created_by"],
+            active=row["active"],
+            in_use=row["in_use"],
+            events=tuple((int(i), int(i) >= first_on_page) for i in row["event_ids"]),
+        )
+        for row in summary_list(task_id=task_id, tenant_id=tenant_id)
+    ]
+
+
+def summaries_key(views: list[SummaryView]) -> str:
+    """Changes whenever anything the summaries card shows changes (live refresh)."""
+    return ",".join(
+        f"{v.version}{'u' if v.in_use else 'a' if v.active else 'r'}{v.linked}" for v in views
+    )

@@ -15,6 +15,11 @@ urlpatterns = [
     path("tasks/<int:task_id>/cancel/", views.task_cancel_view, name="task-cancel"),
     path("tasks/<int:task_id>/resume/", views.task_resume_view, name="task-resume"),
     path("tasks/<int:task_id>/fail/", views.task_fail_view, name="task-fail"),
+    path(
+        "tasks/<int:task_id>/summaries/rollback/",
+        views.task_summary_rollback_view,
+        name="task-summary-rollback",
+    ),
     path("agents/", agents.agent_list, name="agent-list"),
     path("agents/new/", agents.agent_create_view, name="agent-create"),
     path("agents/<slug:name>/", agents.agent_detail, name="agent-detail"),

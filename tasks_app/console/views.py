@@ -1,5 +1,6 @@
 """Console pages for tasks: the dashboard, the task list, the live task page and
-the operator's actions (cancel, bulk cancel, resume, fail).
+the operator's actions (cancel, bulk cancel, resume, fail, roll the context
+summary back).
 
 Thin: role checks through `access`, reads through `selectors`, writes through
 `tasks_app.services.tasks`. An action that succeeds redirects back (303) with a
@@ -22,18 +23,20 @@ from django.views.decorators.http import require_GET, require_POST
 from approvals_app.console.selectors import inbox_count, open_card_for_task
 from config.errors import DomainError
 
+from ..context.summaries import summary_rollback
 from ..machine import NON_TERMINAL, WAITING, TaskStatus
 from ..models import Task
 from ..selectors import task_of_tenant
 from ..services.tasks import task_cancel, task_cancel_many, task_fail_by_operator, task_resume
 from . import selectors as sel
-from .access import OPERATORS, ConsoleUser, console_view, refuse
-from .errors import error_message, error_status, form_errors
+from .access import OPERATORS, SUMMARY_EDITORS, ConsoleUser, console_view, refuse
+from .errors import error_message, error_status, field_errors, form_errors
 from .forms import (
     BulkCancelForm,
     CancelForm,
     FailForm,
     ResumeForm,
+    SummaryRollbackForm,
     TaskFilterForm,
     describe_filters,
 )
@@ -182,8 +185,18 @@ def _task_context(request: HttpRequest, cu: ConsoleUser, task: Task) -> dict[str
         "has_earlier": earlier,
         "last_event_id": events[-1].id if events else 0,
         **_panels(cu, task),
+        **_summaries(cu, task, first_on_page=events[0].id if earlier and events else 0),
         "steps": steps,
         "steps_total": steps_total,
+    }
+
+
+def _summaries(cu: ConsoleUser, task: Task, *, first_on_page: int) -> dict[str, Any]:
+    views = sel.summary_views(task.pk, cu.tenant_id, first_on_page=first_on_page)
+    return {
+        "summaries": views,
+        "summaries_key": f"{sel.summaries_key(views)}|{cu.can_roll_back_summary}",
+        "summary_in_use": next((v.version for v in views if v.in_use), 0),
     }
 
 
@@ -222,6 +235,10 @@ def task_live(request: HttpRequest, task_id: int) -> HttpResponse:
         after = max(0, int(request.GET.get("after", "0")))
     except ValueError:
         after = 0
+    try:  # the oldest timeline row the page shows (0: it shows them all)
+        first = max(0, int(request.GET.get("first", "0")))
+    except ValueError:
+        first = 0
     events, more = sel.events_page(task.pk, after=after)
     steps, steps_total = sel.step_views(task.pk)
     return render(
@@ -229,6 +246,7 @@ def task_live(request: HttpRequest, task_id: int) -> HttpResponse:
         "tasks/_live.html",
         {
             **_panels(cu, task),
+            **_summaries(cu, task, first_on_page=first),
             "events": events,
             "more": more,
             "steps": steps,
@@ -382,3 +400,49 @@ def task_fail_view(request: HttpRequest, task_id: int) -> HttpResponse:
         return _refused(request, cu, task_id, error_message(exc), error_status(exc), action="fail")
     messages.success(request, f"Task #{task.pk} ended as failed.")
     return redirect("console:task-detail", task_id=task.pk)
+
+
+@require_POST
+@console_view(roles=SUMMARY_EDITORS)
+def task_summary_rollback_view(request: HttpRequest, task_id: int) -> HttpResponse:
+    """Make an earlier context summary the one in use (version 0: none)."""
+    cu = _cu(request)
+    task = _task_or_404(cu, task_id)
+    form = SummaryRollbackForm(request.POST)
+    if not form.is_valid():
+        return _refused(
+            request,
+            cu,
+            task_id,
+            "Not applied: the rollback form was incomplete ("
+            + "; ".join(f"{k}: {' '.join(v)}" for k, v in form_errors(form).items())
+            + ").",
+            400,
+        )
+    version = form.cleaned_data["version"]
+    try:
+        summary_rollback(
+            task_id=task.pk,
+            tenant_id=cu.tenant_id,
+            version=version,
+            actor=cu.actor,
+            expected_version=form.cleaned_data["expected_version"],
+            comment=form.cleaned_data.get("comment") or "",
+        )
+    except DomainError as exc:
+        errors = field_errors(exc)
+        message = (
+            "Not applied: " + "; ".join(m for ms in errors.values() for m in ms) + "."
+            if errors and exc.code != "stale_version"
+            else error_message(exc)
+        )
+        return _refused(request, cu, task_id, message, error_status(exc))
+    if version:
+        messages.success(
+            request, f"Context summary rolled back to v{version}; the next one builds on it."
+        )
+    else:
+        messages.success(
+            request, "Context summaries dropped; the next one is built from the steps themselves."
+        )
+    return redirect(reverse("console:task-detail", args=[task.pk]) + "#task-summaries")

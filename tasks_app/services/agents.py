@@ -5,7 +5,7 @@ same tenant (another tenant's tool cannot be used). Per-tool limits may name
 only those tools. The `model` settings are checked by the gateway's own
 `model_settings_errors`, so the API, the console and the runner agree on
 them. Tasks copy their profile at submission: an update never changes a task
-that is already under way.
+that is already under way. Names that are console routes (`new`) are reserved.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from ..gateway.model_settings import model_settings_errors
 from ..models import AgentProfile, OnExhaustion
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+# Names a profile cannot take: its console page would be a route (`/agents/new/`).
+RESERVED_NAMES = frozenset({"new"})
 MAX_INT = 2**31 - 1
 BUDGET_FIELDS = (
     "max_steps",
@@ -58,6 +60,8 @@ def agent_create(*, tenant_id: int, name: str, **fields: Any) -> AgentProfile:
     errors = agent_errors(agent)
     if not NAME.fullmatch(name or ""):
         errors.setdefault("name", []).append("letters, digits, _ and - (max 64)")
+    elif name.lower() in RESERVED_NAMES:
+        errors.setdefault("name", []).append(f"{name!r} is reserved: choose another name")
     if errors:
         raise invalid("invalid", "The request is not valid.", **errors)
     if AgentProfile.objects.filter(tenant_id=tenant_id, name=name).exists():

@@ -42,6 +42,29 @@ TOOL_FORM = {
     "enabled": "on",
 }
 
+AGENT_FORM = {
+    "name": "billing",
+    "description": "Billing questions",
+    "enabled": "on",
+    "backend": "scripted",
+    "model_name": "scripted",
+    "system_prompt": "Be brief.",
+    "tools": ["lookup_order"],
+    "max_steps": "10",
+    "max_model_calls": "12",
+    "max_tool_calls": "8",
+    "max_tokens": "5000",
+    "max_duration_s": "600",
+    "max_concurrent_tasks": "3",
+    "per_tool": '{"lookup_order": 4}',
+    "on_exhaustion": "escalate",
+    "no_progress_repeats": "3",
+    "no_progress_window": "6",
+    "approval_sla_s": "3600",
+    "approval_on_expiry": "reject",
+    "result_schema": "",
+}
+
 
 def test_admin_registers_and_edits_a_tool(world):
     c = client_for(world.users[Role.ADMIN])
@@ -52,6 +75,17 @@ def test_admin_registers_and_edits_a_tool(world):
     assert not Tool.objects.filter(tenant=world.tenant, name="shipping_quote").exists()
     not_json = c.post("/tools/new/", {**TOOL_FORM, "args_schema": "{oops"})
     assert not_json.status_code == 400 and "not valid JSON" in not_json.content.decode()
+    # A header secret names a TETHER_SECRET_* variable: never SECRET_KEY or any other.
+    leaky = c.post(
+        "/tools/new/", {**TOOL_FORM, "secret_headers": '{"Authorization": "SECRET_KEY"}'}
+    )
+    assert leaky.status_code == 400
+    (message,) = leaky.context["form"].errors["secret_headers"]
+    assert "TETHER_SECRET_" in message
+    assert 'class="field-error">Authorization: the name of an environment variable' in (
+        leaky.content.decode()
+    )
+    assert not Tool.objects.filter(tenant=world.tenant, name="shipping_quote").exists()
 
     ok = c.post("/tools/new/", TOOL_FORM)
     assert ok.status_code == 302 and ok["Location"] == "/tools/shipping_quote/"
@@ -78,28 +112,7 @@ def test_admin_creates_and_edits_an_agent_profile(world):
     c = client_for(world.users[Role.ADMIN])
     form = c.get("/agents/new/").content.decode()
     assert 'name="system_prompt"' in form and 'value="lookup_order"' in form
-    data = {
-        "name": "billing",
-        "description": "Billing questions",
-        "enabled": "on",
-        "backend": "scripted",
-        "model_name": "scripted",
-        "system_prompt": "Be brief.",
-        "tools": ["lookup_order"],
-        "max_steps": "10",
-        "max_model_calls": "12",
-        "max_tool_calls": "8",
-        "max_tokens": "5000",
-        "max_duration_s": "600",
-        "max_concurrent_tasks": "3",
-        "per_tool": '{"lookup_order": 4}',
-        "on_exhaustion": "escalate",
-        "no_progress_repeats": "3",
-        "no_progress_window": "6",
-        "approval_sla_s": "3600",
-        "approval_on_expiry": "reject",
-        "result_schema": "",
-    }
+    data = dict(AGENT_FORM)
     bad = c.post("/agents/new/", {**data, "per_tool": '{"issue_refund": 1}'})
     assert bad.status_code == 400 and "not one of this agent" in bad.content.decode()
     assert not AgentProfile.objects.filter(tenant=world.tenant, name="billing").exists()
@@ -171,3 +184,19 @@ def test_the_django_admin_checks_a_tool_like_the_api(world, django_user_model):
     assert "python tools must live under" in response.content.decode()
     tool.refresh_from_db()
     assert tool.target == "tools_app.demo.tools.lookup_order"
+
+
+def test_names_that_are_console_routes_are_refused(world):
+    c = client_for(world.users[Role.ADMIN])
+    tool = c.post("/tools/new/", {**TOOL_FORM, "name": "new"})
+    assert tool.status_code == 400
+    assert tool.context["form"].errors["name"] == ["'new' is reserved: choose another name"]
+    assert not Tool.objects.filter(tenant=world.tenant, name="new").exists()
+    assert c.get("/tools/new/").status_code == 200  # still the registration form
+
+    agent = c.post("/agents/new/", {**AGENT_FORM, "name": "new"})
+    assert agent.status_code == 400
+    assert agent.context["form"].errors["name"] == ["'new' is reserved: choose another name"]
+    assert not AgentProfile.objects.filter(tenant=world.tenant, name="new").exists()
+    # Only the route's exact word is reserved.
+    assert c.post("/agents/new/", {**AGENT_FORM, "name": "newer"}).status_code == 302

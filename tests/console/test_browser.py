@@ -423,3 +423,54 @@ def test_dashboard_reflects_the_tenant_and_updates_live(world, page_as):
     assert page.locator(pill).inner_text() == "Succeeded"
     assert_not_reloaded(page)
     admin.shot("task-list")
+
+
+def test_summaries_appear_live_and_an_operator_rolls_one_back(world, page_as, settings):
+    # A window of 1 step and a threshold of 2 older ones: v1 folds steps 1-2
+    # (after step 3), v2 steps 1-4 (after step 5).
+    settings.TETHER = {**settings.TETHER, "CONTEXT_WINDOW_STEPS": 1, "SUMMARY_THRESHOLD_STEPS": 2}
+    lookups = [
+        {
+            "tool": "lookup_order",
+            "args": {"order_id": order},
+            "reason": f"look {i}",
+            "cites": (["summary:v1"] if i == 5 else [])
+            + ([f"step:{i - 1}"] if i > 1 else ["goal"]),
+        }
+        for i, order in enumerate(("A-1", "A-2", "A-1", "A-2", "A-1", "A-2"), start=1)
+    ]
+    task = submit(world.tenant, [*lookups, {"final": {"ok": True}}], goal="Compare both orders")
+    operator = page_as(world.users[Role.OPERATOR])
+    page = operator.page
+    operator.goto(f"/tasks/{task.pk}/")
+    wait_live(page)
+    plant_marker(page)
+    assert page.locator("#summaries-empty").is_visible()
+
+    for _ in range(4):  # admission, then three steps: v1 is written after step 3
+        step_once(task.pk)
+    page.wait_for_selector('#summary-v1[data-state="in_use"]')
+    assert drive(task.pk).status == TaskStatus.SUCCEEDED
+    page.wait_for_selector('#summary-v2[data-state="in_use"]')
+    page.wait_for_selector('#summary-v1[data-state="superseded"]')
+    assert_not_reloaded(page)
+    assert "covers steps 1–4" in page.locator("#summary-v2").inner_text()
+
+    # "Based on" chips lead to the step and to the summary they name.
+    page.locator("#step-3 summary.step-head").click()
+    page.locator('#step-3 a.cite[data-cite="step:2"]').click()
+    page.wait_for_selector("#step-details-2[open]")
+    page.locator("#step-5 summary.step-head").click()
+    page.locator('#step-5 a.cite[data-cite="summary:v1"]').click()
+    page.wait_for_selector("#summary-text-v1[open]")
+    operator.shot("task-summaries")
+
+    page.locator("#summary-rollback-v1 > summary").click()
+    page.locator("#summary-rollback-v1").get_by_label("Why (optional)").fill("v2 lost the amount")
+    page.get_by_role("button", name="Roll back to v1").click()
+    page.wait_for_selector('#summary-v1[data-state="in_use"]')
+    assert "rolled back to v1" in page.locator("#messages").inner_text()
+    assert page.locator('#summary-v2[data-state="rolled_back"]').count() == 1
+    event = Event.objects.get(task=task, type="summary_rolled_back")
+    assert event.payload["comment"] == "v2 lost the amount"
+    assert event.actor == world.users[Role.OPERATOR].username

@@ -9,6 +9,7 @@ from typing import Any
 
 from django import forms
 
+from ..executor.http_kind import SECRET_PREFIX
 from ..models import Risk, SideEffect, Tool, ToolKind
 
 FIELDS = (
@@ -86,7 +87,11 @@ class ToolForm(forms.Form):
     secret_headers = JSONObjectField(
         required=False,
         label="Secret headers",
-        help_text='{"Header": "TETHER_SECRET_NAME"}: the environment variable, never the secret.',
+        help_text=(
+            f'{{"Authorization": "{SECRET_PREFIX}SHIPPING_TOKEN"}}: each header names an '
+            f"environment variable starting with {SECRET_PREFIX}, read on the server when "
+            "the tool is called. Never the secret itself."
+        ),
     )
     args_schema = JSONObjectField(
         label="Arguments schema", help_text="JSON Schema 2020-12, an object."
