@@ -37,3 +37,13 @@ def _clear_manual_queue():
     MANUAL_QUEUE.clear()
     yield
     MANUAL_QUEUE.clear()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _end_tool_threads(django_db_setup, django_db_blocker):  # type: ignore[no-untyped-def]
+    """Pooled tool threads keep a database connection; end them before the test
+    database is dropped."""
+    yield
+    from tools_app.executor.threads import tool_threads
+
+    tool_threads.shutdown()

@@ -113,7 +113,12 @@ def advance_one_step(*, task_id: int, owner: str) -> StepResult:
             model_log = {"from_reply_of_step": current.step_no, "queued": queued[1:]}  # type: ignore[union-attr]
             counters: dict[str, Any] = {}
         else:
-            reply = _ask_model(snap, specs)
+            if (snap.agent.get("model") or {}).get("backend", "scripted") == "scripted":
+                reply = _ask_model(snap, specs)
+            else:
+                # A real model may take long (retries, fallback): keep the lease alive.
+                with heartbeat(task_id=task_id, owner=owner):
+                    reply = _ask_model(snap, specs)
             if isinstance(reply, StepResult):
                 return reply
             decision = reply.decisions[0] if reply.decisions else Decision(
@@ -246,7 +251,9 @@ def _record_decision(
             "type": "no_progress", "signal": "repeated_call", "tool": decision.tool,
             "repeats": snap.repeat_count,
             "message": "the same call with the same arguments was already repeated too often"})
-    always = opening.always_allowed_tools(task_id=snap.id)
+    # "Always allow" only matters for tools that need approval: skip the query otherwise.
+    always = (opening.always_allowed_tools(task_id=snap.id)
+              if spec is not None and spec.requires_approval else frozenset())
     verdict = check_tool_call(decision, spec=spec, snap=snap, always_allowed=always)
     if verdict.verdict == "invalid":
         return _invalid(snap, decision, model_log, counters, actor, verdict.error or {})
@@ -280,10 +287,12 @@ def _record_decision(
             "step_no": step_no, "tool": decision.tool, "args": decision.args,
             "idempotency_key": step.idempotency_key, "reason": decision.reason,
         })
-    fresh = TaskSnapshot.of(Task.objects.get(pk=snap.id))
-    if fresh.status != TaskStatus.RUNNING:
+    # Re-read only what the decision's commit changed (not the whole row).
+    row = (Task.objects.filter(pk=snap.id)
+           .values("status", "version", "steps_count", "model_calls", "tokens").first())
+    if row is None or row["status"] != TaskStatus.RUNNING:
         return STOP  # canceled meanwhile: the step was discarded, the tool must not run
-    return _execute(fresh, step, owner=owner, actor=actor)
+    return _execute(replace(snap, **row), step, owner=owner, actor=actor, spec=spec)
 
 
 def _no_nul(text: str) -> str:
@@ -335,8 +344,10 @@ def _refuse(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
 # --- executing a tool step ------------------------------------------------------
 
 
-def _execute(snap: TaskSnapshot, step: Step, *, owner: str, actor: Actor) -> StepResult:
-    spec = tool_specs(tenant_id=snap.tenant_id, names=[step.tool]).get(step.tool)
+def _execute(snap: TaskSnapshot, step: Step, *, owner: str, actor: Actor,
+             spec: ToolSpec | None = None) -> StepResult:
+    if spec is None or spec.name != step.tool:
+        spec = tool_specs(tenant_id=snap.tenant_id, names=[step.tool]).get(step.tool)
     if spec is None:
         outcome = ToolOutcome(kind=OutcomeKind.BUSINESS, error={
             "type": "tool_unavailable", "message": f"tool {step.tool!r} was disabled or removed"})
@@ -344,8 +355,12 @@ def _execute(snap: TaskSnapshot, step: Step, *, owner: str, actor: Actor) -> Ste
     call = ToolCall(spec=spec, args=dict(step.args or {}), context=ToolContext(
         idempotency_key=step.idempotency_key, task_id=snap.id, step_id=step.pk,
         tenant_id=snap.tenant_id, trace_id=snap.trace_id))
-    with heartbeat(task_id=snap.id, owner=owner):
+    if spec.timeout_s < settings.TETHER["LEASE_TTL_S"] / 3:
+        # The call ends (or times out) well within the lease: no heartbeat needed.
         outcome = execute_through_ledger(call, owner=owner)
+    else:
+        with heartbeat(task_id=snap.id, owner=owner):
+            outcome = execute_through_ledger(call, owner=owner)
     if outcome.kind is OutcomeKind.PROCESSING:
         return StepResult(Next.LATER, 0.5, "another executor holds this call")
     return _commit_outcome(snap, step, spec, outcome, actor)

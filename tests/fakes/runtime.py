@@ -17,6 +17,7 @@ from tasks_app.services.replay import task_replay_check
 from tests.fakes import python_tools
 from tests.fakes.http_tool_server import FakeToolServer
 from tests.helpers import wait_for
+from tools_app.executor.threads import tool_threads
 from tools_app.models import Tool
 
 __all__ = [
@@ -104,6 +105,7 @@ def quiet_tools() -> Iterator[None]:
     python_tools.reset()
     yield
     python_tools.reset()
+    tool_threads.shutdown()  # idle pooled threads end now, busy ones when their call returns
     wait_for(lambda: not _tool_threads_alive(), timeout=20, message="tool threads to finish")
 
 

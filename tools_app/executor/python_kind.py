@@ -1,85 +1,86 @@
 """Python tools: a dotted path to ``fn(args: dict, ctx: ToolContext) -> result``.
 
-The function runs in its own thread so the per-tool timeout holds even when it
-blocks; a thread cannot be killed, so a call that outlives its timeout keeps
-running and whatever it returns is ignored (the commit fence discards it).
+The function runs in a thread of its own (a reusable one, see `threads`) so the
+per-tool timeout holds even when it blocks; a thread cannot be killed, so a
+call that outlives its timeout keeps running and whatever it returns is
+ignored (the commit fence discards it).
 """
+
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
-from django.db import close_old_connections, connection
 from django.utils.module_loading import import_string
 
 from .errors import ToolBusinessError, ToolPermissionError, ToolTransientError
 from .ledger_answers import status_answer_from
+from .threads import tool_threads
 from .types import OutcomeKind, StatusAnswer, ToolCall, ToolOutcome
 
 
 def _run_with_timeout(
     fn: Callable[[], Any], timeout_s: float
 ) -> tuple[bool, Any, BaseException | None]:
-    box: dict[str, Any] = {}
-    done = threading.Event()
-
-    def target() -> None:
-        close_old_connections()
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - reported to the caller
-            box["error"] = exc
-        finally:
-            connection.close()  # the thread's own DB connection
-            done.set()
-
-    threading.Thread(target=target, name="tether-tool", daemon=True).start()
-    finished = done.wait(timeout_s)
-    return finished, box.get("value"), box.get("error")
+    return tool_threads.run(fn, timeout_s)
 
 
 def call(call: ToolCall) -> ToolOutcome:
     try:
         fn = import_string(call.spec.target)
     except Exception as exc:  # noqa: BLE001 - a broken registration, whatever the import raised
-        return ToolOutcome(kind=OutcomeKind.PERMISSION, error={
-            "type": "tool_unavailable", "message": f"cannot load {call.spec.target}: {exc}"})
+        return ToolOutcome(
+            kind=OutcomeKind.PERMISSION,
+            error={"type": "tool_unavailable", "message": f"cannot load {call.spec.target}: {exc}"},
+        )
     finished, value, error = _run_with_timeout(
-        lambda: fn(dict(call.args), call.context), call.spec.timeout_s)
+        lambda: fn(dict(call.args), call.context), call.spec.timeout_s
+    )
     if not finished:
         kind = OutcomeKind.TRANSIENT if call.spec.honours_keys else OutcomeKind.UNCERTAIN
-        return ToolOutcome(kind=kind, error={"type": "timeout",
-                                             "message": f"no answer within {call.spec.timeout_s}s"})
+        return ToolOutcome(
+            kind=kind,
+            error={"type": "timeout", "message": f"no answer within {call.spec.timeout_s}s"},
+        )
     if error is None:
         return ToolOutcome(kind=OutcomeKind.OK, result=value)
     if isinstance(error, ToolTransientError):
-        return ToolOutcome(kind=OutcomeKind.TRANSIENT, retry_after_s=error.retry_after_s,
-                           error={"type": "transient", "message": str(error), **error.details})
+        return ToolOutcome(
+            kind=OutcomeKind.TRANSIENT,
+            retry_after_s=error.retry_after_s,
+            error={"type": "transient", "message": str(error), **error.details},
+        )
     if isinstance(error, ToolPermissionError):
-        return ToolOutcome(kind=OutcomeKind.PERMISSION,
-                           error={"type": "permission", "message": str(error), **error.details})
+        return ToolOutcome(
+            kind=OutcomeKind.PERMISSION,
+            error={"type": "permission", "message": str(error), **error.details},
+        )
     if isinstance(error, ToolBusinessError):
-        return ToolOutcome(kind=OutcomeKind.BUSINESS,
-                           error={"type": "business", "message": str(error), **error.details})
+        return ToolOutcome(
+            kind=OutcomeKind.BUSINESS,
+            error={"type": "business", "message": str(error), **error.details},
+        )
     # An unexpected crash inside the tool: for a plain write we cannot know whether
     # the effect happened before it crashed.
     kind = OutcomeKind.BUSINESS if call.spec.honours_keys else OutcomeKind.UNCERTAIN
-    return ToolOutcome(kind=kind, error={
-        "type": "tool_crashed", "message": f"{type(error).__name__}: {error}"})
+    return ToolOutcome(
+        kind=kind, error={"type": "tool_crashed", "message": f"{type(error).__name__}: {error}"}
+    )
 
 
 def query_status(call: ToolCall) -> StatusAnswer:
     try:
         fn = import_string(call.spec.status_tool)
     except Exception:  # noqa: BLE001 - a broken registration, whatever the import raised
-        return StatusAnswer(state="unknown",
-                            detail=f"cannot load status query {call.spec.status_tool}")
+        return StatusAnswer(
+            state="unknown", detail=f"cannot load status query {call.spec.status_tool}"
+        )
     finished, value, error = _run_with_timeout(
         lambda: fn({"idempotency_key": call.context.idempotency_key}, call.context),
         max(call.spec.timeout_s, 5.0),
     )
     if not finished or error is not None:
-        return StatusAnswer(state="unknown",
-                            detail=f"the status query failed: {error or 'timeout'}")
+        return StatusAnswer(
+            state="unknown", detail=f"the status query failed: {error or 'timeout'}"
+        )
     return status_answer_from(value)

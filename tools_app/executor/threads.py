@@ -1,0 +1,109 @@
+"""Reusable threads for python tool calls.
+
+A tool runs in a thread of its own so that its timeout holds even when it
+blocks (a thread cannot be killed: a call that outlives its timeout keeps its
+thread until it returns, and its result is ignored). Starting a thread per
+call also opened a fresh database connection per call for tools that use the
+ORM, which cost more than most tools; these threads are kept and keep their
+connection (subject to CONN_MAX_AGE) between calls. A thread idle for
+`IDLE_S` closes its connection and ends. There is no upper bound on threads:
+a hung tool occupies one, and the next call gets another rather than waiting
+behind it.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from django.db import close_old_connections, connection
+
+IDLE_S = 30.0
+Job = tuple[Callable[[], Any], dict[str, Any], threading.Event]
+
+
+class _Worker(threading.Thread):
+    def __init__(self, pool: ToolThreads) -> None:
+        super().__init__(name="tether-tool", daemon=True)
+        self.pool = pool
+        self.jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+
+    def run(self) -> None:
+        try:
+            while True:
+                try:
+                    job = self.jobs.get(timeout=IDLE_S)
+                except queue.Empty:
+                    if self.pool._retire(self):
+                        return
+                    continue  # taken just now: its job is on the way
+                if job is None:
+                    return
+                fn, box, done = job
+                close_old_connections()
+                try:
+                    box["value"] = fn()
+                except BaseException as exc:  # noqa: BLE001 - reported to the caller
+                    box["error"] = exc
+                finally:
+                    done.set()
+                    self.pool._release(self)
+        finally:
+            connection.close()  # this thread's own connection
+
+
+class ToolThreads:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[_Worker] = []
+        self._pid = os.getpid()
+        self._closed = False
+
+    def run(
+        self, fn: Callable[[], Any], timeout_s: float
+    ) -> tuple[bool, Any, BaseException | None]:
+        """Run `fn` in a pooled thread; (finished in time?, value, exception)."""
+        box: dict[str, Any] = {}
+        done = threading.Event()
+        self._take().jobs.put((fn, box, done))
+        finished = done.wait(timeout_s)
+        return finished, box.get("value"), box.get("error")
+
+    def shutdown(self) -> None:
+        """End the idle threads (closing their connections); busy ones end when done."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for worker in idle:
+            worker.jobs.put(None)
+
+    def _take(self) -> _Worker:
+        with self._lock:
+            if self._pid != os.getpid():  # a forked child inherits no threads
+                self._idle, self._pid = [], os.getpid()
+            self._closed = False
+            if self._idle:
+                return self._idle.pop()
+        worker = _Worker(self)
+        worker.start()
+        return worker
+
+    def _release(self, worker: _Worker) -> None:
+        with self._lock:
+            if not self._closed:
+                self._idle.append(worker)
+                return
+        worker.jobs.put(None)
+
+    def _retire(self, worker: _Worker) -> bool:
+        with self._lock:
+            if worker in self._idle:
+                self._idle.remove(worker)
+                return True
+            return False
+
+
+tool_threads = ToolThreads()
