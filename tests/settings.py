@@ -20,3 +20,7 @@ PASSWORD_HASHERS = [
     "django.contrib.auth.hashers.MD5PasswordHasher",
     "django.contrib.auth.hashers.PBKDF2PasswordHasher",
 ]
+
+# Static files come from the finders (WHITENOISE_USE_FINDERS); the suite never
+# runs collectstatic, so there is no STATIC_ROOT to serve from.
+STATIC_ROOT = None
