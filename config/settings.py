@@ -98,6 +98,9 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True  # a killed worker's message is delivered again
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Celery's Django fixup closes the DB connection around every task unless told
+# to reuse it: a new connection per slice costs more than a step.
+CELERY_DB_REUSE_MAX = env.int("CELERY_DB_REUSE_MAX", default=1000)
 CELERY_TASK_DEFAULT_QUEUE = env.str("CELERY_QUEUE", default="tether")
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE = {

@@ -119,3 +119,20 @@ class DemoNotification(models.Model):
     customer = models.CharField(max_length=100)
     message = models.TextField()
     created_at = models.DateTimeField(auto_now_add=True)
+
+
+# --- the benchmark's downstream store ---------------------------------------------
+
+
+class BenchRecord(models.Model):
+    """Written by the benchmark's idempotent write tool: one row per idempotency
+    key, however often the call is replayed."""
+
+    idempotency_key = models.CharField(max_length=64, unique=True)
+    task_id = models.BigIntegerField()
+    n = models.PositiveIntegerField()
+    value = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"bench record {self.n} of task {self.task_id}"

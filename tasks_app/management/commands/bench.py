@@ -36,7 +36,7 @@ class Command(BaseCommand):
         parser.add_argument("--tasks", type=int, help="tasks in the throughput run (200)")
         parser.add_argument("--steps", type=int, help="steps per task (10)")
         parser.add_argument("--long-steps", type=int, help="steps of the long task (1000)")
-        parser.add_argument("--workers", type=int, help="Celery worker processes (4)")
+        parser.add_argument("--workers", type=int, help="Celery worker processes (one per CPU)")
         parser.add_argument(
             "--ws-steps", type=int, help="steps published for the WebSocket latency (1000)"
         )
@@ -107,14 +107,13 @@ def _database_ensure(url: str) -> None:
 
     parsed = urlparse(url)
     name = parsed.path.lstrip("/")
-    params = {
-        "dbname": "postgres",
-        "host": parsed.hostname or "127.0.0.1",
-        "port": parsed.port or 5432,
-        "user": unquote(parsed.username or "postgres"),
-    }
-    if parsed.password:
-        params["password"] = unquote(parsed.password)
-    with psycopg.connect(**params, autocommit=True) as conn:
+    conninfo = psycopg.conninfo.make_conninfo(
+        dbname="postgres",
+        host=parsed.hostname or "127.0.0.1",
+        port=str(parsed.port or 5432),
+        user=unquote(parsed.username or "postgres"),
+        **({"password": unquote(parsed.password)} if parsed.password else {}),
+    )
+    with psycopg.connect(conninfo, autocommit=True) as conn:
         if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))

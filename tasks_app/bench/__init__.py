@@ -1,0 +1,19 @@
+"""The performance benchmark (`python manage.py bench`).
+
+Measures Tether's own overhead per step in production mode (PostgreSQL, Redis,
+real Celery workers, daphne) and prints figures; it never asserts a speed.
+
+Parts:
+- `config`     the run's knobs and the environment of the processes it starts;
+- `world`      the bench tenant, tools, agent, user, session, scripts;
+- `procs`      Celery worker and daphne subprocesses;
+- `datagen`    100k tasks / 1M events for the console timings (SQL, fast);
+- `throughput` N tasks x M steps through the real runner; a waiting task's cost;
+- `floor`      the same durable writes per step with bare psycopg 3;
+- `long_task`  one long task: step ~10 vs step ~L;
+- `anatomy`    statements, commits and connections of one runner step;
+- `ws_latency` commit -> WebSocket arrival on the console's live channel;
+- `console`    task list and task page response times;
+- `stats`      percentiles and step intervals; `report` the JSON and the table;
+- `run`        the phases in order.
+"""

@@ -1,0 +1,75 @@
+"""The anatomy of a runner step: what one tool step costs in round trips.
+
+Runs a short task in this process (the bench holds its lease, so no worker
+touches it) and, for each tool step, counts the statements sent on the
+runner's own database connection (by verb: SELECT, INSERT, UPDATE, BEGIN,
+COMMIT, SAVEPOINT, ...) and the database connections opened meanwhile (a
+python tool runs in its own thread, with its own connection). Deterministic
+figures that do not depend on the machine's load: they say where the time of
+a step goes, and show each optimisation of the runner.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import Counter
+from typing import Any
+
+from django.db import connection
+from django.db.backends.signals import connection_created
+from django.test.utils import CaptureQueriesContext
+
+from ..runner.lease import lease_release, lease_take
+from ..runner.step import Next, advance_one_step
+from .world import World, cancel_open, step_script, submit
+
+OWNER = "bench-anatomy"
+
+
+def run_anatomy(world: World, *, steps: int = 21) -> dict[str, Any]:
+    task_id = submit(world, step_script(steps + 1, salt="anatomy-"), goal="bench step anatomy")
+    if not lease_take(task_id=task_id, owner=OWNER):
+        cancel_open(world, [task_id])
+        return {"error": f"task {task_id} was not RUNNING or its lease was taken"}
+    opened: list[int] = []
+
+    def count_connection(**kwargs: Any) -> None:
+        opened.append(1)
+
+    connection_created.connect(count_connection, weak=False)
+    per_step: list[Counter[str]] = []
+    conns: list[int] = []
+    wall: list[float] = []
+    try:
+        for _ in range(steps):
+            opened.clear()
+            started = time.perf_counter()
+            with CaptureQueriesContext(connection) as ctx:
+                result = advance_one_step(task_id=task_id, owner=OWNER)
+            wall.append(time.perf_counter() - started)
+            per_step.append(
+                Counter(q["sql"].split(None, 1)[0].upper() for q in ctx.captured_queries)
+            )
+            conns.append(len(opened))
+            if result.next is not Next.CONTINUE:
+                break
+    finally:
+        connection_created.disconnect(count_connection)
+        lease_release(task_id=task_id, owner=OWNER)
+        cancel_open(world, [task_id])
+    tool_steps = per_step[1:]  # the first step pays one-off costs (imports, caches)
+    verbs = sorted({v for c in tool_steps for v in c})
+    return {
+        "task_id": task_id,
+        "tool_steps": len(tool_steps),
+        "statements_per_step": round(statistics.fmean(sum(c.values()) for c in tool_steps), 1)
+        if tool_steps
+        else None,
+        "by_verb": {v: round(statistics.fmean(c[v] for c in tool_steps), 2) for v in verbs},
+        "commits_per_step": round(statistics.fmean(c["COMMIT"] for c in tool_steps), 2)
+        if tool_steps
+        else None,
+        "connections_opened_per_step": round(statistics.fmean(conns[1:]), 2) if conns[1:] else None,
+        "in_process_step_ms": round(statistics.median(wall[1:]) * 1000, 2) if wall[1:] else None,
+    }

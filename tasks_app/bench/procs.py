@@ -1,0 +1,171 @@
+"""The processes the bench starts: Celery workers on the bench's own queue and
+a daphne server. Each runs in its own session so it can be stopped as a group
+(by the id the bench started it with), and is always stopped on the way out.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+
+from .config import QUEUE
+
+BASE_DIR = Path(settings.BASE_DIR)
+BIN = Path(sys.executable).parent
+
+
+def _spawn(args: list[str], env: dict[str, str], log_name: str, log_dir: Path) -> subprocess.Popen:
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = open(log_dir / log_name, "wb")  # noqa: SIM115 - closed with the process
+    return subprocess.Popen(
+        args, cwd=BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+
+
+def stop(proc: subprocess.Popen, *, timeout: float = 15.0) -> None:
+    """Warm shutdown (SIGTERM), then SIGKILL of the process group we started."""
+    if proc.poll() is None:
+        with suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        with suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout)
+    with suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)  # children of a prefork pool, if any are left
+    proc.wait(5)
+
+
+def purge_queue() -> int:
+    """Drop messages a previous (aborted) run may have left on the bench queue."""
+    from config.celery import app
+
+    with app.connection_for_write() as conn:
+        return conn.default_channel.queue_purge(QUEUE) or 0
+
+
+@dataclass(frozen=True)
+class Workers:
+    node: str  # the Celery node name (for remote control)
+    pgid: int  # the process group of the node and its pool processes
+
+    def cpu_s(self) -> float:
+        """CPU seconds (user + system) used so far by the node's live processes."""
+        return process_group_cpu_s(self.pgid)
+
+
+def process_group_cpu_s(pgid: int) -> float:
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the process ended meanwhile
+        # after the command name: state, ppid, pgrp, ..., utime (12th), stime (13th)
+        if int(fields[2]) == pgid:
+            total += int(fields[11]) + int(fields[12])
+    return total / ticks
+
+
+def machine_cpu_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs since boot, from /proc/stat."""
+    with open("/proc/stat") as fh:
+        values = [int(v) for v in fh.readline().split()[1:]]
+    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+    return sum(values) - idle, sum(values)
+
+
+def busy_pct(before: tuple[int, int], after: tuple[int, int]) -> float | None:
+    total = after[1] - before[1]
+    return round(100.0 * (after[0] - before[0]) / total, 1) if total else None
+
+
+@contextmanager
+def celery_workers(env: dict[str, str], *, concurrency: int, log_dir: Path) -> Iterator[Workers]:
+    """One `celery worker` node with `concurrency` prefork processes on the bench queue."""
+    from config.celery import app
+
+    node = f"bench-{os.getpid()}@{socket.gethostname()}"
+    proc = _spawn(
+        [
+            str(BIN / "celery"),
+            "-A",
+            "config",
+            "worker",
+            "-Q",
+            QUEUE,
+            "-n",
+            node,
+            "--concurrency",
+            str(concurrency),
+            "--pool",
+            "prefork",
+            "--loglevel",
+            "WARNING",
+            "--without-gossip",
+            "--without-mingle",
+        ],
+        env,
+        "celery-worker.log",
+        log_dir,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not app.control.ping(destination=[node], timeout=0.5):
+            if proc.poll() is not None:
+                raise RuntimeError(f"the Celery worker exited ({proc.returncode}); see {log_dir}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"the Celery worker did not answer a ping in 60 s; see {log_dir}"
+                )
+        yield Workers(node=node, pgid=proc.pid)
+    finally:
+        stop(proc)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def daphne_server(env: dict[str, str], *, log_dir: Path) -> Iterator[str]:
+    """The ASGI application under daphne; yields its base URL."""
+    import httpx
+
+    port = free_port()
+    proc = _spawn(
+        [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
+        env,
+        "daphne.log",
+        log_dir,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"daphne exited ({proc.returncode}); see {log_dir}")
+            try:
+                httpx.get(base + "/accounts/login/", timeout=1.0)
+                break
+            except httpx.HTTPError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"daphne did not answer in 60 s; see {log_dir}")
+                time.sleep(0.1)  # polling a starting server, with a deadline
+        yield base
+    finally:
+        stop(proc)

@@ -1,0 +1,185 @@
+"""The bench's output: the machine it ran on, the targets checked against the
+figures (information, never an assertion), and a short table."""
+
+from __future__ import annotations
+
+import os
+import platform
+from typing import Any
+
+from django.db import connection
+
+# name, where in the document, comparison, bound
+TARGETS: list[tuple[str, tuple[str, ...], str, float]] = [
+    ("runner throughput / psycopg floor", ("runner", "ratio_to_floor"), ">=", 0.5),
+    ("step ~1000 / step ~10", ("long_task", "ratio_last_to_10"), "<=", 1.2),
+    ("event -> browser p99 (ms)", ("ws_latency", "commit_to_browser", "p99_ms"), "<", 50.0),
+    ("task list p99 (ms)", ("console", "task_list", "p99_ms"), "<", 200.0),
+    ("task page p99 (ms)", ("console", "task_page", "p99_ms"), "<", 200.0),
+    ("busy workers while tasks wait", ("waiting", "busy_worker_processes"), "<=", 0),
+]
+
+
+def machine_info() -> dict[str, Any]:
+    mem_gb = None
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    mem_gb = round(int(line.split()[1]) / 1024 / 1024, 1)
+    except OSError:
+        pass
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            cpu = next(
+                (ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), cpu
+            )
+    except OSError:
+        pass
+    with connection.cursor() as cur:
+        cur.execute("SHOW server_version")
+        pg = cur.fetchone()[0]
+        cur.execute("SHOW synchronous_commit")
+        sync = cur.fetchone()[0]
+    return {
+        "cpus": os.cpu_count(),
+        "cpu": cpu,
+        "memory_gb": mem_gb,
+        "python": platform.python_version(),
+        "postgresql": pg,
+        "synchronous_commit": sync,
+        "platform": platform.platform(),
+    }
+
+
+def dig(doc: dict[str, Any], path: tuple[str, ...]) -> Any:
+    value: Any = doc
+    for key in path:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value
+
+
+def check_targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for name, path, op, bound in TARGETS:
+        value = dig(doc, path)
+        met = None
+        if isinstance(value, int | float):
+            met = {"<": value < bound, "<=": value <= bound, ">=": value >= bound}[op]
+        out.append({"target": f"{name} {op} {bound:g}", "value": value, "met": met})
+    conns = doc.get("waiting") or {}
+    if "db_connections_before" in conns:
+        grew = conns["db_connections_while_waiting"] - conns["db_connections_before"]
+        out.append(
+            {
+                "target": "db connections added by waiting tasks <= 0",
+                "value": grew,
+                "met": grew <= 0,
+            }
+        )
+    return out
+
+
+def _fmt(value: Any, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.2f}{unit}"
+    return f"{value}{unit}"
+
+
+def table(doc: dict[str, Any]) -> str:
+    m = doc.get("machine", {})
+    r, f = doc.get("runner", {}), doc.get("floor", {})
+    lt, ws, c = doc.get("long_task", {}), doc.get("ws_latency", {}), doc.get("console") or {}
+    rows = [
+        (
+            "machine",
+            f"{m.get('cpus')} CPUs ({m.get('cpu')}), {m.get('memory_gb')} GB, "
+            f"PostgreSQL {m.get('postgresql')}",
+        ),
+        (
+            "runner",
+            f"{_fmt(r.get('steps_per_s'))} steps/s, {_fmt(r.get('tasks_per_s'))} tasks/s "
+            f"({r.get('tasks')} tasks x {r.get('steps_per_task')} steps, "
+            f"{r.get('workers')} workers, "
+            f"{r.get('succeeded')} succeeded); worker CPU "
+            f"{_fmt(r.get('worker_cpu_ms_per_step'), ' ms')}/step, machine CPU "
+            f"{_fmt(r.get('machine_cpu_busy_pct'), '%')} busy",
+        ),
+        (
+            "step latency",
+            f"p50 {_fmt(dig(r, ('step_latency', 'p50_ms')), ' ms')}, "
+            f"p99 {_fmt(dig(r, ('step_latency', 'p99_ms')), ' ms')}; within a slice p50 "
+            f"{_fmt(dig(r, ('step_latency_in_slice', 'p50_ms')), ' ms')}, p99 "
+            f"{_fmt(dig(r, ('step_latency_in_slice', 'p99_ms')), ' ms')}; "
+            f"{_fmt(dig(r, ('slices_per_task', 'mean')))} slices/task",
+        ),
+        (
+            "psycopg floor",
+            f"{_fmt(f.get('steps_per_s'))} steps/s ({_fmt(f.get('step_mean_ms'), ' ms')}/step)",
+        ),
+        ("runner / floor", _fmt(r.get("ratio_to_floor"))),
+        (
+            "step anatomy",
+            f"{_fmt(dig(doc, ('anatomy', 'statements_per_step')))} statements, "
+            f"{_fmt(dig(doc, ('anatomy', 'commits_per_step')))} commits, "
+            f"{_fmt(dig(doc, ('anatomy', 'connections_opened_per_step')))} new DB connections "
+            "per tool step",
+        ),
+        (
+            "long task",
+            f"step ~10 {_fmt(lt.get('step_10_ms'), ' ms')}, step ~{lt.get('steps')} "
+            f"{_fmt(lt.get('step_last_ms'), ' ms')}, ratio {_fmt(lt.get('ratio_last_to_10'))}",
+        ),
+        (
+            "event -> browser",
+            f"from commit p50 {_fmt(dig(ws, ('commit_to_browser', 'p50_ms')), ' ms')}, "
+            f"p99 {_fmt(dig(ws, ('commit_to_browser', 'p99_ms')), ' ms')}; from created_at "
+            f"p50 {_fmt(dig(ws, ('created_at_to_browser', 'p50_ms')), ' ms')}, "
+            f"p99 {_fmt(dig(ws, ('created_at_to_browser', 'p99_ms')), ' ms')}; at "
+            f"{_fmt(ws.get('achieved_rate'))} steps/s, lost {ws.get('lost')}",
+        ),
+    ]
+    for name in ("task_list", "task_page", "task_page_long"):
+        fig = c.get(name)
+        if fig:
+            rows.append(
+                (
+                    name.replace("_", " "),
+                    f"p50 {_fmt(fig.get('p50_ms'), ' ms')}, p99 "
+                    f"{_fmt(fig.get('p99_ms'), ' ms')} ({fig.get('source')})",
+                )
+            )
+    data = doc.get("console_data")
+    if data:
+        rows.append(
+            (
+                "console data",
+                f"{data.get('tenant_tasks'):,} tasks, {data.get('tenant_events'):,} events "
+                f"in the tenant",
+            )
+        )
+    w = doc.get("waiting")
+    if w:
+        rows.append(
+            (
+                "waiting tasks",
+                f"{w.get('waiting_for_input')} waiting: {w.get('busy_worker_processes')} "
+                f"busy workers, db connections {w.get('db_connections_before')} -> "
+                f"{w.get('db_connections_while_waiting')}",
+            )
+        )
+    load = doc.get("loadavg_1m")
+    if load:
+        rows.append(("load avg (1m)", ", ".join(f"{k} {v}" for k, v in load.items())))
+    width = max(len(k) for k, _ in rows)
+    lines = [f"{k.ljust(width)}  {v}" for k, v in rows]
+    lines.append("")
+    for t in doc.get("targets", []):
+        mark = {True: "met", False: "NOT met", None: "n/a"}[t["met"]]
+        lines.append(f"  [{mark}] {t['target']}: {_fmt(t['value'])}")
+    return "\n".join(lines)

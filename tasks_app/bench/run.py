@@ -1,0 +1,128 @@
+"""The bench's phases, in order, against the database Django is connected to.
+
+1. console history (unless skipped), so every later phase runs on big tables;
+2. Celery workers: warm-up, runner throughput, waiting tasks, the long task;
+3. workers stopped: the psycopg floor alone on the machine, then the anatomy
+   of a step (statements and connections per step, in this process);
+4. daphne: WebSocket latency, then the console timings.
+
+Every process started here is stopped before returning, also on errors.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+
+from .anatomy import run_anatomy
+from .config import BenchConfig, bench_env, database_url_of, psycopg_dsn
+from .console import run_console
+from .datagen import console_data_ensure, sample_generated_task
+from .floor import run_floor
+from .long_task import run_long_task
+from .procs import celery_workers, daphne_server, purge_queue
+from .report import check_targets, machine_info
+from .throughput import run_throughput, run_waiting, warm_up
+from .world import api_key, session_cookie, world_ensure
+from .ws_latency import run_ws_latency
+
+TETHER_KNOBS = (
+    "SLICE_S",
+    "SLICE_MAX_STEPS",
+    "LEASE_TTL_S",
+    "MAX_RUNNING_TASKS",
+    "MAX_RUNNING_PER_TENANT",
+)
+
+
+def bench_run(cfg: BenchConfig, *, log_dir: Path, say: Callable[[str], None]) -> dict[str, Any]:
+    settings_dict = connection.settings_dict
+    env = bench_env(database_url_of(settings_dict))
+    started = time.monotonic()
+    load: dict[str, float] = {}
+    doc: dict[str, Any] = {
+        "started_at": datetime.now(UTC).isoformat(),
+        "machine": machine_info(),
+        "config": asdict(cfg),
+        "tether": {k: settings.TETHER[k] for k in TETHER_KNOBS},
+        "database": settings_dict["NAME"],
+        "logs": str(log_dir),
+        # The machine may be shared: the 1-minute load average as each phase starts.
+        "loadavg_1m": load,
+    }
+
+    def phase(name: str, line: str) -> None:
+        load[name] = round(os.getloadavg()[0], 2)
+        say(line)
+
+    world = world_ensure()
+    purge_queue()
+
+    if not cfg.skip_console:
+        phase(
+            "console_data",
+            f"console data: {cfg.console_tasks:,} tasks / {cfg.console_events:,} events ...",
+        )
+        doc["console_data"] = console_data_ensure(
+            world, tasks=cfg.console_tasks, events=cfg.console_events
+        )
+        say(f"  done in {doc['console_data']['generate_s']} s")
+
+    say(f"starting a Celery worker ({cfg.workers} processes) ...")
+    with celery_workers(env, concurrency=cfg.workers, log_dir=log_dir) as workers:
+        warm_up(world, cfg)
+        phase("runner", f"runner: {cfg.tasks} tasks x {cfg.steps} steps ...")
+        doc["runner"] = run_throughput(world, cfg, workers=workers)
+        say(f"  {doc['runner']['steps_per_s']} steps/s")
+        phase("waiting", f"waiting: {cfg.waiting_tasks} tasks parked on a question ...")
+        doc["waiting"] = run_waiting(world, cfg, workers=workers)
+        phase("long_task", f"long task: {cfg.long_steps} steps ...")
+        doc["long_task"] = run_long_task(world, cfg)
+        say(f"  ratio {doc['long_task']['ratio_last_to_10']}")
+
+    phase("floor", f"floor: {cfg.tasks * cfg.steps} steps with psycopg ...")
+    doc["floor"] = run_floor(psycopg_dsn(settings_dict), world, tasks=cfg.tasks, steps=cfg.steps)
+    say(f"  {doc['floor']['steps_per_s']} steps/s")
+    phase("anatomy", "step anatomy: statements per tool step ...")
+    doc["anatomy"] = run_anatomy(world)
+    say(
+        f"  {doc['anatomy'].get('statements_per_step')} statements, "
+        f"{doc['anatomy'].get('commits_per_step')} commits per step"
+    )
+    purge_queue()  # the anatomy task's admission enqueued it; no worker is left to take it
+    runner_rate, floor_rate = doc["runner"].get("steps_per_s"), doc["floor"].get("steps_per_s")
+    doc["runner"]["ratio_to_floor"] = (
+        round(runner_rate / floor_rate, 3) if runner_rate and floor_rate else None
+    )
+
+    say("starting daphne ...")
+    with daphne_server(env, log_dir=log_dir) as base_url:
+        cookie = session_cookie(world)
+        phase("ws_latency", f"websocket: {cfg.ws_steps} steps at {cfg.ws_rate:g}/s ...")
+        doc["ws_latency"] = run_ws_latency(
+            world, cfg, base_url=base_url, cookie=cookie, log_dir=log_dir
+        )
+        if not cfg.skip_console:
+            phase("console", "console timings ...")
+            doc["console"] = run_console(
+                world,
+                cfg,
+                base_url=base_url,
+                cookie=cookie,
+                api_key=api_key(world),
+                sample_task=sample_generated_task(world),
+                long_task=doc["long_task"].get("task_id"),
+            )
+    purge_queue()
+    load["end"] = round(os.getloadavg()[0], 2)
+    doc["targets"] = check_targets(doc)
+    doc["duration_s"] = round(time.monotonic() - started, 1)
+    return doc

@@ -1,0 +1,73 @@
+"""`manage.py bench --quick` runs every phase end to end against the test
+database (real Celery workers, daphne, Redis) and reports every figure.
+
+Speed is never asserted: only that each figure is there and that the work
+behind it really happened.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+from tasks_app.bench.config import database_url_of
+from tasks_app.bench.report import dig
+
+FIGURES = [
+    ("machine", "cpus"),
+    ("runner", "steps_per_s"),
+    ("runner", "tasks_per_s"),
+    ("runner", "step_latency", "p50_ms"),
+    ("runner", "step_latency", "p99_ms"),
+    ("runner", "ratio_to_floor"),
+    ("runner", "worker_cpu_ms_per_step"),
+    ("floor", "steps_per_s"),
+    ("anatomy", "statements_per_step"),
+    ("anatomy", "commits_per_step"),
+    ("long_task", "step_10_ms"),
+    ("long_task", "step_last_ms"),
+    ("long_task", "ratio_last_to_10"),
+    ("ws_latency", "commit_to_browser", "p50_ms"),
+    ("ws_latency", "commit_to_browser", "p99_ms"),
+    ("ws_latency", "created_at_to_browser", "p99_ms"),
+    ("console", "task_list", "p50_ms"),
+    ("console", "task_list", "p99_ms"),
+    ("console", "task_page", "p50_ms"),
+    ("console", "task_page", "p99_ms"),
+    ("console_data", "tenant_tasks"),
+    ("waiting", "busy_worker_processes"),
+    ("waiting", "db_connections_while_waiting"),
+]
+
+
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_quick_bench_reports_every_figure(tmp_path, capfd):
+    out = tmp_path / "bench.json"
+
+    call_command(
+        "bench",
+        "--quick",
+        "--json",
+        str(out),
+        "--database-url",
+        database_url_of(connection.settings_dict),
+    )
+
+    doc = json.loads(out.read_text())
+    missing = [".".join(path) for path in FIGURES if not isinstance(dig(doc, path), int | float)]
+    assert missing == []
+    runner = doc["runner"]
+    assert runner["complete"] and runner["succeeded"] == runner["tasks"] == 8
+    assert runner["steps"] == 8 * 4
+    assert doc["floor"]["steps"] == 8 * 4
+    assert doc["long_task"]["succeeded"] and doc["long_task"]["steps"] == 40
+    ws = doc["ws_latency"]
+    assert ws["committed"] == ws["received"] == 40 and ws["lost"] == 0
+    assert doc["waiting"]["waiting_for_input"] == doc["waiting"]["tasks"] == 3
+    assert doc["console_data"]["tenant_tasks"] >= 2000
+    assert {t["target"].split(" ")[0] for t in doc["targets"]} >= {"runner", "step", "event"}
+    assert "runner / floor" in capfd.readouterr().out  # the table was printed

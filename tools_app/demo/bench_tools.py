@@ -1,0 +1,70 @@
+"""The benchmark's instant tools (used by `manage.py bench`, never by the demo).
+
+- ``bench_read`` (read): answers from its arguments, no I/O at all.
+- ``bench_write`` (idempotent write): one `BenchRecord` row per idempotency
+  key, written with a single ``INSERT ... ON CONFLICT DO NOTHING``, so a replay
+  with the same key changes nothing and returns the same result.
+
+Both results depend on the step (`n`), so the no-progress check never sees a
+repeated observation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..executor.types import ToolContext
+from ..models import BenchRecord
+
+
+def bench_read(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    return {"n": args["n"], "task": ctx.task_id, "value": f"read-{args['n']}"}
+
+
+def bench_write(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    BenchRecord.objects.bulk_create(
+        [
+            BenchRecord(
+                idempotency_key=ctx.idempotency_key,
+                task_id=ctx.task_id,
+                n=args["n"],
+                value={"value": args.get("value", "")},
+            )
+        ],
+        ignore_conflicts=True,
+    )
+    return {"n": args["n"], "stored": True, "key": ctx.idempotency_key[:16]}
+
+
+N_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "n": {"type": "integer", "minimum": 0},
+        "value": {"type": "string", "maxLength": 200},
+    },
+    "required": ["n"],
+    "additionalProperties": False,
+}
+
+BENCH_TOOLS: list[dict[str, Any]] = [
+    {
+        "name": "bench_read",
+        "description": "Benchmark: an instant read.",
+        "target": "tools_app.demo.bench_tools.bench_read",
+        "args_schema": N_SCHEMA,
+        "side_effect": "read",
+        "risk": "low",
+        "timeout_s": 5.0,
+        "max_retries": 3,
+    },
+    {
+        "name": "bench_write",
+        "description": "Benchmark: an instant idempotent write keyed by the idempotency key.",
+        "target": "tools_app.demo.bench_tools.bench_write",
+        "args_schema": N_SCHEMA,
+        "side_effect": "idempotent_write",
+        "risk": "low",
+        "timeout_s": 5.0,
+        "max_retries": 3,
+    },
+]
