@@ -10,7 +10,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from .models import DemoNotification, DemoOrder, DemoRefund, Tool, ToolExecution
-from .services import tool_errors
+from .services import EDITABLE, tool_errors
 
 
 class ToolForm(forms.ModelForm):
@@ -18,26 +18,7 @@ class ToolForm(forms.ModelForm):
 
     class Meta:
         model = Tool
-        fields = (
-            "tenant",
-            "name",
-            "description",
-            "kind",
-            "target",
-            "url",
-            "status_url",
-            "status_tool",
-            "compensation_tool",
-            "secret_headers",
-            "args_schema",
-            "result_schema",
-            "risk",
-            "requires_approval",
-            "timeout_s",
-            "side_effect",
-            "max_retries",
-            "enabled",
-        )
+        fields = ("tenant", "name", *EDITABLE)
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}

@@ -5,6 +5,7 @@ row is written (IN_PROGRESS, claimed by one executor until `claimed_until`)
 *before* the tool is called, so a crash leaves evidence that a call may have
 happened; recovery decides from the tool's side effect what that means.
 """
+
 from __future__ import annotations
 
 from django.db import models
@@ -34,7 +35,9 @@ class Tool(models.Model):
     kind = models.CharField(max_length=8, choices=ToolKind.choices, default=ToolKind.PYTHON)
     target = models.CharField(max_length=255, blank=True, help_text="Dotted path of a python tool.")
     url = models.URLField(max_length=500, blank=True)
-    status_url = models.CharField(max_length=500, blank=True, help_text="GET, with {key} substituted.")
+    status_url = models.CharField(
+        max_length=500, blank=True, help_text="GET, with {key} substituted."
+    )
     status_tool = models.CharField(max_length=100, blank=True, help_text="A python status query.")
     compensation_tool = models.CharField(max_length=100, blank=True)
     # {header name: name of a setting or environment variable holding its value}
@@ -44,7 +47,9 @@ class Tool(models.Model):
     risk = models.CharField(max_length=8, choices=Risk.choices, default=Risk.LOW)
     requires_approval = models.BooleanField(default=False)
     timeout_s = models.FloatField(default=10.0)
-    side_effect = models.CharField(max_length=20, choices=SideEffect.choices, default=SideEffect.READ)
+    side_effect = models.CharField(
+        max_length=20, choices=SideEffect.choices, default=SideEffect.READ
+    )
     max_retries = models.PositiveIntegerField(default=3)
     enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -110,6 +115,9 @@ class DemoRefund(models.Model):
     reason = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
+    def __str__(self) -> str:
+        return f"refund of {self.order_id} ({self.amount_cents})"
+
 
 class DemoNotification(models.Model):
     """A plain write: the provider records the key it was given but does not
@@ -119,6 +127,9 @@ class DemoNotification(models.Model):
     customer = models.CharField(max_length=100)
     message = models.TextField()
     created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"notification to {self.customer}"
 
 
 # --- the benchmark's downstream store ---------------------------------------------

@@ -57,9 +57,9 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json({"type": "subscribed", "tenant": True})
             return
         try:
-            task_id = int(content.get("task"))
+            task_id = int(content["task"])
             after = int(content.get("after") or 0)
-        except (TypeError, ValueError):
+        except (KeyError, TypeError, ValueError):
             await self.send_json({"type": "error", "code": "bad_message"})
             return
         if not await _task_visible(self.tenant_id, task_id):  # type: ignore[arg-type]

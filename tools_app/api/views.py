@@ -38,7 +38,8 @@ class ToolSerializer(serializers.Serializer):
     status_tool = serializers.CharField(allow_blank=True)
     compensation_tool = serializers.CharField(allow_blank=True)
     secret_headers = serializers.DictField(
-        child=serializers.CharField(), help_text="{header: name of a TETHER_SECRET_* environment variable}"
+        child=serializers.CharField(),
+        help_text="{header: name of a TETHER_SECRET_* environment variable}",
     )
     args_schema = serializers.DictField(child=serializers.JSONField())
     result_schema = serializers.DictField(child=serializers.JSONField())

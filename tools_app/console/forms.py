@@ -11,25 +11,9 @@ from django import forms
 
 from ..executor.http_kind import SECRET_PREFIX
 from ..models import Risk, SideEffect, Tool, ToolKind
+from ..services import EDITABLE
 
-FIELDS = (
-    "description",
-    "kind",
-    "target",
-    "url",
-    "status_url",
-    "status_tool",
-    "compensation_tool",
-    "secret_headers",
-    "args_schema",
-    "result_schema",
-    "risk",
-    "requires_approval",
-    "timeout_s",
-    "side_effect",
-    "max_retries",
-    "enabled",
-)
+FIELDS = EDITABLE  # the fields the tool services accept, in form order
 
 
 class JSONObjectField(forms.CharField):
