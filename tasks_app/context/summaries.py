@@ -51,18 +51,33 @@ ROLLBACK_ROLES = (Role.OPERATOR, Role.ADMIN, "system")
 # --- creating ----------------------------------------------------------------------
 
 
-def summary_maybe_create(*, task_id: int) -> ContextSummary | None:
+def summary_maybe_create(*, task_id: int, steps_count: int | None = None,
+                         covered: int | None = None) -> ContextSummary | None:
     """Fold older steps into a new summary version if a threshold is passed.
 
     Called by the runner after a step commits, outside any transaction. A
     failure here is logged and leaves the context as it was: it never fails
-    the step that was already committed.
+    the step that was already committed. With `steps_count` and `covered` (the
+    step the active summary covers until, as the caller last saw it) most
+    calls decide that no summary is due without reading the task.
     """
     try:
+        if steps_count is not None and covered is not None and not _maybe_due(
+                task_id, steps_count=steps_count, covered=covered):
+            return None
         return _maybe_create(task_id)
     except Exception:
         log.exception("summarizing the context of task %s failed", task_id)
         return None
+
+
+def _maybe_due(task_id: int, *, steps_count: int, covered: int) -> bool:
+    limits = context_limits()
+    older = steps_count - covered - limits["window"]
+    if older <= 0:
+        return False
+    return older >= limits["threshold_steps"] or (
+        _chars_of(task_id, covered, covered + older) >= limits["threshold_chars"])
 
 
 def _maybe_create(task_id: int) -> ContextSummary | None:

@@ -42,7 +42,7 @@ from tools_app.registry import schema_errors, tool_specs
 
 from ..context.builder import build_context
 from ..context.summaries import summary_maybe_create
-from ..gateway import Decision, GatewayError, ModelReply, get_backend
+from ..gateway import ContextSnapshot, Decision, GatewayError, ModelReply, get_backend
 from ..keys import call_fingerprint, canonical_json, idempotency_key, sha256_hex
 from ..machine import TaskStatus
 from ..models import Step, StepKind, StepStatus, Task
@@ -108,17 +108,18 @@ def advance_one_step(*, task_id: int, owner: str) -> StepResult:
         if budget is not None:
             return _exhaust(snap, budget, actor)
         specs = tool_specs(tenant_id=snap.tenant_id, names=list(snap.agent.get("tools") or []))
+        covered: int | None = None  # unknown when no context was built
         if queued:
             decision = Decision.from_dict(queued[0])
             model_log = {"from_reply_of_step": current.step_no, "queued": queued[1:]}  # type: ignore[union-attr]
             counters: dict[str, Any] = {}
         else:
             if (snap.agent.get("model") or {}).get("backend", "scripted") == "scripted":
-                reply = _ask_model(snap, specs)
+                reply, covered = _ask_model(snap, specs)
             else:
                 # A real model may take long (retries, fallback): keep the lease alive.
                 with heartbeat(task_id=task_id, owner=owner):
-                    reply = _ask_model(snap, specs)
+                    reply, covered = _ask_model(snap, specs)
             if isinstance(reply, StepResult):
                 return reply
             decision = reply.decisions[0] if reply.decisions else Decision(
@@ -133,7 +134,10 @@ def advance_one_step(*, task_id: int, owner: str) -> StepResult:
             counters = {"model_calls": F("model_calls") + 1, "tokens": F("tokens") + reply.tokens}
         result = _record_decision(snap, decision, model_log, counters, specs, owner=owner,
                                   actor=actor)
-        summary_maybe_create(task_id=task_id)  # after the step committed; never raises
+        # After the step committed; never raises. With the summary the context was
+        # built on, most steps need no query to know no summary is due.
+        summary_maybe_create(task_id=task_id, steps_count=snap.steps_count + 1,
+                             covered=covered)
         return result
     except (_Stale, IntegrityError):
         return CONTINUE  # somebody else committed this version: re-read and decide again
@@ -146,8 +150,17 @@ def advance_one_step(*, task_id: int, owner: str) -> StepResult:
 # --- asking the model --------------------------------------------------------
 
 
-def _ask_model(snap: TaskSnapshot, specs: dict[str, ToolSpec]) -> ModelReply | StepResult:
+def _ask_model(snap: TaskSnapshot,
+               specs: dict[str, ToolSpec]) -> tuple[ModelReply | StepResult, int]:
+    """The model's reply (or how to stop/retry), and the step the context's
+    summary covers until (so the summarizer need not look it up again)."""
     context = build_context(snap, tools=specs)
+    summary = context.summary.data if context.summary else None
+    covered = int((summary or {}).get("covers_until_step", 0))
+    return _decide(snap, context), covered
+
+
+def _decide(snap: TaskSnapshot, context: ContextSnapshot) -> ModelReply | StepResult:
     started = time.monotonic()
     try:
         reply = get_backend(snap.agent.get("model") or {}).decide(context)
