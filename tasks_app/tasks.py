@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from .runner.compensation import compensate_task as _compensate
 from .runner.loop import run_slice
 from .runner.recovery import recovery_sweep as _sweep
 
@@ -22,3 +23,8 @@ def recovery_sweep() -> dict[str, int]:
     report = _sweep()
     return {"admitted": report.admitted, "requeued": report.requeued,
             "approvals_expired": report.approvals_expired}
+
+
+@shared_task(name="tasks_app.tasks.compensate_task", ignore_result=True)
+def compensate_task(task_id: int) -> int:
+    return _compensate(int(task_id))

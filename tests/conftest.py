@@ -32,11 +32,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 @pytest.fixture(autouse=True)
 def _clear_manual_queue():
-    from tasks_app.services.dispatch import MANUAL_QUEUE
+    from tasks_app.services.dispatch import MANUAL_COMPENSATIONS, MANUAL_QUEUE
 
     MANUAL_QUEUE.clear()
+    MANUAL_COMPENSATIONS.clear()
     yield
     MANUAL_QUEUE.clear()
+    MANUAL_COMPENSATIONS.clear()
 
 
 @pytest.fixture(scope="session", autouse=True)

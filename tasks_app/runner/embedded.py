@@ -65,6 +65,14 @@ class EmbeddedRunner:
             return
         loop.call_soon_threadsafe(lambda: loop.create_task(self._run(task_id, delay_s)))
 
+    def submit_compensation(self, task_id: int) -> None:
+        loop = self.loop
+        if loop is None or loop.is_closed():
+            return
+        loop.call_soon_threadsafe(
+            lambda: loop.create_task(sync_to_async(_compensate, thread_sensitive=False)(task_id))
+        )
+
     async def _run(self, task_id: int, delay_s: float) -> None:
         if delay_s > 0:
             await asyncio.sleep(delay_s)
@@ -95,6 +103,18 @@ def _slice(task_id: int) -> None:
     close_old_connections()
     try:
         run_slice(task_id)
+    finally:
+        close_old_connections()
+
+
+def _compensate(task_id: int) -> None:
+    from .compensation import compensate_task
+
+    close_old_connections()
+    try:
+        compensate_task(task_id)
+    except Exception:  # noqa: BLE001 - logged; a person sees the failed task
+        log.exception("compensating task %s failed", task_id)
     finally:
         close_old_connections()
 

@@ -14,6 +14,7 @@ from django.db import transaction
 
 _manual_lock = threading.Lock()
 MANUAL_QUEUE: list[tuple[int, float]] = []
+MANUAL_COMPENSATIONS: list[int] = []
 
 
 def schedule_advance(task_id: int, *, delay_s: float = 0.0) -> None:
@@ -33,3 +34,19 @@ def schedule_advance(task_id: int, *, delay_s: float = 0.0) -> None:
 
 def schedule_advance_on_commit(task_id: int, *, delay_s: float = 0.0) -> None:
     transaction.on_commit(lambda: schedule_advance(task_id, delay_s=delay_s))
+
+
+def schedule_compensation(task_id: int) -> None:
+    """Compensate a FAILED task's writes (see `runner.compensation`), off the request."""
+    mode = settings.TETHER_RUNNER
+    if mode == "celery":
+        from ..tasks import compensate_task
+
+        compensate_task.apply_async((task_id,))
+    elif mode == "embedded":
+        from ..runner.embedded import embedded_runner
+
+        embedded_runner.submit_compensation(task_id)
+    else:
+        with _manual_lock:
+            MANUAL_COMPENSATIONS.append(task_id)

@@ -83,6 +83,11 @@ def task_transition(
         )
         if task.status in TERMINAL:
             _close_open_work(task_id, event=event, payload=payload or {})
+        if task.status == TaskStatus.FAILED:
+            # Irreversible failure: undo what the task's writes did, after commit.
+            from .dispatch import schedule_compensation
+
+            transaction.on_commit(lambda: schedule_compensation(task_id))
         if source == TaskStatus.RUNNING and task.status != TaskStatus.RUNNING:
             # A RUNNING slot was freed: a CREATED task may start (after this commits).
             from .admission import admission_after_commit

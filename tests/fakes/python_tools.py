@@ -153,3 +153,12 @@ def returns_big(args: dict[str, Any], ctx: ToolContext) -> Any:
 
 def crashes(args: dict[str, Any], ctx: ToolContext) -> Any:
     raise RuntimeError("a bug in the tool")
+
+
+def undo_note(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    """The compensation of `note`: records what it undid (a row a test can count)."""
+    _count(ctx)
+    DemoNotification.objects.create(idempotency_key=ctx.idempotency_key, customer="undo",
+                                    message=str(args["original_key"]))
+    original = args.get("original_result") or {}
+    return {"undone": args["original_key"], "note_id": original.get("note_id")}
