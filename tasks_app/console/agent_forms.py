@@ -6,10 +6,11 @@ checks it as a whole and its field errors are mapped back onto these fields.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django import forms
+
+from tools_app.console.forms import JSONObjectField as ToolsJSONObjectField
 
 from ..models import AgentProfile
 
@@ -49,30 +50,12 @@ def form_field_of(service_field: str) -> str:
     return service_field
 
 
-class JSONObjectField(forms.CharField):
+class JSONObjectField(ToolsJSONObjectField):
+    """The tools console's JSON object field: optional here, and shorter."""
+
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("required", False)
-        kwargs.setdefault(
-            "widget", forms.Textarea(attrs={"rows": 4, "spellcheck": "false", "class": "mono"})
-        )
-        super().__init__(**kwargs)
-
-    def prepare_value(self, value: Any) -> Any:
-        if isinstance(value, dict | list):
-            return json.dumps(value, indent=2)
-        return value
-
-    def clean(self, value: Any) -> Any:
-        text = (super().clean(value) or "").strip()
-        if not text:
-            return {}
-        try:
-            parsed = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise forms.ValidationError(f"not valid JSON: {exc.msg} (line {exc.lineno})")
-        if not isinstance(parsed, dict):
-            raise forms.ValidationError("a JSON object")
-        return parsed
+        super().__init__(rows=4, **kwargs)
 
 
 class AgentForm(forms.Form):

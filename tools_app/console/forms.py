@@ -17,9 +17,12 @@ FIELDS = EDITABLE  # the fields the tool services accept, in form order
 
 
 class JSONObjectField(forms.CharField):
-    def __init__(self, **kwargs: Any) -> None:
+    """A JSON object typed in a textarea (blank means {}); the console's agent
+    forms use it too."""
+
+    def __init__(self, *, rows: int = 8, **kwargs: Any) -> None:
         kwargs.setdefault(
-            "widget", forms.Textarea(attrs={"rows": 8, "spellcheck": "false", "class": "mono"})
+            "widget", forms.Textarea(attrs={"rows": rows, "spellcheck": "false", "class": "mono"})
         )
         super().__init__(**kwargs)
 
