@@ -6,6 +6,11 @@ appends the transition's event, all in one transaction. Unknown events and
 events not allowed from the current state are refused (409) and change
 nothing; so is a stale `expected_version`. No row lock is taken: the version
 check is the fence.
+
+A caller that already holds the task's row as of `expected_version` (the
+runner, within its lease) passes it as `known`: the transition then sends no
+``SELECT``, its ``UPDATE`` is also conditioned on that status, and the row is
+read only to explain a refusal.
 """
 from __future__ import annotations
 
@@ -27,6 +32,15 @@ from .events import event_append
 
 
 @dataclass(frozen=True)
+class KnownTask:
+    """What the caller read of the task at `expected_version`."""
+
+    status: str
+    tenant_id: int
+    trace_id: str
+
+
+@dataclass(frozen=True)
 class Transitioned:
     task_id: int
     version: int
@@ -42,33 +56,41 @@ def task_transition(
     expected_version: int | None = None,
     payload: dict[str, Any] | None = None,
     fields: dict[str, Any] | None = None,
+    known: KnownTask | None = None,
 ) -> Transitioned:
     """Fire `event`; `fields` are written in the same guarded UPDATE (F() allowed)."""
     if event not in TRANSITIONS:
         # DESIGN.md: an unknown event is refused like a disallowed one (409), changing nothing.
         raise DomainError("unknown_event", f"unknown event {event!r}", kind=ErrorKind.CONFLICT,
                           details={"event": event})
-    with transaction.atomic():
-        task = Task.objects.only("id", "tenant_id", "trace_id", "status", "version").get(pk=task_id)
+    # The runner calls with `known` inside its own transaction and handles a
+    # refusal outside it: no savepoint (two round trips) is needed then.
+    with transaction.atomic(savepoint=known is None):
+        if known is not None and expected_version is not None:
+            task = Task(pk=task_id, tenant_id=known.tenant_id, trace_id=known.trace_id,
+                        status=known.status, version=expected_version)
+        else:
+            task = Task.objects.only("id", "tenant_id", "trace_id", "status",
+                                     "version").get(pk=task_id)
         if expected_version is not None and task.version != expected_version:
             raise conflict("stale_version", "the task has moved on since this view was taken",
                            expected_version=expected_version, current_version=task.version,
                            status=task.status)
-        method = getattr(task, event)
-        if not can_proceed(method):
-            raise conflict("illegal_transition",
-                           f"{event} is not allowed when the task is {task.status}",
-                           event=event, status=task.status, version=task.version)
-        source = task.status
-        method()  # a pure guard: sets the in-memory status, nothing else
+        source, _ = fire_guard(task, event)
         now = timezone.now()
         updates: dict[str, Any] = {"status": task.status, "version": task.version + 1,
                                    "updated_at": now}
         if task.status in TERMINAL:
             updates.update(finished_at=now, lease_owner="", lease_expires_at=None, next_run_at=None)
         updates.update(fields or {})
-        changed = Task.objects.filter(pk=task_id, version=task.version).update(**updates)
+        changed = Task.objects.filter(pk=task_id, version=task.version, status=source).update(
+            **updates)
         if changed != 1:
+            if known is not None:
+                # Read the row only now, to say why (nothing was written).
+                return task_transition(task_id=task_id, event=event, actor=actor,
+                                       expected_version=expected_version, payload=payload,
+                                       fields=fields)
             raise conflict("stale_version", "another writer committed first", current_version=None)
         new_version = task.version + 1
         ev = event_append(
@@ -94,6 +116,20 @@ def task_transition(
 
             admission_after_commit()
     return Transitioned(task_id=task_id, version=new_version, status=task.status, event_id=ev.pk)
+
+
+def fire_guard(task: Task, event: str) -> tuple[str, str]:
+    """Fire `event` on the in-memory `task` (django-fsm: a pure guard that sets
+    its status, nothing else): (source, target). Refused (409) when the state
+    machine does not allow it."""
+    method = getattr(task, event)
+    if not can_proceed(method):
+        raise conflict("illegal_transition",
+                       f"{event} is not allowed when the task is {task.status}",
+                       event=event, status=task.status, version=task.version)
+    source = task.status
+    method()
+    return source, task.status
 
 
 def _close_open_work(task_id: int, *, event: str, payload: dict[str, Any]) -> None:
