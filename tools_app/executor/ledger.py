@@ -12,10 +12,19 @@ Semantics for a key (DESIGN.md "The loop", step 5):
 
 No transaction is held across the call: claim (short transaction), call,
 record (short transaction, fenced on the claim owner).
+
+The runner's usual path writes the claim in the statement that commits the
+step's decision and the record in the one that commits its outcome
+(`tasks_app.runner.commits`, with this module's `Claim`, `STATUS_OF`,
+`stored_error` and `with_outcome`), and calls the tool in between with
+`call_claimed`: the ledger costs no commit of its own there. `record` is for a
+claimed call whose outcome is not committed that way (a failure, or a result
+the task's version check refused).
 """
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -28,28 +37,75 @@ from .dispatch import call_tool, query_status
 from .types import OutcomeKind, ToolCall, ToolOutcome
 
 FINAL_KINDS = {OutcomeKind.BUSINESS: "business", OutcomeKind.PERMISSION: "permission"}
+STATUS_OF = {
+    OutcomeKind.OK: LedgerStatus.SUCCEEDED,
+    OutcomeKind.BUSINESS: LedgerStatus.FAILED_FINAL,
+    OutcomeKind.PERMISSION: LedgerStatus.FAILED_FINAL,
+    OutcomeKind.TRANSIENT: LedgerStatus.FAILED_RETRYABLE,
+    OutcomeKind.UNCERTAIN: LedgerStatus.UNCERTAIN,
+}
+
+
+@dataclass(frozen=True)
+class Claim:
+    """`owner` holds the key of `call`; `attempts` is the row's attempt log as written."""
+
+    call: ToolCall
+    owner: str
+    attempts: list[dict[str, Any]]
 
 
 def execute_through_ledger(call: ToolCall, *, owner: str) -> ToolOutcome:
     """Run `call` at most once per key (for plain writes) and return what came of it."""
     claim = _claim(call, owner=owner)
-    if claim is not None:
+    if isinstance(claim, ToolOutcome):
         return claim
+    outcome = call_claimed(claim)
+    record(claim, outcome)
+    if outcome.kind is OutcomeKind.UNCERTAIN:
+        return settle_with_status_query(call, first_error=outcome.error)
+    return outcome
+
+
+def claim_new(call: ToolCall, *, owner: str) -> Claim:
+    """Write a new key's row, claimed by `owner`, in the caller's transaction.
+
+    Raises IntegrityError when the key exists (only a step that was never
+    attempted may be claimed this way)."""
+    now = timezone.now()
+    attempts = [{"started_at": now.isoformat(), "owner": owner}]
+    ToolExecution.objects.create(
+        idempotency_key=call.context.idempotency_key,
+        tenant_id=call.context.tenant_id,
+        task_id=call.context.task_id,
+        step_id=call.context.step_id,
+        tool=call.spec.name,
+        args=call.args,
+        status=LedgerStatus.IN_PROGRESS,
+        attempts=attempts,
+        claimed_by=owner,
+        claimed_until=_claim_until(call, now),
+    )
+    return Claim(call=call, owner=owner, attempts=attempts)
+
+
+def call_claimed(claim: Claim) -> ToolOutcome:
+    """Call the tool under `claim` and time it; nothing is recorded yet."""
     started = time.monotonic()
-    outcome = call_tool(call)
-    latency_ms = int((time.monotonic() - started) * 1000)
-    outcome = ToolOutcome(
+    outcome = call_tool(claim.call)
+    return ToolOutcome(
         kind=outcome.kind,
         result=outcome.result,
         error=outcome.error,
         retry_after_s=outcome.retry_after_s,
-        latency_ms=latency_ms,
+        latency_ms=int((time.monotonic() - started) * 1000),
     )
-    if outcome.kind is OutcomeKind.UNCERTAIN:
-        _record(call, owner, outcome)
-        return settle_with_status_query(call, first_error=outcome.error)
-    _record(call, owner, outcome)
-    return outcome
+
+
+def _claim_until(call: ToolCall, now):  # type: ignore[no-untyped-def]
+    # The claim outlives the call's own timeout by a grace period; past it, the
+    # claimer is presumed dead and recovery may take the key over.
+    return now + timedelta(seconds=call.spec.timeout_s + settings.TETHER["LEDGER_CLAIM_GRACE_S"])
 
 
 def settle_with_status_query(
@@ -93,32 +149,17 @@ def reopen_for_retry(key: str) -> None:
     )
 
 
-def _claim(call: ToolCall, *, owner: str) -> ToolOutcome | None:
-    """Take the key for this executor, or answer from the ledger. None means: call the tool."""
+def _claim(call: ToolCall, *, owner: str) -> Claim | ToolOutcome:
+    """Take the key for this executor (a Claim: call the tool), or answer from the ledger."""
     key = call.context.idempotency_key
-    now = timezone.now()
-    # The claim outlives the call's own timeout by a grace period; past it, the
-    # claimer is presumed dead and recovery may take the key over.
-    grace_s = settings.TETHER["LEDGER_CLAIM_GRACE_S"]
-    claim_until = now + timedelta(seconds=call.spec.timeout_s + grace_s)
-    attempt = {"started_at": now.isoformat(), "owner": owner}
     try:
         with transaction.atomic():
-            ToolExecution.objects.create(
-                idempotency_key=key,
-                tenant_id=call.context.tenant_id,
-                task_id=call.context.task_id,
-                step_id=call.context.step_id,
-                tool=call.spec.name,
-                args=call.args,
-                status=LedgerStatus.IN_PROGRESS,
-                attempts=[attempt],
-                claimed_by=owner,
-                claimed_until=claim_until,
-            )
-        return None
+            return claim_new(call, owner=owner)
     except IntegrityError:
         pass  # the key exists: this step was attempted before
+    now = timezone.now()
+    claim_until = _claim_until(call, now)
+    attempt = {"started_at": now.isoformat(), "owner": owner}
 
     with transaction.atomic():
         # The lock is held only for this read-decide-write instant, never across the call.
@@ -152,35 +193,57 @@ def _claim(call: ToolCall, *, owner: str) -> ToolOutcome | None:
             row.attempts = [*row.attempts, attempt]
             row.save(update_fields=["status", "claimed_by", "claimed_until", "attempts",
                                     "updated_at"])
-            return None
+            return Claim(call=call, owner=owner, attempts=list(row.attempts))
     return settle_with_status_query(call)
 
 
-def _record(call: ToolCall, owner: str, outcome: ToolOutcome) -> None:
-    status = {
-        OutcomeKind.OK: LedgerStatus.SUCCEEDED,
-        OutcomeKind.BUSINESS: LedgerStatus.FAILED_FINAL,
-        OutcomeKind.PERMISSION: LedgerStatus.FAILED_FINAL,
-        OutcomeKind.TRANSIENT: LedgerStatus.FAILED_RETRYABLE,
-        OutcomeKind.UNCERTAIN: LedgerStatus.UNCERTAIN,
-    }[outcome.kind]
+def record(claim: Claim, outcome: ToolOutcome) -> None:
+    """Write what came of a claimed call; in the caller's transaction when there is one.
+
+    One conditional UPDATE while the claim still holds (the usual case); when it
+    does not (the claim expired and another executor took the key), the
+    attempt is kept for audit and the ledger's verdict stays theirs."""
+    error = stored_error(outcome)
+    attempts = with_outcome(claim.attempts, outcome, error)
+    held = (
+        ToolExecution.objects.filter(idempotency_key=claim.call.context.idempotency_key,
+                                     claimed_by=claim.owner)
+        .exclude(status=LedgerStatus.SUCCEEDED)
+        .update(status=STATUS_OF[outcome.kind], result=outcome.result, error=error,
+                attempts=attempts, claimed_by="", claimed_until=None, updated_at=timezone.now())
+    )
+    if not held:
+        _record_locked(claim.call, claim.owner, outcome)
+
+
+def stored_error(outcome: ToolOutcome) -> dict[str, Any] | None:
     error = dict(outcome.error or {}) or None
     if error is not None and outcome.kind in FINAL_KINDS:
         error["layer"] = FINAL_KINDS[outcome.kind]
+    return error
+
+
+def with_outcome(attempts: list[dict[str, Any]], outcome: ToolOutcome,
+                  error: dict[str, Any] | None) -> list[dict[str, Any]]:
+    attempts = list(attempts)
+    if attempts:
+        attempts[-1] = {**attempts[-1], "outcome": outcome.kind.value, "ms": outcome.latency_ms,
+                        "error": error}
+    return attempts
+
+
+def _record_locked(call: ToolCall, owner: str, outcome: ToolOutcome) -> None:
+    error = stored_error(outcome)
     with transaction.atomic():
         key = call.context.idempotency_key
         row = ToolExecution.objects.select_for_update().get(idempotency_key=key)
-        attempts = list(row.attempts)
-        if attempts:
-            attempts[-1] = {**attempts[-1], "outcome": outcome.kind.value, "ms": outcome.latency_ms,
-                            "error": error}
-        row.attempts = attempts
+        row.attempts = with_outcome(row.attempts, outcome, error)
         if row.claimed_by != owner or row.status == LedgerStatus.SUCCEEDED:
             # Someone else owns the key now (our claim expired): keep the attempt for
             # audit, but the ledger's verdict is theirs.
             row.save(update_fields=["attempts", "updated_at"])
             return
-        row.status, row.result, row.error = status, outcome.result, error
+        row.status, row.result, row.error = STATUS_OF[outcome.kind], outcome.result, error
         row.claimed_by, row.claimed_until = "", None
         row.save()
 
