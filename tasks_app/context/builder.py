@@ -19,10 +19,13 @@ Item ids a decision may cite: ``goal``, ``input``, ``result_schema``,
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.conf import settings
+from django.db.models import TextField
 from django.db.models.fields.json import KT
+from django.db.models.functions import Cast, Coalesce, Length
 
 from approvals_app.selectors import pinned_human_facts
 from tools_app.executor.types import ToolSpec
@@ -97,27 +100,76 @@ def active_summary(task_id: int) -> ContextSummary | None:
     )
 
 
+def recent_limit() -> int:
+    """How many steps after the summary the context shows at most."""
+    limits = context_limits()
+    return limits["window"] + limits["threshold_steps"]
+
+
+def step_chars() -> Any:
+    """A step's size for the summary threshold: its output, error and arguments as text."""
+    return (Coalesce(Length(Cast("output", TextField())), 0)
+            + Coalesce(Length(Cast("error", TextField())), 0)
+            + Coalesce(Length(Cast("args", TextField())), 0))
+
+
 def recent_steps(task_id: int, *, after_step: int, limit: int) -> list[Step]:
     """The last `limit` steps after `after_step`, oldest first, without their
-    (large) model logs."""
+    (large) model logs, each with its size (`chars`)."""
     rows: list[Step] = list(
         Step.objects.filter(task_id=task_id, step_no__gt=after_step)
         .defer("model_log", "late_output")
-        .annotate(reply_of=KT("model_log__from_reply_of_step"))
+        .annotate(reply_of=KT("model_log__from_reply_of_step"),
+                  chars=step_chars())
         .order_by("-step_no")[:limit]
     )
     rows.reverse()
     return rows
 
 
-def build_context(snap: TaskSnapshot, *, tools: dict[str, ToolSpec]) -> ContextSnapshot:
+@dataclass(frozen=True)
+class ContextSources:
+    """The rows a context is built from: a fixed number of bounded reads."""
+
+    summary: ContextSummary | None
+    recent: list[Step]
+    human_facts: list[dict[str, Any]]
+
+    @property
+    def covered(self) -> int:
+        """The step the active summary covers until (0 without a summary)."""
+        return self.summary.covers_until_step if self.summary else 0
+
+    def with_step(self, step: Step) -> ContextSources:
+        """These sources after `step` committed, as `gather` would read them then
+        (the step's size measured as PostgreSQL prints its JSON, near enough)."""
+        step.reply_of = (step.model_log or {}).get("from_reply_of_step")  # type: ignore[attr-defined]
+        step.chars = sum(  # type: ignore[attr-defined]
+            len(json.dumps(v, ensure_ascii=False, default=str))
+            for v in (step.output, step.error, step.args) if v is not None)
+        recent = [s for s in self.recent if s.step_no != step.step_no] + [step]
+        return replace(self, recent=recent[-recent_limit():])
+
+
+def gather(task_id: int, *, human_facts: list[dict[str, Any]] | None = None) -> ContextSources:
+    """Read what a context needs; `human_facts` already read are not read again."""
+    summary_row = active_summary(task_id)
+    recent = recent_steps(task_id, after_step=summary_row.covers_until_step if summary_row else 0,
+                          limit=recent_limit())
+    if human_facts is None:
+        human_facts = pinned_human_facts(task_id=task_id, limit=MAX_PINNED_HUMAN_FACTS)
+    return ContextSources(summary=summary_row, recent=recent, human_facts=human_facts)
+
+
+def build_context(snap: TaskSnapshot, *, tools: dict[str, ToolSpec],
+                  sources: ContextSources | None = None) -> ContextSnapshot:
     limits = context_limits()
     model = snap.agent.get("model") or {}
 
-    summary_row = active_summary(snap.id)
-    after_step = summary_row.covers_until_step if summary_row else 0
-    recent = recent_steps(snap.id, after_step=after_step,
-                          limit=limits["window"] + limits["threshold_steps"])
+    sources = sources or gather(snap.id)
+    summary_row = sources.summary
+    after_step = sources.covered
+    recent = sources.recent
 
     pinned: list[ContextItem] = [
         ContextItem(id="goal", role="pinned", text=f"Goal: {snap.goal}"),
@@ -134,7 +186,7 @@ def build_context(snap: TaskSnapshot, *, tools: dict[str, ToolSpec]) -> ContextS
             id="result_schema", role="pinned", data=schema,
             text="The final answer must be a JSON object matching this JSON Schema: "
                  + json.dumps(schema, sort_keys=True)))
-    for fact in pinned_human_facts(task_id=snap.id, limit=MAX_PINNED_HUMAN_FACTS):
+    for fact in sources.human_facts:
         pinned.append(ContextItem(id=fact["id"], role="pinned", text=fact["text"], data=fact))
     if recent and recent[0].step_no > after_step + 1:
         # After a summary rollback (or while the summarizer lags): the steps

@@ -29,8 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, IntegerField, Max, Sum, TextField
-from django.db.models.functions import Cast, Coalesce, Length
+from django.db.models import F, IntegerField, Max, Sum
 
 from config.errors import conflict, forbidden, invalid, not_found
 
@@ -39,7 +38,7 @@ from ..machine import TERMINAL
 from ..models import ContextSummary, Event, Role, Step, Task
 from ..services.actors import SYSTEM, Actor
 from ..services.events import event_append
-from .builder import active_summary, context_limits, step_view
+from .builder import ContextSources, active_summary, context_limits, step_chars, step_view
 
 log = logging.getLogger(__name__)
 
@@ -52,18 +51,19 @@ ROLLBACK_ROLES = (Role.OPERATOR, Role.ADMIN, "system")
 
 
 def summary_maybe_create(*, task_id: int, steps_count: int | None = None,
-                         covered: int | None = None) -> ContextSummary | None:
+                         sources: ContextSources | None = None) -> ContextSummary | None:
     """Fold older steps into a new summary version if a threshold is passed.
 
     Called by the runner after a step commits, outside any transaction. A
     failure here is logged and leaves the context as it was: it never fails
-    the step that was already committed. With `steps_count` and `covered` (the
-    step the active summary covers until, as the caller last saw it) most
-    calls decide that no summary is due without reading the task.
+    the step that was already committed. With `steps_count` and the `sources`
+    the step's context was built from (the active summary and the recent
+    steps with their sizes, as the caller last saw them) most calls decide
+    that no summary is due without a query.
     """
     try:
-        if steps_count is not None and covered is not None and not _maybe_due(
-                task_id, steps_count=steps_count, covered=covered):
+        if steps_count is not None and sources is not None and not _maybe_due(
+                task_id, steps_count=steps_count, sources=sources):
             return None
         return _maybe_create(task_id)
     except Exception:
@@ -71,13 +71,21 @@ def summary_maybe_create(*, task_id: int, steps_count: int | None = None,
         return None
 
 
-def _maybe_due(task_id: int, *, steps_count: int, covered: int) -> bool:
+def _maybe_due(task_id: int, *, steps_count: int, sources: ContextSources) -> bool:
     limits = context_limits()
+    covered = sources.covered
     older = steps_count - covered - limits["window"]
     if older <= 0:
         return False
-    return older >= limits["threshold_steps"] or (
-        _chars_of(task_id, covered, covered + older) >= limits["threshold_chars"])
+    if older >= limits["threshold_steps"]:
+        return True
+    until = covered + older
+    sizes = {s.step_no: getattr(s, "chars", None) for s in sources.recent}
+    if all(sizes.get(n) is not None for n in range(covered + 1, until + 1)):
+        chars = sum(sizes[n] for n in range(covered + 1, until + 1))  # type: ignore[misc]
+    else:
+        chars = _chars_of(task_id, covered, until)
+    return chars >= limits["threshold_chars"]
 
 
 def _maybe_create(task_id: int) -> ContextSummary | None:
@@ -131,10 +139,7 @@ def _maybe_create(task_id: int) -> ContextSummary | None:
 def _chars_of(task_id: int, after: int, until: int) -> int:
     """Size of the steps' outputs, errors and arguments, summed in the database."""
     size = (Step.objects.filter(task_id=task_id, step_no__gt=after, step_no__lte=until)
-            .aggregate(n=Sum(Coalesce(Length(Cast("output", TextField())), 0)
-                             + Coalesce(Length(Cast("error", TextField())), 0)
-                             + Coalesce(Length(Cast("args", TextField())), 0),
-                             output_field=IntegerField())))["n"]
+            .aggregate(n=Sum(step_chars(), output_field=IntegerField())))["n"]
     return int(size or 0)
 
 

@@ -1,0 +1,69 @@
+"""What a slice already knows about its task, carried from one step to the next.
+
+A slice advances one task under its lease, so most of what a step reads was
+written by the step before it: the task row, the latest step, the agent's
+tools, the human facts pinned in the context. The memo keeps them, and the
+next step checks only the task's version and status (one indexed read of two
+columns) before trusting them: any other writer (a cancel, an operator)
+bumps the version, and the memo is then dropped and everything read again.
+Correctness never rests on the memo: every write is still version-checked.
+
+The context's sources are carried too: the summary, the recent steps (each
+committed step is appended) and the pinned human facts (which change only
+while the task waits, never within a slice); a new summary version drops them.
+
+What may lag by at most one slice (`SLICE_S`): a tool disabled or edited, or
+a summary rolled back, while the slice runs (the task's own status is never
+taken from the memo).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import connection
+
+from tools_app.executor.types import ToolSpec
+
+from ..context.builder import ContextSources
+from ..models import Step, Task
+from .snapshot import TaskSnapshot
+
+PROBE_SQL = f"SELECT version, status FROM {Task._meta.db_table} WHERE id = %s"
+
+
+@dataclass
+class SliceMemo:
+    snap: TaskSnapshot | None = None  # the task as this slice last committed it
+    current: Step | None = None  # its latest step, as committed
+    specs: dict[str, ToolSpec] | None = None  # the agent's enabled tools
+    human_facts: list[dict[str, Any]] | None = None  # answers, approvals: set while waiting
+    sources: ContextSources | None = None  # what the last context was built from
+    output_hashes: dict[int, str] = field(default_factory=dict)  # step_no -> hash, recent steps
+
+    def still_valid(self, task_id: int) -> bool:
+        """Does the task still stand where this slice left it? (Else forget it all.)"""
+        if self.snap is None:  # the last step did not leave a state to carry forward
+            self.forget()
+            return False
+        with connection.cursor() as cur:  # the hottest read of the runner: no ORM
+            cur.execute(PROBE_SQL, [task_id])
+            row = cur.fetchone()
+        if row is not None and tuple(row) == (self.snap.version, self.snap.status):
+            return True
+        self.forget()
+        return False
+
+    def forget(self) -> None:
+        self.snap, self.current, self.specs, self.human_facts = None, None, None, None
+        self.sources, self.output_hashes = None, {}
+
+    def remember(self, snap: TaskSnapshot, current: Step) -> None:
+        self.snap, self.current = snap, current
+        if self.sources is not None:
+            self.sources = self.sources.with_step(current)
+        if current.output_hash:
+            self.output_hashes[current.step_no] = current.output_hash
+        # keep only what a no-progress window can look at
+        for step_no in [n for n in self.output_hashes if n < current.step_no - 64]:
+            del self.output_hashes[step_no]
