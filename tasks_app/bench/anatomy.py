@@ -1,7 +1,8 @@
 """The anatomy of a runner step: what one tool step costs in round trips.
 
-Runs a short task in this process (the bench holds its lease, so no worker
-touches it) and, for each tool step, counts the statements sent on the
+Runs a short task in this process as one slice would (the bench holds its
+lease, so no worker touches it, and carries the slice's memo from step to
+step) and, for each tool step, counts the statements sent on the
 runner's own database connection (by verb: SELECT, INSERT, UPDATE, BEGIN,
 COMMIT, SAVEPOINT, ...) and the database connections opened meanwhile (a
 python tool runs in its own thread, with its own connection). Deterministic
@@ -21,6 +22,7 @@ from django.db.backends.signals import connection_created
 from django.test.utils import CaptureQueriesContext
 
 from ..runner.lease import lease_release, lease_take
+from ..runner.memo import SliceMemo
 from ..runner.step import Next, advance_one_step
 from .world import World, cancel_open, step_script, submit
 
@@ -41,12 +43,13 @@ def run_anatomy(world: World, *, steps: int = 21) -> dict[str, Any]:
     per_step: list[Counter[str]] = []
     conns: list[int] = []
     wall: list[float] = []
+    memo = SliceMemo()
     try:
         for _ in range(steps):
             opened.clear()
             started = time.perf_counter()
             with CaptureQueriesContext(connection) as ctx:
-                result = advance_one_step(task_id=task_id, owner=OWNER)
+                result = advance_one_step(task_id=task_id, owner=OWNER, memo=memo)
             wall.append(time.perf_counter() - started)
             per_step.append(
                 Counter(q["sql"].split(None, 1)[0].upper() for q in ctx.captured_queries)

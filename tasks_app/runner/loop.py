@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from ..services.dispatch import schedule_advance
 from .lease import lease_release, lease_take
+from .memo import SliceMemo
 from .step import Next, advance_one_step
 
 log = logging.getLogger(__name__)
@@ -43,9 +44,10 @@ def run_slice(task_id: int, *, owner: str | None = None) -> SliceReport:
     cfg = settings.TETHER
     until = time.monotonic() + cfg["SLICE_S"]
     steps = 0
+    memo = SliceMemo()  # what each step leaves for the next one of this slice
     try:
         while True:
-            result = advance_one_step(task_id=task_id, owner=owner)
+            result = advance_one_step(task_id=task_id, owner=owner, memo=memo)
             steps += 1
             if result.next is Next.STOP:
                 lease_release(task_id=task_id, owner=owner)

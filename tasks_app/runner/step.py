@@ -19,6 +19,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -35,12 +36,13 @@ from tools_app.executor import (
     ToolContext,
     ToolOutcome,
     execute_through_ledger,
+    ledger,
 )
 from tools_app.executor.jsonsafe import has_nul, storable
 from tools_app.executor.types import ToolSpec
 from tools_app.registry import schema_errors, tool_specs
 
-from ..context.builder import build_context
+from ..context.builder import ContextSources, build_context, gather
 from ..context.summaries import summary_maybe_create
 from ..gateway import ContextSnapshot, Decision, GatewayError, ModelReply, get_backend
 from ..keys import call_fingerprint, canonical_json, idempotency_key, sha256_hex
@@ -48,9 +50,11 @@ from ..machine import TaskStatus
 from ..models import Step, StepKind, StepStatus, Task
 from ..services.actors import Actor
 from ..services.events import event_append
-from ..services.transitions import task_transition, task_update_guarded
+from ..services.transitions import KnownTask, task_transition, task_update_guarded
 from .budgets import exhausted_budget, past_deadline
+from .commits import commit_decision, commit_outcome
 from .lease import heartbeat
+from .memo import SliceMemo
 from .policy import check_tool_call
 from .progress import after_call, repeats_too_often, stalled
 from .snapshot import TaskSnapshot
@@ -79,47 +83,61 @@ class _Stale(Exception):
     """The task moved on under us; roll back and re-read."""
 
 
-def advance_one_step(*, task_id: int, owner: str) -> StepResult:
-    task = Task.objects.filter(pk=task_id).first()
-    if task is None or task.status != TaskStatus.RUNNING:
-        return STOP
-    snap = TaskSnapshot.of(task)
-    actor = Actor.worker(owner)
-    now = timezone.now()
-    try:
-        if past_deadline(snap, now):
-            return _exhaust(snap, "deadline", actor)
+def advance_one_step(*, task_id: int, owner: str, memo: SliceMemo | None = None) -> StepResult:
+    """One step; `memo` carries what this slice's previous step left (see `memo`)."""
+    memo = memo if memo is not None else SliceMemo()
+    if memo.still_valid(task_id):
+        snap, current = memo.snap, memo.current
+        assert snap is not None
+    else:
+        task = Task.objects.filter(pk=task_id).first()
+        if task is None or task.status != TaskStatus.RUNNING:
+            return STOP
+        snap = TaskSnapshot.of(task)
         current = (
             Step.objects.filter(task_id=task_id, step_no=snap.steps_count).first()
             if snap.steps_count
             else None
         )
+    memo.snap = None  # set again only by a step that knows exactly what it committed
+    actor = Actor.worker(owner)
+    now = timezone.now()
+    try:
+        if past_deadline(snap, now):
+            return _exhaust(snap, "deadline", actor)
         if current is not None and current.kind == StepKind.TOOL and current.status in (
             StepStatus.RUNNING, StepStatus.RETRYING, StepStatus.UNCERTAIN,
         ):
             if current.next_attempt_at and current.next_attempt_at > now:
                 return StepResult(Next.LATER, (current.next_attempt_at - now).total_seconds(),
                                   "backoff")
-            return _execute(snap, current, owner=owner, actor=actor)
+            return _execute(snap, current, owner=owner, actor=actor, memo=memo)
         if stalled(snap):
             return _exhaust(snap, "no_progress", actor, detail={"signal": "no_new_observation"})
         queued = list((current.model_log or {}).get("queued") or []) if current is not None else []
         budget = exhausted_budget(snap, now, asking_model=not queued)
         if budget is not None:
             return _exhaust(snap, budget, actor)
-        specs = tool_specs(tenant_id=snap.tenant_id, names=list(snap.agent.get("tools") or []))
-        covered: int | None = None  # unknown when no context was built
+        if memo.specs is None:
+            memo.specs = tool_specs(tenant_id=snap.tenant_id,
+                                    names=list(snap.agent.get("tools") or []))
+        specs = memo.specs
+        sources: ContextSources | None = None  # none when no context was built
         if queued:
             decision = Decision.from_dict(queued[0])
             model_log = {"from_reply_of_step": current.step_no, "queued": queued[1:]}  # type: ignore[union-attr]
-            counters: dict[str, Any] = {}
+            spent = Spent()
         else:
+            sources = memo.sources or gather(task_id, human_facts=memo.human_facts)
+            memo.sources, memo.human_facts = sources, sources.human_facts
+            memo.output_hashes.update({s.step_no: s.output_hash for s in sources.recent})
+            context = build_context(snap, tools=specs, sources=sources)
             if (snap.agent.get("model") or {}).get("backend", "scripted") == "scripted":
-                reply, covered = _ask_model(snap, specs)
+                reply = _decide(snap, context)
             else:
                 # A real model may take long (retries, fallback): keep the lease alive.
                 with heartbeat(task_id=task_id, owner=owner):
-                    reply, covered = _ask_model(snap, specs)
+                    reply = _decide(snap, context)
             if isinstance(reply, StepResult):
                 return reply
             decision = reply.decisions[0] if reply.decisions else Decision(
@@ -131,33 +149,49 @@ def advance_one_step(*, task_id: int, owner: str) -> StepResult:
                 "used_fallback": reply.used_fallback, "attempts": reply.attempts,
                 "queued": [d.as_dict() for d in reply.decisions[1:]],
             }
-            counters = {"model_calls": F("model_calls") + 1, "tokens": F("tokens") + reply.tokens}
-        result = _record_decision(snap, decision, model_log, counters, specs, owner=owner,
-                                  actor=actor)
-        # After the step committed; never raises. With the summary the context was
-        # built on, most steps need no query to know no summary is due.
-        summary_maybe_create(task_id=task_id, steps_count=snap.steps_count + 1,
-                             covered=covered)
+            spent = Spent(model_calls=1, tokens=reply.tokens)
+        result = _record_decision(snap, decision, model_log, spent, specs, owner=owner,
+                                  actor=actor, memo=memo)
+        # After the step committed; never raises. With the sources the context was
+        # built from, most steps need no query to know no summary is due.
+        if summary_maybe_create(task_id=task_id, steps_count=snap.steps_count + 1,
+                                sources=sources) is not None:
+            memo.sources = None  # the context starts from the new summary
         return result
     except (_Stale, IntegrityError):
+        memo.forget()
         return CONTINUE  # somebody else committed this version: re-read and decide again
     except DomainError as exc:
+        memo.forget()
         if exc.kind == ErrorKind.CONFLICT:
             return CONTINUE
         raise
 
 
+@dataclass(frozen=True)
+class Spent:
+    """What deciding a step cost: one model call and its tokens, or nothing (a
+    decision queued from an earlier reply)."""
+
+    model_calls: int = 0
+    tokens: int = 0
+
+    def fields(self) -> dict[str, Any]:
+        """The counters' updates, for the decision's guarded UPDATE."""
+        fields: dict[str, Any] = {"steps_count": F("steps_count") + 1}
+        if self.model_calls:
+            fields.update(model_calls=F("model_calls") + self.model_calls,
+                          tokens=F("tokens") + self.tokens)
+        return fields
+
+    def applied_to(self, snap: TaskSnapshot) -> TaskSnapshot:
+        """The snapshot as the decision's commit left the row."""
+        return replace(snap, steps_count=snap.steps_count + 1,
+                       model_calls=snap.model_calls + self.model_calls,
+                       tokens=snap.tokens + self.tokens)
+
+
 # --- asking the model --------------------------------------------------------
-
-
-def _ask_model(snap: TaskSnapshot,
-               specs: dict[str, ToolSpec]) -> tuple[ModelReply | StepResult, int]:
-    """The model's reply (or how to stop/retry), and the step the context's
-    summary covers until (so the summarizer need not look it up again)."""
-    context = build_context(snap, tools=specs)
-    summary = context.summary.data if context.summary else None
-    covered = int((summary or {}).get("covers_until_step", 0))
-    return _decide(snap, context), covered
 
 
 def _decide(snap: TaskSnapshot, context: ContextSnapshot) -> ModelReply | StepResult:
@@ -204,13 +238,14 @@ def _record_decision(
     snap: TaskSnapshot,
     decision: Decision,
     model_log: dict[str, Any],
-    counters: dict[str, Any],
+    spent: Spent,
     specs: dict[str, ToolSpec],
     *,
     owner: str,
     actor: Actor,
+    memo: SliceMemo,
 ) -> StepResult:
-    counters = {**counters, "steps_count": F("steps_count") + 1}
+    counters = spent.fields()
     step_no = snap.steps_count + 1
     model_log = storable(model_log)
     if decision.kind == "invalid":
@@ -231,7 +266,8 @@ def _record_decision(
             step = _new_step(snap, kind=StepKind.ASK, status=StepStatus.RUNNING, decision=decision,
                              model_log=model_log)
             done = task_transition(task_id=snap.id, event="need_input", actor=actor,
-                                   expected_version=snap.version, fields=counters,
+                                   expected_version=snap.version, known=_known(snap),
+                                   fields=counters,
                                    payload={"step_no": step_no, "question": decision.question})
             opening.question_open(task_id=snap.id, tenant_id=snap.tenant_id, step_id=step.pk,
                                   question=decision.question, task_version=done.version)
@@ -251,7 +287,7 @@ def _record_decision(
             _new_step(snap, kind=StepKind.FINAL, status=StepStatus.SUCCEEDED, decision=decision,
                       model_log=model_log, output=decision.result, finished_at=timezone.now())
             task_transition(task_id=snap.id, event="final_accepted", actor=actor,
-                            expected_version=snap.version,
+                            expected_version=snap.version, known=_known(snap),
                             fields={**counters, "result": decision.result},
                             payload={"step_no": step_no})
         return STOP
@@ -275,37 +311,34 @@ def _record_decision(
         return _refuse(snap, decision, model_log, counters, actor,
                        reason=str(error.get("budget", "budget")), error=error, offer_again=True)
     assert spec is not None
-    needs_approval = verdict.verdict == "approve"
-    with transaction.atomic():
-        step = _new_step(
-            snap, kind=StepKind.TOOL,
-            status=StepStatus.PENDING_APPROVAL if needs_approval else StepStatus.RUNNING,
-            decision=decision, model_log=model_log, tool=decision.tool, args=decision.args,
-        )
-        step.idempotency_key = idempotency_key(task_id=snap.id, step_id=step.pk, tool=decision.tool,
-                                               args=decision.args)
-        Step.objects.filter(pk=step.pk).update(idempotency_key=step.idempotency_key)
-        if needs_approval:
+    if verdict.verdict == "approve":
+        with transaction.atomic():
+            step = _new_step(snap, kind=StepKind.TOOL, status=StepStatus.PENDING_APPROVAL,
+                             decision=decision, model_log=model_log, tool=decision.tool,
+                             args=decision.args)
+            step.idempotency_key = idempotency_key(task_id=snap.id, step_id=step.pk,
+                                                   tool=decision.tool, args=decision.args)
+            Step.objects.filter(pk=step.pk).update(idempotency_key=step.idempotency_key)
             done = task_transition(task_id=snap.id, event="need_approval", actor=actor,
-                                   expected_version=snap.version, fields=counters,
+                                   expected_version=snap.version, known=_known(snap),
+                                   fields=counters,
                                    payload={"step_no": step_no, "tool": decision.tool})
             opening.approval_open(task_id=snap.id, tenant_id=snap.tenant_id, step_id=step.pk,
                                   tool=decision.tool, args=decision.args, risk=spec.risk,
                                   reason=decision.reason, cites=list(decision.cites),
                                   task_version=done.version,
                                   sla_s=int(snap.agent.get("approval_sla_s") or 0))
-            return STOP
-        _guard(snap, **counters)
-        _event(snap, "decision_recorded", actor, {
-            "step_no": step_no, "tool": decision.tool, "args": decision.args,
-            "idempotency_key": step.idempotency_key, "reason": decision.reason,
-        })
-    # Re-read only what the decision's commit changed (not the whole row).
-    row = (Task.objects.filter(pk=snap.id)
-           .values("status", "version", "steps_count", "model_calls", "tokens").first())
-    if row is None or row["status"] != TaskStatus.RUNNING:
-        return STOP  # canceled meanwhile: the step was discarded, the tool must not run
-    return _execute(replace(snap, **row), step, owner=owner, actor=actor, spec=spec)
+        return STOP
+    # The step, its event and the ledger claim commit together, in one statement.
+    # A cancel from now on is fenced when the outcome commits.
+    committed = commit_decision(
+        snap, decision=decision.as_dict(), model_log=model_log, tool=decision.tool,
+        args=decision.args, reason=decision.reason, spec=spec, model_calls=spent.model_calls,
+        tokens=spent.tokens, owner=owner, actor=actor)
+    if committed is None:
+        raise _Stale()
+    return _execute(spent.applied_to(snap), committed.step, owner=owner, actor=actor, spec=spec,
+                    claim=committed.claim, memo=memo)
 
 
 def _no_nul(text: str) -> str:
@@ -329,8 +362,13 @@ def _invalid(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
     return CONTINUE
 
 
-def _seen_recently(snap: TaskSnapshot, step_no: int, output_hash: str) -> bool:
+def _seen_recently(snap: TaskSnapshot, step_no: int, output_hash: str,
+                   memo: SliceMemo | None = None) -> bool:
     window = int(snap.agent.get("no_progress_window") or 6)
+    known = memo.output_hashes if memo is not None else {}
+    earlier = range(max(1, step_no - window), step_no)
+    if all(n in known for n in earlier):
+        return any(known[n] == output_hash for n in earlier)
     return Step.objects.filter(
         task_id=snap.id, step_no__gte=step_no - window, step_no__lt=step_no,
         output_hash=output_hash,
@@ -357,26 +395,43 @@ def _refuse(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
 # --- executing a tool step ------------------------------------------------------
 
 
-def _execute(snap: TaskSnapshot, step: Step, *, owner: str, actor: Actor,
-             spec: ToolSpec | None = None) -> StepResult:
+def _call_of(snap: TaskSnapshot, step: Step, spec: ToolSpec) -> ToolCall:
+    return ToolCall(spec=spec, args=dict(step.args or {}), context=ToolContext(
+        idempotency_key=step.idempotency_key, task_id=snap.id, step_id=step.pk,
+        tenant_id=snap.tenant_id, trace_id=snap.trace_id))
+
+
+def _execute(snap: TaskSnapshot, step: Step, *, owner: str, actor: Actor, memo: SliceMemo,
+             spec: ToolSpec | None = None, claim: ledger.Claim | None = None) -> StepResult:
+    """Run a decided tool step. With `claim` (taken in the decision's commit) the
+    outcome is recorded in the ledger by the commit of the outcome; without,
+    the ledger is asked first (a resumed or retried step)."""
     if spec is None or spec.name != step.tool:
         spec = tool_specs(tenant_id=snap.tenant_id, names=[step.tool]).get(step.tool)
     if spec is None:
         outcome = ToolOutcome(kind=OutcomeKind.BUSINESS, error={
             "type": "tool_unavailable", "message": f"tool {step.tool!r} was disabled or removed"})
-        return _commit_outcome(snap, step, None, outcome, actor)
-    call = ToolCall(spec=spec, args=dict(step.args or {}), context=ToolContext(
-        idempotency_key=step.idempotency_key, task_id=snap.id, step_id=step.pk,
-        tenant_id=snap.tenant_id, trace_id=snap.trace_id))
+        return _commit_outcome(snap, step, None, outcome, actor, memo=memo)
+    call = _call_of(snap, step, spec)
     if spec.timeout_s < settings.TETHER["LEASE_TTL_S"] / 3:
         # The call ends (or times out) well within the lease: no heartbeat needed.
-        outcome = execute_through_ledger(call, owner=owner)
+        outcome = _run(call, claim, owner=owner)
     else:
         with heartbeat(task_id=snap.id, owner=owner):
-            outcome = execute_through_ledger(call, owner=owner)
+            outcome = _run(call, claim, owner=owner)
+    if outcome.kind is OutcomeKind.UNCERTAIN and claim is not None:
+        # Recorded before the status query is asked (it may take long or fail).
+        ledger.record(claim, outcome)
+        outcome, claim = ledger.settle_with_status_query(call, first_error=outcome.error), None
     if outcome.kind is OutcomeKind.PROCESSING:
         return StepResult(Next.LATER, 0.5, "another executor holds this call")
-    return _commit_outcome(snap, step, spec, outcome, actor)
+    return _commit_outcome(snap, step, spec, outcome, actor, claim=claim, memo=memo)
+
+
+def _run(call: ToolCall, claim: ledger.Claim | None, *, owner: str) -> ToolOutcome:
+    if claim is None:
+        return execute_through_ledger(call, owner=owner)
+    return ledger.call_claimed(claim)
 
 
 def backoff_s(attempt: int, retry_after: float | None = None) -> float:
@@ -387,90 +442,98 @@ def backoff_s(attempt: int, retry_after: float | None = None) -> float:
     return max(delay, retry_after or 0.0)
 
 
+def _known(snap: TaskSnapshot) -> KnownTask:
+    return KnownTask(status=snap.status, tenant_id=snap.tenant_id, trace_id=snap.trace_id)
+
+
 def _commit_outcome(snap: TaskSnapshot, step: Step, spec: ToolSpec | None, outcome: ToolOutcome,
-                    actor: Actor) -> StepResult:
+                    actor: Actor, *, memo: SliceMemo,
+                    claim: ledger.Claim | None = None) -> StepResult:
+    """Commit what came of the call, with the version check; with `claim`, the
+    ledger's record of it in the same transaction."""
+    if outcome.kind not in (OutcomeKind.OK, OutcomeKind.BUSINESS):
+        try:
+            with transaction.atomic():
+                if claim is not None:
+                    ledger.record(claim, outcome)
+                return _commit_failure(snap, step, spec, outcome, actor, _known(snap))
+        except DomainError as exc:
+            if exc.kind != ErrorKind.CONFLICT:
+                raise
+            return _discard(snap, step, outcome, actor, claim, reason=exc.code)
+    observed = outcome.result if outcome.kind is OutcomeKind.OK else outcome.error
+    output_hash = sha256_hex(canonical_json(observed))
+    is_new = not _seen_recently(snap, step.step_no, output_hash, memo)
+    progress = after_call(snap, call_hash=call_fingerprint(step.tool, step.args or {}),
+                          output_is_new=is_new)
+    fields: dict[str, Any] = {
+        "per_tool": {**snap.per_tool, step.tool: snap.per_tool.get(step.tool, 0) + 1},
+        "last_call_hash": progress.last_call_hash, "repeat_count": progress.repeat_count,
+        "stale_steps": progress.stale_steps,
+    }
+    done = commit_outcome(snap, step, outcome, fields=fields, output_hash=output_hash,
+                          claim=claim, actor=actor)
+    if done is None:
+        return _discard(snap, step, outcome, actor, claim, reason="stale_version")
+    if claim is not None and not done.ledger_recorded:
+        ledger.record(claim, outcome)  # the claim was lost: kept as an attempt, for audit
+    # The next step of this slice starts from what was written.
+    memo.remember(replace(snap, version=done.version, tool_calls=snap.tool_calls + 1, **fields),
+                  step)
+    return CONTINUE
+
+
+def _discard(snap: TaskSnapshot, step: Step, outcome: ToolOutcome, actor: Actor,
+             claim: ledger.Claim | None, *, reason: str) -> StepResult:
+    if claim is not None:
+        ledger.record(claim, outcome)  # what the tool did stays known, applied or not
+    _discard_late(snap, step, outcome, actor, reason=reason)
+    return CONTINUE
+
+
+def _commit_failure(snap: TaskSnapshot, step: Step, spec: ToolSpec | None, outcome: ToolOutcome,
+                    actor: Actor, known: KnownTask) -> StepResult:
+    """A permission error, a transient error or an unsettled outcome, written in
+    the outcome's transaction (the caller's)."""
     now = timezone.now()
-    latency = outcome.latency_ms
-    try:
-        with transaction.atomic():
-            if outcome.kind in (OutcomeKind.OK, OutcomeKind.BUSINESS):
-                ok = outcome.kind is OutcomeKind.OK
-                observed = outcome.result if ok else outcome.error
-                output_hash = sha256_hex(canonical_json(observed))
-                is_new = not _seen_recently(snap, step.step_no, output_hash)
-                progress = after_call(snap, call_hash=call_fingerprint(step.tool, step.args or {}),
-                                      output_is_new=is_new)
-                per_tool = {**snap.per_tool, step.tool: snap.per_tool.get(step.tool, 0) + 1}
-                task_transition(
-                    task_id=snap.id, event="step_succeeded", actor=actor,
-                    expected_version=snap.version,
-                    payload={"step_no": step.step_no, "tool": step.tool,
-                             "step_status": StepStatus.SUCCEEDED if ok else StepStatus.FAILED,
-                             "latency_ms": latency, "from_ledger": outcome.from_ledger,
-                             **({"error": outcome.error} if not ok else {})},
-                    fields={"tool_calls": F("tool_calls") + 1, "per_tool": per_tool,
-                            "last_call_hash": progress.last_call_hash,
-                            "repeat_count": progress.repeat_count,
-                            "stale_steps": progress.stale_steps},
-                )
-                Step.objects.filter(pk=step.pk).update(
-                    status=StepStatus.SUCCEEDED if ok else StepStatus.FAILED,
-                    output=outcome.result if ok else None, error=None if ok else outcome.error,
-                    output_hash=output_hash, finished_at=now, latency_ms=latency,
-                    next_attempt_at=None,
-                )
-                return CONTINUE
-            if outcome.kind is OutcomeKind.PERMISSION:
-                Step.objects.filter(pk=step.pk).update(status=StepStatus.FAILED,
-                                                       error=outcome.error,
-                                                       finished_at=now, latency_ms=latency)
-                task_transition(task_id=snap.id, event="fatal_error", actor=actor,
-                                expected_version=snap.version,
-                                payload={"reason": "permission_denied", "step_no": step.step_no},
-                                fields={"failure_reason": "permission_denied",
-                                        "failure_detail": _failure_snapshot(snap, outcome.error)})
-                return STOP
-            if outcome.kind is OutcomeKind.TRANSIENT:
-                max_retries = spec.max_retries if spec else 0
-                if step.attempt < max_retries:
-                    delay = backoff_s(step.attempt + 1, outcome.retry_after_s)
-                    task_transition(task_id=snap.id, event="retryable_error", actor=actor,
-                                    expected_version=snap.version,
-                                    payload={"step_no": step.step_no, "attempt": step.attempt + 1,
-                                             "delay_s": round(delay, 3), "error": outcome.error})
-                    Step.objects.filter(pk=step.pk).update(
-                        status=StepStatus.RETRYING, attempt=F("attempt") + 1, error=outcome.error,
-                        next_attempt_at=now + _seconds(delay))
-                    return StepResult(Next.LATER, delay, "retry")
-                Step.objects.filter(pk=step.pk).update(status=StepStatus.FAILED,
-                                                       error=outcome.error,
-                                                       finished_at=now)
-                return _exhaust(snap, "retries_exhausted", actor, detail=outcome.error)
-            # UNCERTAIN: the status query could not settle it: a person decides.
-            Step.objects.filter(pk=step.pk).update(status=StepStatus.UNCERTAIN, error=outcome.error,
-                                                   latency_ms=latency)
-            done = task_transition(task_id=snap.id, event="result_uncertain", actor=actor,
-                                   expected_version=snap.version,
-                                   payload={"step_no": step.step_no, "tool": step.tool,
-                                            "status_answer": outcome.status_answer})
-            opening.reconciliation_open(
-                task_id=snap.id, tenant_id=snap.tenant_id, step_id=step.pk, tool=step.tool,
-                args=step.args or {}, idempotency_key=step.idempotency_key,
-                status_answer=outcome.status_answer,
-                reason=(outcome.error or {}).get("type", "uncertain"),
-                task_version=done.version)
-            return STOP
-    except DomainError as exc:
-        if exc.kind != ErrorKind.CONFLICT:
-            raise
-        _discard_late(snap, step, outcome, actor, reason=exc.code)
-        return CONTINUE
-
-
-def _seconds(s: float):  # type: ignore[no-untyped-def]
-    from datetime import timedelta
-
-    return timedelta(seconds=s)
+    if outcome.kind is OutcomeKind.PERMISSION:
+        Step.objects.filter(pk=step.pk).update(status=StepStatus.FAILED, error=outcome.error,
+                                               finished_at=now, latency_ms=outcome.latency_ms)
+        task_transition(task_id=snap.id, event="fatal_error", actor=actor,
+                        expected_version=snap.version, known=known,
+                        payload={"reason": "permission_denied", "step_no": step.step_no},
+                        fields={"failure_reason": "permission_denied",
+                                "failure_detail": _failure_snapshot(snap, outcome.error)})
+        return STOP
+    if outcome.kind is OutcomeKind.TRANSIENT:
+        max_retries = spec.max_retries if spec else 0
+        if step.attempt < max_retries:
+            delay = backoff_s(step.attempt + 1, outcome.retry_after_s)
+            task_transition(task_id=snap.id, event="retryable_error", actor=actor,
+                            expected_version=snap.version, known=known,
+                            payload={"step_no": step.step_no, "attempt": step.attempt + 1,
+                                     "delay_s": round(delay, 3), "error": outcome.error})
+            Step.objects.filter(pk=step.pk).update(
+                status=StepStatus.RETRYING, attempt=F("attempt") + 1, error=outcome.error,
+                next_attempt_at=now + timedelta(seconds=delay))
+            return StepResult(Next.LATER, delay, "retry")
+        Step.objects.filter(pk=step.pk).update(status=StepStatus.FAILED, error=outcome.error,
+                                               finished_at=now)
+        return _exhaust(snap, "retries_exhausted", actor, detail=outcome.error)
+    # UNCERTAIN: the status query could not settle it: a person decides.
+    Step.objects.filter(pk=step.pk).update(status=StepStatus.UNCERTAIN, error=outcome.error,
+                                           latency_ms=outcome.latency_ms)
+    done = task_transition(task_id=snap.id, event="result_uncertain", actor=actor,
+                           expected_version=snap.version, known=known,
+                           payload={"step_no": step.step_no, "tool": step.tool,
+                                    "status_answer": outcome.status_answer})
+    opening.reconciliation_open(
+        task_id=snap.id, tenant_id=snap.tenant_id, step_id=step.pk, tool=step.tool,
+        args=step.args or {}, idempotency_key=step.idempotency_key,
+        status_answer=outcome.status_answer,
+        reason=(outcome.error or {}).get("type", "uncertain"),
+        task_version=done.version)
+    return STOP
 
 
 def _discard_late(snap: TaskSnapshot, step: Step, outcome: ToolOutcome, actor: Actor, *,
@@ -523,13 +586,13 @@ def _exhaust(snap: TaskSnapshot, reason: str, actor: Actor, *,
         fields = {"failure_reason": reason, "failure_detail": _failure_snapshot(snap, detail)}
     payload = {"reason": reason, "detail": detail, **({"step_no": step_no} if step_no else {})}
     task_transition(task_id=snap.id, event=event, actor=actor, expected_version=snap.version,
-                    payload=payload, fields={**(counters or {}), **fields})
+                    known=_known(snap), payload=payload, fields={**(counters or {}), **fields})
     return STOP
 
 
 def _fail(snap: TaskSnapshot, reason: str, actor: Actor, *, detail: Any = None) -> StepResult:
     task_transition(task_id=snap.id, event="fatal_error", actor=actor,
-                    expected_version=snap.version,
+                    expected_version=snap.version, known=_known(snap),
                     payload={"reason": reason, "detail": detail},
                     fields={"failure_reason": reason,
                             "failure_detail": _failure_snapshot(snap, detail)})

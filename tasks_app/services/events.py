@@ -1,5 +1,6 @@
-"""Appending events. The one function that writes an event row and schedules
-its publication; nothing else publishes.
+"""Appending events. `event_append` writes an event row and schedules its
+publication; the runner's one-statement commits (`runner.commits`) write
+theirs in SQL and schedule it with `event_announce`. Nothing else publishes.
 
 Publication happens in `transaction.on_commit`, so a rolled-back event is
 never shown to anybody, and a subscriber never sees an event the database
@@ -35,8 +36,13 @@ def event_append(
         actor=actor.name,
         actor_role=actor.role,
     )
-    transaction.on_commit(lambda: _publish(event))
+    event_announce(event)
     return event
+
+
+def event_announce(event: Event) -> None:
+    """Publish `event` once its transaction commits (at once outside a transaction)."""
+    transaction.on_commit(lambda: _publish(event))
 
 
 def _publish(event: Event) -> None:
