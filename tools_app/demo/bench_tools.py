@@ -11,7 +11,10 @@ repeated observation.
 
 from __future__ import annotations
 
+import json
 from typing import Any
+
+from django.db import connection
 
 from ..executor.types import ToolContext
 from ..models import BenchRecord
@@ -22,17 +25,14 @@ def bench_read(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
 
 
 def bench_write(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
-    BenchRecord.objects.bulk_create(
-        [
-            BenchRecord(
-                idempotency_key=ctx.idempotency_key,
-                task_id=ctx.task_id,
-                n=args["n"],
-                value={"value": args.get("value", "")},
-            )
-        ],
-        ignore_conflicts=True,
-    )
+    # An instant write, as a service would do it: one statement, no ORM.
+    with connection.cursor() as cur:
+        cur.execute(
+            f"INSERT INTO {BenchRecord._meta.db_table} (idempotency_key, task_id, n, value, "
+            "created_at) VALUES (%s, %s, %s, %s, now()) ON CONFLICT (idempotency_key) DO NOTHING",
+            [ctx.idempotency_key, ctx.task_id, args["n"],
+             json.dumps({"value": args.get("value", "")})],
+        )
     return {"n": args["n"], "stored": True, "key": ctx.idempotency_key[:16]}
 
 
