@@ -48,6 +48,7 @@ from ..models import Event, Step, StepKind, StepStatus, Task
 from ..services.actors import Actor
 from ..services.events import event_announce
 from ..services.transitions import fire_guard, task_update_guarded
+from .prepared import fetch_one_prepared
 from .snapshot import TaskSnapshot
 
 DECISION_SQL = """
@@ -130,9 +131,8 @@ def _run(sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
     # Alone, the statement is its own transaction (no BEGIN/COMMIT round trips);
     # inside a caller's transaction, a savepoint keeps a failure from poisoning it.
     enclosing = transaction.atomic() if connection.in_atomic_block else nullcontext()
-    with enclosing, connection.cursor() as cur:
-        cur.execute(sql, params)
-        return cur.fetchone()
+    with enclosing:
+        return fetch_one_prepared(sql, params)
 
 
 def _one_statement() -> bool:

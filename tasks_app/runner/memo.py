@@ -27,9 +27,17 @@ from tools_app.executor.types import ToolSpec
 
 from ..context.builder import ContextSources
 from ..models import Step, Task
+from .prepared import fetch_one_prepared
 from .snapshot import TaskSnapshot
 
 PROBE_SQL = f"SELECT version, status FROM {Task._meta.db_table} WHERE id = %s"
+
+
+def probe(task_id: int) -> tuple[Any, ...] | None:
+    """The task's (version, status): the runner's most frequent read, without the ORM."""
+    if connection.vendor != "postgresql":
+        return Task.objects.filter(pk=task_id).values_list("version", "status").first()
+    return fetch_one_prepared(PROBE_SQL, [task_id])
 
 
 @dataclass
@@ -46,9 +54,7 @@ class SliceMemo:
         if self.snap is None:  # the last step did not leave a state to carry forward
             self.forget()
             return False
-        with connection.cursor() as cur:  # the hottest read of the runner: no ORM
-            cur.execute(PROBE_SQL, [task_id])
-            row = cur.fetchone()
+        row = probe(task_id)
         if row is not None and tuple(row) == (self.snap.version, self.snap.status):
             return True
         self.forget()

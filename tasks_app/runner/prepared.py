@@ -1,0 +1,31 @@
+"""The runner's hottest statements, prepared on the server.
+
+Django binds parameters on the client and never prepares, so PostgreSQL
+parses and plans every statement anew. The few statements a tool step sends
+every time (the slice memo's probe, the two commits in `commits`) go through
+psycopg's own cursor on Django's connection instead, prepared: from the
+second run on, only their parameters travel and the plan is reused.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psycopg
+from django.db import connection
+
+
+def fetch_one_prepared(sql: str, params: Any) -> tuple[Any, ...] | None:
+    """Run `sql` on Django's connection (its transaction, if one is open) and
+    return the first row. Errors are Django's (an IntegrityError is still one),
+    and the statement is logged where Django logs queries (DEBUG, tests)."""
+    connection.ensure_connection()
+    started = time.monotonic()
+    # Django's connection makes client-side binding cursors: ask for psycopg's own.
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cur:
+        cur.execute(sql, params, prepare=True)
+        row = cur.fetchone()
+    if connection.queries_logged:
+        connection.queries_log.append(
+            {"sql": sql.strip(), "time": f"{time.monotonic() - started:.3f}"})
+    return row
