@@ -151,8 +151,13 @@ class ContextSources:
         return replace(self, recent=recent[-recent_limit():])
 
 
-def gather(task_id: int, *, human_facts: list[dict[str, Any]] | None = None) -> ContextSources:
-    """Read what a context needs; `human_facts` already read are not read again."""
+def gather(task_id: int, *, human_facts: list[dict[str, Any]] | None = None,
+           steps_count: int | None = None) -> ContextSources:
+    """Read what a context needs; `human_facts` already read are not read again.
+    A task without steps has no summary, no steps and no human facts (each
+    answer or approval belongs to a step): nothing is read for its first step."""
+    if steps_count == 0:
+        return ContextSources(summary=None, recent=[], human_facts=[])
     summary_row = active_summary(task_id)
     recent = recent_steps(task_id, after_step=summary_row.covers_until_step if summary_row else 0,
                           limit=recent_limit())

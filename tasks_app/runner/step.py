@@ -128,7 +128,8 @@ def advance_one_step(*, task_id: int, owner: str, memo: SliceMemo | None = None)
             model_log = {"from_reply_of_step": current.step_no, "queued": queued[1:]}  # type: ignore[union-attr]
             spent = Spent()
         else:
-            sources = memo.sources or gather(task_id, human_facts=memo.human_facts)
+            sources = memo.sources or gather(task_id, human_facts=memo.human_facts,
+                                             steps_count=snap.steps_count)
             memo.sources, memo.human_facts = sources, sources.human_facts
             memo.output_hashes.update({s.step_no: s.output_hash for s in sources.recent})
             context = build_context(snap, tools=specs, sources=sources)
