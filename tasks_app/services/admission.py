@@ -14,6 +14,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Count
+from django.db.models.fields.json import KT
 from django.utils import timezone
 
 from ..machine import TaskStatus
@@ -57,33 +58,44 @@ def admit_created_tasks(*, limit: int = 100) -> list[int]:
                 running.values_list("agent_id").annotate(n=Count("id")).values_list("agent_id", "n")
             )
         )
+        wanted = min(free, limit)
+        full = [t for t, n in per_tenant.items() if n >= cfg["MAX_RUNNING_PER_TENANT"]]
+        # Only the two budget figures of each candidate's agent, not its whole snapshot.
         candidates = (
             Task.objects.filter(status=TaskStatus.CREATED)
+            .exclude(tenant_id__in=full)
             .order_by("id")
-            .values_list("id", "tenant_id", "agent_id", "version", "agent_snapshot")[
+            .annotate(
+                agent_cap=KT("agent_snapshot__budget__max_concurrent_tasks"),
+                duration=KT("agent_snapshot__budget__max_duration_s"),
+            )
+            .values_list("id", "tenant_id", "agent_id", "version", "agent_cap", "duration")[
                 : max(limit, free) * 4
             ]
         )
         now = timezone.now()
-        for task_id, tenant_id, agent_id, version, snap in candidates:
-            if len(admitted) >= min(free, limit):
+        for task_id, tenant_id, agent_id, version, agent_cap, duration in candidates:
+            if len(admitted) >= wanted:
                 break
-            agent_cap = (snap.get("budget") or {}).get("max_concurrent_tasks") or 10**9
-            if (
-                per_tenant[tenant_id] >= cfg["MAX_RUNNING_PER_TENANT"]
-                or per_agent[agent_id] >= agent_cap
+            if per_tenant[tenant_id] >= cfg["MAX_RUNNING_PER_TENANT"] or per_agent[agent_id] >= (
+                _number(agent_cap) or 10**9
             ):
                 continue  # FIFO within what may run; this tenant/agent waits for a slot
-            duration = (snap.get("budget") or {}).get("max_duration_s") or 3600
+            seconds = _number(duration) or 3600
             task_transition(
                 task_id=task_id,
                 event="task_started",
                 actor=SYSTEM,
                 expected_version=version,
-                fields={"started_at": now, "deadline_at": now + timedelta(seconds=duration)},
+                fields={"started_at": now, "deadline_at": now + timedelta(seconds=seconds)},
             )
             per_tenant[tenant_id] += 1
             per_agent[agent_id] += 1
             admitted.append(task_id)
             schedule_advance_on_commit(task_id)
     return admitted
+
+
+def _number(text: str | None) -> float:
+    """A budget figure as `KT` reads it out of the JSON snapshot (text, or None)."""
+    return float(text) if text else 0.0
