@@ -72,7 +72,7 @@ class LedgerStatus(models.TextChoices):
 
 
 class ToolExecution(models.Model):
-    idempotency_key = models.CharField(max_length=64, unique=True)
+    idempotency_key = models.CharField(max_length=64)  # unique: Meta
     tenant_id = models.BigIntegerField()
     task_id = models.BigIntegerField(db_index=True)
     step_id = models.BigIntegerField()
@@ -87,6 +87,11 @@ class ToolExecution(models.Model):
     claimed_until = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        # A constraint, not `unique=True`: that would add a second (LIKE) index
+        # that every claim pays for and no query uses.
+        constraints = [models.UniqueConstraint(fields=["idempotency_key"], name="ledger_key")]
 
     def __str__(self) -> str:
         return f"{self.tool} {self.idempotency_key[:12]}… {self.status}"
@@ -139,11 +144,14 @@ class BenchRecord(models.Model):
     """Written by the benchmark's idempotent write tool: one row per idempotency
     key, however often the call is replayed."""
 
-    idempotency_key = models.CharField(max_length=64, unique=True)
+    idempotency_key = models.CharField(max_length=64)  # unique: Meta
     task_id = models.BigIntegerField()
     n = models.PositiveIntegerField()
     value = models.JSONField(default=dict)
     created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["idempotency_key"], name="bench_key")]
 
     def __str__(self) -> str:
         return f"bench record {self.n} of task {self.task_id}"

@@ -9,7 +9,9 @@ from .tenancy import Tenant
 
 
 class Event(models.Model):
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="events")
+    # indexed by (task, id), below
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="events",
+                             db_index=False)
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
     task_version = models.PositiveIntegerField()
     type = models.CharField(max_length=40)

@@ -26,7 +26,10 @@ def _t(event: str):  # type: ignore[no-untyped-def]
 
 
 class Task(models.Model):
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="tasks")
+    # Indexes are the ones in Meta: every index costs each write of a step, so a
+    # column covered by a composite index gets none of its own.
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="tasks",
+                               db_index=False)
     requester = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -36,7 +39,7 @@ class Task(models.Model):
     input = models.JSONField(default=dict, blank=True)
     script = models.JSONField(null=True, blank=True)
 
-    status = FSMField(default=S.CREATED, choices=S.choices, protected=True, db_index=True)
+    status = FSMField(default=S.CREATED, choices=S.choices, protected=True)
     version = models.PositiveIntegerField(default=0)
 
     steps_count = models.PositiveIntegerField(default=0)
@@ -56,7 +59,7 @@ class Task(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     next_run_at = models.DateTimeField(null=True, blank=True)
-    trace_id = models.CharField(max_length=32, db_index=True)
+    trace_id = models.CharField(max_length=32)
 
     result = models.JSONField(null=True, blank=True)
     failure_reason = models.CharField(max_length=64, blank=True)
@@ -87,6 +90,7 @@ class Task(models.Model):
             # admission (FIFO over CREATED) and the recovery sweep (RUNNING, lease expired)
             models.Index(fields=["status", "id"], name="task_status_fifo"),
             models.Index(fields=["status", "lease_expires_at"], name="task_status_lease"),
+            models.Index(fields=["trace_id"], name="task_trace"),  # exact lookups only
         ]
 
     def __str__(self) -> str:
@@ -183,7 +187,8 @@ class Step(models.Model):
     """One model decision and what came of it. The decision is persisted before
     its tool runs and is reused, never re-asked, if the step is resumed."""
 
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="steps")
+    # indexed by (task, step_no), the unique constraint below
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="steps", db_index=False)
     step_no = models.PositiveIntegerField()
     kind = models.CharField(max_length=8, choices=StepKind.choices)
     status = models.CharField(max_length=20, choices=StepStatus.choices)
@@ -192,7 +197,7 @@ class Step(models.Model):
     model_log = models.JSONField(default=dict, blank=True)
     tool = models.CharField(max_length=100, blank=True)
     args = models.JSONField(null=True, blank=True)
-    idempotency_key = models.CharField(max_length=64, blank=True, db_index=True)
+    idempotency_key = models.CharField(max_length=64, blank=True)  # looked up in the ledger
     attempt = models.PositiveIntegerField(default=0)
     output = models.JSONField(null=True, blank=True)
     output_hash = models.CharField(max_length=64, blank=True)
