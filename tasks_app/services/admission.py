@@ -26,7 +26,12 @@ ADMISSION_LOCK_KEY = 0x7E7E_0001
 
 
 def admission_after_commit() -> None:
-    """Run admission after the current transaction commits (now, outside one)."""
+    """Run admission after the current transaction commits (now, outside one);
+    once per transaction, however many tasks it submitted or ended."""
+    if connection.in_atomic_block and any(
+        entry[1] is admit_created_tasks for entry in connection.run_on_commit
+    ):
+        return
     transaction.on_commit(admit_created_tasks)
 
 
