@@ -96,6 +96,11 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             return
         await self._send_event(event)
 
+    async def tether_events(self, message: dict[str, Any]) -> None:
+        """Several events of one group, published together (see `publish.coalesce`)."""
+        for event in message["events"]:
+            await self.tether_event({"event": event})
+
 
 @database_sync_to_async
 def _tenant_of(user_id: int) -> int | None:

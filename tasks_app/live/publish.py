@@ -1,12 +1,13 @@
 """Publishing a committed event to its task's and its tenant's groups.
 
-Called only from `services.events.event_append`'s on-commit hook. Publishing
-never blocks or fails a step: the message is handed to one publisher task on
-an event loop (the ASGI server's own loop in the embedded mode, so the
-in-memory layer wakes its consumers at once; else a loop in a daemon thread of
-this process), which sends messages one at a time, in commit order. A push
-that is lost costs nothing but latency: subscribers catch up from the
-database by asking for events after the last id they saw.
+Called only from the on-commit hook `services.events.event_announce` sets.
+Publishing never blocks or fails a step: the message is handed to one
+publisher task on an event loop (the ASGI server's own loop in the embedded
+mode, so the in-memory layer wakes its consumers at once; else a loop in a
+daemon thread of this process), which sends them in commit order; what piled
+up for a group while it was sending goes out as one message. A push that is
+lost costs nothing but latency: subscribers catch up from the database by
+asking for events after the last id they saw.
 """
 
 from __future__ import annotations
@@ -87,11 +88,28 @@ class Publisher:
     async def _drain(self, queue: asyncio.Queue[tuple[str, Any]]) -> None:
         layer = get_channel_layer()
         while True:
-            group, message = await queue.get()
-            try:
-                await layer.group_send(group, message)
-            except Exception:  # noqa: BLE001 - best effort; the database is the truth
-                log.warning("could not publish to %s", group, exc_info=True)
+            batch = [await queue.get()]
+            while not queue.empty():
+                batch.append(queue.get_nowait())
+            for group, message in coalesce(batch):
+                try:
+                    await layer.group_send(group, message)
+                except Exception:  # noqa: BLE001 - best effort; the database is the truth
+                    log.warning("could not publish to %s", group, exc_info=True)
+
+
+def coalesce(batch: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+    """Events queued for the same group while the publisher was busy go out as
+    one `tether.events` message (in commit order): one send to the layer, not
+    one per event. A lone event stays a `tether.event`."""
+    by_group: dict[str, list[dict[str, Any]]] = {}
+    for group, message in batch:
+        by_group.setdefault(group, []).append(message["event"])
+    return [
+        (group, {"type": "tether.event", "event": events[0], "task_id": events[0]["task_id"]}
+         if len(events) == 1 else {"type": "tether.events", "events": events})
+        for group, events in by_group.items()
+    ]
 
 
 publisher = Publisher()

@@ -95,3 +95,34 @@ async def test_after_replays_only_what_the_client_has_not_seen(world):
     assert replayed == ids[1:]
     assert msg == {"type": "subscribed", "task": task.pk, "last_id": ids[-1]}
     await ws.disconnect()
+
+
+async def test_events_published_together_reach_the_browser_one_by_one_in_order(world):
+    from channels.layers import get_channel_layer
+
+    from tasks_app.live.publish import task_group
+
+    task = await sync_to_async(submit)(world.tenant, [{"ask": "?"}])
+    await sync_to_async(drive)(task.pk)
+    last = await sync_to_async(
+        lambda: Event.objects.filter(task=task).order_by("id").values_list("id", flat=True).last()
+    )()
+    ws, connected = await connect(world.users[Role.OPERATOR])
+    assert connected
+    await ws.send_json_to({"type": "subscribe", "task": task.pk, "after": last})
+    assert (await ws.receive_json_from(timeout=5))["type"] == "subscribed"
+
+    def event(n: int) -> dict[str, Any]:
+        return {"id": last + n, "task_id": task.pk, "type": "step_succeeded", "payload": {}}
+
+    layer = get_channel_layer()
+    await layer.group_send(task_group(task.pk),
+                           {"type": "tether.events", "events": [event(1), event(2)]})
+    # one already delivered, one new: only the new one goes out
+    await layer.group_send(task_group(task.pk),
+                           {"type": "tether.events", "events": [event(2), event(3)]})
+
+    received = [(await ws.receive_json_from(timeout=5))["event"]["id"] for _ in range(3)]
+    assert received == [last + 1, last + 2, last + 3]
+    assert await ws.receive_nothing(timeout=0.3)
+    await ws.disconnect()
