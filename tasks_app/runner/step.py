@@ -1,7 +1,8 @@
 """Advance a task by one durable step.
 
 One step (DESIGN.md "The loop"):
-1. read the task (the caller holds its lease);
+1. read the task (the caller holds its lease), or, within a slice, check that
+   it still stands where the previous step left it (`memo`);
 2. check deadline, budgets, no progress;
 3. reuse the current step's persisted decision, or ask the model (or take the
    next decision queued from a multi-call reply) and persist it *before* any
@@ -11,7 +12,9 @@ One step (DESIGN.md "The loop"):
 6. commit the outcome with the version check; a failed check means the result
    is DISCARDED: recorded for audit, never applied.
 
-No transaction is open while the model or a tool is called.
+No transaction is open while the model or a tool is called. A tool call's
+decision (with its ledger claim) and its outcome (with the ledger's record)
+are each one statement (`commits`); the rarer paths use the services.
 """
 from __future__ import annotations
 
