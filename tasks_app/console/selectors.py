@@ -29,6 +29,7 @@ STATUS_GROUPS: dict[str, tuple[str, ...]] = {
 }
 TIMELINE_PAGE = 200
 STEPS_SHOWN = 50
+SUMMARIES_SHOWN = 10  # a 1,000-step task has over a hundred versions
 
 
 # --- the task list -------------------------------------------------------------------
@@ -286,9 +287,11 @@ class SummaryView:
         return sum(1 for _, on_page in self.events if on_page)
 
 
-def summary_views(task_id: int, tenant_id: int, *, first_on_page: int) -> list[SummaryView]:
-    """The task's summary versions, newest first. An event is on the page when
-    its id is at least `first_on_page` (0: the whole timeline is shown)."""
+def summary_views(task_id: int, tenant_id: int, *, first_on_page: int,
+                  limit: int | None = SUMMARIES_SHOWN) -> list[SummaryView]:
+    """The task's newest summary versions (and the one in use), newest first. An
+    event is on the page when its id is at least `first_on_page` (0: the whole
+    timeline is shown)."""
     return [
         SummaryView(
             version=row["version"],
@@ -300,7 +303,7 @@ def summary_views(task_id: int, tenant_id: int, *, first_on_page: int) -> list[S
             in_use=row["in_use"],
             events=tuple((int(i), int(i) >= first_on_page) for i in row["event_ids"]),
         )
-        for row in summary_list(task_id=task_id, tenant_id=tenant_id)
+        for row in summary_list(task_id=task_id, tenant_id=tenant_id, limit=limit)
     ]
 
 

@@ -23,7 +23,7 @@ from django.views.decorators.http import require_GET, require_POST
 from approvals_app.console.selectors import inbox_count, open_card_for_task
 from config.errors import DomainError
 
-from ..context.summaries import summary_rollback
+from ..context.summaries import summary_count, summary_rollback
 from ..machine import NON_TERMINAL, WAITING, TaskStatus
 from ..models import Task
 from ..selectors import task_of_tenant
@@ -193,8 +193,11 @@ def _task_context(request: HttpRequest, cu: ConsoleUser, task: Task) -> dict[str
 
 def _summaries(cu: ConsoleUser, task: Task, *, first_on_page: int) -> dict[str, Any]:
     views = sel.summary_views(task.pk, cu.tenant_id, first_on_page=first_on_page)
+    shown = len(views)
     return {
         "summaries": views,
+        "summaries_hidden": (summary_count(task_id=task.pk, tenant_id=cu.tenant_id) - shown
+                             if shown >= sel.SUMMARIES_SHOWN else 0),
         "summaries_key": f"{sel.summaries_key(views)}|{cu.can_roll_back_summary}",
         "summary_in_use": next((v.version for v in views if v.in_use), 0),
     }

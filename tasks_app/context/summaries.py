@@ -301,11 +301,16 @@ def summary_rollback(*, task_id: int, tenant_id: int, version: int, actor: Actor
 # --- reading (for the task page and the API) ---------------------------------------------
 
 
-def summary_list(*, task_id: int, tenant_id: int) -> list[dict[str, Any]]:
-    """Every summary version of a task, newest first, with whether the context uses it."""
-    rows = list(ContextSummary.objects.filter(task_id=task_id, task__tenant_id=tenant_id)
-                .order_by("-version"))
-    in_use = next((r.version for r in rows if r.active), 0)
+def summary_list(*, task_id: int, tenant_id: int,
+                 limit: int | None = None) -> list[dict[str, Any]]:
+    """The summary versions of a task, newest first (the newest `limit` of them,
+    and the one in use if it is older), with whether the context uses it."""
+    versions = ContextSummary.objects.filter(task_id=task_id, task__tenant_id=tenant_id)
+    in_use = (versions.filter(active=True).order_by("-version")
+              .values_list("version", flat=True).first()) or 0
+    rows = list(versions.order_by("-version")[:limit] if limit else versions.order_by("-version"))
+    if limit and in_use and all(r.version != in_use for r in rows):
+        rows += list(versions.filter(version=in_use))
     return [{"version": r.version, "text": r.text, "covers_until_step": r.covers_until_step,
              "event_ids": list(r.event_ids or []), "active": r.active,
              "in_use": r.version == in_use, "created_by": r.created_by,
@@ -316,3 +321,7 @@ def summary_exists(*, task_id: int, tenant_id: int, version: int) -> bool:
     """Whether the task (of this tenant) has a summary `version`."""
     return ContextSummary.objects.filter(task_id=task_id, task__tenant_id=tenant_id,
                                          version=version).exists()
+
+
+def summary_count(*, task_id: int, tenant_id: int) -> int:
+    return ContextSummary.objects.filter(task_id=task_id, task__tenant_id=tenant_id).count()

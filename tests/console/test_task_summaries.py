@@ -258,3 +258,20 @@ def test_each_decision_shows_what_it_was_based_on(world, summarized):
     assert HOSTILE not in html
     # The anchors the chips point at exist.
     assert 'id="step-1"' in html and 'id="summary-v1"' in html
+
+
+def test_a_long_task_shows_its_newest_versions_and_the_one_in_use_not_all(world):
+    from tasks_app.console.selectors import SUMMARIES_SHOWN
+
+    task = submit(world.tenant, [{"final": {}}])
+    total = SUMMARIES_SHOWN + 5
+    ContextSummary.objects.bulk_create([
+        ContextSummary(task=task, version=v, text=f"notes v{v}", covers_until_step=v,
+                       active=v <= 3)  # rolled back to v3: later versions kept, inactive
+        for v in range(1, total + 1)])
+    html = page(world.users[Role.OPERATOR], task)
+
+    shown = [int(v) for v in re.findall(r'id="summary-v(\d+)"', html)]
+    assert shown == [*range(total, total - SUMMARIES_SHOWN, -1), 3]
+    assert 'data-version="3" data-state="in_use"' in html
+    assert f"{total - SUMMARIES_SHOWN - 1} older versions not shown" in html
