@@ -24,6 +24,9 @@ CHILD_FLAG = "TETHER_BENCH_CHILD"
 class BenchConfig:
     tasks: int = 200
     steps: int = 10
+    # The runner and the floor are measured alternately this many times and their
+    # medians compared: on a shared machine one measurement of each can be luck.
+    rounds: int = 3
     long_steps: int = 1000
     # One worker process per CPU: the runner is CPU-bound here, more processes only
     # add latency (measured: 2, 4 and 6 processes give the same steps/s on 2 CPUs).
@@ -44,6 +47,7 @@ class BenchConfig:
         base = cls(
             tasks=8,
             steps=4,
+            rounds=1,
             long_steps=40,
             workers=2,
             ws_steps=40,

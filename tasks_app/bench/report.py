@@ -91,6 +91,10 @@ def _fmt(value: Any, unit: str = "") -> str:
     return f"{value}{unit}"
 
 
+def _rounds(figures: dict[str, Any]) -> str:
+    return ", ".join(_fmt(v) for v in figures.get("rounds_steps_per_s") or []) or "-"
+
+
 def table(doc: dict[str, Any]) -> str:
     m = doc.get("machine", {})
     r, f = doc.get("runner", {}), doc.get("floor", {})
@@ -108,7 +112,8 @@ def table(doc: dict[str, Any]) -> str:
             f"{r.get('workers')} workers, "
             f"{r.get('succeeded')} succeeded); worker CPU "
             f"{_fmt(r.get('worker_cpu_ms_per_step'), ' ms')}/step, machine CPU "
-            f"{_fmt(r.get('machine_cpu_busy_pct'), '%')} busy",
+            f"{_fmt(r.get('machine_cpu_busy_pct'), '%')} busy; median of rounds "
+            f"{_rounds(r)}",
         ),
         (
             "step latency",
@@ -120,7 +125,8 @@ def table(doc: dict[str, Any]) -> str:
         ),
         (
             "psycopg floor",
-            f"{_fmt(f.get('steps_per_s'))} steps/s ({_fmt(f.get('step_mean_ms'), ' ms')}/step)",
+            f"{_fmt(f.get('steps_per_s'))} steps/s ({_fmt(f.get('step_mean_ms'), ' ms')}/step); "
+            f"median of rounds {_rounds(f)}",
         ),
         ("runner / floor", _fmt(r.get("ratio_to_floor"))),
         (

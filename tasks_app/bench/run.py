@@ -1,9 +1,11 @@
 """The bench's phases, in order, against the database Django is connected to.
 
 1. console history (unless skipped), so every later phase runs on big tables;
-2. Celery workers: warm-up, runner throughput, waiting tasks, the long task;
-3. workers stopped: the psycopg floor alone on the machine, then the anatomy
-   of a step (statements and connections per step, in this process);
+2. Celery workers: warm-up, then `rounds` times the runner throughput and the
+   psycopg floor (the workers idle meanwhile), alternately, so both see the
+   same machine; the medians are compared; then waiting tasks, the long task;
+3. workers stopped: the anatomy of a step (statements and connections per
+   step, in this process);
 4. daphne: WebSocket latency, then the console timings.
 
 Every process started here is stopped before returning, also on errors.
@@ -79,18 +81,24 @@ def bench_run(cfg: BenchConfig, *, log_dir: Path, say: Callable[[str], None]) ->
     say(f"starting a Celery worker ({cfg.workers} processes) ...")
     with celery_workers(env, concurrency=cfg.workers, log_dir=log_dir) as workers:
         warm_up(world, cfg)
-        phase("runner", f"runner: {cfg.tasks} tasks x {cfg.steps} steps ...")
-        doc["runner"] = run_throughput(world, cfg, workers=workers)
-        say(f"  {doc['runner']['steps_per_s']} steps/s")
+        phase("runner", f"runner and floor: {cfg.rounds} x {cfg.tasks} tasks x {cfg.steps} steps")
+        runners, floors = [], []
+        for n in range(cfg.rounds):
+            runners.append(run_throughput(world, cfg, workers=workers))
+            floors.append(
+                run_floor(psycopg_dsn(settings_dict), world, tasks=cfg.tasks, steps=cfg.steps)
+            )
+            say(
+                f"  round {n + 1}: runner {runners[-1]['steps_per_s']} steps/s, "
+                f"floor {floors[-1]['steps_per_s']} steps/s"
+            )
+        doc["runner"], doc["floor"] = _median_round(runners), _median_round(floors)
         phase("waiting", f"waiting: {cfg.waiting_tasks} tasks parked on a question ...")
         doc["waiting"] = run_waiting(world, cfg, workers=workers)
         phase("long_task", f"long task: {cfg.long_steps} steps ...")
         doc["long_task"] = run_long_task(world, cfg)
         say(f"  ratio {doc['long_task']['ratio_last_to_10']}")
 
-    phase("floor", f"floor: {cfg.tasks * cfg.steps} steps with psycopg ...")
-    doc["floor"] = run_floor(psycopg_dsn(settings_dict), world, tasks=cfg.tasks, steps=cfg.steps)
-    say(f"  {doc['floor']['steps_per_s']} steps/s")
     phase("anatomy", "step anatomy: statements per tool step ...")
     doc["anatomy"] = run_anatomy(world)
     say(
@@ -126,3 +134,12 @@ def bench_run(cfg: BenchConfig, *, log_dir: Path, say: Callable[[str], None]) ->
     doc["targets"] = check_targets(doc)
     doc["duration_s"] = round(time.monotonic() - started, 1)
     return doc
+
+
+def _median_round(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The round with the median steps/s (its figures as they were), and every
+    round's steps/s."""
+    ranked = sorted(rounds, key=lambda r: r.get("steps_per_s") or 0.0)
+    median = dict(ranked[(len(ranked) - 1) // 2])
+    median["rounds_steps_per_s"] = [r.get("steps_per_s") for r in rounds]
+    return median

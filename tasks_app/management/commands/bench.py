@@ -24,7 +24,8 @@ from django.db import connection
 
 from tasks_app.bench.config import CHILD_FLAG, DEFAULT_DATABASE_URL, BenchConfig, bench_env
 
-KNOBS = ("tasks", "steps", "long_steps", "workers", "ws_steps", "console_tasks", "console_events")
+KNOBS = ("tasks", "steps", "rounds", "long_steps", "workers", "ws_steps", "console_tasks",
+         "console_events")
 
 
 class Command(BaseCommand):
@@ -37,6 +38,9 @@ class Command(BaseCommand):
         parser.add_argument("--steps", type=int, help="steps per task (10)")
         parser.add_argument("--long-steps", type=int, help="steps of the long task (1000)")
         parser.add_argument("--workers", type=int, help="Celery worker processes (one per CPU)")
+        parser.add_argument(
+            "--rounds", type=int,
+            help="runner and floor measured this many times, alternately; medians (3)")
         parser.add_argument(
             "--ws-steps", type=int, help="steps published for the WebSocket latency (1000)"
         )
