@@ -1,10 +1,13 @@
-"""One long task: does a step cost more when the task's history is long?
+"""Long tasks: does a step cost more when the task's history is long?
 
 Compares the median step interval over steps 5..15 with the one over the
 last eleven tool steps (the final answer, a different kind of step, is left
 out). Medians, so the one slower step at each slice boundary (a Celery round
 trip every SLICE_MAX_STEPS steps) does not decide the figure; the means are
-reported too, and a curve of medians per bucket of steps.
+reported too, and a curve of medians per bucket of steps. Eleven steps are
+a few milliseconds each, so the task runs `rounds` times, one after the
+other, and the windows of all rounds are pooled (each round's ratio is
+reported too).
 """
 
 from __future__ import annotations
@@ -21,6 +24,32 @@ from .throughput import wait_terminal
 from .world import World, cancel_open, step_script, submit
 
 AROUND = 5  # steps either side
+
+
+def run_long_tasks(world: World, cfg: BenchConfig) -> dict[str, Any]:
+    rounds = [run_long_task(world, cfg) for _ in range(max(1, cfg.rounds))]
+    early = [s for r in rounds for s in r.pop("_early")]
+    late = [s for r in rounds for s in r.pop("_late")]
+    doc = dict(rounds[-1])  # the last round's task, status and curve
+    doc.update(
+        rounds=len(rounds),
+        succeeded=all(r["succeeded"] for r in rounds),
+        rounds_ratio=[r["ratio_last_to_10"] for r in rounds],
+        step_10_ms=_ms(statistics.median(early)) if early else None,
+        step_last_ms=_ms(statistics.median(late)) if late else None,
+        step_10_mean_ms=_ms(statistics.fmean(early)) if early else None,
+        step_last_mean_ms=_ms(statistics.fmean(late)) if late else None,
+    )
+    doc["ratio_last_to_10"] = (
+        round(doc["step_last_ms"] / doc["step_10_ms"], 3)
+        if doc["step_10_ms"] and doc["step_last_ms"]
+        else None
+    )
+    return doc
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 2)
 
 
 def run_long_task(world: World, cfg: BenchConfig) -> dict[str, Any]:
@@ -61,4 +90,6 @@ def run_long_task(world: World, cfg: BenchConfig) -> dict[str, Any]:
         "step_last_mean_ms": round(statistics.fmean(late) * 1000, 2) if late else None,
         "ratio_last_to_10": round(late_med / early_med, 3) if early_med and late_med else None,
         "curve": curve,
+        "_early": early,
+        "_late": late,
     }

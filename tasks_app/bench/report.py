@@ -139,7 +139,9 @@ def table(doc: dict[str, Any]) -> str:
         (
             "long task",
             f"step ~10 {_fmt(lt.get('step_10_ms'), ' ms')}, step ~{lt.get('steps')} "
-            f"{_fmt(lt.get('step_last_ms'), ' ms')}, ratio {_fmt(lt.get('ratio_last_to_10'))}",
+            f"{_fmt(lt.get('step_last_ms'), ' ms')}, ratio {_fmt(lt.get('ratio_last_to_10'))} "
+            f"({lt.get('rounds')} tasks pooled; each: "
+            f"{', '.join(_fmt(v) for v in lt.get('rounds_ratio') or [])})",
         ),
         (
             "event -> browser",

@@ -29,7 +29,7 @@ from .config import BenchConfig, bench_env, database_url_of, psycopg_dsn
 from .console import run_console
 from .datagen import console_data_ensure, sample_generated_task
 from .floor import run_floor
-from .long_task import run_long_task
+from .long_task import run_long_tasks
 from .procs import celery_workers, daphne_server, purge_queue
 from .report import check_targets, machine_info
 from .throughput import run_throughput, run_waiting, warm_up
@@ -95,8 +95,8 @@ def bench_run(cfg: BenchConfig, *, log_dir: Path, say: Callable[[str], None]) ->
         doc["runner"], doc["floor"] = _median_round(runners), _median_round(floors)
         phase("waiting", f"waiting: {cfg.waiting_tasks} tasks parked on a question ...")
         doc["waiting"] = run_waiting(world, cfg, workers=workers)
-        phase("long_task", f"long task: {cfg.long_steps} steps ...")
-        doc["long_task"] = run_long_task(world, cfg)
+        phase("long_task", f"long task: {cfg.rounds} x {cfg.long_steps} steps ...")
+        doc["long_task"] = run_long_tasks(world, cfg)
         say(f"  ratio {doc['long_task']['ratio_last_to_10']}")
 
     phase("anatomy", "step anatomy: statements per tool step ...")

@@ -66,6 +66,7 @@ def test_quick_bench_reports_every_figure(tmp_path, capfd):
     assert doc["floor"]["steps"] == 8 * 4
     assert len(runner["rounds_steps_per_s"]) == len(doc["floor"]["rounds_steps_per_s"]) == 1
     assert doc["long_task"]["succeeded"] and doc["long_task"]["steps"] == 40
+    assert doc["long_task"]["rounds"] == len(doc["long_task"]["rounds_ratio"]) == 1
     ws = doc["ws_latency"]
     assert ws["committed"] == ws["received"] == 40 and ws["lost"] == 0
     assert doc["waiting"]["waiting_for_input"] == doc["waiting"]["tasks"] == 3
