@@ -140,6 +140,12 @@ class ContextSources:
         """The step the active summary covers until (0 without a summary)."""
         return self.summary.covers_until_step if self.summary else 0
 
+    def on_summary(self, summary: ContextSummary) -> ContextSources:
+        """These sources once `summary` (a new version) is the active one: the
+        steps it covers leave the verbatim part, as `gather` would read it."""
+        recent = [s for s in self.recent if s.step_no > summary.covers_until_step]
+        return replace(self, summary=summary, recent=recent)
+
     def with_step(self, step: Step) -> ContextSources:
         """These sources after `step` committed, as `gather` would read them then
         (the step's size measured as PostgreSQL prints its JSON, near enough)."""

@@ -158,9 +158,10 @@ def advance_one_step(*, task_id: int, owner: str, memo: SliceMemo | None = None)
                                   actor=actor, memo=memo)
         # After the step committed; never raises. With the sources the context was
         # built from, most steps need no query to know no summary is due.
-        if summary_maybe_create(task_id=task_id, steps_count=snap.steps_count + 1,
-                                sources=sources) is not None:
-            memo.sources = None  # the context starts from the new summary
+        summary = summary_maybe_create(task_id=task_id, steps_count=snap.steps_count + 1,
+                                       sources=sources)
+        if summary is not None and memo.sources is not None:
+            memo.sources = memo.sources.on_summary(summary)  # the context starts from it
         return result
     except (_Stale, IntegrityError):
         memo.forget()

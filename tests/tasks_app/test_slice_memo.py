@@ -1,0 +1,72 @@
+"""The slice memo: what one step leaves for the next must be what the next
+step would have read from the database."""
+
+from __future__ import annotations
+
+import pytest
+
+from tasks_app.context.builder import gather
+from tasks_app.models import ContextSummary, Task
+from tasks_app.runner.lease import lease_release, lease_take
+from tasks_app.runner.memo import SliceMemo
+from tasks_app.runner.snapshot import TaskSnapshot
+from tasks_app.runner.step import Next, advance_one_step
+from tasks_app.services.actors import SYSTEM
+from tasks_app.services.admission import admit_created_tasks
+from tasks_app.services.tasks import task_cancel
+from tests.factories import submit
+
+SCRIPT = [
+    {"tool": "lookup_order", "args": {"order_id": "A-1"}, "reason": "look 1"},
+    {"tool": "lookup_order", "args": {"order_id": "Z-9"}},  # a business error
+    {"tool": "lookup_order", "args": {"order_id": "A-2"}},
+    {"tool": "lookup_order", "args": {"order_id": "A-1"}},
+    {"tool": "lookup_order", "args": {"order_id": "A-2"}},
+    {"final": {"ok": True}},
+]
+
+
+def _sources_view(sources):  # type: ignore[no-untyped-def]
+    return (
+        sources.covered,
+        [(s.step_no, s.status, s.output, s.error, s.output_hash, s.chars,
+          int(s.reply_of) if s.reply_of not in (None, "") else None) for s in sources.recent],
+        sources.human_facts,
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_carried_state_matches_a_fresh_read_through_summaries(world, settings):
+    # A window of 1 and a threshold of 2: summaries are made along the way.
+    settings.TETHER = {**settings.TETHER, "CONTEXT_WINDOW_STEPS": 1, "SUMMARY_THRESHOLD_STEPS": 2}
+    task = submit(world.tenant, SCRIPT)
+    admit_created_tasks()
+    assert lease_take(task_id=task.pk, owner="test")
+    memo, compared = SliceMemo(), 0
+    try:
+        for _ in range(len(SCRIPT) - 1):
+            assert advance_one_step(task_id=task.pk, owner="test", memo=memo).next is Next.CONTINUE
+            assert memo.snap == TaskSnapshot.of(Task.objects.get(pk=task.pk))
+            assert memo.current is not None
+            assert memo.current.step_no == memo.snap.steps_count
+            if memo.sources is not None:
+                assert _sources_view(memo.sources) == _sources_view(gather(task.pk))
+                compared += 1
+    finally:
+        lease_release(task_id=task.pk, owner="test")
+    assert compared >= 3
+    assert ContextSummary.objects.filter(task=task).count() >= 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancel_between_steps_is_seen_before_the_model_is_asked(world):
+    task = submit(world.tenant, SCRIPT)
+    admit_created_tasks()
+    assert lease_take(task_id=task.pk, owner="test")
+    memo = SliceMemo()
+    assert advance_one_step(task_id=task.pk, owner="test", memo=memo).next is Next.CONTINUE
+    task_cancel(task_id=task.pk, actor=SYSTEM, reason="stop")
+
+    assert advance_one_step(task_id=task.pk, owner="test", memo=memo).next is Next.STOP
+    assert memo.snap is None and memo.sources is None
+    assert Task.objects.get(pk=task.pk).steps_count == 1  # nothing decided after the cancel
