@@ -70,7 +70,9 @@ def run_anatomy(world: World, *, steps: int = 21) -> dict[str, Any]:
         if tool_steps
         else None,
         "by_verb": {v: round(statistics.fmean(c[v] for c in tool_steps), 2) for v in verbs},
-        "commits_per_step": round(statistics.fmean(c["COMMIT"] for c in tool_steps), 2)
+        # A `WITH ...` statement is one of the runner's one-statement commits
+        # (`runner.commits`): outside a transaction, it commits on its own.
+        "commits_per_step": round(statistics.fmean(c["COMMIT"] + c["WITH"] for c in tool_steps), 2)
         if tool_steps
         else None,
         "connections_opened_per_step": round(statistics.fmean(conns[1:]), 2) if conns[1:] else None,
