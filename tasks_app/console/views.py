@@ -14,7 +14,6 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
-from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -40,6 +39,7 @@ from .forms import (
     TaskFilterForm,
     describe_filters,
 )
+from .paging import cursor, keyset_page
 from .presenters import WAITING_LABELS, budget_meters
 
 PAGE_SIZE = 25
@@ -105,15 +105,16 @@ def _matching(cu: ConsoleUser, filters: dict[str, Any]):  # type: ignore[no-unty
 def _list_context(request: HttpRequest, cu: ConsoleUser) -> dict[str, Any]:
     form, filters = _list_filters(request, cu, request.GET)
     qs = _matching(cu, filters)
-    page = Paginator(qs, PAGE_SIZE).get_page(request.GET.get("page"))
+    page = keyset_page(qs, before=cursor(request.GET.get("before")),
+                       after=cursor(request.GET.get("after")), size=PAGE_SIZE)
     kept = {k: ("on" if v is True else v) for k, v in filters.items() if v}
     active = qs.filter(status__in=NON_TERMINAL).count() if cu.can_operate else 0
     return {
         "nav": "tasks",
         "form": form,
         "filters": filters,
-        "page_obj": page,
-        "tasks": page.object_list,
+        "page": page,
+        "tasks": page.rows,
         "query_prefix": urlencode(kept) + "&" if kept else "",
         "filtered": bool(kept),
         "filter_text": describe_filters(filters),

@@ -78,11 +78,26 @@ def test_the_task_list_filters_searches_and_pages(world, settings):
 
     for i in range(30):
         submit(world.tenant, [{"final": {}}], goal=f"Bulk {i}")
+    # Keyset pages: "Older" carries the last id shown, "Newer" the first; no count.
+    def rows(html: str) -> list[int]:
+        return [int(i) for i in re.findall(r'<tr data-task-id="(\d+)"', html)]
+
     first = c.get("/tasks/").content.decode()
-    assert first.count("<tr data-task-id=") == 25
-    assert "Page 1 of 2" in first
-    second = c.get("/tasks/?page=2").content.decode()
-    assert second.count("<tr data-task-id=") == 34 - 25
+    newest = rows(first)
+    assert len(newest) == 25 and newest == sorted(newest, reverse=True)
+    assert f'href="?before={newest[-1]}" rel="next"' in first
+    assert 'rel="prev"' not in first  # nothing newer than the first page
+    second = c.get(f"/tasks/?before={newest[-1]}").content.decode()
+    older = rows(second)
+    assert len(older) == 34 - 25 and max(older) < min(newest)
+    assert 'rel="next"' not in second  # the oldest page
+    assert f'href="?after={older[0]}" rel="prev"' in second
+    assert rows(c.get(f"/tasks/?after={older[0]}").content.decode()) == newest
+    # A filter is kept across pages; a bad cursor is the first page, never an error.
+    assert rows(c.get("/tasks/?before=nonsense").content.decode()) == newest
+    bulk = c.get("/tasks/?q=Bulk").content.decode()
+    assert f'href="?q=Bulk&amp;before={rows(bulk)[-1]}" rel="next"' in bulk
+    assert len(rows(c.get(f"/tasks/?q=Bulk&before={rows(bulk)[-1]}").content.decode())) == 5
 
 
 def test_the_empty_task_list_says_what_to_do(world):
