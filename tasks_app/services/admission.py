@@ -47,22 +47,20 @@ def admit_created_tasks(*, limit: int = 100) -> list[int]:
         if connection.vendor == "postgresql":
             with connection.cursor() as cur:
                 cur.execute("SELECT pg_advisory_xact_lock(%s)", [ADMISSION_LOCK_KEY])
-        running = Task.objects.filter(status=TaskStatus.RUNNING)
-        free = cfg["MAX_RUNNING_TASKS"] - running.count()
+        # One read of what runs, by (tenant, agent): the total and both limits' counts.
+        per_tenant: Counter[int] = Counter()
+        per_agent: Counter[int] = Counter()
+        for tenant_id, agent_id, n in (
+            Task.objects.filter(status=TaskStatus.RUNNING)
+            .values_list("tenant_id", "agent_id")
+            .annotate(n=Count("id"))
+            .values_list("tenant_id", "agent_id", "n")
+        ):
+            per_tenant[tenant_id] += n
+            per_agent[agent_id] += n
+        free = cfg["MAX_RUNNING_TASKS"] - sum(per_tenant.values())
         if free <= 0:
             return []
-        per_tenant = Counter(
-            dict(
-                running.values_list("tenant_id")
-                .annotate(n=Count("id"))
-                .values_list("tenant_id", "n")
-            )
-        )
-        per_agent = Counter(
-            dict(
-                running.values_list("agent_id").annotate(n=Count("id")).values_list("agent_id", "n")
-            )
-        )
         wanted = min(free, limit)
         full = [t for t, n in per_tenant.items() if n >= cfg["MAX_RUNNING_PER_TENANT"]]
         # Only the two budget figures of each candidate's agent, not its whole snapshot.

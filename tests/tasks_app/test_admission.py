@@ -75,3 +75,15 @@ def test_tasks_submitted_in_one_transaction_are_admitted_once_it_commits(world, 
         assert _statuses(tasks) == [TaskStatus.CREATED] * 4
 
     assert _statuses(tasks) == ["RUNNING", "RUNNING", "RUNNING", "CREATED"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_global_limit_counts_every_tenant(world, limits):
+    limits(MAX_RUNNING_TASKS=3, MAX_RUNNING_PER_TENANT=50)
+    other = TenantFactory(name="t-other")
+    demo_tools_ensure(other)
+    demo_agent_ensure(other, on_exhaustion="fail")
+    ours = [submit(world.tenant, SCRIPT) for _ in range(2)]
+    theirs = [submit(other, SCRIPT) for _ in range(2)]
+
+    assert _statuses(ours + theirs) == ["RUNNING", "RUNNING", "RUNNING", "CREATED"]
