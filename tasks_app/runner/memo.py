@@ -9,8 +9,9 @@ bumps the version, and the memo is then dropped and everything read again.
 Correctness never rests on the memo: every write is still version-checked.
 
 The context's sources are carried too: the summary, the recent steps (each
-committed step is appended) and the pinned human facts (which change only
-while the task waits, never within a slice); a new summary version drops them.
+committed step is appended, and a new summary version takes the steps it
+covers out) and the pinned human facts (which change only while the task
+waits, never within a slice).
 
 What may lag by at most one slice (`SLICE_S`): a tool disabled or edited, or
 a summary rolled back, while the slice runs (the task's own status is never
