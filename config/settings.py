@@ -83,6 +83,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 else:
     DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DB_CONN_MAX_AGE", default=60))
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    # Django turns psycopg's prepared statements off (for transaction-mode poolers).
+    # Its own cursors bind on the client and never prepare anyway; this lets the
+    # runner's few hot statements (`tasks_app/runner/prepared.py`) be prepared.
+    # Behind a pooler that cannot keep them (PgBouncer < 1.21), set it false.
+    if env.bool("DB_PREPARED_STATEMENTS", default=True):
+        DATABASES["default"].setdefault("OPTIONS", {}).setdefault("prepare_threshold", 5)
     if "TEST" not in DATABASES["default"]:
         DATABASES["default"]["TEST"] = {
             "NAME": env.str("TEST_DATABASE_NAME", default="test_tether")
@@ -140,6 +146,8 @@ TETHER = {
     "SUMMARY_THRESHOLD_CHARS": env.int("TETHER_SUMMARY_THRESHOLD_CHARS", default=16000),
     "SUMMARY_MAX_CHARS": env.int("TETHER_SUMMARY_MAX_CHARS", default=4000),
     "LEDGER_CLAIM_GRACE_S": env.float("TETHER_LEDGER_CLAIM_GRACE_S", default=10.0),
+    # live events queued within this window of the first go out together (0: no wait)
+    "PUBLISH_WINDOW_MS": env.float("TETHER_PUBLISH_WINDOW_MS", default=10.0),
     "DEMO_NOTIFY_DELAY_S": env.float("TETHER_DEMO_NOTIFY_DELAY_S", default=3.0),
 }
 

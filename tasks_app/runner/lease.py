@@ -5,6 +5,9 @@ its lease is free, expired or ours), extended by a heartbeat thread during long
 tool calls, released at the end of a slice. The lease keeps executors from
 wasting work on the same task; correctness does not rest on it, the version
 check at commit is the fence.
+
+Taking and releasing are one statement each, once per slice; on PostgreSQL
+they are prepared (`prepared`), like the step's own hot statements.
 """
 from __future__ import annotations
 
@@ -20,6 +23,22 @@ from django.utils import timezone
 
 from ..machine import TaskStatus
 from ..models import Task
+from .prepared import fetch_one_prepared
+
+TAKE_SQL = f"""
+UPDATE {Task._meta.db_table}
+   SET lease_owner = %(owner)s, lease_expires_at = %(until)s, heartbeat_at = %(now)s,
+       next_run_at = NULL
+ WHERE id = %(task_id)s AND status = %(running)s
+   AND (lease_owner = '' OR lease_expires_at < %(now)s OR lease_owner = %(owner)s)
+RETURNING id
+"""
+RELEASE_SQL = f"""
+UPDATE {Task._meta.db_table}
+   SET lease_owner = '', lease_expires_at = NULL, next_run_at = %(next_run_at)s
+ WHERE id = %(task_id)s AND lease_owner = %(owner)s
+RETURNING id
+"""
 
 
 def lease_ttl() -> timedelta:
@@ -27,12 +46,14 @@ def lease_ttl() -> timedelta:
 
 
 def lease_take(*, task_id: int, owner: str) -> bool:
+    """Take the lease of a RUNNING task whose lease is free, expired or already ours."""
     now = timezone.now()
-    row = Task.objects.filter(pk=task_id).values_list("version", "status").first()
-    if row is None or row[1] != TaskStatus.RUNNING:
-        return False
+    if connection.vendor == "postgresql":
+        return fetch_one_prepared(TAKE_SQL, {
+            "owner": owner, "until": now + lease_ttl(), "now": now, "task_id": task_id,
+            "running": TaskStatus.RUNNING.value}) is not None
     return (
-        Task.objects.filter(pk=task_id, version=row[0], status=TaskStatus.RUNNING)
+        Task.objects.filter(pk=task_id, status=TaskStatus.RUNNING)
         .filter(Q(lease_owner="") | Q(lease_expires_at__lt=now) | Q(lease_owner=owner))
         .update(lease_owner=owner, lease_expires_at=now + lease_ttl(), heartbeat_at=now,
                 next_run_at=None)
@@ -50,6 +71,11 @@ def lease_extend(*, task_id: int, owner: str) -> bool:
 
 
 def lease_release(*, task_id: int, owner: str, next_run_at=None) -> None:  # type: ignore[no-untyped-def]
+    """Hand the task back (if the lease is still ours); `next_run_at`: when it is due again."""
+    if connection.vendor == "postgresql":
+        fetch_one_prepared(RELEASE_SQL, {"next_run_at": next_run_at, "task_id": task_id,
+                                         "owner": owner})
+        return
     Task.objects.filter(pk=task_id, lease_owner=owner).update(
         lease_owner="", lease_expires_at=None, next_run_at=next_run_at
     )
