@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Expression
 from django.utils import timezone
 from django_fsm import can_proceed
@@ -135,8 +135,10 @@ def fire_guard(task: Task, event: str) -> tuple[str, str]:
 def _close_open_work(task_id: int, *, event: str, payload: dict[str, Any]) -> None:
     """A task that ended leaves nothing open: its open steps get a typed result
     (a late tool result is then discarded at commit) and its open human
-    requests are closed. Same transaction as the terminal transition."""
-    from approvals_app.services.closing import close_open_requests
+    requests are closed. Same transaction as the terminal transition; on
+    PostgreSQL one statement (every task that ends pays for it, and there is
+    usually nothing open)."""
+    from approvals_app.services.closing import OPEN_REQUESTS, close_open_requests
 
     if event == "task_canceled":
         status = StepStatus.DISCARDED
@@ -144,9 +146,25 @@ def _close_open_work(task_id: int, *, event: str, payload: dict[str, Any]) -> No
     else:
         status = StepStatus.FAILED
         error = {"type": "task_ended", "message": f"the task ended ({event})"}
-    Step.objects.filter(task_id=task_id, status__in=OPEN_STEP_STATUSES).update(
-        status=status, error=error, finished_at=timezone.now())
-    close_open_requests(task_id=task_id)
+    now = timezone.now()
+    if connection.vendor != "postgresql":
+        Step.objects.filter(task_id=task_id, status__in=OPEN_STEP_STATUSES).update(
+            status=status, error=error, finished_at=now)
+        close_open_requests(task_id=task_id)
+        return
+    params: dict[str, Any] = {
+        "task_id": task_id, "status": status.value, "finished_at": now,
+        "error": Step._meta.get_field("error").get_db_prep_save(error, connection),
+        "open_steps": [s.value for s in OPEN_STEP_STATUSES]}
+    parts = [f"steps AS (UPDATE {Step._meta.db_table} SET status = %(status)s, "
+             "error = %(error)s, finished_at = %(finished_at)s "
+             "WHERE task_id = %(task_id)s AND status = ANY(%(open_steps)s))"]
+    for n, (model, open_status) in enumerate(OPEN_REQUESTS):
+        params[f"open_{n}"] = open_status
+        parts.append(f"r{n} AS (UPDATE {model._meta.db_table} SET status = 'canceled' "
+                     f"WHERE task_id = %(task_id)s AND status = %(open_{n})s)")
+    with connection.cursor() as cur:
+        cur.execute(f"WITH {', '.join(parts)} SELECT 1", params)
 
 
 def task_update_guarded(*, task_id: int, version: int, **fields: Any) -> bool:

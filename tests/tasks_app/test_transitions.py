@@ -107,3 +107,52 @@ def test_fields_are_written_with_the_transition_and_only_then(world):
         task_transition(task_id=task.pk, event="fatal_error", actor=SYSTEM,
                         fields={"failure_reason": "overwritten"})
     assert Task.objects.get(pk=task.pk).failure_reason == "because"
+
+
+def _open_everything(task: Task) -> None:
+    """Test setup: an open step and one open request of each kind."""
+    from approvals_app.services import opening
+    from tasks_app.models import Step, StepKind, StepStatus
+
+    step = Step.objects.create(task=task, step_no=1, kind=StepKind.TOOL, status=StepStatus.RUNNING,
+                               decision={}, model_log={}, tool="lookup_order", args={})
+    common = {"task_id": task.pk, "tenant_id": task.tenant_id, "step_id": step.pk,
+              "task_version": task.version}
+    opening.approval_open(**common, tool="lookup_order", args={}, risk="high", reason="",
+                          cites=[], sla_s=0)
+    opening.question_open(**common, question="?")
+    opening.reconciliation_open(**common, tool="lookup_order", args={}, idempotency_key="k" * 64,
+                                status_answer=None, reason="uncertain")
+
+
+@pytest.mark.django_db
+def test_a_task_that_ends_closes_its_open_work_and_no_other_tasks(world):
+    ending, other = _task_in(world, TaskStatus.RUNNING), _task_in(world, TaskStatus.RUNNING)
+    _open_everything(ending)
+    _open_everything(other)
+
+    task_transition(task_id=ending.pk, event="fatal_error", actor=SYSTEM,
+                    expected_version=START_VERSION)
+
+    step = ending.steps.get()
+    assert (step.status, step.error["type"]) == ("FAILED", "task_ended")
+    assert step.finished_at is not None
+    for related in ("approvals", "questions", "reconciliations"):
+        assert set(getattr(ending, related).values_list("status", flat=True)) == {"canceled"}
+    assert other.steps.get().status == "RUNNING"
+    assert other.approvals.get().status == "pending"
+    assert other.questions.get().status == "open"
+    assert other.reconciliations.get().status == "open"
+
+
+@pytest.mark.django_db
+def test_a_canceled_task_discards_its_open_step(world):
+    task = _task_in(world, TaskStatus.RUNNING)
+    _open_everything(task)
+
+    task_transition(task_id=task.pk, event="task_canceled", actor=SYSTEM,
+                    expected_version=START_VERSION, payload={"reason": "not needed"})
+
+    step = task.steps.get()
+    assert (step.status, step.error) == ("DISCARDED", {"type": "canceled",
+                                                       "message": "not needed"})
