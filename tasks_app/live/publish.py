@@ -4,10 +4,16 @@ Called only from the on-commit hook `services.events.event_announce` sets.
 Publishing never blocks or fails a step: the message is handed to one
 publisher task on an event loop (the ASGI server's own loop in the embedded
 mode, so the in-memory layer wakes its consumers at once; else a loop in a
-daemon thread of this process), which sends them in commit order; what piled
-up for a group while it was sending goes out as one message. A push that is
-lost costs nothing but latency: subscribers catch up from the database by
-asking for events after the last id they saw.
+daemon thread of this process), which sends them in commit order.
+
+Sending is batched: after the first event of a batch arrives, the publisher
+waits `PUBLISH_WINDOW_MS` (a Nagle-style window: a step's decision and its
+outcome are a few milliseconds apart), and everything queued by then goes out
+as one message per group. A send to the Redis layer costs several round trips
+whatever it carries, so the window roughly halves the publisher's share of a
+step's CPU for a few milliseconds of latency. A push that is lost costs
+nothing but latency: subscribers catch up from the database by asking for
+events after the last id they saw.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import threading
 from typing import Any
 
 from channels.layers import get_channel_layer
+from django.conf import settings
 
 from ..models import Event
 from ..selectors import event_dict
@@ -87,8 +94,11 @@ class Publisher:
 
     async def _drain(self, queue: asyncio.Queue[tuple[str, Any]]) -> None:
         layer = get_channel_layer()
+        window_s = settings.TETHER["PUBLISH_WINDOW_MS"] / 1000
         while True:
             batch = [await queue.get()]
+            if window_s > 0:
+                await asyncio.sleep(window_s)  # the batching window (see the module's doc)
             while not queue.empty():
                 batch.append(queue.get_nowait())
             for group, message in coalesce(batch):

@@ -33,19 +33,23 @@ def _settled(task_id: int) -> Task | None:
 
 
 async def _collect(channel: str, *, until_type: str, timeout: float) -> list[dict]:
+    """The events the layer delivers, in order, whether one per message
+    (`tether.event`) or batched (`tether.events`)."""
     layer = get_channel_layer()
-    messages: list[dict] = []
+    events: list[dict] = []
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    while not any(m["event"]["type"] == until_type for m in messages):
+    while not any(e["type"] == until_type for e in events):
         remaining = deadline - loop.time()
         if remaining <= 0:
             break
         try:
-            messages.append(await asyncio.wait_for(layer.receive(channel), timeout=remaining))
+            message = await asyncio.wait_for(layer.receive(channel), timeout=remaining)
         except TimeoutError:
             break
-    return messages
+        events.extend(message["events"] if message["type"] == "tether.events"
+                      else [message["event"]])
+    return events
 
 
 def test_a_scripted_task_runs_to_success_on_a_real_worker(world, celery_workers):
@@ -74,7 +78,7 @@ def test_a_scripted_task_runs_to_success_on_a_real_worker(world, celery_workers)
 
     # Every event reached live subscribers across processes, in order, once.
     received = async_to_sync(_collect)(channel, until_type="final_accepted", timeout=15)
-    ids = [m["event"]["id"] for m in received if m["task_id"] == done.pk]
+    ids = [e["id"] for e in received if e["task_id"] == done.pk]
     assert ids == list(Event.objects.filter(task=done).order_by("id").values_list("id", flat=True))
 
 

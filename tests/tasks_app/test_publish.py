@@ -3,7 +3,13 @@ as one message, in commit order; other groups keep their own."""
 
 from __future__ import annotations
 
-from tasks_app.live.publish import coalesce
+import asyncio
+from uuid import uuid4
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+
+from tasks_app.live.publish import Publisher, coalesce
 
 
 def _queued(group: str, event_id: int, task_id: int = 7) -> tuple[str, dict]:
@@ -29,3 +35,25 @@ def test_events_of_one_group_go_together_in_order_and_groups_stay_apart():
                                  {"id": 3, "task_id": 8}]}),
         ("task.8", {"type": "tether.event", "event": {"id": 3, "task_id": 8}, "task_id": 8}),
     ]
+
+
+def test_events_sent_within_the_window_reach_a_group_as_one_message(settings):
+    """Through the real Redis layer: two events handed over back to back (a
+    step's decision and outcome) arrive as one `tether.events` message."""
+    settings.TETHER = {**settings.TETHER, "PUBLISH_WINDOW_MS": 500}
+    layer = get_channel_layer()
+    group = f"task.test-{uuid4().hex}"
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(group, channel)
+    first, second = _queued(group, 1)[1], _queued(group, 2)[1]
+
+    publisher = Publisher()  # its own loop and thread, as in a Celery worker
+    publisher.send([(group, first)])
+    publisher.send([(group, second)])
+
+    async def receive() -> dict:
+        return await asyncio.wait_for(layer.receive(channel), timeout=10)
+
+    assert async_to_sync(receive)() == {
+        "type": "tether.events", "events": [first["event"], second["event"]]}
+    async_to_sync(layer.group_discard)(group, channel)
