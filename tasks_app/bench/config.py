@@ -28,9 +28,10 @@ class BenchConfig:
     # medians compared: on a shared machine one measurement of each can be luck.
     rounds: int = 3
     long_steps: int = 1000
-    # One worker process per CPU: the runner is CPU-bound here, more processes only
-    # add latency (measured: 2, 4 and 6 processes give the same steps/s on 2 CPUs).
-    workers: int = field(default_factory=lambda: os.cpu_count() or 2)
+    # One worker process per CPU, plus one: a worker waits on its commits about a
+    # third of a step, and the extra process uses that time (measured on 2 vCPUs:
+    # 3 processes do 12-40 % more steps/s than 2; 4 no more than 3).
+    workers: int = field(default_factory=lambda: (os.cpu_count() or 2) + 1)
     ws_steps: int = 1000
     ws_rate: float = 100.0
     console_tasks: int = 100_000
