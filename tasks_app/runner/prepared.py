@@ -5,6 +5,10 @@ parses and plans every statement anew. The few statements a tool step sends
 every time (the slice memo's probe, the two commits in `commits`) go through
 psycopg's own cursor on Django's connection instead, prepared: from the
 second run on, only their parameters travel and the plan is reused.
+
+Django sets psycopg's `prepare_threshold` to None (no preparing at all, for
+connection poolers); the settings give it back unless
+`DB_PREPARED_STATEMENTS=false`, and then `prepare=True` below is honoured.
 """
 from __future__ import annotations
 
