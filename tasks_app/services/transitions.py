@@ -15,6 +15,7 @@ read only to explain a refusal.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from django.db import connection, transaction
@@ -138,7 +139,7 @@ def _close_open_work(task_id: int, *, event: str, payload: dict[str, Any]) -> No
     requests are closed. Same transaction as the terminal transition; on
     PostgreSQL one statement (every task that ends pays for it, and there is
     usually nothing open)."""
-    from approvals_app.services.closing import OPEN_REQUESTS, close_open_requests
+    from approvals_app.services.closing import close_open_requests
 
     if event == "task_canceled":
         status = StepStatus.DISCARDED
@@ -152,19 +153,28 @@ def _close_open_work(task_id: int, *, event: str, payload: dict[str, Any]) -> No
             status=status, error=error, finished_at=now)
         close_open_requests(task_id=task_id)
         return
+    sql, open_statuses = _close_open_work_sql()
     params: dict[str, Any] = {
-        "task_id": task_id, "status": status.value, "finished_at": now,
-        "error": Step._meta.get_field("error").get_db_prep_save(error, connection),
-        "open_steps": [s.value for s in OPEN_STEP_STATUSES]}
+        **open_statuses, "task_id": task_id, "status": status.value, "finished_at": now,
+        "error": Step._meta.get_field("error").get_db_prep_save(error, connection)}
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+
+
+@cache
+def _close_open_work_sql() -> tuple[str, dict[str, Any]]:
+    """The one statement of `_close_open_work` (built once), and its fixed parameters."""
+    from approvals_app.services.closing import OPEN_REQUESTS
+
+    fixed: dict[str, Any] = {"open_steps": [s.value for s in OPEN_STEP_STATUSES]}
     parts = [f"steps AS (UPDATE {Step._meta.db_table} SET status = %(status)s, "
              "error = %(error)s, finished_at = %(finished_at)s "
              "WHERE task_id = %(task_id)s AND status = ANY(%(open_steps)s))"]
     for n, (model, open_status) in enumerate(OPEN_REQUESTS):
-        params[f"open_{n}"] = open_status
+        fixed[f"open_{n}"] = open_status
         parts.append(f"r{n} AS (UPDATE {model._meta.db_table} SET status = 'canceled' "
                      f"WHERE task_id = %(task_id)s AND status = %(open_{n})s)")
-    with connection.cursor() as cur:
-        cur.execute(f"WITH {', '.join(parts)} SELECT 1", params)
+    return f"WITH {', '.join(parts)} SELECT 1", fixed
 
 
 def task_update_guarded(*, task_id: int, version: int, **fields: Any) -> bool:
