@@ -120,10 +120,14 @@ TETHER_RUNNER = env.str("TETHER_RUNNER", default="celery" if CELERY_BROKER_URL e
 
 CHANNEL_LAYER_URL = env.str("CHANNEL_LAYER_URL", default="")
 if CHANNEL_LAYER_URL:
+    # Redis pub/sub: a group send is one PUBLISH (the list-based core layer makes
+    # three round trips and a Lua script per group). Nothing is buffered for a
+    # consumer that is away, which the live feed does not need: a subscriber
+    # joins the group first, then catches up from the database.
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [CHANNEL_LAYER_URL], "capacity": 1500, "expiry": 30},
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "CONFIG": {"hosts": [CHANNEL_LAYER_URL]},
         }
     }
 else:

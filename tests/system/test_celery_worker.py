@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 
 import pytest
-from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
 from tasks_app.live.publish import tenant_group
@@ -32,32 +32,57 @@ def _settled(task_id: int) -> Task | None:
     return task if task.status not in (TaskStatus.CREATED, TaskStatus.RUNNING) else None
 
 
-async def _collect(channel: str, *, until_type: str, timeout: float) -> list[dict]:
-    """The events the layer delivers, in order, whether one per message
-    (`tether.event`) or batched (`tether.events`)."""
-    layer = get_channel_layer()
-    events: list[dict] = []
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not any(e["type"] == until_type for e in events):
-        remaining = deadline - loop.time()
-        if remaining <= 0:
-            break
+class GroupListener:
+    """Subscribes to a group of the real channel layer and collects the events
+    it delivers, in order, whether one per message (`tether.event`) or batched
+    (`tether.events`), until an event of `until_type` arrives.
+
+    The Redis pub/sub layer keeps a subscription on the event loop that made
+    it and buffers nothing: the listener runs on one loop in its own thread,
+    from before the task is submitted until it has what it waits for.
+    """
+
+    def __init__(self, group: str, *, until_type: str, timeout: float) -> None:
+        self.group, self.until_type, self.timeout = group, until_type, timeout
+        self.events: list[dict] = []
+        self._subscribed = threading.Event()
+        self._thread = threading.Thread(target=asyncio.run, args=(self._listen(),), daemon=True)
+
+    def start(self) -> GroupListener:
+        self._thread.start()
+        assert self._subscribed.wait(10), "could not subscribe to the channel layer"
+        return self
+
+    def collected(self) -> list[dict]:
+        self._thread.join(self.timeout + 5)
+        return self.events
+
+    async def _listen(self) -> None:
+        layer = get_channel_layer()
+        channel = await layer.new_channel()
+        await layer.group_add(self.group, channel)
+        self._subscribed.set()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
         try:
-            message = await asyncio.wait_for(layer.receive(channel), timeout=remaining)
-        except TimeoutError:
-            break
-        events.extend(message["events"] if message["type"] == "tether.events"
-                      else [message["event"]])
-    return events
+            while not any(e["type"] == self.until_type for e in self.events):
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                try:
+                    message = await asyncio.wait_for(layer.receive(channel), timeout=remaining)
+                except TimeoutError:
+                    break
+                self.events.extend(message["events"] if message["type"] == "tether.events"
+                                   else [message["event"]])
+        finally:
+            await layer.group_discard(self.group, channel)
 
 
 def test_a_scripted_task_runs_to_success_on_a_real_worker(world, celery_workers):
     worker = celery_workers.start()
-    layer = get_channel_layer()
-    channel = async_to_sync(layer.new_channel)()
-    async_to_sync(layer.group_add)(tenant_group(world.tenant.pk), channel)
-
+    listener = GroupListener(tenant_group(world.tenant.pk), until_type="final_accepted",
+                             timeout=60).start()
     task = submit(world.tenant, SCRIPT)
     done = wait_for(lambda: _settled(task.pk), timeout=60, message="the task to finish")
 
@@ -77,7 +102,7 @@ def test_a_scripted_task_runs_to_success_on_a_real_worker(world, celery_workers)
     assert worker.alive()
 
     # Every event reached live subscribers across processes, in order, once.
-    received = async_to_sync(_collect)(channel, until_type="final_accepted", timeout=15)
+    received = listener.collected()
     ids = [e["id"] for e in received if e["task_id"] == done.pk]
     assert ids == list(Event.objects.filter(task=done).order_by("id").values_list("id", flat=True))
 

@@ -43,17 +43,19 @@ def test_events_sent_within_the_window_reach_a_group_as_one_message(settings):
     settings.TETHER = {**settings.TETHER, "PUBLISH_WINDOW_MS": 500}
     layer = get_channel_layer()
     group = f"task.test-{uuid4().hex}"
-    channel = async_to_sync(layer.new_channel)()
-    async_to_sync(layer.group_add)(group, channel)
     first, second = _queued(group, 1)[1], _queued(group, 2)[1]
 
-    publisher = Publisher()  # its own loop and thread, as in a Celery worker
-    publisher.send([(group, first)])
-    publisher.send([(group, second)])
+    async def subscribe_publish_receive() -> dict:
+        # The pub/sub layer keeps its subscriptions per event loop: one loop here.
+        channel = await layer.new_channel()
+        await layer.group_add(group, channel)
+        try:
+            publisher = Publisher()  # its own loop and thread, as in a Celery worker
+            publisher.send([(group, first)])
+            publisher.send([(group, second)])
+            return await asyncio.wait_for(layer.receive(channel), timeout=10)
+        finally:
+            await layer.group_discard(group, channel)
 
-    async def receive() -> dict:
-        return await asyncio.wait_for(layer.receive(channel), timeout=10)
-
-    assert async_to_sync(receive)() == {
+    assert async_to_sync(subscribe_publish_receive)() == {
         "type": "tether.events", "events": [first["event"], second["event"]]}
-    async_to_sync(layer.group_discard)(group, channel)
