@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import pytest
 from django.db import transaction
+from django.utils import timezone
 
 from tasks_app.machine import TaskStatus
 from tasks_app.models import AgentProfile, Task
 from tasks_app.services.actors import SYSTEM
-from tasks_app.services.admission import admit_created_tasks
+from tasks_app.services.admission import PAGE, _Candidate, _start, admit_created_tasks
 from tasks_app.services.demo import demo_agent_ensure, demo_tools_ensure
 from tasks_app.services.tasks import task_cancel
 from tests.factories import TenantFactory, submit
@@ -87,3 +88,54 @@ def test_the_global_limit_counts_every_tenant(world, limits):
     theirs = [submit(other, SCRIPT) for _ in range(2)]
 
     assert _statuses(ours + theirs) == ["RUNNING", "RUNNING", "RUNNING", "CREATED"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_queue_longer_than_a_page_does_not_hold_back_a_later_tenant(world, limits):
+    """Candidates are read a page at a time, leaving out tenants already full:
+    the other tenant's task, behind more than a page of waiting ones, starts."""
+    limits(MAX_RUNNING_PER_TENANT=1)
+    other = TenantFactory(name="t-other")
+    demo_tools_ensure(other)
+    demo_agent_ensure(other, on_exhaustion="fail")
+    with transaction.atomic():
+        ours = [submit(world.tenant, SCRIPT) for _ in range(PAGE + 5)]
+        theirs = submit(other, SCRIPT)
+
+    assert _statuses(ours[:2]) == ["RUNNING", "CREATED"]
+    assert _statuses([theirs]) == ["RUNNING"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_agent_at_its_limit_is_skipped_across_pages(world):
+    """A limit set on the agent is not known before its tasks' rows are read:
+    they are skipped one by one, past the first page, to a task that may run."""
+    demo_agent_ensure(world.tenant, name="narrow", max_concurrent_tasks=1)
+    with transaction.atomic():
+        narrow = [submit(world.tenant, SCRIPT, agent="narrow") for _ in range(PAGE + 5)]
+        broad = submit(world.tenant, SCRIPT)
+
+    assert _statuses(narrow).count("RUNNING") == 1
+    assert _statuses([broad]) == ["RUNNING"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_task_canceled_while_waiting_is_passed_over_and_admission_goes_on(world, limits):
+    """A candidate whose row moved on between the read and its start is skipped;
+    the admission's transaction stays usable and the next one starts."""
+    limits(MAX_RUNNING_PER_TENANT=1)
+    running, waiting, after = (submit(world.tenant, SCRIPT) for _ in range(3))
+    assert _statuses([running, waiting, after]) == ["RUNNING", "CREATED", "CREATED"]
+    task = Task.objects.get(pk=waiting.pk)
+    stale = _Candidate(id=task.pk, tenant_id=task.tenant_id, agent_id=task.agent_id,
+                       version=task.version, trace_id=task.trace_id, agent_cap=None,
+                       duration=None)
+    task_cancel(task_id=waiting.pk, actor=SYSTEM, reason="changed my mind")
+
+    with transaction.atomic():
+        assert _start(stale, timezone.now()) is False
+        assert Task.objects.filter(pk=waiting.pk).values_list("status", flat=True).get() == (
+            TaskStatus.CANCELED)  # the transaction still answers
+
+    task_cancel(task_id=running.pk, actor=SYSTEM, reason="make room")
+    assert _statuses([running, waiting, after]) == ["CANCELED", "CANCELED", "RUNNING"]
