@@ -1,4 +1,4 @@
-"""The two commits of a tool step that goes as expected, one SQL statement each.
+"""The commits of the runner's common steps, one SQL statement each.
 
 A tool step commits twice (DESIGN.md "The loop"): its decision before the tool
 runs, its outcome after. Each commit writes several rows, and each is fenced
@@ -16,8 +16,12 @@ it holds everything is written at once.
 2. `commit_outcome`: the `step_succeeded` transition (version + 1, counters,
    no-progress state), the ledger's record of the call (while this executor's
    claim holds), the step's result and the event.
+3. `commit_final`: an accepted final answer, once per task: the
+   `final_accepted` transition with the result and the counters, the final
+   step, the event, and the closing of anything the task left open (as
+   `services.transitions` does for every task that ends).
 
-Everything else the runner commits (questions, approvals, final answers,
+Everything else the runner commits (questions, approvals, invalid results,
 failures, retries) goes through the services with the ORM; those are rare
 next to tool steps. The events are published after commit like any other
 (`services.events.event_announce`). Inside an enclosing transaction (tests, or
@@ -32,6 +36,7 @@ from __future__ import annotations
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import cache
 from typing import Any
 
 from django.conf import settings
@@ -39,6 +44,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from config.errors import DomainError, ErrorKind
 from tools_app.executor.ledger import STATUS_OF, Claim, stored_error, with_outcome
 from tools_app.executor.types import OutcomeKind, ToolCall, ToolContext, ToolOutcome, ToolSpec
 from tools_app.models import LedgerStatus, ToolExecution
@@ -46,8 +52,17 @@ from tools_app.models import LedgerStatus, ToolExecution
 from ..keys import canonical_json, idempotency_key
 from ..models import Event, Step, StepKind, StepStatus, Task
 from ..services.actors import Actor
-from ..services.events import event_announce
-from ..services.transitions import fire_guard, task_update_guarded
+from ..services.admission import admission_after_commit
+from ..services.events import TRANSITION_EVENT_CTE, event_announce
+from ..services.transitions import (
+    KnownTask,
+    close_open_work_ctes,
+    close_open_work_params,
+    fire_guard,
+    open_steps_end_as,
+    task_transition,
+    task_update_guarded,
+)
 from .prepared import fetch_one_prepared
 from .snapshot import TaskSnapshot
 
@@ -110,16 +125,9 @@ WITH task AS (
            output_hash = %(output_hash)s, finished_at = %(now)s, latency_ms = %(latency_ms)s,
            next_attempt_at = NULL
      WHERE id = %(step_id)s AND EXISTS (SELECT 1 FROM task)
-), event AS (
-    INSERT INTO tasks_app_event (task_id, tenant_id, task_version, type, payload, actor,
-                                 actor_role, trace_id, created_at)
-    SELECT %(task_id)s, %(tenant_id)s, task.version, 'step_succeeded', %(payload)s,
-           %(actor)s, %(actor_role)s, %(trace_id)s, %(now)s
-      FROM task
- RETURNING id
-)
+), {event}
 SELECT task.version, event.id, (SELECT count(*) FROM ledger) FROM task, event
-"""
+""".replace("{event}", TRANSITION_EVENT_CTE)
 
 
 def _json(model: type[Any], field: str, value: Any) -> Any:
@@ -310,7 +318,7 @@ def _outcome_in_one_statement(snap: TaskSnapshot, step: Step, claim: Claim | Non
         "output": _json(Step, "output", settled["output"]),
         "error": _json(Step, "error", settled["error"]),
         "output_hash": settled["output_hash"], "latency_ms": settled["latency_ms"],
-        "payload": _json(Event, "payload", payload),
+        "event_type": "step_succeeded", "payload": _json(Event, "payload", payload),
         "actor": actor.name, "actor_role": actor.role,
     })
     if row is None:
@@ -343,3 +351,92 @@ def _outcome_with_orm(snap: TaskSnapshot, step: Step, claim: Claim | None, *,
     except _Refused:
         return None
     return snap.version + 1, event.pk, recorded
+
+
+# --- the final answer -------------------------------------------------------------
+
+FINAL_SQL = """
+WITH task AS (
+    UPDATE tasks_app_task
+       SET status = %(to)s, version = version + 1, updated_at = %(now)s, finished_at = %(now)s,
+           lease_owner = '', lease_expires_at = NULL, next_run_at = NULL, result = %(result)s,
+           steps_count = steps_count + 1, model_calls = model_calls + %(model_calls)s,
+           tokens = tokens + %(tokens)s
+     WHERE id = %(task_id)s AND version = %(version)s AND status = %(from)s
+ RETURNING version
+), step AS (
+    INSERT INTO tasks_app_step (task_id, step_no, kind, status, decision, model_log, tool,
+                                idempotency_key, attempt, output, output_hash, started_at,
+                                finished_at)
+    SELECT %(task_id)s, %(step_no)s, %(kind)s, %(step_status)s, %(decision)s, %(model_log)s,
+           '', '', 0, %(result)s, '', %(now)s, %(now)s
+      FROM task
+), {event}, {closing}
+SELECT task.version, event.id FROM task, event
+"""
+
+
+@cache
+def _final_sql() -> tuple[str, dict[str, Any]]:
+    parts, fixed = close_open_work_ctes("EXISTS (SELECT 1 FROM task)")
+    sql = FINAL_SQL.replace("{event}", TRANSITION_EVENT_CTE)
+    return sql.replace("{closing}", ",\n".join(parts)), fixed
+
+
+def commit_final(snap: TaskSnapshot, *, decision: dict[str, Any], model_log: dict[str, Any],
+                 result: Any, model_calls: int, tokens: int, actor: Actor) -> bool:
+    """Accept a validated final answer: the task SUCCEEDED with its result.
+    False when the version moved on (nothing written)."""
+    event = "final_accepted"
+    source, target = fire_guard(Task(pk=snap.id, status=snap.status, version=snap.version), event)
+    step_no = snap.steps_count + 1
+    payload = {"from": source, "to": target, "step_no": step_no}
+    if not _one_statement():
+        return _final_with_orm(snap, decision=decision, model_log=model_log, result=result,
+                               model_calls=model_calls, tokens=tokens, actor=actor)
+    now = timezone.now()
+    sql, fixed = _final_sql()
+    status, error = open_steps_end_as(event, {})
+    row = _run(sql, {
+        **fixed, **close_open_work_params(task_id=snap.id, status=status, error=error, now=now),
+        "tenant_id": snap.tenant_id, "trace_id": snap.trace_id, "version": snap.version,
+        "from": source, "to": target, "now": now, "result": _json(Task, "result", result),
+        "model_calls": model_calls, "tokens": tokens, "step_no": step_no,
+        "kind": StepKind.FINAL.value, "step_status": StepStatus.SUCCEEDED.value,
+        "decision": _json(Step, "decision", decision),
+        "model_log": _json(Step, "model_log", model_log),
+        "event_type": event, "payload": _json(Event, "payload", payload),
+        "actor": actor.name, "actor_role": actor.role,
+    })
+    if row is None:
+        return False
+    version, event_id = row
+    event_announce(Event(id=event_id, task_id=snap.id, tenant_id=snap.tenant_id,
+                         trace_id=snap.trace_id, task_version=version, type=event,
+                         payload=payload, actor=actor.name, actor_role=actor.role,
+                         created_at=now))
+    admission_after_commit()  # a RUNNING slot was freed
+    return True
+
+
+def _final_with_orm(snap: TaskSnapshot, *, decision: dict[str, Any], model_log: dict[str, Any],
+                    result: Any, model_calls: int, tokens: int, actor: Actor) -> bool:
+    fields: dict[str, Any] = {"steps_count": F("steps_count") + 1, "result": result}
+    if model_calls:
+        fields.update(model_calls=F("model_calls") + model_calls, tokens=F("tokens") + tokens)
+    try:
+        with transaction.atomic():
+            Step.objects.create(task_id=snap.id, step_no=snap.steps_count + 1,
+                                kind=StepKind.FINAL, status=StepStatus.SUCCEEDED,
+                                decision=decision, model_log=model_log, output=result,
+                                finished_at=timezone.now())
+            task_transition(task_id=snap.id, event="final_accepted", actor=actor,
+                            expected_version=snap.version,
+                            known=KnownTask(status=snap.status, tenant_id=snap.tenant_id,
+                                            trace_id=snap.trace_id),
+                            fields=fields, payload={"step_no": snap.steps_count + 1})
+    except DomainError as exc:
+        if exc.kind != ErrorKind.CONFLICT:
+            raise
+        return False
+    return True

@@ -55,7 +55,7 @@ from ..services.actors import Actor
 from ..services.events import event_append
 from ..services.transitions import KnownTask, task_transition, task_update_guarded
 from .budgets import exhausted_budget, past_deadline
-from .commits import commit_decision, commit_outcome
+from .commits import commit_decision, commit_final, commit_outcome
 from .lease import heartbeat
 from .memo import SliceMemo
 from .policy import check_tool_call
@@ -288,13 +288,10 @@ def _record_decision(
                             {"type": "invalid_result",
                              "message": "the final result failed validation",
                              "errors": errors})
-        with transaction.atomic():
-            _new_step(snap, kind=StepKind.FINAL, status=StepStatus.SUCCEEDED, decision=decision,
-                      model_log=model_log, output=decision.result, finished_at=timezone.now())
-            task_transition(task_id=snap.id, event="final_accepted", actor=actor,
-                            expected_version=snap.version, known=_known(snap),
-                            fields={**counters, "result": decision.result},
-                            payload={"step_no": step_no})
+        if not commit_final(snap, decision=decision.as_dict(), model_log=model_log,
+                            result=decision.result, model_calls=spent.model_calls,
+                            tokens=spent.tokens, actor=actor):
+            raise _Stale()
         return STOP
 
     # a tool call

@@ -15,6 +15,18 @@ from django.db import transaction
 from ..models import Event
 from .actors import Actor
 
+# In one-statement commits (PostgreSQL): the event of a transition whose
+# version-checked `UPDATE` is the CTE named `task`, returning the new version.
+# Nothing is inserted when that UPDATE matched no row.
+TRANSITION_EVENT_CTE = """event AS (
+    INSERT INTO tasks_app_event (task_id, tenant_id, task_version, type, payload, actor,
+                                 actor_role, trace_id, created_at)
+    SELECT %(task_id)s, %(tenant_id)s, task.version, %(event_type)s, %(payload)s,
+           %(actor)s, %(actor_role)s, %(trace_id)s, %(now)s
+      FROM task
+ RETURNING id
+)"""
+
 
 def event_append(
     *,

@@ -141,12 +141,7 @@ def _close_open_work(task_id: int, *, event: str, payload: dict[str, Any]) -> No
     usually nothing open)."""
     from approvals_app.services.closing import close_open_requests
 
-    if event == "task_canceled":
-        status = StepStatus.DISCARDED
-        error = {"type": "canceled", "message": str(payload.get("reason") or "task canceled")}
-    else:
-        status = StepStatus.FAILED
-        error = {"type": "task_ended", "message": f"the task ended ({event})"}
+    status, error = open_steps_end_as(event, payload)
     now = timezone.now()
     if connection.vendor != "postgresql":
         Step.objects.filter(task_id=task_id, status__in=OPEN_STEP_STATUSES).update(
@@ -154,26 +149,50 @@ def _close_open_work(task_id: int, *, event: str, payload: dict[str, Any]) -> No
         close_open_requests(task_id=task_id)
         return
     sql, open_statuses = _close_open_work_sql()
-    params: dict[str, Any] = {
-        **open_statuses, "task_id": task_id, "status": status.value, "finished_at": now,
-        "error": Step._meta.get_field("error").get_db_prep_save(error, connection)}
     with connection.cursor() as cur:
-        cur.execute(sql, params)
+        cur.execute(sql, {**open_statuses, **close_open_work_params(
+            task_id=task_id, status=status, error=error, now=now)})
+
+
+def open_steps_end_as(event: str, payload: dict[str, Any]) -> tuple[StepStatus, dict[str, Any]]:
+    """The status and error an open step is left with when `event` ends its task."""
+    if event == "task_canceled":
+        return StepStatus.DISCARDED, {
+            "type": "canceled", "message": str(payload.get("reason") or "task canceled")}
+    return StepStatus.FAILED, {"type": "task_ended", "message": f"the task ended ({event})"}
+
+
+def close_open_work_params(*, task_id: int, status: str, error: dict[str, Any],
+                           now: Any) -> dict[str, Any]:
+    """The varying parameters of `close_open_work_ctes`."""
+    return {"task_id": task_id, "close_status": str(status), "close_at": now,
+            "close_error": Step._meta.get_field("error").get_db_prep_save(error, connection)}
+
+
+@cache
+def close_open_work_ctes(guard: str = "") -> tuple[tuple[str, ...], dict[str, Any]]:
+    """The CTEs that close a task's open steps and requests (PostgreSQL), and
+    their fixed parameters. `guard`, a condition every part also needs (say,
+    that a version-checked UPDATE in the same statement matched), lets a
+    statement that ends a task embed them."""
+    from approvals_app.services.closing import OPEN_REQUESTS
+
+    also = f" AND {guard}" if guard else ""
+    fixed: dict[str, Any] = {"open_steps": [s.value for s in OPEN_STEP_STATUSES]}
+    parts = [f"closed_steps AS (UPDATE {Step._meta.db_table} SET status = %(close_status)s, "
+             "error = %(close_error)s, finished_at = %(close_at)s "
+             f"WHERE task_id = %(task_id)s AND status = ANY(%(open_steps)s){also})"]
+    for n, (model, open_status) in enumerate(OPEN_REQUESTS):
+        fixed[f"open_{n}"] = open_status
+        parts.append(f"closed_{n} AS (UPDATE {model._meta.db_table} SET status = 'canceled' "
+                     f"WHERE task_id = %(task_id)s AND status = %(open_{n})s{also})")
+    return tuple(parts), fixed
 
 
 @cache
 def _close_open_work_sql() -> tuple[str, dict[str, Any]]:
     """The one statement of `_close_open_work` (built once), and its fixed parameters."""
-    from approvals_app.services.closing import OPEN_REQUESTS
-
-    fixed: dict[str, Any] = {"open_steps": [s.value for s in OPEN_STEP_STATUSES]}
-    parts = [f"steps AS (UPDATE {Step._meta.db_table} SET status = %(status)s, "
-             "error = %(error)s, finished_at = %(finished_at)s "
-             "WHERE task_id = %(task_id)s AND status = ANY(%(open_steps)s))"]
-    for n, (model, open_status) in enumerate(OPEN_REQUESTS):
-        fixed[f"open_{n}"] = open_status
-        parts.append(f"r{n} AS (UPDATE {model._meta.db_table} SET status = 'canceled' "
-                     f"WHERE task_id = %(task_id)s AND status = %(open_{n})s)")
+    parts, fixed = close_open_work_ctes()
     return f"WITH {', '.join(parts)} SELECT 1", fixed
 
 

@@ -1,4 +1,4 @@
-"""The two commits of a tool step (`runner.commits`): one SQL statement each on
+"""The runner's commits (`runner.commits`): one SQL statement each on
 PostgreSQL, the ORM in one transaction elsewhere (SQLite, the embedded mode).
 Both must write the same rows, and neither may write anything when the
 task's version moved on."""
@@ -132,3 +132,51 @@ def test_an_outcome_after_a_cancel_is_refused_and_changes_nothing(world, commit_
 
     assert done is None
     assert _written(task.pk) == before  # the ledger too: the runner records it separately
+
+
+def _final(snap: TaskSnapshot) -> bool:
+    return commits.commit_final(snap, decision={"kind": "final", "result": {"ok": True}},
+                                model_log={}, result={"ok": True}, model_calls=1, tokens=3,
+                                actor=Actor.worker("test"))
+
+
+def _with_an_open_step(world: Any) -> Task:
+    """A RUNNING task whose step 1 was left RETRYING (as by a crash)."""
+    task = _admitted(world)
+    step = Step.objects.create(task_id=task.pk, step_no=1, kind="tool", status="RETRYING",
+                               tool="lookup_order", args={"order_id": "A-1"})
+    Step.objects.filter(pk=step.pk).update(idempotency_key=idempotency_key(
+        task_id=task.pk, step_id=step.pk, tool=step.tool, args=step.args))
+    Task.objects.filter(pk=task.pk).update(steps_count=1)
+    return Task.objects.get(pk=task.pk)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_final_answer_ends_the_task_and_closes_what_it_left_open(world, commit_path):
+    task = _with_an_open_step(world)
+
+    assert _final(TaskSnapshot.of(task)) is True
+
+    done = Task.objects.get(pk=task.pk)
+    assert (done.status, done.version, done.result) == (
+        TaskStatus.SUCCEEDED, task.version + 1, {"ok": True})
+    assert (done.steps_count, done.model_calls, done.tokens, done.lease_owner) == (2, 1, 3, "")
+    assert done.finished_at is not None
+    left, final = Step.objects.filter(task_id=task.pk).order_by("step_no")
+    assert (left.status, left.error["type"]) == ("FAILED", "task_ended")
+    assert (final.kind, final.status, final.output) == ("final", "SUCCEEDED", {"ok": True})
+    event = Event.objects.filter(task_id=task.pk).latest("id")
+    assert (event.type, event.task_version, event.payload) == (
+        "final_accepted", done.version, {"from": "RUNNING", "to": "SUCCEEDED", "step_no": 2})
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_final_answer_on_a_stale_version_writes_nothing(world, commit_path):
+    task = _with_an_open_step(world)
+    snap = TaskSnapshot.of(task)
+    Task.objects.filter(pk=task.pk).update(version=task.version + 1)  # another writer
+    before = _written(task.pk)
+
+    assert _final(snap) is False
+    assert _written(task.pk) == before
+    assert Step.objects.get(task_id=task.pk, step_no=1).status == "RETRYING"
