@@ -51,6 +51,7 @@ from tools_app.models import LedgerStatus, ToolExecution
 
 from ..keys import canonical_json, idempotency_key
 from ..models import Event, Step, StepKind, StepStatus, Task
+from ..prepared import fetch_one_prepared
 from ..services.actors import Actor
 from ..services.admission import admission_after_commit
 from ..services.events import TRANSITION_EVENT_CTE, event_announce
@@ -63,7 +64,6 @@ from ..services.transitions import (
     task_transition,
     task_update_guarded,
 )
-from .prepared import fetch_one_prepared
 from .snapshot import TaskSnapshot
 
 DECISION_SQL = """

@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from ..machine import TaskStatus
 from ..models import Task
-from .prepared import fetch_one_prepared
+from ..prepared import fetch_one_prepared
 
 TAKE_SQL = f"""
 UPDATE {Task._meta.db_table}

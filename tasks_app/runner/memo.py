@@ -28,7 +28,7 @@ from tools_app.executor.types import ToolSpec
 
 from ..context.builder import ContextSources
 from ..models import Step, Task
-from .prepared import fetch_one_prepared
+from ..prepared import fetch_one_prepared
 from .snapshot import TaskSnapshot
 
 PROBE_SQL = f"SELECT version, status FROM {Task._meta.db_table} WHERE id = %s"

@@ -3,14 +3,16 @@ per-tenant and per-agent limits on RUNNING tasks allow.
 
 Admission decisions are serialized (a PostgreSQL transaction-scoped advisory
 lock; SQLite's IMMEDIATE transactions already serialize writers) so two
-admitters cannot both take the last slot.
+admitters cannot both take the last slot. It runs after every transaction that
+submits or ends a task, so on PostgreSQL its statements are prepared SQL.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -21,9 +23,11 @@ from django.utils import timezone
 from config.errors import DomainError, ErrorKind
 
 from ..machine import TaskStatus
-from ..models import Task
+from ..models import Event, Task
+from ..prepared import fetch_all_prepared, fetch_one_prepared
 from .actors import SYSTEM
 from .dispatch import schedule_advance_on_commit
+from .events import TRANSITION_EVENT_CTE, event_announce
 
 ADMISSION_LOCK_KEY = 0x7E7E_0001
 
@@ -48,22 +52,21 @@ SCAN_FACTOR = 4
 
 def admit_created_tasks(*, limit: int = 100) -> list[int]:
     """Start as many CREATED tasks as the limits allow; returns their ids."""
-    if not Task.objects.filter(status=TaskStatus.CREATED).exists():
+    db: _Statements = _SQL if connection.vendor == "postgresql" else _ORM
+    if not db.any_created():
         return []
     cfg = settings.TETHER
     admitted: list[int] = []
     with transaction.atomic():
-        if connection.vendor == "postgresql":
-            with connection.cursor() as cur:
-                cur.execute("SELECT pg_advisory_xact_lock(%s)", [ADMISSION_LOCK_KEY])
-        per_tenant, per_agent = _running_counts()
+        db.lock()
+        per_tenant, per_agent = db.running_counts()
         free = cfg["MAX_RUNNING_TASKS"] - sum(per_tenant.values())
         wanted = min(free, limit)
         after, scanned = 0, 0
         now = timezone.now()
         while len(admitted) < wanted and scanned < limit * SCAN_FACTOR:
             full = [t for t, n in per_tenant.items() if n >= cfg["MAX_RUNNING_PER_TENANT"]]
-            page = _candidates(after=after, excluding_tenants=full)
+            page = db.candidates(after=after, excluding_tenants=full)
             for cand in page:
                 if len(admitted) >= wanted:
                     break
@@ -71,7 +74,8 @@ def admit_created_tasks(*, limit: int = 100) -> list[int]:
                     per_agent[cand.agent_id] >= (_number(cand.agent_cap) or 10**9)
                 ):
                     continue  # FIFO within what may run; this tenant/agent waits for a slot
-                if _start(cand, now):
+                if db.start(cand, now):
+                    schedule_advance_on_commit(cand.id)
                     per_tenant[cand.tenant_id] += 1
                     per_agent[cand.agent_id] += 1
                     admitted.append(cand.id)
@@ -82,72 +86,154 @@ def admit_created_tasks(*, limit: int = 100) -> list[int]:
     return admitted
 
 
-class _Candidate(NamedTuple):
+class Candidate(NamedTuple):
     id: int
     tenant_id: int
     agent_id: int
     version: int
     trace_id: str
-    agent_cap: str | None
+    agent_cap: str | None  # the two budget figures of its agent, as text out of the JSON
     duration: str | None
 
 
-def _running_counts() -> tuple[Counter[int], Counter[int]]:
-    """One read of what runs, by (tenant, agent): both limits' counts."""
+class _Statements:
+    """What admission reads and writes. Two implementations: the ORM (any
+    database; SQLite in the embedded mode) and prepared SQL on PostgreSQL,
+    where admission runs once for every task that ends."""
+
+    def any_created(self) -> bool:
+        return Task.objects.filter(status=TaskStatus.CREATED).exists()
+
+    def lock(self) -> None:
+        """Serialize admitters (SQLite's IMMEDIATE transactions already do)."""
+
+    def running_counts(self) -> tuple[Counter[int], Counter[int]]:
+        """One read of what runs, by (tenant, agent): both limits' counts."""
+        return _counts(
+            Task.objects.filter(status=TaskStatus.RUNNING)
+            .values_list("tenant_id", "agent_id")
+            .annotate(n=Count("id"))
+            .values_list("tenant_id", "agent_id", "n")
+        )
+
+    def candidates(self, *, after: int, excluding_tenants: list[int]) -> list[Candidate]:
+        """The next page of CREATED tasks in submission order."""
+        rows = (
+            Task.objects.filter(status=TaskStatus.CREATED, id__gt=after)
+            .exclude(tenant_id__in=excluding_tenants)
+            .order_by("id")
+            .annotate(
+                agent_cap=KT("agent_snapshot__budget__max_concurrent_tasks"),
+                duration=KT("agent_snapshot__budget__max_duration_s"),
+            )
+            .values_list("id", "tenant_id", "agent_id", "version", "trace_id", "agent_cap",
+                         "duration")[:PAGE]
+        )
+        return [Candidate(*row) for row in rows]
+
+    def start(self, cand: Candidate, now: datetime) -> bool:
+        """`task_started` from the row just read; False when the task moved on
+        meanwhile (canceled while it waited: admission goes on with the next)."""
+        from .transitions import KnownTask, task_transition
+
+        try:
+            # A savepoint: a refusal must not doom the admission's transaction.
+            with transaction.atomic():
+                task_transition(
+                    task_id=cand.id,
+                    event="task_started",
+                    actor=SYSTEM,
+                    expected_version=cand.version,
+                    known=KnownTask(status=TaskStatus.CREATED, tenant_id=cand.tenant_id,
+                                    trace_id=cand.trace_id),
+                    fields=_started(cand, now),
+                )
+        except DomainError as exc:
+            if exc.kind != ErrorKind.CONFLICT:
+                raise
+            return False
+        return True
+
+
+ANY_CREATED_SQL = "SELECT EXISTS (SELECT 1 FROM tasks_app_task WHERE status = 'CREATED')"
+LOCK_SQL = "SELECT pg_advisory_xact_lock(%s)"
+RUNNING_SQL = """
+SELECT tenant_id, agent_id, count(*) FROM tasks_app_task
+ WHERE status = 'RUNNING' GROUP BY tenant_id, agent_id
+"""
+CANDIDATES_SQL = """
+SELECT id, tenant_id, agent_id, version, trace_id,
+       agent_snapshot -> 'budget' ->> 'max_concurrent_tasks',
+       agent_snapshot -> 'budget' ->> 'max_duration_s'
+  FROM tasks_app_task
+ WHERE status = 'CREATED' AND id > %(after)s AND NOT (tenant_id = ANY(%(full)s))
+ ORDER BY id LIMIT %(page)s
+"""
+# `task_started` (CREATED -> RUNNING, as `machine` allows) and its event, in
+# one statement; no row when the version moved on. `transitions` does the same
+# with the ORM.
+START_SQL = """
+WITH task AS (
+    UPDATE tasks_app_task
+       SET status = 'RUNNING', version = version + 1, updated_at = %(now)s,
+           started_at = %(started_at)s, deadline_at = %(deadline_at)s
+     WHERE id = %(task_id)s AND version = %(version)s AND status = 'CREATED'
+ RETURNING version
+), {event}
+SELECT task.version, event.id FROM task, event
+""".replace("{event}", TRANSITION_EVENT_CTE)
+
+
+class _PreparedStatements(_Statements):
+    def any_created(self) -> bool:
+        row = fetch_one_prepared(ANY_CREATED_SQL, ())
+        return bool(row and row[0])
+
+    def lock(self) -> None:
+        fetch_one_prepared(LOCK_SQL, (ADMISSION_LOCK_KEY,))
+
+    def running_counts(self) -> tuple[Counter[int], Counter[int]]:
+        return _counts(fetch_all_prepared(RUNNING_SQL, ()))
+
+    def candidates(self, *, after: int, excluding_tenants: list[int]) -> list[Candidate]:
+        rows = fetch_all_prepared(
+            CANDIDATES_SQL, {"after": after, "full": excluding_tenants, "page": PAGE})
+        return [Candidate(*row) for row in rows]
+
+    def start(self, cand: Candidate, now: datetime) -> bool:
+        payload = {"from": TaskStatus.CREATED.value, "to": TaskStatus.RUNNING.value}
+        row = fetch_one_prepared(START_SQL, {
+            **_started(cand, now), "now": now, "task_id": cand.id, "version": cand.version,
+            "tenant_id": cand.tenant_id, "trace_id": cand.trace_id, "event_type": "task_started",
+            "payload": Event._meta.get_field("payload").get_db_prep_save(payload, connection),
+            "actor": SYSTEM.name, "actor_role": SYSTEM.role,
+        })
+        if row is None:
+            return False
+        version, event_id = row
+        event_announce(Event(id=event_id, task_id=cand.id, tenant_id=cand.tenant_id,
+                             trace_id=cand.trace_id, task_version=version, type="task_started",
+                             payload=payload, actor=SYSTEM.name, actor_role=SYSTEM.role,
+                             created_at=now))
+        return True
+
+
+_ORM = _Statements()
+_SQL = _PreparedStatements()
+
+
+def _counts(rows: Iterable[tuple[int, int, int]]) -> tuple[Counter[int], Counter[int]]:
     per_tenant: Counter[int] = Counter()
     per_agent: Counter[int] = Counter()
-    for tenant_id, agent_id, n in (
-        Task.objects.filter(status=TaskStatus.RUNNING)
-        .values_list("tenant_id", "agent_id")
-        .annotate(n=Count("id"))
-        .values_list("tenant_id", "agent_id", "n")
-    ):
+    for tenant_id, agent_id, n in rows:
         per_tenant[tenant_id] += n
         per_agent[agent_id] += n
     return per_tenant, per_agent
 
 
-def _candidates(*, after: int, excluding_tenants: list[int]) -> list[_Candidate]:
-    """The next page of CREATED tasks in submission order, with only the two
-    budget figures of each one's agent, not its whole snapshot."""
-    rows = (
-        Task.objects.filter(status=TaskStatus.CREATED, id__gt=after)
-        .exclude(tenant_id__in=excluding_tenants)
-        .order_by("id")
-        .annotate(
-            agent_cap=KT("agent_snapshot__budget__max_concurrent_tasks"),
-            duration=KT("agent_snapshot__budget__max_duration_s"),
-        )
-        .values_list("id", "tenant_id", "agent_id", "version", "trace_id", "agent_cap",
-                     "duration")[:PAGE]
-    )
-    return [_Candidate(*row) for row in rows]
-
-
-def _start(cand: _Candidate, now: datetime) -> bool:
-    """`task_started` from the row just read; False when the task moved on
-    meanwhile (canceled while it waited: admission goes on with the next)."""
-    from .transitions import KnownTask, task_transition
-
-    try:
-        # A savepoint: a refusal must not doom the admission's transaction.
-        with transaction.atomic():
-            task_transition(
-                task_id=cand.id,
-                event="task_started",
-                actor=SYSTEM,
-                expected_version=cand.version,
-                known=KnownTask(status=TaskStatus.CREATED, tenant_id=cand.tenant_id,
-                                trace_id=cand.trace_id),
-                fields={"started_at": now,
-                        "deadline_at": now + timedelta(seconds=_number(cand.duration) or 3600)},
-            )
-    except DomainError as exc:
-        if exc.kind != ErrorKind.CONFLICT:
-            raise
-        return False
-    schedule_advance_on_commit(cand.id)
-    return True
+def _started(cand: Candidate, now: datetime) -> dict[str, Any]:
+    return {"started_at": now,
+            "deadline_at": now + timedelta(seconds=_number(cand.duration) or 3600)}
 
 
 def _number(text: str | None) -> float:

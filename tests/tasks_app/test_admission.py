@@ -9,9 +9,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from tasks_app.machine import TaskStatus
-from tasks_app.models import AgentProfile, Task
+from tasks_app.models import AgentProfile, Event, Task
 from tasks_app.services.actors import SYSTEM
-from tasks_app.services.admission import PAGE, _Candidate, _start, admit_created_tasks
+from tasks_app.services import admission
+from tasks_app.services.admission import PAGE, Candidate, admit_created_tasks
 from tasks_app.services.demo import demo_agent_ensure, demo_tools_ensure
 from tasks_app.services.tasks import task_cancel
 from tests.factories import TenantFactory, submit
@@ -29,6 +30,14 @@ def limits(settings):  # type: ignore[no-untyped-def]
         settings.TETHER = {**settings.TETHER, **limits}
 
     return set_limits
+
+
+@pytest.fixture(params=["prepared SQL", "orm"], autouse=True)
+def statements(request, monkeypatch):  # type: ignore[no-untyped-def]
+    """Admission's statements: prepared SQL on PostgreSQL, or the ORM (SQLite's)."""
+    if request.param == "orm":
+        monkeypatch.setattr(admission, "_SQL", admission._ORM)
+    return admission._SQL if request.param != "orm" else admission._ORM
 
 
 @pytest.mark.django_db(transaction=True)
@@ -120,22 +129,41 @@ def test_an_agent_at_its_limit_is_skipped_across_pages(world):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_task_canceled_while_waiting_is_passed_over_and_admission_goes_on(world, limits):
+def test_a_task_canceled_while_waiting_is_passed_over_and_admission_goes_on(
+        world, limits, statements):
     """A candidate whose row moved on between the read and its start is skipped;
     the admission's transaction stays usable and the next one starts."""
     limits(MAX_RUNNING_PER_TENANT=1)
     running, waiting, after = (submit(world.tenant, SCRIPT) for _ in range(3))
     assert _statuses([running, waiting, after]) == ["RUNNING", "CREATED", "CREATED"]
     task = Task.objects.get(pk=waiting.pk)
-    stale = _Candidate(id=task.pk, tenant_id=task.tenant_id, agent_id=task.agent_id,
+    stale = Candidate(id=task.pk, tenant_id=task.tenant_id, agent_id=task.agent_id,
                        version=task.version, trace_id=task.trace_id, agent_cap=None,
                        duration=None)
     task_cancel(task_id=waiting.pk, actor=SYSTEM, reason="changed my mind")
 
     with transaction.atomic():
-        assert _start(stale, timezone.now()) is False
+        assert statements.start(stale, timezone.now()) is False
         assert Task.objects.filter(pk=waiting.pk).values_list("status", flat=True).get() == (
             TaskStatus.CANCELED)  # the transaction still answers
 
     task_cancel(task_id=running.pk, actor=SYSTEM, reason="make room")
     assert _statuses([running, waiting, after]) == ["CANCELED", "CANCELED", "RUNNING"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_started_task_has_its_clock_and_its_event(world, limits):
+    limits(MAX_RUNNING_PER_TENANT=0)
+    task = submit(world.tenant, SCRIPT)
+    limits(MAX_RUNNING_PER_TENANT=1)
+
+    assert admit_created_tasks() == [task.pk]
+
+    started = Task.objects.get(pk=task.pk)
+    budget = started.agent_snapshot["budget"]
+    assert (started.status, started.version) == (TaskStatus.RUNNING, task.version + 1)
+    assert (started.deadline_at - started.started_at).total_seconds() == budget["max_duration_s"]
+    event = Event.objects.filter(task=task).latest("id")
+    assert (event.type, event.task_version, event.actor, event.actor_role, event.payload) == (
+        "task_started", started.version, SYSTEM.name, SYSTEM.role,
+        {"from": "CREATED", "to": "RUNNING"})
