@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,24 +59,35 @@ class Workers:
 
     def cpu_s(self) -> float:
         """CPU seconds (user + system) used so far by the node's live processes."""
-        return process_group_cpu_s(self.pgid)
+        return sum(cpu_by_process(lambda pid, pgrp, comm: pgrp == self.pgid).values())
+
+    def consumer_cpu_s(self) -> float:
+        """The node's own process: Celery's consumer (broker I/O, dispatch to the pool)."""
+        return sum(cpu_by_process(lambda pid, pgrp, comm: pid == self.pgid).values())
 
 
-def process_group_cpu_s(pgid: int) -> float:
+def server_cpu_s(name: str) -> float:
+    """CPU seconds used so far by the live processes named `name` (postgres, redis-server)."""
+    return sum(cpu_by_process(lambda pid, pgrp, comm: comm == name).values())
+
+
+def cpu_by_process(wanted: Callable[[int, int, str], bool]) -> dict[int, float]:
+    """CPU seconds (user + system) of each live process that `wanted(pid, pgrp, comm)`."""
     ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
+    found: dict[int, float] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
+                head, tail = fh.read().rsplit(")", 1)
         except OSError:
             continue  # the process ended meanwhile
+        comm, fields = head.split("(", 1)[1], tail.split()
         # after the command name: state, ppid, pgrp, ..., utime (12th), stime (13th)
-        if int(fields[2]) == pgid:
-            total += int(fields[11]) + int(fields[12])
-    return total / ticks
+        if wanted(int(entry), int(fields[2]), comm):
+            found[int(entry)] = (int(fields[11]) + int(fields[12])) / ticks
+    return found
 
 
 def machine_cpu_ticks() -> tuple[int, int]:

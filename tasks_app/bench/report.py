@@ -124,6 +124,13 @@ def table(doc: dict[str, Any]) -> str:
             f"{_fmt(dig(r, ('slices_per_task', 'mean')))} slices/task",
         ),
         (
+            "CPU per step",
+            f"workers {_fmt(dig(r, ('cpu_ms_per_step', 'workers')), ' ms')} (of which "
+            f"Celery's consumer {_fmt(dig(r, ('cpu_ms_per_step', 'celery_consumer')), ' ms')}), "
+            f"PostgreSQL {_fmt(dig(r, ('cpu_ms_per_step', 'postgres')), ' ms')}, "
+            f"Redis {_fmt(dig(r, ('cpu_ms_per_step', 'redis')), ' ms')}",
+        ),
+        (
             "psycopg floor",
             f"{_fmt(f.get('steps_per_s'))} steps/s ({_fmt(f.get('step_mean_ms'), ' ms')}/step); "
             f"median of rounds {_rounds(f)}",

@@ -17,7 +17,7 @@ from django.db.models import Max, Min, Sum
 from ..machine import NON_TERMINAL, TaskStatus
 from ..models import Task
 from .config import BenchConfig
-from .procs import Workers, busy_pct, machine_cpu_ticks
+from .procs import Workers, busy_pct, machine_cpu_ticks, server_cpu_s
 from .stats import slices_of, step_intervals, summary_ms
 from .world import World, cancel_open, step_script, submit
 
@@ -47,6 +47,8 @@ def warm_up(world: World, cfg: BenchConfig) -> None:
 def run_throughput(world: World, cfg: BenchConfig, *, workers: Workers) -> dict[str, Any]:
     timeout = max(300.0, cfg.tasks * cfg.steps / 2.0)
     cpu0, machine0 = workers.cpu_s(), machine_cpu_ticks()
+    consumer0, pg0, redis0 = workers.consumer_cpu_s(), server_cpu_s("postgres"), server_cpu_s(
+        "redis-server")
     t0 = time.time()
     # All submitted in one transaction: the runner's window (from the first
     # task's start) does not share the machine with the submissions.
@@ -58,6 +60,13 @@ def run_throughput(world: World, cfg: BenchConfig, *, workers: Workers) -> dict[
     submit_s = time.time() - t0
     complete = wait_terminal(ids, timeout=timeout)
     worker_cpu_s, machine_busy = workers.cpu_s() - cpu0, busy_pct(machine0, machine_cpu_ticks())
+    # Where the machine's CPU went, per step: the Celery node's consumer process
+    # (its share of worker_cpu), PostgreSQL's processes, Redis (broker and layer).
+    cpu_split = {
+        "celery_consumer": workers.consumer_cpu_s() - consumer0,
+        "postgres": server_cpu_s("postgres") - pg0,
+        "redis": server_cpu_s("redis-server") - redis0,
+    }
     if not complete:
         cancel_open(world, ids)
     agg = Task.objects.filter(pk__in=ids).aggregate(
@@ -82,6 +91,10 @@ def run_throughput(world: World, cfg: BenchConfig, *, workers: Workers) -> dict[
         # CPU the worker processes spent per step (the runner's own cost, whatever the load)
         "worker_cpu_ms_per_step": round(worker_cpu_s / steps * 1000, 2) if steps else None,
         "worker_cpu_s": round(worker_cpu_s, 2),
+        "cpu_ms_per_step": {
+            name: round(cpu_s / steps * 1000, 2) if steps else None
+            for name, cpu_s in {"workers": worker_cpu_s, **cpu_split}.items()
+        },
         # all CPUs of the machine, busy (any process) while the tasks ran
         "machine_cpu_busy_pct": machine_busy,
         "step_latency": summary_ms([i.seconds for i in intervals]),
