@@ -16,12 +16,14 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from django.db import close_old_connections, connection
 
 IDLE_S = 30.0
+FRESH_S = 1.0  # a connection used this recently is not health-checked again
 Job = tuple[Callable[[], Any], dict[str, Any], threading.Event]
 
 
@@ -30,6 +32,7 @@ class _Worker(threading.Thread):
         super().__init__(name="tether-tool", daemon=True)
         self.pool = pool
         self.jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self.last_job_at = float("-inf")
 
     def run(self) -> None:
         try:
@@ -43,16 +46,27 @@ class _Worker(threading.Thread):
                 if job is None:
                     return
                 fn, box, done = job
-                close_old_connections()
+                self._tidy_connection()
                 try:
                     box["value"] = fn()
                 except BaseException as exc:  # noqa: BLE001 - reported to the caller
                     box["error"] = exc
                 finally:
+                    self.last_job_at = time.monotonic()
                     done.set()
                     self.pool._release(self)
         finally:
             connection.close()  # this thread's own connection
+
+    def _tidy_connection(self) -> None:
+        """Between calls, as between requests: a connection past CONN_MAX_AGE, or
+        broken, is closed. Django then also tests the connection (`SELECT 1`,
+        CONN_HEALTH_CHECKS) before the next call's first query; a connection
+        that served a call less than `FRESH_S` ago is trusted without it."""
+        close_old_connections()
+        fresh = time.monotonic() - self.last_job_at < FRESH_S
+        if fresh and connection.connection is not None and not connection.errors_occurred:
+            connection.health_check_done = True  # type: ignore[attr-defined]  # not in the stubs
 
 
 class ToolThreads:
