@@ -87,9 +87,11 @@ class Task(models.Model):
             models.Index(fields=["tenant", "-id"], name="task_tenant_recent"),
             models.Index(fields=["tenant", "status", "-id"], name="task_tenant_status"),
             models.Index(fields=["tenant", "agent", "-id"], name="task_tenant_agent"),
-            # admission (FIFO over CREATED) and the recovery sweep (RUNNING, lease expired)
+            # admission (FIFO over CREATED) and the recovery sweep (the RUNNING rows,
+            # at most MAX_RUNNING_TASKS, filtered on their lease). No index holds the
+            # lease's columns: taking and releasing it stay HOT updates (no index
+            # entries written), not an insert into each of the table's indexes.
             models.Index(fields=["status", "id"], name="task_status_fifo"),
-            models.Index(fields=["status", "lease_expires_at"], name="task_status_lease"),
             models.Index(fields=["trace_id"], name="task_trace"),  # exact lookups only
         ]
 
