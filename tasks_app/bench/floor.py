@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from .procs import machine_cpu_ticks, steal_pct
 from .world import World
 
 INSERT_TASK = """
@@ -63,7 +64,7 @@ def run_floor(dsn: str, world: World, *, tasks: int, steps: int) -> dict[str, An
                 task_ids.append((cur.fetchone()[0], trace))  # type: ignore[index]
         conn.commit()
 
-        started = time.perf_counter()
+        started, machine0 = time.perf_counter(), machine_cpu_ticks()
         try:
             with conn.cursor() as cur:
                 for task_id, trace in task_ids:
@@ -73,7 +74,7 @@ def run_floor(dsn: str, world: World, *, tasks: int, steps: int) -> dict[str, An
                         conn.commit()
                         version += 1
         finally:
-            elapsed = time.perf_counter() - started
+            elapsed, machine1 = time.perf_counter() - started, machine_cpu_ticks()
             conn.rollback()
             # Nothing of the floor may stay RUNNING: admission counts RUNNING tasks.
             conn.execute(
@@ -89,6 +90,7 @@ def run_floor(dsn: str, world: World, *, tasks: int, steps: int) -> dict[str, An
         "elapsed_s": round(elapsed, 3),
         "steps_per_s": round(total / elapsed, 1),
         "step_mean_ms": round(elapsed / total * 1000, 3),
+        "machine_cpu_steal_pct": steal_pct(machine0, machine1),
         "first_task_id": task_ids[0][0] if task_ids else None,
     }
 

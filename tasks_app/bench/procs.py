@@ -90,17 +90,24 @@ def cpu_by_process(wanted: Callable[[int, int, str], bool]) -> dict[int, float]:
     return found
 
 
-def machine_cpu_ticks() -> tuple[int, int]:
-    """(busy, total) jiffies of all CPUs since boot, from /proc/stat."""
+def machine_cpu_ticks() -> tuple[int, int, int]:
+    """(busy, total, stolen) jiffies of all CPUs since boot, from /proc/stat.
+    Stolen: time the hypervisor gave this VM's virtual CPUs to someone else."""
     with open("/proc/stat") as fh:
         values = [int(v) for v in fh.readline().split()[1:]]
     idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
-    return sum(values) - idle, sum(values)
+    steal = values[7] if len(values) > 7 else 0
+    return sum(values) - idle, sum(values), steal
 
 
-def busy_pct(before: tuple[int, int], after: tuple[int, int]) -> float | None:
+def busy_pct(before: tuple[int, int, int], after: tuple[int, int, int]) -> float | None:
     total = after[1] - before[1]
     return round(100.0 * (after[0] - before[0]) / total, 1) if total else None
+
+
+def steal_pct(before: tuple[int, int, int], after: tuple[int, int, int]) -> float | None:
+    total = after[1] - before[1]
+    return round(100.0 * (after[2] - before[2]) / total, 1) if total else None
 
 
 @contextmanager

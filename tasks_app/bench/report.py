@@ -112,7 +112,8 @@ def table(doc: dict[str, Any]) -> str:
             f"{r.get('workers')} workers, "
             f"{r.get('succeeded')} succeeded); worker CPU "
             f"{_fmt(r.get('worker_cpu_ms_per_step'), ' ms')}/step, machine CPU "
-            f"{_fmt(r.get('machine_cpu_busy_pct'), '%')} busy; median of rounds "
+            f"{_fmt(r.get('machine_cpu_busy_pct'), '%')} busy "
+            f"({_fmt(r.get('machine_cpu_steal_pct'), '%')} stolen); median of rounds "
             f"{_rounds(r)}",
         ),
         (

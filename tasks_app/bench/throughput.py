@@ -17,7 +17,7 @@ from django.db.models import Max, Min, Sum
 from ..machine import NON_TERMINAL, TaskStatus
 from ..models import Task
 from .config import BenchConfig
-from .procs import Workers, busy_pct, machine_cpu_ticks, server_cpu_s
+from .procs import Workers, busy_pct, machine_cpu_ticks, server_cpu_s, steal_pct
 from .stats import slices_of, step_intervals, summary_ms
 from .world import World, cancel_open, step_script, submit
 
@@ -59,7 +59,8 @@ def run_throughput(world: World, cfg: BenchConfig, *, workers: Workers) -> dict[
         ]
     submit_s = time.time() - t0
     complete = wait_terminal(ids, timeout=timeout)
-    worker_cpu_s, machine_busy = workers.cpu_s() - cpu0, busy_pct(machine0, machine_cpu_ticks())
+    machine1 = machine_cpu_ticks()
+    worker_cpu_s, machine_busy = workers.cpu_s() - cpu0, busy_pct(machine0, machine1)
     # Where the machine's CPU went, per step: the Celery node's consumer process
     # (its share of worker_cpu), PostgreSQL's processes, Redis (broker and layer).
     cpu_split = {
@@ -97,6 +98,8 @@ def run_throughput(world: World, cfg: BenchConfig, *, workers: Workers) -> dict[
         },
         # all CPUs of the machine, busy (any process) while the tasks ran
         "machine_cpu_busy_pct": machine_busy,
+        # a shared VM: the share of the window its CPUs were given to other guests
+        "machine_cpu_steal_pct": steal_pct(machine0, machine1),
         "step_latency": summary_ms([i.seconds for i in intervals]),
         # Steps that followed another step in the same slice: the runner's own pace.
         "step_latency_in_slice": summary_ms([i.seconds for i in intervals if i.same_slice]),

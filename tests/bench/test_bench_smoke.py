@@ -27,6 +27,8 @@ FIGURES = [
     ("runner", "cpu_ms_per_step", "celery_consumer"),
     ("runner", "cpu_ms_per_step", "postgres"),
     ("runner", "cpu_ms_per_step", "redis"),
+    ("runner", "machine_cpu_steal_pct"),
+    ("floor", "machine_cpu_steal_pct"),
     ("floor", "steps_per_s"),
     ("anatomy", "statements_per_step"),
     ("anatomy", "commits_per_step"),
