@@ -6,7 +6,9 @@ tools, the human facts pinned in the context. The memo keeps them, and the
 next step checks only the task's version and status (one indexed read of two
 columns) before trusting them: any other writer (a cancel, an operator)
 bumps the version, and the memo is then dropped and everything read again.
-Correctness never rests on the memo: every write is still version-checked.
+A step whose decision costs nothing skips even that read and lets its
+version-checked commit find out. Correctness never rests on the memo: every
+write is still version-checked.
 
 The context's sources are carried too: the summary, the recent steps (each
 committed step is appended, and a new summary version takes the steps it
@@ -28,6 +30,7 @@ from tools_app.executor.types import ToolSpec
 
 from ..context.builder import ContextSources
 from ..models import Step, Task
+from ..models.tasks import OPEN_STEP_STATUSES
 from ..prepared import fetch_one_prepared
 from .snapshot import TaskSnapshot
 
@@ -51,15 +54,32 @@ class SliceMemo:
     output_hashes: dict[int, str] = field(default_factory=dict)  # step_no -> hash, recent steps
 
     def still_valid(self, task_id: int) -> bool:
-        """Does the task still stand where this slice left it? (Else forget it all.)"""
+        """Does the task still stand where this slice left it? (Else forget it all.)
+
+        The probe guards what a step spends before its first write: a model
+        call. When the next decision costs nothing (`decision_is_free`), the
+        step goes without it: its decision's commit checks the version anyway,
+        and no tool runs before that commit."""
         if self.snap is None:  # the last step did not leave a state to carry forward
             self.forget()
             return False
+        if self.decision_is_free():
+            return True
         row = probe(task_id)
         if row is not None and tuple(row) == (self.snap.version, self.snap.status):
             return True
         self.forget()
         return False
+
+    def decision_is_free(self) -> bool:
+        """The next step only decides (its last step is settled, not a call to
+        resume or retry) and deciding calls no model: the scripted backend, or
+        the next decision queued from a multi-call reply."""
+        if self.snap is None or self.current is None or self.current.status in OPEN_STEP_STATUSES:
+            return False
+        if (self.current.model_log or {}).get("queued"):
+            return True
+        return (self.snap.agent.get("model") or {}).get("backend", "scripted") == "scripted"
 
     def forget(self) -> None:
         self.snap, self.current, self.specs, self.human_facts = None, None, None, None

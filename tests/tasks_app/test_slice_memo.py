@@ -3,10 +3,12 @@ step would have read from the database."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tasks_app.context.builder import gather
-from tasks_app.models import ContextSummary, Task
+from tasks_app.models import ContextSummary, Event, Task
 from tasks_app.runner.lease import lease_release, lease_take
 from tasks_app.runner.memo import SliceMemo
 from tasks_app.runner.snapshot import TaskSnapshot
@@ -15,6 +17,7 @@ from tasks_app.services.actors import SYSTEM
 from tasks_app.services.admission import admit_created_tasks
 from tasks_app.services.tasks import task_cancel
 from tests.factories import submit
+from tools_app.models import ToolExecution
 
 SCRIPT = [
     {"tool": "lookup_order", "args": {"order_id": "A-1"}, "reason": "look 1"},
@@ -58,15 +61,44 @@ def test_carried_state_matches_a_fresh_read_through_summaries(world, settings):
     assert ContextSummary.objects.filter(task=task).count() >= 2
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_cancel_between_steps_is_seen_before_the_model_is_asked(world):
+def _one_step_in(world):  # type: ignore[no-untyped-def]
+    """A task with one step done in a slice of this test's, and its memo."""
     task = submit(world.tenant, SCRIPT)
     admit_created_tasks()
     assert lease_take(task_id=task.pk, owner="test")
     memo = SliceMemo()
     assert advance_one_step(task_id=task.pk, owner="test", memo=memo).next is Next.CONTINUE
+    return task, memo
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancel_between_steps_is_seen_before_a_model_is_asked(world):
+    task, memo = _one_step_in(world)
+    # The agent's model is a real one: asking it costs, so the memo is checked first.
+    assert memo.snap is not None
+    memo.snap = replace(memo.snap, agent={**memo.snap.agent, "model": {"backend": "openai"}})
+    assert not memo.decision_is_free()
     task_cancel(task_id=task.pk, actor=SYSTEM, reason="stop")
 
     assert advance_one_step(task_id=task.pk, owner="test", memo=memo).next is Next.STOP
     assert memo.snap is None and memo.sources is None
     assert Task.objects.get(pk=task.pk).steps_count == 1  # nothing decided after the cancel
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancel_between_free_decisions_is_fenced_by_the_decisions_commit(world):
+    """A scripted decision costs nothing: no probe; the version-checked commit
+    refuses it, nothing is written, no tool runs, and the next step stops."""
+    task, memo = _one_step_in(world)
+    assert memo.decision_is_free()
+    task_cancel(task_id=task.pk, actor=SYSTEM, reason="stop")
+    events = Event.objects.filter(task=task).count()
+
+    assert advance_one_step(task_id=task.pk, owner="test", memo=memo).next is Next.CONTINUE
+    assert memo.snap is None
+    canceled = Task.objects.get(pk=task.pk)
+    assert (canceled.status, canceled.steps_count) == ("CANCELED", 1)
+    assert Event.objects.filter(task=task).count() == events
+    assert ToolExecution.objects.filter(task_id=task.pk).count() == 1  # step 1's call only
+
+    assert advance_one_step(task_id=task.pk, owner="test", memo=memo).next is Next.STOP
