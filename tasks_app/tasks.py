@@ -15,7 +15,7 @@ from .runner.recovery import recovery_sweep as _sweep
 
 @shared_task(name="tasks_app.tasks.advance_task", ignore_result=True)
 def advance_task(task_id: int) -> str:
-    return run_slice(int(task_id)).ended
+    return run_slice(int(task_id), hand_off=True).ended
 
 
 @shared_task(name="tasks_app.tasks.recovery_sweep", ignore_result=True)

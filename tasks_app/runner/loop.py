@@ -2,7 +2,9 @@
 task waits, ends, or the slice is used up, then hand the task back.
 
 Re-enqueueing at the end of a slice lets tasks share workers fairly; a waiting
-task is not re-enqueued and holds no worker.
+task is not re-enqueued and holds no worker. A Celery worker whose task ends
+or waits within the slice goes on, for what is left of it, with the task that
+admission starts in the freed slot (`hand_off`).
 """
 from __future__ import annotations
 
@@ -11,12 +13,14 @@ import os
 import socket
 import time
 import uuid
-from dataclasses import dataclass
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from django.conf import settings
 from django.utils import timezone
 
+from ..services.admission import handing_off_one
 from ..services.dispatch import schedule_advance
 from .lease import lease_release, lease_take
 from .memo import SliceMemo
@@ -34,15 +38,36 @@ class SliceReport:
     leased: bool
     steps: int
     ended: str  # "stop", "later", "slice", "error", "no_lease"
+    handed_on: int = 0  # tasks advanced after this one in the same slice (`hand_off`)
 
 
-def run_slice(task_id: int, *, owner: str | None = None) -> SliceReport:
+def run_slice(task_id: int, *, owner: str | None = None, hand_off: bool = False) -> SliceReport:
+    """Advance `task_id` for a slice. With `hand_off` (the Celery worker), a task
+    that admission starts because this one freed its slot is advanced next, in
+    what is left of the slice, instead of through the broker."""
     owner = owner or new_owner()
+    until = time.monotonic() + settings.TETHER["SLICE_S"]
+    first: SliceReport | None = None
+    handed_on = 0
+    while True:
+        slot: AbstractContextManager[list[int]] = handing_off_one() if hand_off else nullcontext([])
+        with slot as handed:
+            report = _advance(task_id, owner=owner, until=until)
+        first = first or report
+        if not handed:
+            return replace(first, handed_on=handed_on)
+        task_id = handed[0]
+        if time.monotonic() >= until:
+            schedule_advance(task_id)  # no time left here: its own slice, through the queue
+            return replace(first, handed_on=handed_on)
+        handed_on += 1
+
+
+def _advance(task_id: int, *, owner: str, until: float) -> SliceReport:
     if not lease_take(task_id=task_id, owner=owner):
         # Another executor holds it, or the task is not RUNNING: nothing to do.
         return SliceReport(False, 0, "no_lease")
     cfg = settings.TETHER
-    until = time.monotonic() + cfg["SLICE_S"]
     steps = 0
     memo = SliceMemo()  # what each step leaves for the next one of this slice
     try:

@@ -10,7 +10,9 @@ submits or ends a task, so on PostgreSQL its statements are prepared SQL.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
@@ -75,7 +77,7 @@ def admit_created_tasks(*, limit: int = 100) -> list[int]:
                 ):
                     continue  # FIFO within what may run; this tenant/agent waits for a slot
                 if db.start(cand, now):
-                    schedule_advance_on_commit(cand.id)
+                    _dispatch(cand.id)
                     per_tenant[cand.tenant_id] += 1
                     per_agent[cand.agent_id] += 1
                     admitted.append(cand.id)
@@ -84,6 +86,35 @@ def admit_created_tasks(*, limit: int = 100) -> list[int]:
                 break
             after = page[-1].id
     return admitted
+
+
+# While a runner holds a hand-off slot open (`handing_off_one`), the first task
+# admission starts goes to that runner instead of through the queue.
+_hand_off: ContextVar[list[int] | None] = ContextVar("tether_admission_hand_off", default=None)
+
+
+@contextmanager
+def handing_off_one() -> Iterator[list[int]]:
+    """Within this block, the first task that admission starts in this thread
+    is not scheduled: its id is put in the yielded list, and the caller must
+    advance it (or schedule it) once admission has committed. A Celery worker
+    whose task ended, freeing a slot, goes on with the task that takes it
+    and saves a round trip through the broker. Should the caller die first,
+    the recovery sweep re-enqueues the unleased task."""
+    slot: list[int] = []
+    token = _hand_off.set(slot)
+    try:
+        yield slot
+    finally:
+        _hand_off.reset(token)
+
+
+def _dispatch(task_id: int) -> None:
+    slot = _hand_off.get()
+    if slot is not None and not slot:
+        slot.append(task_id)
+    else:
+        schedule_advance_on_commit(task_id)
 
 
 class Candidate(NamedTuple):

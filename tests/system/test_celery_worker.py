@@ -9,6 +9,7 @@ import threading
 
 import pytest
 from channels.layers import get_channel_layer
+from django.db import transaction
 
 from tasks_app.live.publish import tenant_group
 from tasks_app.machine import TaskStatus
@@ -105,6 +106,26 @@ def test_a_scripted_task_runs_to_success_on_a_real_worker(world, celery_workers)
     received = listener.collected()
     ids = [e["id"] for e in received if e["task_id"] == done.pk]
     assert ids == list(Event.objects.filter(task=done).order_by("id").values_list("id", flat=True))
+
+
+def test_a_worker_goes_on_with_the_task_started_in_the_slot_it_freed(
+        world, celery_workers, settings):
+    """One task may run at a time: each task that ends hands its slot to the
+    next in the same worker process, with no message through the broker."""
+    limit = {"MAX_RUNNING_PER_TENANT": 1}
+    settings.TETHER = {**settings.TETHER, **limit}
+    celery_workers.start(env={"TETHER_MAX_RUNNING_PER_TENANT": "1", "TETHER_SLICE_S": "30"})
+    with transaction.atomic():
+        tasks = [submit(world.tenant, SCRIPT) for _ in range(4)]
+
+    done = [wait_for(lambda t=t: _settled(t.pk), timeout=60, message="the tasks to finish")
+            for t in tasks]
+
+    assert [t.status for t in done] == [TaskStatus.SUCCEEDED] * 4, celery_workers.logs()
+    stats = celery_workers.app.control.inspect(timeout=5).stats() or {}
+    executed = sum(s.get("total", {}).get("tasks_app.tasks.advance_task", 0)
+                   for s in stats.values())
+    assert executed == 1  # the first task's message; the three others were handed on
 
 
 @pytest.mark.parametrize("celery_workers", [RABBITMQ_BROKER_URL], indirect=True, ids=["rabbitmq"])
