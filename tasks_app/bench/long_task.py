@@ -1,13 +1,14 @@
 """Long tasks: does a step cost more when the task's history is long?
 
-Compares the median step interval over steps 5..15 with the one over the
-last eleven tool steps (the final answer, a different kind of step, is left
-out). Medians, so the one slower step at each slice boundary (a Celery round
-trip every SLICE_MAX_STEPS steps) does not decide the figure; the means are
-reported too, and a curve of medians per bucket of steps. Eleven steps are
-a few milliseconds each, so the task runs `rounds` times, one after the
-other, and the windows of all rounds are pooled (each round's ratio is
-reported too).
+Compares the median step interval over steps 2..20 with the one over the
+last nineteen tool steps (the first step, which reads the task's setup, and
+the final answer, a different kind of step, are left out). Medians, so the
+one slower step at each slice boundary (a Celery round trip every
+SLICE_MAX_STEPS steps) does not decide the figure; the means are reported
+too, and a curve of medians per bucket of steps. Those steps are a few
+milliseconds each, so the task runs `rounds` times, one after the other,
+and the windows of all rounds are pooled (each round's ratio is reported
+too).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from .stats import step_intervals
 from .throughput import wait_terminal
 from .world import World, cancel_open, step_script, submit
 
-AROUND = 5  # steps either side
+WINDOW = 19  # steps in each window: 2..20, and the last nineteen tool steps
 
 
 def run_long_tasks(world: World, cfg: BenchConfig) -> dict[str, Any]:
@@ -65,9 +66,8 @@ def run_long_task(world: World, cfg: BenchConfig) -> dict[str, Any]:
     task = Task.objects.only("status", "steps_count").get(pk=task_id)
     intervals = [i.seconds for i in step_intervals([task_id]).get(task_id, [])]
     tool_steps = intervals[: steps - 1]  # step k took intervals[k - 1]; the last one is the final
-    early_from = max(0, 10 - AROUND - 1)
-    early = tool_steps[early_from : 10 + AROUND]
-    late = tool_steps[-(2 * AROUND + 1) :]
+    early = tool_steps[1 : 1 + WINDOW]
+    late = tool_steps[-WINDOW:]
     early_med = statistics.median(early) * 1000 if early else None
     late_med = statistics.median(late) * 1000 if late else None
     bucket = max(1, steps // 10)
