@@ -39,14 +39,17 @@ def _state(task: Task) -> tuple[str, int]:
 
 
 def test_the_task_started_in_the_freed_slot_runs_next_without_a_message(world, one_at_a_time):
+    """One hand-off per message: the task after it goes through the queue, behind
+    the RUNNING tasks already there."""
     first, second, third = (submit(world.tenant, SCRIPT) for _ in range(3))
     MANUAL_QUEUE.clear()
 
     report = run_slice(first.pk, hand_off=True)
 
-    assert (report.ended, report.steps, report.handed_on) == ("stop", 2, 2)
-    assert [_state(t) for t in (first, second, third)] == [(TaskStatus.SUCCEEDED, 2)] * 3
-    assert _queued() == []  # nothing went through the queue
+    assert (report.ended, report.steps, report.handed_on) == ("stop", 2, 1)
+    assert [_state(t) for t in (first, second)] == [(TaskStatus.SUCCEEDED, 2)] * 2
+    assert _state(third) == (TaskStatus.RUNNING, 0)
+    assert _queued() == [third.pk]
 
 
 def test_without_hand_off_the_started_task_goes_through_the_queue(world, one_at_a_time):
