@@ -19,10 +19,12 @@ events after the last id they saw.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 import os
 import threading
 from collections import deque
+from contextlib import suppress
 from typing import Any
 
 from channels.layers import get_channel_layer
@@ -90,6 +92,7 @@ class Publisher:
                 ).start()
                 self._own_loop, self._own_pid = loop, os.getpid()
                 self._outboxes = {}
+                atexit.register(_end_drains, loop)
             return self._own_loop
 
     def _outbox(self, loop: asyncio.AbstractEventLoop) -> _Outbox:
@@ -101,6 +104,22 @@ class Publisher:
                     outbox = self._outboxes[loop] = _Outbox(loop)
                     loop.call_soon_threadsafe(loop.create_task, outbox.drain())
         return outbox
+
+
+def _end_drains(loop: asyncio.AbstractEventLoop) -> None:
+    """At exit, end the drain tasks of a publisher thread's loop: left pending,
+    the interpreter destroys them and asyncio logs it as an error."""
+    if loop.is_closed() or not loop.is_running():
+        return
+
+    async def cancel_the_others() -> None:
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in others:
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
+
+    with suppress(Exception):  # best effort, the process is ending anyway
+        asyncio.run_coroutine_threadsafe(cancel_the_others(), loop).result(timeout=1)
 
 
 class _Outbox:
