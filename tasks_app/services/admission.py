@@ -200,15 +200,15 @@ SELECT id, tenant_id, agent_id, version, trace_id,
  WHERE status = 'CREATED' AND id > %(after)s AND NOT (tenant_id = ANY(%(full)s))
  ORDER BY id LIMIT %(page)s
 """
-# `task_started` (CREATED -> RUNNING, as `machine` allows) and its event, in
-# one statement; no row when the version moved on. `transitions` does the same
-# with the ORM.
+# `task_started` and its event, in one statement; no row when the version moved
+# on. The statuses come from the state machine's guard, as in `transitions`,
+# which does the same with the ORM.
 START_SQL = """
 WITH task AS (
     UPDATE tasks_app_task
-       SET status = 'RUNNING', version = version + 1, updated_at = %(now)s,
+       SET status = %(to)s, version = version + 1, updated_at = %(now)s,
            started_at = %(started_at)s, deadline_at = %(deadline_at)s
-     WHERE id = %(task_id)s AND version = %(version)s AND status = 'CREATED'
+     WHERE id = %(task_id)s AND version = %(version)s AND status = %(from)s
  RETURNING version
 ), {event}
 SELECT task.version, event.id FROM task, event
@@ -232,9 +232,14 @@ class _PreparedStatements(_Statements):
         return [Candidate(*row) for row in rows]
 
     def start(self, cand: Candidate, now: datetime) -> bool:
-        payload = {"from": TaskStatus.CREATED.value, "to": TaskStatus.RUNNING.value}
+        from .transitions import fire_guard
+
+        source, target = fire_guard(
+            Task(pk=cand.id, status=TaskStatus.CREATED, version=cand.version), "task_started")
+        payload = {"from": source, "to": target}
         row = fetch_one_prepared(START_SQL, {
             **_started(cand, now), "now": now, "task_id": cand.id, "version": cand.version,
+            "from": source, "to": target,
             "tenant_id": cand.tenant_id, "trace_id": cand.trace_id, "event_type": "task_started",
             "payload": Event._meta.get_field("payload").get_db_prep_save(payload, connection),
             "actor": SYSTEM.name, "actor_role": SYSTEM.role,
