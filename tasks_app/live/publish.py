@@ -76,6 +76,17 @@ class Publisher:
             outbox.armed = True
             outbox.loop.call_soon_threadsafe(outbox.wake.set)
 
+    def close(self) -> None:
+        """End this process's publisher thread: its drain tasks, then its loop.
+        (A later `send` starts a new one.)"""
+        with self._lock:
+            loop, pid = self._own_loop, self._own_pid
+            if loop is None or pid != os.getpid():
+                return
+            self._own_loop, self._outboxes = None, {}
+        _end_drains(loop)
+        loop.call_soon_threadsafe(loop.stop)
+
     def _target_loop(self) -> asyncio.AbstractEventLoop:
         from ..runner.embedded import embedded_runner
 

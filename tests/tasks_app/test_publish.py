@@ -49,12 +49,13 @@ def test_events_sent_within_the_window_reach_a_group_as_one_message(settings):
         # The pub/sub layer keeps its subscriptions per event loop: one loop here.
         channel = await layer.new_channel()
         await layer.group_add(group, channel)
+        publisher = Publisher()  # its own loop and thread, as in a Celery worker
         try:
-            publisher = Publisher()  # its own loop and thread, as in a Celery worker
             publisher.send([(group, first)])
             publisher.send([(group, second)])
             return await asyncio.wait_for(layer.receive(channel), timeout=10)
         finally:
+            publisher.close()
             await layer.group_discard(group, channel)
 
     assert async_to_sync(subscribe_publish_receive)() == {
