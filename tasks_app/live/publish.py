@@ -118,8 +118,9 @@ class Publisher:
 
 
 def _end_drains(loop: asyncio.AbstractEventLoop) -> None:
-    """At exit, end the drain tasks of a publisher thread's loop: left pending,
-    the interpreter destroys them and asyncio logs it as an error."""
+    """End the drain tasks of a publisher thread's loop (on `close`, and at
+    exit): left pending, they are destroyed with the loop or the interpreter,
+    and asyncio logs each as an error."""
     if loop.is_closed() or not loop.is_running():
         return
 
