@@ -7,7 +7,8 @@ wasting work on the same task; correctness does not rest on it, the version
 check at commit is the fence.
 
 Taking and releasing are one statement each, once per slice; on PostgreSQL
-they are prepared (`prepared`), like the step's own hot statements.
+they are prepared (`prepared`), like the step's own hot statements, and taking
+returns the task's row, which the slice's first step would otherwise read.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import close_old_connections, connection
@@ -31,7 +33,7 @@ UPDATE {Task._meta.db_table}
        next_run_at = NULL
  WHERE id = %(task_id)s AND status = %(running)s
    AND (lease_owner = '' OR lease_expires_at < %(now)s OR lease_owner = %(owner)s)
-RETURNING id
+RETURNING {", ".join(f'"{f.column}"' for f in Task._meta.concrete_fields)}
 """
 RELEASE_SQL = f"""
 UPDATE {Task._meta.db_table}
@@ -45,20 +47,36 @@ def lease_ttl() -> timedelta:
     return timedelta(seconds=settings.TETHER["LEASE_TTL_S"])
 
 
-def lease_take(*, task_id: int, owner: str) -> bool:
-    """Take the lease of a RUNNING task whose lease is free, expired or already ours."""
+def lease_take(*, task_id: int, owner: str) -> Task | None:
+    """Take the lease of a RUNNING task whose lease is free, expired or already
+    ours; the task's row as the lease left it (the slice's first step reads no
+    other), or None."""
     now = timezone.now()
     if connection.vendor == "postgresql":
-        return fetch_one_prepared(TAKE_SQL, {
+        row = fetch_one_prepared(TAKE_SQL, {
             "owner": owner, "until": now + lease_ttl(), "now": now, "task_id": task_id,
-            "running": TaskStatus.RUNNING.value}) is not None
-    return (
+            "running": TaskStatus.RUNNING.value})
+        return _task_of(row) if row is not None else None
+    taken = (
         Task.objects.filter(pk=task_id, status=TaskStatus.RUNNING)
         .filter(Q(lease_owner="") | Q(lease_expires_at__lt=now) | Q(lease_owner=owner))
         .update(lease_owner=owner, lease_expires_at=now + lease_ttl(), heartbeat_at=now,
                 next_run_at=None)
-        == 1
     )
+    return Task.objects.filter(pk=task_id).first() if taken == 1 else None
+
+
+def _task_of(row: tuple[Any, ...]) -> Task:
+    """A Task from the raw row `TAKE_SQL` returns, converted as the ORM would."""
+    fields = Task._meta.concrete_fields
+    values = []
+    for field, value in zip(fields, row, strict=True):
+        column = field.get_col(Task._meta.db_table)
+        for convert in (connection.ops.get_db_converters(column)
+                        + column.get_db_converters(connection)):
+            value = convert(value, column, connection)
+        values.append(value)
+    return Task.from_db(connection.alias, [f.attname for f in fields], values)
 
 
 def lease_extend(*, task_id: int, owner: str) -> bool:

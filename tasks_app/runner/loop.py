@@ -74,12 +74,13 @@ def run_slice(task_id: int, *, owner: str | None = None, hand_off: bool = False)
 
 
 def _advance(task_id: int, *, owner: str, until: float) -> SliceReport:
-    if not lease_take(task_id=task_id, owner=owner):
+    leased = lease_take(task_id=task_id, owner=owner)
+    if leased is None:
         # Another executor holds it, or the task is not RUNNING: nothing to do.
         return SliceReport(False, 0, "no_lease")
     cfg = settings.TETHER
     steps = 0
-    memo = SliceMemo()  # what each step leaves for the next one of this slice
+    memo = SliceMemo(leased=leased)  # what each step leaves for the next one of this slice
     try:
         while True:
             result = advance_one_step(task_id=task_id, owner=owner, memo=memo)

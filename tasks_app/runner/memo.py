@@ -46,6 +46,7 @@ def probe(task_id: int) -> tuple[Any, ...] | None:
 
 @dataclass
 class SliceMemo:
+    leased: Task | None = None  # the row the lease statement returned, for the first step
     snap: TaskSnapshot | None = None  # the task as this slice last committed it
     current: Step | None = None  # its latest step, as committed
     specs: dict[str, ToolSpec] | None = None  # the agent's enabled tools

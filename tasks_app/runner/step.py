@@ -1,8 +1,9 @@
 """Advance a task by one durable step.
 
 One step (DESIGN.md "The loop"):
-1. read the task (the caller holds its lease), or, within a slice, check that
-   it still stands where the previous step left it (`memo`);
+1. read the task (the caller holds its lease; the lease statement returned the
+   row for the slice's first step), or, within a slice, check that it still
+   stands where the previous step left it (`memo`);
 2. check deadline, budgets, no progress;
 3. reuse the current step's persisted decision, or ask the model (or take the
    next decision queued from a multi-call reply) and persist it *before* any
@@ -89,11 +90,12 @@ class _Stale(Exception):
 def advance_one_step(*, task_id: int, owner: str, memo: SliceMemo | None = None) -> StepResult:
     """One step; `memo` carries what this slice's previous step left (see `memo`)."""
     memo = memo if memo is not None else SliceMemo()
+    leased, memo.leased = memo.leased, None  # read with the lease, just now: once
     if memo.still_valid(task_id):
         snap, current = memo.snap, memo.current
         assert snap is not None
     else:
-        task = Task.objects.filter(pk=task_id).first()
+        task = leased if leased is not None else Task.objects.filter(pk=task_id).first()
         if task is None or task.status != TaskStatus.RUNNING:
             return STOP
         snap = TaskSnapshot.of(task)

@@ -68,3 +68,14 @@ def test_release_is_the_owners_and_sets_when_the_task_is_due(running):
     lease_release(task_id=running.pk, owner="a", next_run_at=due)
     assert _lease(running) == ("", None)
     assert Task.objects.get(pk=running.pk).next_run_at == due
+
+
+def test_taking_the_lease_returns_the_row_as_the_orm_reads_it(running):
+    """The slice's first step uses this row instead of reading the task again."""
+    taken = lease_take(task_id=running.pk, owner="a")
+    fresh = Task.objects.get(pk=running.pk)
+
+    assert taken is not None
+    fields = [f.attname for f in Task._meta.concrete_fields]
+    assert {f: getattr(taken, f) for f in fields} == {f: getattr(fresh, f) for f in fields}
+    assert taken.lease_owner == "a" and isinstance(taken.agent_snapshot, dict)

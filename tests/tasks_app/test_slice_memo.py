@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from tasks_app.context.builder import gather
 from tasks_app.models import ContextSummary, Event, Task
@@ -102,3 +104,20 @@ def test_a_cancel_between_free_decisions_is_fenced_by_the_decisions_commit(world
     assert ToolExecution.objects.filter(task_id=task.pk).count() == 1  # step 1's call only
 
     assert advance_one_step(task_id=task.pk, owner="test", memo=memo).next is Next.STOP
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_slices_first_step_reads_no_task_row_it_came_with_the_lease(world):
+    task = submit(world.tenant, SCRIPT)
+    admit_created_tasks()
+    leased = lease_take(task_id=task.pk, owner="test")
+    assert leased is not None
+
+    with CaptureQueriesContext(connection) as ctx:
+        result = advance_one_step(task_id=task.pk, owner="test", memo=SliceMemo(leased=leased))
+
+    assert result.next is Next.CONTINUE
+    assert Task.objects.get(pk=task.pk).steps_count == 1
+    reads = [q["sql"] for q in ctx.captured_queries
+             if q["sql"].lstrip().upper().startswith("SELECT") and "tasks_app_task" in q["sql"]]
+    assert reads == []
