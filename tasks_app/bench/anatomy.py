@@ -31,7 +31,8 @@ OWNER = "bench-anatomy"
 
 def run_anatomy(world: World, *, steps: int = 21) -> dict[str, Any]:
     task_id = submit(world, step_script(steps + 1, salt="anatomy-"), goal="bench step anatomy")
-    if not lease_take(task_id=task_id, owner=OWNER):
+    leased = lease_take(task_id=task_id, owner=OWNER)
+    if leased is None:
         cancel_open(world, [task_id])
         return {"error": f"task {task_id} was not RUNNING or its lease was taken"}
     opened: list[int] = []
@@ -43,7 +44,7 @@ def run_anatomy(world: World, *, steps: int = 21) -> dict[str, Any]:
     per_step: list[Counter[str]] = []
     conns: list[int] = []
     wall: list[float] = []
-    memo = SliceMemo()
+    memo = SliceMemo(leased=leased)  # as the runner's slice starts
     try:
         for _ in range(steps):
             opened.clear()
