@@ -16,6 +16,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from functools import cache
 from typing import Any
 
 from django.conf import settings
@@ -68,15 +69,26 @@ def lease_take(*, task_id: int, owner: str) -> Task | None:
 
 def _task_of(row: tuple[Any, ...]) -> Task:
     """A Task from the raw row `TAKE_SQL` returns, converted as the ORM would."""
-    fields = Task._meta.concrete_fields
+    attnames, converters = _row_converters(connection.alias)
     values = []
-    for field, value in zip(fields, row, strict=True):
-        column = field.get_col(Task._meta.db_table)
-        for convert in (connection.ops.get_db_converters(column)
-                        + column.get_db_converters(connection)):
+    for value, (column, converts) in zip(row, converters, strict=True):
+        for convert in converts:
             value = convert(value, column, connection)
         values.append(value)
-    return Task.from_db(connection.alias, [f.attname for f in fields], values)
+    return Task.from_db(connection.alias, attnames, values)
+
+
+@cache
+def _row_converters(alias: str) -> tuple[list[str], list[tuple[Any, list[Any]]]]:
+    """The task's attribute names and, per column, the converters the ORM applies
+    to what the database returns (JSON text to Python, for one)."""
+    fields = Task._meta.concrete_fields
+    converters = []
+    for field in fields:
+        column = field.get_col(Task._meta.db_table)
+        converters.append((column, connection.ops.get_db_converters(column)
+                           + column.get_db_converters(connection)))
+    return [f.attname for f in fields], converters
 
 
 def lease_extend(*, task_id: int, owner: str) -> bool:
