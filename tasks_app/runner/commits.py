@@ -54,7 +54,7 @@ from ..models import Event, Step, StepKind, StepStatus, Task
 from ..prepared import fetch_one_prepared
 from ..services.actors import Actor
 from ..services.admission import admission_after_commit
-from ..services.events import TRANSITION_EVENT_CTE, event_announce
+from ..services.events import TRANSITION_EVENT_CTE, announce_written
 from ..services.transitions import (
     KnownTask,
     close_open_work_ctes,
@@ -179,11 +179,10 @@ def commit_decision(snap: TaskSnapshot, *, decision: dict[str, Any], model_log: 
                      now=now)
     if event_id is None:
         return None
-    event_announce(Event(id=event_id, task_id=snap.id, tenant_id=snap.tenant_id,
-                         trace_id=snap.trace_id, task_version=snap.version,
-                         type="decision_recorded",
-                         payload={**payload, "idempotency_key": step.idempotency_key},
-                         actor=actor.name, actor_role=actor.role, created_at=now))
+    announce_written(event_id=event_id, task_id=snap.id, tenant_id=snap.tenant_id,
+                     trace_id=snap.trace_id, task_version=snap.version, type="decision_recorded",
+                     payload={**payload, "idempotency_key": step.idempotency_key}, actor=actor,
+                     at=now)
     call = ToolCall(spec=spec, args=dict(args), context=ToolContext(
         idempotency_key=step.idempotency_key, task_id=snap.id, step_id=step.pk,
         tenant_id=snap.tenant_id, trace_id=snap.trace_id))
@@ -287,10 +286,9 @@ def commit_outcome(snap: TaskSnapshot, step: Step, outcome: ToolOutcome, *,
     if written is None:
         return None
     version, event_id, recorded = written
-    event_announce(Event(id=event_id, task_id=snap.id, tenant_id=snap.tenant_id,
-                         trace_id=snap.trace_id, task_version=version, type="step_succeeded",
-                         payload=payload, actor=actor.name, actor_role=actor.role,
-                         created_at=now))
+    announce_written(event_id=event_id, task_id=snap.id, tenant_id=snap.tenant_id,
+                     trace_id=snap.trace_id, task_version=version, type="step_succeeded",
+                     payload=payload, actor=actor, at=now)
     for name, value in settled.items():
         setattr(step, name, value)
     return OutcomeCommitted(version=version, ledger_recorded=claim is None or recorded)
@@ -411,10 +409,9 @@ def commit_final(snap: TaskSnapshot, *, decision: dict[str, Any], model_log: dic
     if row is None:
         return False
     version, event_id = row
-    event_announce(Event(id=event_id, task_id=snap.id, tenant_id=snap.tenant_id,
-                         trace_id=snap.trace_id, task_version=version, type=event,
-                         payload=payload, actor=actor.name, actor_role=actor.role,
-                         created_at=now))
+    announce_written(event_id=event_id, task_id=snap.id, tenant_id=snap.tenant_id,
+                     trace_id=snap.trace_id, task_version=version, type=event,
+                     payload=payload, actor=actor, at=now)
     admission_after_commit()  # a RUNNING slot was freed
     return True
 

@@ -29,7 +29,7 @@ from ..models import Event, Task
 from ..prepared import fetch_all_prepared, fetch_one_prepared
 from .actors import SYSTEM
 from .dispatch import schedule_advance_on_commit
-from .events import TRANSITION_EVENT_CTE, event_announce
+from .events import TRANSITION_EVENT_CTE, announce_written
 
 ADMISSION_LOCK_KEY = 0x7E7E_0001
 
@@ -247,10 +247,9 @@ class _PreparedStatements(_Statements):
         if row is None:
             return False
         version, event_id = row
-        event_announce(Event(id=event_id, task_id=cand.id, tenant_id=cand.tenant_id,
-                             trace_id=cand.trace_id, task_version=version, type="task_started",
-                             payload=payload, actor=SYSTEM.name, actor_role=SYSTEM.role,
-                             created_at=now))
+        announce_written(event_id=event_id, task_id=cand.id, tenant_id=cand.tenant_id,
+                         trace_id=cand.trace_id, task_version=version, type="task_started",
+                         payload=payload, actor=SYSTEM, at=now)
         return True
 
 

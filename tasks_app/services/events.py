@@ -8,6 +8,7 @@ does not have.
 """
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
@@ -55,6 +56,16 @@ def event_append(
 def event_announce(event: Event) -> None:
     """Publish `event` once its transaction commits (at once outside a transaction)."""
     transaction.on_commit(lambda: _publish(event))
+
+
+def announce_written(*, event_id: int, task_id: int, tenant_id: int, trace_id: str,
+                     task_version: int, type: str, payload: dict[str, Any], actor: Actor,
+                     at: datetime) -> None:
+    """Publish, once committed, an event a one-statement commit wrote in SQL
+    (`TRANSITION_EVENT_CTE` and the like): the row as written, without reading it."""
+    event_announce(Event(id=event_id, task_id=task_id, tenant_id=tenant_id, trace_id=trace_id,
+                         task_version=task_version, type=type, payload=payload,
+                         actor=actor.name, actor_role=actor.role, created_at=at))
 
 
 def _publish(event: Event) -> None:
