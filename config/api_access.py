@@ -21,6 +21,7 @@ approval.decide          reviewer, admin                       approve / reject 
 reconciliation.read      operator, reviewer, admin
 reconciliation.resolve   reviewer, admin                       resolve / re-run the query
 tool.*, agent.*          admin                                 read and write
+secret.*                 admin                                 names only; values write-only
 =======================  ====================================  ============================
 
 Separation of duties (a task's requester may not decide on its own task's
@@ -63,6 +64,8 @@ POLICY: dict[str, frozenset[str]] = {
     "tool.write": frozenset({R.ADMIN}),
     "agent.read": frozenset({R.ADMIN}),
     "agent.write": frozenset({R.ADMIN}),
+    "secret.read": frozenset({R.ADMIN}),
+    "secret.write": frozenset({R.ADMIN}),
 }
 # Actions a requester may take only on the tasks it submitted itself.
 OWN_TASKS_ONLY: dict[str, frozenset[str]] = {

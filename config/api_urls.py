@@ -1,5 +1,5 @@
 """REST API v1 routes, mounted at `/api/v1/`: tasks, human decisions, admin
-(tools, agents), the OpenAPI 3 schema and its browsable docs. Paths have no
+(tools, agents, secrets), the OpenAPI 3 schema and its browsable docs. Paths have no
 trailing slash; anything unmatched is a JSON 404 in the API's error shape."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from django.urls import path, re_path, register_converter
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from approvals_app.api import views as decisions
-from tasks_app.api import agents
+from tasks_app.api import agents, secrets
 from tasks_app.api import views as tasks
 from tools_app.api import views as tools
 
@@ -75,6 +75,8 @@ urlpatterns = [
     path("tools/<name:name>", tools.ToolDetailView.as_view(), name="api-tool"),
     path("agents", agents.AgentListView.as_view(), name="api-agents"),
     path("agents/<name:name>", agents.AgentDetailView.as_view(), name="api-agent"),
+    path("secrets", secrets.SecretListView.as_view(), name="api-secrets"),
+    path("secrets/<name:name>", secrets.SecretDetailView.as_view(), name="api-secret"),
     path("schema", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("redoc", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),

@@ -161,6 +161,13 @@ TETHER_PYTHON_TOOL_MODULES = tuple(
     env.list("TETHER_PYTHON_TOOL_MODULES", default=["tools_app.demo."])
 )
 
+# Tenant secrets are encrypted with these Fernet keys (comma-separated: the first
+# encrypts, all decrypt; `manage.py rotate_secrets` re-encrypts with the first).
+TETHER_SECRETS_KEY = env.str("TETHER_SECRETS_KEY", default="")
+# Server environment variables a tenant's agent may name in `api_key_env`: NAME
+# for every tenant, tenant:NAME for one. Nothing else of the environment is readable.
+TETHER_ENV_GRANTS = tuple(env.list("TETHER_ENV_GRANTS", default=[]))
+
 # The cache holds the API throttles' counters: a shared Redis cache makes a
 # limit hold across processes (CACHE_URL=redis://...); the default is per process.
 CACHE_URL = env.str("CACHE_URL", default="")

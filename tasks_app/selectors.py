@@ -1,4 +1,4 @@
-"""Reads of tasks, steps and events, always scoped to a tenant by the caller."""
+"""Reads of tasks, steps, events and secrets' names, always scoped to a tenant by the caller."""
 from __future__ import annotations
 
 from datetime import datetime
@@ -6,7 +6,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from .models import AgentProfile, Event, Step, Task
+from .models import AgentProfile, Event, Step, Task, TenantSecret
 
 
 def event_dict(event: Event) -> dict[str, Any]:
@@ -89,3 +89,16 @@ def usage_of(task: Task) -> dict[str, Any]:
         "tokens": task.tokens,
         "per_tool": task.per_tool,
     }
+
+
+def secrets_of_tenant(tenant_id: int) -> QuerySet[TenantSecret]:
+    """The tenant's secrets, without their ciphertext (nothing here reads a value)."""
+    return TenantSecret.objects.filter(tenant_id=tenant_id).defer("ciphertext")
+
+
+def missing_secret_names(tenant_id: int, names: set[str]) -> list[str]:
+    """Which of `names` are not secrets of the tenant, sorted."""
+    if not names:
+        return []
+    found = set(secrets_of_tenant(tenant_id).filter(name__in=names).values_list("name", flat=True))
+    return sorted(names - found)

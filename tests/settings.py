@@ -11,6 +11,9 @@ os.environ.setdefault("TETHER_BACKOFF_BASE_S", "0.05")
 os.environ.setdefault("TETHER_BACKOFF_MAX_S", "0.2")
 os.environ.setdefault("TETHER_DEMO_NOTIFY_DELAY_S", "1.5")
 os.environ.setdefault("API_THROTTLE_RATE", "100000/min")
+# A fixed Fernet key for tenant secrets (test data only); inherited by the
+# processes tests/processes.py starts, which copy this environment.
+os.environ.setdefault("TETHER_SECRETS_KEY", "RSFTk7m35nceLjOzBRsRS7gUWH7knV1EYNh3fEb_J0A=")
 
 from config.settings import *  # noqa: E402,F401,F403
 

@@ -40,7 +40,7 @@ class Tool(models.Model):
     )
     status_tool = models.CharField(max_length=100, blank=True, help_text="A python status query.")
     compensation_tool = models.CharField(max_length=100, blank=True)
-    # {header name: name of a setting or environment variable holding its value}
+    # {header name: template naming secrets of the tenant, e.g. "Bearer {secret:payments}"}
     secret_headers = models.JSONField(default=dict, blank=True)
     args_schema = models.JSONField(default=dict)
     result_schema = models.JSONField(default=dict, blank=True)

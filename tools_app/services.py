@@ -2,8 +2,9 @@
 
 - An `http` tool is registrable without writing Python: `url` (POSTed to with
   the arguments), an optional `status_url` with `{key}` (GET, "did key K
-  happen?"), header secrets named by setting/env variable (never stored in
-  clear), schemas, side effect, risk, timeout and retries.
+  happen?"), secret headers as templates naming secrets of the tool's own
+  tenant (`{"Authorization": "Bearer {secret:payments}"}`; values are never
+  stored on the tool), schemas, side effect, risk, timeout and retries.
 - A `python` tool names a dotted path to server code. Registering one loads
   that code, so its module must sit under one of the prefixes of the setting
   `TETHER_PYTHON_TOOL_MODULES` (default: the demo tools only).
@@ -27,15 +28,15 @@ from django.db import IntegrityError, transaction
 from django.utils.module_loading import import_string
 
 from config.errors import conflict, invalid, not_found
+from tasks_app.selectors import missing_secret_names
+from tasks_app.vault.references import EXAMPLE, header_secret_names, template_errors
 
-from .executor.http_kind import SECRET_PREFIX
 from .models import Risk, SideEffect, Tool, ToolKind
 from .registry import check_schema
 
 NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
 HEADER = re.compile(r"[A-Za-z0-9-]{1,64}")
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 RESERVED_HEADERS = {
     "idempotency-key",
     "x-tether-task",
@@ -173,21 +174,16 @@ def tool_errors(tool: Tool) -> dict[str, list[str]]:
             add("compensation_tool", f"no tool named {tool.compensation_tool!r} in this tenant")
 
     if not isinstance(tool.secret_headers, dict):
-        add("secret_headers", f"an object {{header name: {SECRET_PREFIX}* environment variable}}")
+        add("secret_headers", f"an object {{header name: template, e.g. {EXAMPLE!r}}}")
     else:
-        for header, source in tool.secret_headers.items():
+        for header, template in tool.secret_headers.items():
             if not HEADER.fullmatch(str(header)) or str(header).lower() in RESERVED_HEADERS:
                 add("secret_headers", f"{header!r} is not a header name Tether lets you set")
-            if (
-                not isinstance(source, str)
-                or not ENV_NAME.fullmatch(source)
-                or not source.startswith(SECRET_PREFIX)
-            ):
-                add(
-                    "secret_headers",
-                    f"{header}: the name of an environment variable starting with "
-                    f"{SECRET_PREFIX} (not the secret itself)",
-                )
+            for problem in template_errors(template):
+                add("secret_headers", f"{header}: {problem}")
+        missing = missing_secret_names(tool.tenant_id, header_secret_names(tool.secret_headers))
+        for name in missing:
+            add("secret_headers", f"no secret named {name!r} in this tenant")
 
     schema_problems = check_schema(tool.args_schema)
     if schema_problems:

@@ -31,6 +31,7 @@ MODEL_KEYS = (
     "name",
     "base_url",
     "api_key_env",
+    "api_key_secret",
     "temperature",
     "top_p",
     "system_prompt",
@@ -45,6 +46,7 @@ class FallbackSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=200)
     base_url = serializers.CharField(max_length=500, required=False, allow_null=True)
     api_key_env = serializers.CharField(max_length=128, required=False, allow_null=True)
+    api_key_secret = serializers.CharField(max_length=64, required=False, allow_null=True)
 
 
 class ModelSettingsSerializer(serializers.Serializer):
@@ -60,7 +62,14 @@ class ModelSettingsSerializer(serializers.Serializer):
         max_length=128,
         allow_null=True,
         required=False,
-        help_text="The environment variable holding the key (never the key).",
+        help_text="An environment variable holding the key, only one the operator granted "
+        "this tenant in TETHER_ENV_GRANTS (never the key).",
+    )
+    api_key_secret = serializers.CharField(
+        max_length=64,
+        allow_null=True,
+        required=False,
+        help_text="The name of the tenant secret holding the key (see /api/v1/secrets).",
     )
     temperature = serializers.FloatField(min_value=0, max_value=2, allow_null=True, required=False)
     top_p = serializers.FloatField(min_value=0, max_value=1, allow_null=True, required=False)
@@ -132,6 +141,7 @@ class ModelOutSerializer(serializers.Serializer):
     name = serializers.CharField(allow_null=True)
     base_url = serializers.CharField(allow_null=True)
     api_key_env = serializers.CharField(allow_null=True)
+    api_key_secret = serializers.CharField(allow_null=True)
     temperature = serializers.FloatField(allow_null=True)
     top_p = serializers.FloatField(allow_null=True)
     system_prompt = serializers.CharField(allow_null=True, allow_blank=True)

@@ -38,6 +38,7 @@ from ..machine import TERMINAL
 from ..models import ContextSummary, Event, Role, Step, Task
 from ..services.actors import SYSTEM, Actor
 from ..services.events import event_append
+from ..vault.lookup import model_keys
 from .builder import ContextSources, active_summary, context_limits, step_chars, step_view
 
 log = logging.getLogger(__name__)
@@ -122,7 +123,8 @@ def _maybe_create(task_id: int) -> ContextSummary | None:
     model = (task.agent_snapshot or {}).get("model") or {}
     if model.get("backend") == "openai":
         try:
-            backend: Any = get_backend(model)
+            keys = model_keys(tenant_id=task.tenant_id, model=model)  # the task's tenant only
+            backend: Any = get_backend(model, keys)
             text, tokens, model_name = backend.summarize(
                 goal=task.goal, previous=previous, steps=views, max_chars=limits["summary_chars"])
             method = "model"

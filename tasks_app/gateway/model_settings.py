@@ -3,19 +3,23 @@
 Shape (JSON on the profile, frozen into `task.agent_snapshot` at submission)::
 
     {"backend": "openai", "name": "qwen2.5:7b", "base_url": "http://127.0.0.1:11434/v1",
-     "api_key_env": "OLLAMA_API_KEY", "temperature": 0.2, "top_p": 1.0,
+     "api_key_secret": "ollama", "temperature": 0.2, "top_p": 1.0,
      "system_prompt": "...", "timeout_s": 60, "max_retries": 2,
-     "fallback": {"name": "...", "base_url": "...", "api_key_env": "..."}}
+     "fallback": {"name": "...", "base_url": "...", "api_key_secret": "..."}}
 
-Keys are never stored: a profile names the environment variable that holds
-one (`api_key_env`), and the key is read from the environment at call time.
-`model_settings_errors` is what an API or console form calls before saving.
+Keys are never stored on a profile: it names a secret of its tenant
+(`api_key_secret`, see `tasks_app.vault`) or an environment variable the
+operator granted (`api_key_env`), and the runner resolves it at call time.
+A fallback that names no key uses the primary's. `model_settings_errors` is
+what an API or console form calls before saving (the service then checks that
+the secret exists and the variable is granted, which needs the tenant).
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
+
+from ..vault.references import SECRET_NAME, SECRET_NAME_RULE, env_ref, secret_ref
 
 BACKENDS = ("scripted", "openai")
 # Keys that would put a secret in the database in clear.
@@ -36,13 +40,16 @@ class ModelTarget:
     name: str
     base_url: str
     api_key_env: str = ""
+    api_key_secret: str = ""
 
-    def api_key(self) -> str | None:
-        """The key from the environment; None when the named variable is unset."""
-        if not self.api_key_env:
-            return NO_KEY
-        value = os.environ.get(self.api_key_env, "")
-        return value or None
+    @property
+    def key_ref(self) -> str:
+        """Where the key comes from (`secret:NAME`, `env:NAME`), or "" for no key."""
+        if self.api_key_secret:
+            return secret_ref(self.api_key_secret)
+        if self.api_key_env:
+            return env_ref(self.api_key_env)
+        return ""
 
 
 @dataclass(frozen=True)
@@ -62,12 +69,17 @@ def parse_model_settings(model: dict[str, Any]) -> ModelSettings:
     reject bad input with field errors."""
     base_url = str(model.get("base_url") or "")
     primary = ModelTarget(name=str(model.get("name") or ""), base_url=base_url,
-                          api_key_env=str(model.get("api_key_env") or ""))
+                          api_key_env=str(model.get("api_key_env") or ""),
+                          api_key_secret=str(model.get("api_key_secret") or ""))
     fb = model.get("fallback") or None
     fallback = None
     if isinstance(fb, dict) and fb.get("name"):
+        names_key = bool(fb.get("api_key_env") or fb.get("api_key_secret"))
+        key = fb if names_key else {"api_key_env": primary.api_key_env,
+                                    "api_key_secret": primary.api_key_secret}
         fallback = ModelTarget(name=str(fb["name"]), base_url=str(fb.get("base_url") or base_url),
-                               api_key_env=str(fb.get("api_key_env", primary.api_key_env) or ""))
+                               api_key_env=str(key.get("api_key_env") or ""),
+                               api_key_secret=str(key.get("api_key_secret") or ""))
     return ModelSettings(
         primary=primary,
         fallback=fallback,
@@ -95,8 +107,8 @@ def model_settings_errors(model: Any) -> dict[str, list[str]]:
 
     for key in model:
         if str(key).lower() in FORBIDDEN_KEYS:
-            add(key, "secrets are not stored on a profile: put the key in an environment "
-                     "variable and name it in api_key_env")
+            add(key, "secrets are not stored on a profile: store the key as a tenant "
+                     "secret and name it in api_key_secret")
     backend = model.get("backend", "scripted")
     if backend not in BACKENDS:
         add("backend", f"one of {', '.join(BACKENDS)}")
@@ -118,9 +130,7 @@ def model_settings_errors(model: Any) -> dict[str, list[str]]:
         add("max_retries", "an integer from 0 to 10")
     if "system_prompt" in model and not isinstance(model["system_prompt"], str):
         add("system_prompt", "a string")
-    env = model.get("api_key_env")
-    if env is not None and not _is_env_name(env):
-        add("api_key_env", "the name of an environment variable (letters, digits, _)")
+    _key_errors(model, "", add)
     fb = model.get("fallback")
     if fb is not None:
         if not isinstance(fb, dict):
@@ -133,9 +143,19 @@ def model_settings_errors(model: Any) -> dict[str, list[str]]:
                 add("fallback.name", "the fallback model name is required")
             if fb.get("base_url") is not None and not _is_http_url(fb["base_url"]):
                 add("fallback.base_url", "an http(s) URL")
-            if fb.get("api_key_env") is not None and not _is_env_name(fb["api_key_env"]):
-                add("fallback.api_key_env", "the name of an environment variable")
+            _key_errors(fb, "fallback.", add)
     return errors
+
+
+def _key_errors(target: dict[str, Any], prefix: str, add: Any) -> None:
+    """A model's key reference: a secret name or a variable name, not both."""
+    env, secret = target.get("api_key_env"), target.get("api_key_secret")
+    if env is not None and not _is_env_name(env):
+        add(f"{prefix}api_key_env", "the name of an environment variable (letters, digits, _)")
+    if secret is not None and (not isinstance(secret, str) or not SECRET_NAME.fullmatch(secret)):
+        add(f"{prefix}api_key_secret", f"the name of a secret of this tenant: {SECRET_NAME_RULE}")
+    if env and secret:
+        add(f"{prefix}api_key_secret", "name the key as a secret or a variable, not both")
 
 
 def _is_http_url(value: Any) -> bool:

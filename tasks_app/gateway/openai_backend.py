@@ -15,6 +15,11 @@ are bounded, logged and deterministic:
 - when both fail, `GatewayError` tells the runner whether to come back later
   (`retryable`, with `retry_after_s`) or to fail the task.
 
+The API key of each model is resolved by the runner for the task's tenant
+(`tasks_app.vault.lookup.model_keys`) and handed in as `keys`; the gateway
+reads no secret itself. An endpoint may echo the key back: every reply and
+every error message is redacted of it before it is logged or returned.
+
 Token usage comes from each reply's `usage`. The reply's raw JSON, the
 failed attempts before it and a one-line summary of the input go into the
 step's decision log.
@@ -32,9 +37,10 @@ from typing import Any
 import openai
 from django.conf import settings
 
+from ..vault.values import Resolved, Unresolved
 from .base import ContextSnapshot, GatewayError, ModelReply
 from .messages import build_messages, input_summary, tool_catalogue
-from .model_settings import ModelSettings, ModelTarget, parse_model_settings
+from .model_settings import NO_KEY, ModelSettings, ModelTarget, parse_model_settings
 from .replies import decisions_from_message
 
 log = logging.getLogger(__name__)
@@ -71,8 +77,9 @@ class _Failure(Exception):
 class OpenAIBackend:
     name = "openai"
 
-    def __init__(self, model: dict[str, Any]) -> None:
+    def __init__(self, model: dict[str, Any], keys: Resolved | None = None) -> None:
         self.settings: ModelSettings = parse_model_settings(model)
+        self.keys = keys or Resolved()
         if not self.settings.primary.name or not self.settings.primary.base_url:
             raise GatewayError("the openai backend needs a model name and a base_url",
                                retryable=False)
@@ -142,9 +149,10 @@ class OpenAIBackend:
                 attempts += 1
                 started = time.monotonic()
                 try:
-                    body = self._call_once(target, request)
-                except _Failure as exc:
-                    last = exc
+                    body = self.keys.redact(self._call_once(target, request))
+                except _Failure as raw:
+                    exc = last = _Failure(self.keys.redact(str(raw)), retryable=raw.retryable,
+                                          retry_after_s=raw.retry_after_s, status=raw.status)
                     failures.append({"model": target.name, "attempt": attempt, "error": str(exc),
                                      "status": exc.status,
                                      "latency_ms": int((time.monotonic() - started) * 1000)})
@@ -167,10 +175,10 @@ class OpenAIBackend:
                                              _backoff_s(s.max_retries + 1)))
 
     def _call_once(self, target: ModelTarget, request: dict[str, Any]) -> dict[str, Any]:
-        key = target.api_key()
-        if key is None:
-            raise _Failure(f"the environment variable {target.api_key_env} (the API key of "
-                           f"{target.name}) is not set", retryable=False)
+        try:
+            key = self.keys.get(target.key_ref) if target.key_ref else NO_KEY
+        except Unresolved as exc:
+            raise _Failure(f"no API key for {target.name}: {exc}", retryable=False)
         client = openai.OpenAI(base_url=target.base_url, api_key=key, max_retries=0,
                                timeout=self.settings.timeout_s)
         try:

@@ -3,16 +3,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..vault.values import Resolved
 from .base import GatewayError, ModelBackend
 from .scripted import ScriptedBackend
 
 
-def get_backend(model: dict[str, Any]) -> ModelBackend:
+def get_backend(model: dict[str, Any], keys: Resolved | None = None) -> ModelBackend:
+    """The backend of a profile's `model`; `keys` are its API keys, resolved by
+    the runner for the task's tenant (`tasks_app.vault.lookup.model_keys`)."""
     backend = model.get("backend", "scripted")
     if backend == "scripted":
         return ScriptedBackend()
     if backend == "openai":
         from .openai_backend import OpenAIBackend
 
-        return OpenAIBackend(model)
+        return OpenAIBackend(model, keys)
     raise GatewayError(f"unknown model backend {backend!r}", retryable=False)

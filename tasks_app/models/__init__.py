@@ -1,9 +1,11 @@
-"""Storage for tenants, agent profiles, tasks, steps, events and context summaries."""
+"""Storage for tenants, agent profiles, tasks, steps, events, context summaries and
+tenant secrets."""
 
 from ..machine import TaskStatus
 from .agents import AgentProfile, OnExhaustion
 from .context import ContextSummary
 from .events import Event
+from .secrets import TenantSecret
 from .tasks import Step, StepKind, StepStatus, Task
 from .tenancy import ApiKey, Membership, Role, Tenant
 
@@ -20,5 +22,6 @@ __all__ = [
     "StepStatus",
     "Task",
     "TaskStatus",
+    "TenantSecret",
     "Tenant",
 ]

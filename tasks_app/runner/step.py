@@ -55,6 +55,7 @@ from ..models import Step, StepKind, StepStatus, Task
 from ..services.actors import Actor
 from ..services.events import event_append
 from ..services.transitions import KnownTask, task_transition, task_update_guarded
+from ..vault.lookup import model_keys
 from .budgets import exhausted_budget, past_deadline
 from .commits import commit_decision, commit_final, commit_outcome
 from .lease import heartbeat
@@ -204,7 +205,9 @@ class Spent:
 def _decide(snap: TaskSnapshot, context: ContextSnapshot) -> ModelReply | StepResult:
     started = time.monotonic()
     try:
-        reply = get_backend(snap.agent.get("model") or {}).decide(context)
+        model = snap.agent.get("model") or {}
+        keys = model_keys(tenant_id=snap.tenant_id, model=model)  # this task's tenant only
+        reply = get_backend(model, keys).decide(context)
     except GatewayError as exc:
         if exc.retryable:
             return StepResult(Next.LATER, exc.retry_after_s or backoff_s(1), f"model: {exc}")

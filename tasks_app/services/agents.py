@@ -4,8 +4,11 @@ A profile names the tools its agent may call; each must be a tool of the
 same tenant (another tenant's tool cannot be used). Per-tool limits may name
 only those tools. The `model` settings are checked by the gateway's own
 `model_settings_errors`, so the API, the console and the runner agree on
-them. Tasks copy their profile at submission: an update never changes a task
-that is already under way. Names that are console routes (`new`) are reserved.
+them; the key a model names must be a secret of the same tenant
+(`api_key_secret`) or an environment variable the operator granted it
+(`api_key_env`, see `tasks_app.vault.grants`). Tasks copy their profile at
+submission: an update never changes a task that is already under way. Names
+that are console routes (`new`) are reserved.
 """
 
 from __future__ import annotations
@@ -21,7 +24,10 @@ from tools_app.models import Tool
 from tools_app.registry import check_schema
 
 from ..gateway.model_settings import model_settings_errors
-from ..models import AgentProfile, OnExhaustion
+from ..models import AgentProfile, OnExhaustion, Tenant
+from ..selectors import missing_secret_names
+from ..vault.grants import env_granted, not_granted_message
+from ..vault.references import model_env_names, model_secret_names
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 # Names a profile cannot take: its console page would be a route (`/agents/new/`).
@@ -118,6 +124,8 @@ def agent_errors(agent: AgentProfile) -> dict[str, list[str]]:
         key = field if field == "model" else f"model.{field}"
         errors.setdefault(key, []).extend(messages)
 
+    _key_reference_errors(agent, errors)
+
     tools = agent.tools
     if not isinstance(tools, list) or not all(isinstance(t, str) for t in tools):
         add("tools", "a list of tool names")
@@ -173,3 +181,20 @@ def agent_errors(agent: AgentProfile) -> dict[str, list[str]]:
             for field, messages in exc.message_dict.items():
                 errors.setdefault(field, []).extend(messages)
     return errors
+
+
+def _key_reference_errors(agent: AgentProfile, errors: dict[str, list[str]]) -> None:
+    """The model's keys: secrets of the agent's own tenant, variables granted to it."""
+    secrets = {f"model.{f}": n for f, n in model_secret_names(agent.model).items()
+               if f"model.{f}" not in errors}
+    missing = set(missing_secret_names(agent.tenant_id, set(secrets.values())))
+    for field, name in secrets.items():
+        if name in missing:
+            errors.setdefault(field, []).append(f"no secret named {name!r} in this tenant")
+    envs = {f"model.{f}": n for f, n in model_env_names(agent.model).items()
+            if f"model.{f}" not in errors}
+    if envs:
+        tenant = Tenant.objects.filter(pk=agent.tenant_id).values_list("name", flat=True).first()
+        for field, name in envs.items():
+            if not env_granted(name, tenant=tenant or ""):
+                errors.setdefault(field, []).append(not_granted_message(name))

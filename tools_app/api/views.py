@@ -1,9 +1,9 @@
 """Tool registration endpoints (admins): list, register, read, update, enable/disable.
 
 Input serializers check types and bounds; what a registration may contain
-(URLs, dotted paths, schemas that are valid JSON Schema, secrets only by
-name) is `tools_app.services`'. Reads are tenant-scoped: another tenant's
-tool is a 404 and never listed.
+(URLs, dotted paths, schemas that are valid JSON Schema, secrets only by the
+name of one of the tenant's secrets) is `tools_app.services`'. Reads are
+tenant-scoped: another tenant's tool is a 404 and never listed.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ class ToolSerializer(serializers.Serializer):
     compensation_tool = serializers.CharField(allow_blank=True)
     secret_headers = serializers.DictField(
         child=serializers.CharField(),
-        help_text="{header: name of a TETHER_SECRET_* environment variable}",
+        help_text='{header: template naming secrets of the tenant, e.g. '
+        '"Bearer {secret:payments}"}',
     )
     args_schema = serializers.DictField(child=serializers.JSONField())
     result_schema = serializers.DictField(child=serializers.JSONField())
@@ -63,7 +64,10 @@ class ToolWriteSerializer(serializers.Serializer):
     status_tool = serializers.CharField(max_length=100, allow_blank=True, required=False)
     compensation_tool = serializers.CharField(max_length=100, allow_blank=True, required=False)
     secret_headers = serializers.DictField(
-        child=serializers.CharField(max_length=128), required=False
+        child=serializers.CharField(max_length=1024),
+        required=False,
+        help_text='{header: template naming secrets of the tenant, e.g. '
+        '"Bearer {secret:payments}"}; each secret must exist.',
     )
     args_schema = serializers.DictField(
         child=serializers.JSONField(),

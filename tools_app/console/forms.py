@@ -9,7 +9,6 @@ from typing import Any
 
 from django import forms
 
-from ..executor.http_kind import SECRET_PREFIX
 from ..models import Risk, SideEffect, Tool, ToolKind
 from ..services import EDITABLE
 
@@ -75,9 +74,9 @@ class ToolForm(forms.Form):
         required=False,
         label="Secret headers",
         help_text=(
-            f'{{"Authorization": "{SECRET_PREFIX}SHIPPING_TOKEN"}}: each header names an '
-            f"environment variable starting with {SECRET_PREFIX}, read on the server when "
-            "the tool is called. Never the secret itself."
+            '{"Authorization": "Bearer {secret:shipping}"}: each header is a template '
+            "naming secrets of this tenant (see Secrets), filled in on the server when the "
+            "tool is called. Never the secret itself."
         ),
     )
     args_schema = JSONObjectField(

@@ -2,6 +2,12 @@
 
 Every call has a timeout. A result must be JSON, within the size limit and
 valid against the tool's result schema; otherwise it is a business error.
+
+An http tool's secret headers are rendered here, for the call's own tenant
+(`tasks_app.vault.lookup`), and exist only for the call: a secret that cannot
+be resolved is a permission error and nothing is sent. The downstream may echo
+them back, so its answer (result, error, status answer) is redacted of every
+resolved value before anything stores it.
 """
 from __future__ import annotations
 
@@ -12,13 +18,25 @@ from typing import Any
 from django.conf import settings
 from jsonschema import Draft202012Validator
 
+from tasks_app.vault.lookup import tool_headers
+from tasks_app.vault.values import Resolved, Unresolved
+
 from . import http_kind, python_kind
 from .jsonsafe import has_nul, storable
 from .types import OutcomeKind, StatusAnswer, ToolCall, ToolOutcome
 
 
 def call_tool(call: ToolCall) -> ToolOutcome:
-    outcome = http_kind.call(call) if call.spec.kind == "http" else python_kind.call(call)
+    if call.spec.kind == "http":
+        try:
+            call, resolved = _with_secrets(call)
+        except Unresolved as exc:
+            return _secret_refused(exc)
+        outcome = http_kind.call(call)
+        outcome = replace(outcome, result=resolved.redact(outcome.result),
+                          error=resolved.redact(outcome.error))
+    else:
+        outcome = python_kind.call(call)
     if outcome.kind is OutcomeKind.OK:
         problem = check_result(call.spec.result_schema, outcome.result)
         if problem is not None:
@@ -31,10 +49,29 @@ def call_tool(call: ToolCall) -> ToolOutcome:
 
 def query_status(call: ToolCall) -> StatusAnswer:
     if call.spec.status_url:
-        return http_kind.query_status(call)
+        try:
+            call, resolved = _with_secrets(call)
+        except Unresolved as exc:
+            return StatusAnswer(state="unknown", detail=f"status query not sent: {exc}")
+        answer = http_kind.query_status(call)
+        return replace(answer, result=resolved.redact(answer.result),
+                       detail=resolved.redact(answer.detail))
     if call.spec.status_tool:
         return python_kind.query_status(call)
     return StatusAnswer(state="unknown", detail="the tool has no status query")
+
+
+def _with_secrets(call: ToolCall) -> tuple[ToolCall, Resolved]:
+    """The call with its secret headers rendered for its tenant; raises `Unresolved`."""
+    headers, resolved = tool_headers(tenant_id=call.context.tenant_id,
+                                     secret_headers=dict(call.spec.secret_headers or {}))
+    return replace(call, resolved_headers=headers), resolved
+
+
+def _secret_refused(exc: Unresolved) -> ToolOutcome:
+    # Nothing was sent: the tool cannot be called as registered, retrying cannot help.
+    return ToolOutcome(kind=OutcomeKind.PERMISSION,
+                       error={"type": "secret_unavailable", "message": str(exc)})
 
 
 def check_result(schema: dict[str, Any], result: Any) -> dict[str, Any] | None:

@@ -1,8 +1,9 @@
 """HTTP tools (DESIGN.md "HTTP tools"): ``POST {url}`` with the arguments as JSON.
 
 Headers: ``Idempotency-Key``, ``X-Tether-Task`` and a W3C ``traceparent``;
-secret headers are read from `TETHER_SECRET_*` environment variables by name, never
-stored in clear. Classification of the answer:
+secret headers are the tool's `secret_headers` templates rendered with its
+tenant's secrets by the dispatcher (`call.resolved_headers`), never stored in
+clear. Classification of the answer:
 
 - 2xx with a JSON body: the result;
 - 400/404/409/422: business error (the body goes back to the model);
@@ -19,7 +20,6 @@ Bodies are read up to ``MAX_TOOL_RESULT_BYTES``, never more.
 from __future__ import annotations
 
 import json
-import os
 import secrets
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -34,10 +34,6 @@ from .types import OutcomeKind, StatusAnswer, ToolCall, ToolOutcome
 BUSINESS = {400, 404, 409, 422}
 PERMISSION = {401, 403}
 ERROR_BODY_BYTES = 16 * 1024
-# Only environment variables with this prefix can be named as header secrets:
-# a tenant admin must not be able to send the server's own credentials (or
-# any other process secret) to a URL of their choosing.
-SECRET_PREFIX = "TETHER_SECRET_"
 
 
 def _headers(call: ToolCall) -> dict[str, str]:
@@ -48,18 +44,8 @@ def _headers(call: ToolCall) -> dict[str, str]:
         "traceparent": f"00-{trace}-{secrets.token_hex(8)}-01",
         "Accept": "application/json",
     }
-    for header, source in (call.spec.secret_headers or {}).items():
-        value = _secret(str(source))
-        if value:
-            headers[header] = value
+    headers.update(call.resolved_headers)
     return headers
-
-
-def _secret(source: str) -> str | None:
-    """A header secret from the environment variable `source` (TETHER_SECRET_*)."""
-    if not source.startswith(SECRET_PREFIX):
-        return None
-    return os.environ.get(source) or None
 
 
 def _body(content: bytes) -> Any:

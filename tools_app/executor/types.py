@@ -1,6 +1,7 @@
 """Frozen data handed to and returned from tool calls (never ORM objects)."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
@@ -47,6 +48,9 @@ class ToolCall:
     spec: ToolSpec
     args: dict[str, Any]
     context: ToolContext
+    # The spec's secret headers rendered for the task's tenant: set by the
+    # dispatcher for the call only, never stored, never in a repr.
+    resolved_headers: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
 
 class OutcomeKind(StrEnum):

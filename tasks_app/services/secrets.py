@@ -1,0 +1,124 @@
+"""Tenant secrets: create, rotate (a new value) and delete, each attributed.
+
+A secret is write-only: these services take a value and encrypt it
+(`tasks_app.vault.keyring`), and nothing here or anywhere else returns it;
+only `tasks_app.vault.lookup` reads it, at call time, for its own tenant. The
+name is the secret's identity (tools and agent profiles refer to it) and
+cannot change. Deleting a secret that a tool or an agent profile of the tenant
+still refers to is refused (409, with their names), so a reference never
+dangles by accident; a task already under way that uses it fails its next call
+with a permission error naming the secret.
+
+Values are 1 to `MAX_VALUE_CHARS` printable characters: they are sent as HTTP
+header values and API keys, where control characters are never valid.
+"""
+from __future__ import annotations
+
+import logging
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from config.errors import DomainError, conflict, invalid, not_found
+from tools_app.models import Tool
+
+from ..models import AgentProfile, TenantSecret
+from ..vault.keyring import seal
+from ..vault.references import (
+    SECRET_NAME,
+    SECRET_NAME_RULE,
+    header_secret_names,
+    model_secret_names,
+)
+from .actors import Actor
+
+log = logging.getLogger(__name__)
+
+MAX_VALUE_CHARS = 4096
+
+
+def secret_create(*, tenant_id: int, name: str, value: str, actor: Actor) -> TenantSecret:
+    errors = _name_errors(name) | _value_errors(value)
+    if errors:
+        raise invalid("invalid", "The request is not valid.", **errors)
+    if TenantSecret.objects.filter(tenant_id=tenant_id, name=name).exists():
+        raise _exists(name)
+    secret = TenantSecret(tenant_id=tenant_id, name=name, ciphertext=seal(value),
+                          created_by=actor.name)
+    try:
+        with transaction.atomic():
+            secret.save()
+    except IntegrityError:  # a concurrent create of the same name won
+        raise _exists(name)
+    log.info("secret %s of tenant %s created by %s", name, tenant_id, actor.name)
+    return secret
+
+
+def secret_rotate(*, tenant_id: int, name: str, value: str, actor: Actor) -> TenantSecret:
+    """Replace the value; the next call that uses the secret sends the new one."""
+    errors = _value_errors(value)
+    if errors:
+        raise invalid("invalid", "The request is not valid.", **errors)
+    ciphertext = seal(value)  # before the lock: encryption needs no row
+    with transaction.atomic():
+        secret = (TenantSecret.objects.select_for_update()
+                  .filter(tenant_id=tenant_id, name=name).first())
+        if secret is None:
+            raise not_found("Secret")
+        secret.ciphertext = ciphertext
+        secret.rotated_at = timezone.now()
+        secret.rotated_by = actor.name
+        secret.save(update_fields=["ciphertext", "rotated_at", "rotated_by"])
+    log.info("secret %s of tenant %s rotated by %s", name, tenant_id, actor.name)
+    return secret
+
+
+def secret_delete(*, tenant_id: int, name: str, actor: Actor) -> None:
+    with transaction.atomic():
+        secret = (TenantSecret.objects.select_for_update()
+                  .filter(tenant_id=tenant_id, name=name).first())
+        if secret is None:
+            raise not_found("Secret")
+        tools, agents = secret_references(tenant_id=tenant_id, name=name)
+        if tools or agents:
+            raise conflict(
+                "secret_in_use",
+                f"the secret {name!r} is still referenced: change these first",
+                tools=tools,
+                agents=agents,
+            )
+        secret.delete()
+    log.info("secret %s of tenant %s deleted by %s", name, tenant_id, actor.name)
+
+
+def secret_references(*, tenant_id: int, name: str) -> tuple[list[str], list[str]]:
+    """Names of the tenant's tools and agent profiles that refer to the secret."""
+    tools = [t.name for t in Tool.objects.filter(tenant_id=tenant_id).exclude(secret_headers={})
+             .only("name", "secret_headers").order_by("name")
+             if name in header_secret_names(t.secret_headers)]
+    agents = [a.name for a in AgentProfile.objects.filter(tenant_id=tenant_id)
+              .only("name", "model").order_by("name")
+              if name in model_secret_names(a.model).values()]
+    return tools, agents
+
+
+def _exists(name: str) -> DomainError:
+    return conflict("secret_exists", f"a secret named {name!r} already exists: rotate it instead",
+                    name=name)
+
+
+def _name_errors(name: object) -> dict[str, list[str]]:
+    if not isinstance(name, str) or not SECRET_NAME.fullmatch(name):
+        return {"name": [SECRET_NAME_RULE]}
+    return {}
+
+
+def _value_errors(value: object) -> dict[str, list[str]]:
+    # The messages never repeat the value.
+    if not isinstance(value, str) or not value:
+        return {"value": ["the secret's value, a non-empty string"]}
+    if len(value) > MAX_VALUE_CHARS:
+        return {"value": [f"at most {MAX_VALUE_CHARS} characters"]}
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        return {"value": ["no control characters (line breaks, tabs, NUL)"]}
+    return {}
