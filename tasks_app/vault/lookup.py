@@ -25,9 +25,10 @@ from .references import (
     model_secret_names,
     render,
     secret_ref,
+    template_errors,
     template_names,
 )
-from .values import Resolved
+from .values import Resolved, Unresolved
 
 
 def secret_values(*, tenant_id: int, names: Iterable[str]) -> Resolved:
@@ -58,6 +59,10 @@ def tool_headers(*, tenant_id: int, secret_headers: dict[str, str]) -> tuple[dic
                                                                            Resolved]:
     """A tool's secret headers rendered for the tenant, and what they resolved
     (for redaction). Raises `Unresolved` when a secret is missing."""
+    for header, template in secret_headers.items():
+        if template_errors(template):  # only a row written around the services
+            raise Unresolved(f"the secret header {header} is not a template naming secrets of "
+                             "this tenant: register the tool again")
     names = header_secret_names(secret_headers)
     if not names:
         return {}, Resolved()

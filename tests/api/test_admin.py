@@ -14,6 +14,8 @@ import pytest
 
 from tasks_app.machine import TaskStatus
 from tasks_app.models import AgentProfile, Role, Step
+from tasks_app.services.actors import SYSTEM
+from tasks_app.services.secrets import secret_create
 from tools_app.models import Tool
 
 from .conftest import Tenancy, drive
@@ -41,7 +43,7 @@ HTTP_TOOL = {
     "requires_approval": False,
     "timeout_s": 2.5,
     "max_retries": 1,
-    "secret_headers": {"X-Api-Key": "TETHER_SECRET_STOCK_API_KEY"},
+    "secret_headers": {"X-Api-Key": "{secret:stock-key}"},
 }
 TOOL_FIELDS = {
     "name",
@@ -102,6 +104,13 @@ def stock_server() -> Iterator[StockServer]:
     server = StockServer()
     yield server
     server.close()
+
+
+@pytest.fixture(autouse=True)
+def _secrets(main: Tenancy) -> None:
+    """The secrets HTTP_TOOL and AGENT refer to, stored in the main tenant."""
+    for name in ("stock-key", "llm-key"):
+        secret_create(tenant_id=main.tenant.pk, name=name, value=f"{name}-value", actor=SYSTEM)
 
 
 # --- tools ---------------------------------------------------------------------------------
@@ -167,9 +176,12 @@ def test_a_registered_http_tool_runs_end_to_end(main: Tenancy, stock_server: Sto
         ({"status_url": "http://127.0.0.1:9/status"}, "status_url"),
         ({"secret_headers": {"X-Api-Key": "sk-live-1234"}}, "secret_headers"),
         ({"secret_headers": {"Idempotency-Key": "SOME_ENV"}}, "secret_headers"),
-        # only TETHER_SECRET_* variables: never the server's own credentials
+        # only templates naming the tenant's own secrets: never an environment variable
         ({"secret_headers": {"X-Api-Key": "SECRET_KEY"}}, "secret_headers"),
-        ({"secret_headers": {"X-Api-Key": "DATABASE_URL"}}, "secret_headers"),
+        ({"secret_headers": {"X-Api-Key": "TETHER_SECRET_STOCK"}}, "secret_headers"),
+        ({"secret_headers": {"X-Api-Key": "{secret:no-such-secret}"}}, "secret_headers"),
+        ({"secret_headers": {"X-Api-Key": "Bearer {secret:Stock Key}"}}, "secret_headers"),
+        ({"secret_headers": {"X-Api-Key": "Bearer {secret:stock-key"}}, "secret_headers"),
         ({"kind": "python", "target": "os.system", "url": ""}, "target"),
         ({"kind": "python", "target": "tools_app.demo.tools.nothing_here", "url": ""}, "target"),
         ({"kind": "shell"}, "kind"),
@@ -255,7 +267,7 @@ AGENT = {
         "backend": "openai",
         "name": "qwen2.5:7b",
         "base_url": "http://127.0.0.1:11434/v1",
-        "api_key_env": "OLLAMA_API_KEY",
+        "api_key_secret": "llm-key",
         "temperature": 0.2,
         "top_p": 0.9,
         "system_prompt": "Be careful.",

@@ -10,6 +10,8 @@ import pytest
 from django.test import Client
 
 from tasks_app.models import AgentProfile, Role
+from tasks_app.services.actors import SYSTEM
+from tasks_app.services.secrets import secret_create
 from tests.factories import submit
 from tests.helpers import drive
 from tools_app.models import Tool
@@ -32,7 +34,7 @@ TOOL_FORM = {
     "status_tool": "",
     "target": "",
     "compensation_tool": "",
-    "secret_headers": '{"Authorization": "TETHER_SECRET_SHIPPING_TOKEN"}',
+    "secret_headers": '{"Authorization": "Bearer {secret:shipping}"}',
     "args_schema": json.dumps({"type": "object", "properties": {"weight": {"type": "number"}}}),
     "result_schema": "",
     "side_effect": "read",
@@ -75,24 +77,30 @@ def test_admin_registers_and_edits_a_tool(world):
     assert not Tool.objects.filter(tenant=world.tenant, name="shipping_quote").exists()
     not_json = c.post("/tools/new/", {**TOOL_FORM, "args_schema": "{oops"})
     assert not_json.status_code == 400 and "not valid JSON" in not_json.content.decode()
-    # A header secret names a TETHER_SECRET_* variable: never SECRET_KEY or any other.
+    # A header names secrets of the tenant: never SECRET_KEY or any other variable.
     leaky = c.post(
         "/tools/new/", {**TOOL_FORM, "secret_headers": '{"Authorization": "SECRET_KEY"}'}
     )
     assert leaky.status_code == 400
     (message,) = leaky.context["form"].errors["secret_headers"]
-    assert "TETHER_SECRET_" in message
-    assert 'class="field-error">Authorization: the name of an environment variable' in (
+    assert "{secret:NAME}" in message
+    assert 'class="field-error">Authorization: must name a secret of this tenant' in (
         leaky.content.decode()
     )
+    # ... and only secrets that exist in the tenant.
+    missing = c.post("/tools/new/", TOOL_FORM)
+    assert missing.status_code == 400
+    assert "no secret named &#x27;shipping&#x27; in this tenant" in missing.content.decode()
     assert not Tool.objects.filter(tenant=world.tenant, name="shipping_quote").exists()
 
+    secret_create(tenant_id=world.tenant.pk, name="shipping", value="ship-s3cret", actor=SYSTEM)
     ok = c.post("/tools/new/", TOOL_FORM)
     assert ok.status_code == 302 and ok["Location"] == "/tools/shipping_quote/"
     tool = Tool.objects.get(tenant=world.tenant, name="shipping_quote")
     assert tool.kind == "http"
-    assert tool.secret_headers == {"Authorization": "TETHER_SECRET_SHIPPING_TOKEN"}
-    assert "TETHER_SECRET_SHIPPING_TOKEN" in c.get("/tools/shipping_quote/").content.decode()
+    assert tool.secret_headers == {"Authorization": "Bearer {secret:shipping}"}
+    page = c.get("/tools/shipping_quote/").content.decode()
+    assert "Bearer {secret:shipping}" in page and "ship-s3cret" not in page
 
     edit = c.post(
         "/tools/shipping_quote/edit/",

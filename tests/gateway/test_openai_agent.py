@@ -224,8 +224,10 @@ def test_the_token_budget_stops_the_task(world, openai_server):
     assert task.tokens == 135 and len(openai_server.requests) == 3  # 45 + 45 + 45 >= 100
 
 
-def test_a_missing_api_key_fails_the_task_without_calling(world, openai_server):
-    openai_agent(world.tenant, openai_server, model={"api_key_env": "TETHER_TEST_UNSET_KEY"})
+def test_a_missing_api_key_fails_the_task_without_calling(world, openai_server, settings):
+    settings.TETHER_ENV_GRANTS = ("TETHER_TEST_UNSET_KEY",)  # granted, but not set
+    openai_agent(world.tenant, openai_server,
+                 model={"api_key_secret": None, "api_key_env": "TETHER_TEST_UNSET_KEY"})
     task = drive(submit(world.tenant, None, agent="llm", goal="Say done").pk)
 
     assert task.status == TaskStatus.FAILED

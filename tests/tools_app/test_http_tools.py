@@ -10,6 +10,8 @@ from django.utils import timezone
 from approvals_app.models import Reconciliation
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Step, StepStatus, Task
+from tasks_app.services.actors import SYSTEM
+from tasks_app.services.secrets import secret_create
 from tests.factories import submit
 from tests.fakes.http_tool_server import FakeToolServer, Recorded, Reply
 from tests.fakes.runtime import add_agent, add_tool, assert_log_consistent, events_of
@@ -37,11 +39,10 @@ def _run(world, args: dict | None = None) -> Task:  # type: ignore[no-untyped-de
     return drive(task.pk)
 
 
-def test_a_call_sends_the_arguments_and_the_tether_headers(world, fake_http, monkeypatch):
-    monkeypatch.setenv("TETHER_SECRET_REMOTE_TOKEN", "Bearer s3cret")
+def test_a_call_sends_the_arguments_and_the_tether_headers(world, fake_http):
+    secret_create(tenant_id=world.tenant.pk, name="remote-token", value="s3cret", actor=SYSTEM)
     fake_http.on("POST", "/refunds", Reply(201, {"refund_id": "rf_1"}))
-    _http_tool(world, fake_http, secret_headers={"Authorization": "TETHER_SECRET_REMOTE_TOKEN",
-                                                 "X-Server-Key": "SECRET_KEY"})
+    _http_tool(world, fake_http, secret_headers={"Authorization": "Bearer {secret:remote-token}"})
     task = _run(world)
 
     assert task.status == TaskStatus.SUCCEEDED
@@ -52,10 +53,9 @@ def test_a_call_sends_the_arguments_and_the_tether_headers(world, fake_http, mon
     assert request.headers["idempotency-key"] == step.idempotency_key
     assert request.headers["x-tether-task"] == str(task.pk)
     assert re.fullmatch(rf"00-{task.trace_id}-[0-9a-f]{{16}}-01", request.headers["traceparent"])
-    assert request.headers["authorization"] == "Bearer s3cret"  # from the environment ...
-    # ... never stored
+    assert request.headers["authorization"] == "Bearer s3cret"  # from the tenant's secret ...
+    # ... never stored on the tool
     assert "s3cret" not in str(Tool.objects.filter(name="remote").values().get())
-    assert "x-server-key" not in request.headers  # the server's own secrets are never sent
     assert_log_consistent(task.pk)
 
 
