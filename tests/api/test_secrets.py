@@ -218,7 +218,8 @@ def test_api_key_env_needs_the_operators_grant(main: Tenancy, settings, grants: 
                                                variable: str, allowed: bool) -> None:
     settings.TETHER_ENV_GRANTS = grants
     response = main.client(ADM).post("/api/v1/agents", {
-        "name": "envy", "tools": TOOLS, "model": {**AGENT_MODEL, "api_key_env": variable}}, format="json")
+        "name": "envy", "tools": TOOLS, "model": {**AGENT_MODEL, "api_key_env": variable},
+    }, format="json")
     if allowed:
         assert response.status_code == 201, response.content
     else:
