@@ -14,7 +14,7 @@ The role rules live here as small predicates, so views, templates (through
 - operators and admins roll a task's context summary back (or drop it);
 - a requester may cancel and answer its own tasks;
 - reviewers and admins answer questions on any task of the tenant;
-- admins manage tools and agent profiles.
+- admins manage tools, agent profiles and secrets.
 """
 
 from __future__ import annotations

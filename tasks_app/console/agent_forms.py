@@ -20,6 +20,7 @@ SERVICE_FIELD = {
     "model.name": "model_name",
     "model.base_url": "base_url",
     "model.api_key_env": "api_key_env",
+    "model.api_key_secret": "api_key_secret",
     "model.temperature": "temperature",
     "model.top_p": "top_p",
     "model.system_prompt": "system_prompt",
@@ -28,6 +29,7 @@ SERVICE_FIELD = {
     "model.fallback.name": "fallback_name",
     "model.fallback.base_url": "fallback_base_url",
     "model.fallback.api_key_env": "fallback_api_key_env",
+    "model.fallback.api_key_secret": "fallback_api_key_secret",
     "budget.per_tool": "per_tool",
 }
 BUDGET = (
@@ -73,11 +75,17 @@ class AgentForm(forms.Form):
     )
     model_name = forms.CharField(required=False, max_length=200, label="Model name")
     base_url = forms.CharField(required=False, max_length=500, label="Base URL")
+    api_key_secret = forms.CharField(
+        required=False,
+        max_length=64,
+        label="API key secret",
+        help_text="The name of the tenant secret holding the key (see Secrets).",
+    )
     api_key_env = forms.CharField(
         required=False,
         max_length=128,
         label="API key variable",
-        help_text="The environment variable holding the key; never the key itself.",
+        help_text="Or a server environment variable the operator granted this tenant.",
     )
     temperature = forms.FloatField(required=False, min_value=0, max_value=2)
     top_p = forms.FloatField(required=False, min_value=0, max_value=1, label="Top p")
@@ -90,6 +98,9 @@ class AgentForm(forms.Form):
     )
     fallback_name = forms.CharField(required=False, max_length=200, label="Fallback model")
     fallback_base_url = forms.CharField(required=False, max_length=500, label="Fallback base URL")
+    fallback_api_key_secret = forms.CharField(
+        required=False, max_length=64, label="Fallback API key secret"
+    )
     fallback_api_key_env = forms.CharField(
         required=False, max_length=128, label="Fallback API key variable"
     )
@@ -165,6 +176,7 @@ class AgentForm(forms.Form):
             "model_name": model.get("name", ""),
             "base_url": model.get("base_url", ""),
             "api_key_env": model.get("api_key_env", ""),
+            "api_key_secret": model.get("api_key_secret", ""),
             "temperature": model.get("temperature"),
             "top_p": model.get("top_p"),
             "timeout_s": model.get("timeout_s"),
@@ -172,6 +184,7 @@ class AgentForm(forms.Form):
             "fallback_name": fallback.get("name", ""),
             "fallback_base_url": fallback.get("base_url", ""),
             "fallback_api_key_env": fallback.get("api_key_env", ""),
+            "fallback_api_key_secret": fallback.get("api_key_secret", ""),
             "tools": list(agent.tools or []),
             **{k: getattr(agent, k) for k in BUDGET},
             "per_tool": agent.per_tool or {},
@@ -195,6 +208,7 @@ class AgentForm(forms.Form):
         for key, field in (
             ("base_url", "base_url"),
             ("api_key_env", "api_key_env"),
+            ("api_key_secret", "api_key_secret"),
             ("temperature", "temperature"),
             ("top_p", "top_p"),
             ("timeout_s", "timeout_s"),
@@ -211,6 +225,7 @@ class AgentForm(forms.Form):
                     "name": d["fallback_name"],
                     "base_url": d.get("fallback_base_url") or "",
                     "api_key_env": d.get("fallback_api_key_env") or "",
+                    "api_key_secret": d.get("fallback_api_key_secret") or "",
                 }.items()
                 if v
             }

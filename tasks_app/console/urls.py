@@ -1,8 +1,8 @@
-"""Console routes of tasks_app: the dashboard, tasks and agent profiles."""
+"""Console routes of tasks_app: the dashboard, tasks, agent profiles and secrets."""
 
 from django.urls import path
 
-from . import agents, views
+from . import agents, secrets, views
 
 app_name = "console"
 urlpatterns = [
@@ -24,4 +24,7 @@ urlpatterns = [
     path("agents/new/", agents.agent_create_view, name="agent-create"),
     path("agents/<slug:name>/", agents.agent_detail, name="agent-detail"),
     path("agents/<slug:name>/edit/", agents.agent_edit_view, name="agent-edit"),
+    path("secrets/", secrets.secret_list, name="secret-list"),
+    path("secrets/<slug:name>/rotate/", secrets.secret_rotate_view, name="secret-rotate"),
+    path("secrets/<slug:name>/delete/", secrets.secret_delete_view, name="secret-delete"),
 ]

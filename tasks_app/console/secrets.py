@@ -1,0 +1,114 @@
+"""The console's Secrets page (admins only): store, rotate and delete the
+tenant's secrets through `tasks_app.services.secrets`.
+
+The page shows names and who stored or rotated them, never a value: the value
+fields are password inputs that are never filled back in, even when the form
+comes back with an error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+
+from config.errors import DomainError
+
+from ..selectors import secrets_of_tenant
+from ..services.secrets import MAX_VALUE_CHARS, secret_create, secret_delete, secret_rotate
+from .access import ADMINS, ConsoleUser, console_view
+from .errors import error_message, error_status, field_errors
+
+
+def _value_field(label: str) -> forms.CharField:
+    return forms.CharField(
+        label=label,
+        max_length=MAX_VALUE_CHARS,
+        strip=False,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
+    )
+
+
+class SecretForm(forms.Form):
+    name = forms.CharField(
+        max_length=64,
+        help_text="Lower-case letters, digits, _ and -. Tools use it as {secret:name}.",
+    )
+    value = _value_field("Value")
+
+
+class RotateForm(forms.Form):
+    value = _value_field("New value")
+
+
+def _cu(request: HttpRequest) -> ConsoleUser:
+    return request.console  # type: ignore[attr-defined, no-any-return]
+
+
+def _page(request: HttpRequest, *, form: SecretForm | None = None, status: int = 200,
+          error: str = "") -> HttpResponse:
+    ctx: dict[str, Any] = {
+        "nav": "secrets",
+        "secrets": secrets_of_tenant(_cu(request).tenant_id),
+        "form": form or SecretForm(),
+        "error": error,
+    }
+    return render(request, "secrets/list.html", ctx, status=status)
+
+
+@console_view(roles=ADMINS)
+def secret_list(request: HttpRequest) -> HttpResponse:
+    if request.method != "POST":
+        return _page(request)
+    cu = _cu(request)
+    form = SecretForm(request.POST)
+    if form.is_valid():
+        try:
+            secret = secret_create(tenant_id=cu.tenant_id, name=form.cleaned_data["name"],
+                                   value=form.cleaned_data["value"], actor=cu.actor)
+        except DomainError as exc:
+            for field, problems in (field_errors(exc) or {"__all__": [error_message(exc)]}).items():
+                for problem in problems:
+                    form.add_error(field if field in form.fields else None, problem)
+            return _page(request, form=form, status=error_status(exc))
+        messages.success(request, f"Secret {secret.name} stored.")
+        return redirect("console:secret-list")
+    return _page(request, form=form, status=400)
+
+
+@console_view(roles=ADMINS)
+def secret_rotate_view(request: HttpRequest, name: str) -> HttpResponse:
+    if request.method != "POST":
+        return redirect("console:secret-list")
+    cu = _cu(request)
+    form = RotateForm(request.POST)
+    if not form.is_valid():
+        problems = "; ".join(str(e) for e in form.errors.get("value", []))
+        return _page(request, status=400, error=f"Not rotated: {problems}")
+    try:
+        secret_rotate(tenant_id=cu.tenant_id, name=name, value=form.cleaned_data["value"],
+                      actor=cu.actor)
+    except DomainError as exc:
+        problems = "; ".join(m for ms in field_errors(exc).values() for m in ms)
+        return _page(request, status=error_status(exc), error=problems or error_message(exc))
+    messages.success(request, f"Secret {name} rotated: the next calls use the new value.")
+    return redirect("console:secret-list")
+
+
+@console_view(roles=ADMINS)
+def secret_delete_view(request: HttpRequest, name: str) -> HttpResponse:
+    if request.method != "POST":
+        return redirect("console:secret-list")
+    cu = _cu(request)
+    try:
+        secret_delete(tenant_id=cu.tenant_id, name=name, actor=cu.actor)
+    except DomainError as exc:
+        users = [f"tool {t}" for t in exc.details.get("tools", [])]
+        users += [f"agent {a}" for a in exc.details.get("agents", [])]
+        detail = f" ({', '.join(users)})" if users else ""
+        return _page(request, status=error_status(exc), error=error_message(exc) + detail)
+    messages.success(request, f"Secret {name} deleted.")
+    return redirect("console:secret-list")
