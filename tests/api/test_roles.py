@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 
 from approvals_app.models import Approval, Question, Reconciliation
-from tasks_app.models import AgentProfile, ContextSummary, Event, Role, Task
+from tasks_app.models import AgentProfile, ContextSummary, Event, Role, Task, TenantSecret
+from tasks_app.services.actors import SYSTEM
+from tasks_app.services.secrets import secret_create
 from tests.factories import make_user
 from tools_app.models import Tool
 
@@ -66,6 +68,14 @@ def _reconciliation(suffix: str = "", method: str = "get", body: Any = None) -> 
         f"/api/v1/reconciliations/{t.in_reconciliation()[1].pk}{suffix}",
         body,
     )
+
+
+def _secret(method: str = "get", body: Any = None) -> Setup:
+    def setup(t: Tenancy, role: str) -> tuple[str, str, Any]:
+        secret_create(tenant_id=t.tenant.pk, name="stored", value="v-1", actor=SYSTEM)
+        return method, "/api/v1/secrets/stored", body
+
+    return setup
 
 
 def _const(method: str, url: str, body: Any = None) -> Setup:
@@ -136,6 +146,15 @@ MATRIX: dict[str, tuple[set[str], Setup, int]] = {
         _const("patch", "/api/v1/agents/support", {"description": "Support desk."}),
         200,
     ),
+    "secrets_list": ({ADM}, _const("get", "/api/v1/secrets"), 200),
+    "secrets_create": (
+        {ADM},
+        _const("post", "/api/v1/secrets", {"name": "payments", "value": "sk-1"}),
+        201,
+    ),
+    "secrets_retrieve": ({ADM}, _secret(), 200),
+    "secrets_rotate": ({ADM}, _secret("put", {"value": "v-2"}), 200),
+    "secrets_destroy": ({ADM}, _secret("delete"), 204),
 }
 
 
@@ -150,6 +169,7 @@ def fingerprint() -> tuple[Any, ...]:
         sorted(Tool.objects.values_list("id", "description", "enabled")),
         sorted(AgentProfile.objects.values_list("id", "description", "enabled")),
         sorted(ContextSummary.objects.values_list("id", "active")),
+        sorted(TenantSecret.objects.values_list("id", "ciphertext")),
     )
 
 
