@@ -9,8 +9,8 @@ still refers to is refused (409, with their names), so a reference never
 dangles by accident; a task already under way that uses it fails its next call
 with a permission error naming the secret.
 
-Values are 1 to `MAX_VALUE_CHARS` printable characters: they are sent as HTTP
-header values and API keys, where control characters are never valid.
+Values are 1 to `MAX_VALUE_CHARS` printable ASCII characters: they are sent as
+HTTP header values and API keys, where nothing else is safely valid.
 """
 from __future__ import annotations
 
@@ -119,6 +119,6 @@ def _value_errors(value: object) -> dict[str, list[str]]:
         return {"value": ["the secret's value, a non-empty string"]}
     if len(value) > MAX_VALUE_CHARS:
         return {"value": [f"at most {MAX_VALUE_CHARS} characters"]}
-    if any(ord(c) < 32 or ord(c) == 127 for c in value):
-        return {"value": ["no control characters (line breaks, tabs, NUL)"]}
+    if not all(" " <= c <= "~" for c in value):
+        return {"value": ["printable ASCII only (no line breaks, tabs or other characters)"]}
     return {}

@@ -149,6 +149,7 @@ def test_another_tenant_cannot_reference_a_secret(main: Tenancy, other: Tenancy)
         ({"name": "ok", "value": ""}, "value"),
         ({"name": "ok"}, "value"),
         ({"name": "ok", "value": "line\nbreak"}, "value"),
+        ({"name": "ok", "value": "pässword"}, "value"),
         ({"name": "ok", "value": "v" * 5000}, "value"),
         ({"name": "ok", "value": ["a list"]}, "value"),
     ],

@@ -125,3 +125,23 @@ def test_what_a_downstream_echoes_back_is_redacted(world, fake_http, caplog):
     stored = _stored(task.pk)
     assert VALUE not in stored and "A-77" not in stored
     assert VALUE not in caplog.text
+
+
+def test_the_status_query_sends_the_secret_and_its_echo_is_redacted(world, fake_http):
+    secret_create(tenant_id=world.tenant.pk, name="payments", value=VALUE, actor=SYSTEM)
+    fake_http.on("POST", "/charge", Reply(200, {}, hold=fake_http.hold()))  # times out
+    fake_http.on("GET", "/status/*", lambda request: Reply(200, {
+        "state": "succeeded", "result": {"seen": request.headers["authorization"]}}))
+    add_tool(world.tenant, "charge", kind="http", url=fake_http.url("/charge"),
+             side_effect="write", timeout_s=0.5, max_retries=0,
+             status_url=fake_http.url("/status/{key}"),
+             secret_headers={"Authorization": "Bearer {secret:payments}"})
+    add_agent(world.tenant, "payer", ["charge"])
+
+    task = _run(world.tenant)
+
+    (query,) = fake_http.requests_to("GET", "/status/*")
+    assert query.headers["authorization"] == f"Bearer {VALUE}"
+    step = Step.objects.get(task=task, step_no=1)
+    assert step.status == StepStatus.SUCCEEDED and step.output == {"seen": f"Bearer {MASK}"}
+    assert VALUE not in _stored(task.pk)
