@@ -26,6 +26,8 @@ def secret_name(variable):
     return name if re.fullmatch(r"[a-z][a-z0-9_-]{0,63}", name) else ("s_" + name)[:64]
 
 
+# A copy of tasks_app.vault.grants.env_granted as of this migration: a
+# migration keeps the behaviour it was written with.
 def granted(variable, tenant):
     if variable in NEVER_GRANTED:
         return False

@@ -48,9 +48,9 @@ def redact(data: Any, secrets: Iterable[str]) -> Any:
             data = data.replace(value, MASK)
         return data
     try:
-        text = json.dumps(data, ensure_ascii=False)
-    except (TypeError, ValueError):
-        return redact(repr(data), found)
+        text = json.dumps(data, ensure_ascii=False, default=str)
+    except ValueError:  # a circular structure: nothing an answer parses into
+        return dict(WITHHELD)
     # A value appears in the JSON text as its own escaped form, inside a string.
     escaped = [json.dumps(value, ensure_ascii=False)[1:-1] for value in found]
     if not any(e in text for e in escaped):
