@@ -41,6 +41,11 @@ def _build(raw: str) -> MultiFernet:
         )
 
 
+def require_keys() -> None:
+    """Raise the keyring's `DomainError` when TETHER_SECRETS_KEY is missing or invalid."""
+    _keyring()
+
+
 def seal(value: str) -> str:
     """The ciphertext of `value` under the first key."""
     return _keyring().encrypt(value.encode("utf-8")).decode("ascii")

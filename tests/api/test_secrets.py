@@ -89,6 +89,9 @@ def test_rotate_secrets_reports_a_value_no_key_opens(main: Tenancy, settings) ->
     settings.TETHER_SECRETS_KEY = Fernet.generate_key().decode()
     with pytest.raises(CommandError, match="t-main/payments"):
         call_command("rotate_secrets")
+    settings.TETHER_SECRETS_KEY = ""
+    with pytest.raises(CommandError, match="TETHER_SECRETS_KEY"):
+        call_command("rotate_secrets")
 
 
 @pytest.mark.parametrize("role", [Role.REQUESTER, Role.OPERATOR, Role.REVIEWER])

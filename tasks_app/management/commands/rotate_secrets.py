@@ -14,7 +14,7 @@ from django.db import transaction
 
 from config.errors import DomainError
 from tasks_app.models import TenantSecret
-from tasks_app.vault.keyring import Undecryptable, reseal
+from tasks_app.vault.keyring import Undecryptable, require_keys, reseal
 
 BATCH = 200
 
@@ -23,20 +23,22 @@ class Command(BaseCommand):
     help = "Re-encrypt every tenant secret with the first key of TETHER_SECRETS_KEY."
 
     def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            require_keys()
+        except DomainError as exc:
+            raise CommandError(exc.message)
         rotated, failed = 0, []
         ids = list(TenantSecret.objects.order_by("id").values_list("id", flat=True))
         for start in range(0, len(ids), BATCH):
             with transaction.atomic():
-                rows = (TenantSecret.objects.select_for_update().select_related("tenant")
-                        .filter(id__in=ids[start:start + BATCH]))
+                rows = (TenantSecret.objects.select_for_update(of=("self",))
+                        .select_related("tenant").filter(id__in=ids[start:start + BATCH]))
                 for row in rows:
                     try:
                         row.ciphertext = reseal(row.ciphertext)
                     except Undecryptable:
                         failed.append(f"{row.tenant.name}/{row.name}")
                         continue
-                    except DomainError as exc:  # no key, or not Fernet keys
-                        raise CommandError(exc.message)
                     row.save(update_fields=["ciphertext"])
                     rotated += 1
         self.stdout.write(f"re-encrypted {rotated} secret(s) with the first key")
