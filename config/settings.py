@@ -161,6 +161,15 @@ TETHER_PYTHON_TOOL_MODULES = tuple(
     env.list("TETHER_PYTHON_TOOL_MODULES", default=["tools_app.demo."])
 )
 
+# Outbound calls made for a tenant (HTTP tools, status queries, model endpoints)
+# reach public addresses only, plus what this lists: hosts, host:port pairs or
+# CIDRs (tools_app/outbound/policy.py). The embedded demo (no broker) allows
+# loopback, so a local Ollama works; with a broker nothing private is allowed.
+TETHER_EGRESS_ALLOW = env.list(
+    "TETHER_EGRESS_ALLOW",
+    default=["127.0.0.1", "::1", "localhost"] if TETHER_RUNNER == "embedded" else [],
+)
+
 # The cache holds the API throttles' counters: a shared Redis cache makes a
 # limit hold across processes (CACHE_URL=redis://...); the default is per process.
 CACHE_URL = env.str("CACHE_URL", default="")

@@ -11,6 +11,9 @@ os.environ.setdefault("TETHER_BACKOFF_BASE_S", "0.05")
 os.environ.setdefault("TETHER_BACKOFF_MAX_S", "0.2")
 os.environ.setdefault("TETHER_DEMO_NOTIFY_DELAY_S", "1.5")
 os.environ.setdefault("API_THROTTLE_RATE", "100000/min")
+# The suite's HTTP fakes listen on loopback: allowed as an operator would allow an
+# internal service. 127.0.0.2 (loopback too) stays refused, for the attackers' listeners.
+os.environ.setdefault("TETHER_EGRESS_ALLOW", "127.0.0.1,localhost,::1")
 
 from config.settings import *  # noqa: E402,F401,F403
 

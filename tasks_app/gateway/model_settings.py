@@ -9,13 +9,16 @@ Shape (JSON on the profile, frozen into `task.agent_snapshot` at submission)::
 
 Keys are never stored: a profile names the environment variable that holds
 one (`api_key_env`), and the key is read from the environment at call time.
-`model_settings_errors` is what an API or console form calls before saving.
+`model_settings_errors` is what an API or console form calls before saving;
+it checks `base_url` (and the fallback's) with the outbound-address policy.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
 from typing import Any
+
+from tools_app.outbound import url_problem
 
 BACKENDS = ("scripted", "openai")
 # Keys that would put a secret in the database in clear.
@@ -105,6 +108,8 @@ def model_settings_errors(model: Any) -> dict[str, list[str]]:
             add("name", "the model name is required")
         if not _is_http_url(model.get("base_url")):
             add("base_url", "an http(s) URL, e.g. http://127.0.0.1:11434/v1")
+        elif problem := url_problem(model["base_url"]):
+            add("base_url", problem)
     for field, lo, hi in (("temperature", 0.0, 2.0), ("top_p", 0.0, 1.0), ("timeout_s", 0.1, 600.0),
                           ("max_wait_s", 0.0, 600.0)):
         value = model.get(field)
@@ -131,8 +136,11 @@ def model_settings_errors(model: Any) -> dict[str, list[str]]:
                     add(f"fallback.{key}", "secrets are not stored on a profile")
             if not isinstance(fb.get("name"), str) or not fb["name"].strip():
                 add("fallback.name", "the fallback model name is required")
-            if fb.get("base_url") is not None and not _is_http_url(fb["base_url"]):
-                add("fallback.base_url", "an http(s) URL")
+            if fb.get("base_url") is not None:
+                if not _is_http_url(fb["base_url"]):
+                    add("fallback.base_url", "an http(s) URL")
+                elif problem := url_problem(fb["base_url"]):
+                    add("fallback.base_url", problem)
             if fb.get("api_key_env") is not None and not _is_env_name(fb["api_key_env"]):
                 add("fallback.api_key_env", "the name of an environment variable")
     return errors
