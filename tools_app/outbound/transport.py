@@ -107,6 +107,18 @@ def _core_request(request: httpx2.Request) -> httpcore2.Request:
     )
 
 
+def _pool_options(ssl_context: ssl.SSLContext, limits: httpx2.Limits) -> dict[str, Any]:
+    return {"ssl_context": ssl_context, "max_connections": limits.max_connections,
+            "max_keepalive_connections": limits.max_keepalive_connections,
+            "keepalive_expiry": limits.keepalive_expiry}
+
+
+def _response(response: httpcore2.Response,
+              stream: httpx2.SyncByteStream | httpx2.AsyncByteStream) -> httpx2.Response:
+    return httpx2.Response(status_code=response.status, headers=response.headers, stream=stream,
+                           extensions=response.extensions)
+
+
 # --- sync ---------------------------------------------------------------------------
 
 
@@ -192,23 +204,16 @@ class PolicyTransport(httpx2.BaseTransport):
 
     def __init__(self, policy: Policy, *, ssl_context: ssl.SSLContext,
                  limits: httpx2.Limits) -> None:
-        self._pool = httpcore2.ConnectionPool(
-            ssl_context=ssl_context,
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
-            network_backend=PolicyBackend(policy),
-        )
+        self._pool = httpcore2.ConnectionPool(network_backend=PolicyBackend(policy),
+                                              **_pool_options(ssl_context, limits))
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         deadline = _deadline_of(request)
         core = _core_request(request)
         with _within(deadline), _mapped():
             response = self._pool.handle_request(core)
-        return httpx2.Response(status_code=response.status, headers=response.headers,
-                               stream=_Body(response.stream,  # type: ignore[arg-type]
-                                            deadline),
-                               extensions=response.extensions)
+        return _response(response, _Body(response.stream,  # type: ignore[arg-type]
+                                         deadline))
 
     def close(self) -> None:
         self._pool.close()
@@ -303,22 +308,15 @@ class _AsyncBody(httpx2.AsyncByteStream):
 class AsyncPolicyTransport(httpx2.AsyncBaseTransport):
     def __init__(self, policy: Policy, *, ssl_context: ssl.SSLContext,
                  limits: httpx2.Limits) -> None:
-        self._pool = httpcore2.AsyncConnectionPool(
-            ssl_context=ssl_context,
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
-            network_backend=AsyncPolicyBackend(policy),
-        )
+        self._pool = httpcore2.AsyncConnectionPool(network_backend=AsyncPolicyBackend(policy),
+                                                   **_pool_options(ssl_context, limits))
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         deadline = _deadline_of(request)
         core = _core_request(request)
         with _within(deadline), _mapped():
             response = await self._pool.handle_async_request(core)
-        return httpx2.Response(status_code=response.status, headers=response.headers,
-                               stream=_AsyncBody(response.stream, deadline),
-                               extensions=response.extensions)
+        return _response(response, _AsyncBody(response.stream, deadline))
 
     async def aclose(self) -> None:
         await self._pool.aclose()
