@@ -67,7 +67,6 @@ def test_public_addresses_pass(address):
 @pytest.mark.parametrize("url", [
     "http://127.0.0.2:8000/x", "http://10.0.0.1/x", "http://169.254.169.254/latest/meta-data/",
     "http://2130706434/x",  # 127.0.0.2 spelled as a decimal number
-    "http://0177.0.0.2/x",  # ... in octal
     "http://0x7f000002/x",  # ... in hex
     "http://127.2/x",  # ... short
     "http://0.0.0.0:6379/", "http://0/", "http://[::ffff:127.0.0.2]/", "http://[::ffff:7f00:2]/",
@@ -76,6 +75,10 @@ def test_public_addresses_pass(address):
 ])
 def test_registration_refuses_every_spelling_of_a_refused_address(url):
     assert url_problem(url) == REFUSED
+
+
+def test_a_spelling_the_client_cannot_parse_is_not_a_url():
+    assert url_problem("http://0177.0.0.2/x") == "an http(s) URL"  # octal: httpx2 refuses it
 
 
 def test_a_refusal_says_the_same_whatever_the_target():

@@ -10,8 +10,8 @@ A refusal is `EgressRefusedError`: a permission error for a tool step, a
 non-retryable error for a model call, never a hint about the target.
 """
 
-from .clients import Registry, async_client_for, client_for, endpoint_of
-from .policy import REFUSED, EgressRefusedError, current_policy, url_problem
+from .clients import Registry, async_client_for, client_for
+from .policy import REFUSED, EgressRefusedError, current_policy, endpoint_of, url_problem
 
 __all__ = [
     "REFUSED",

@@ -29,7 +29,7 @@ from typing import Generic, TypeVar
 
 import httpx2
 
-from .policy import SCHEMES, Policy, current_policy
+from .policy import Policy, current_policy, endpoint_of
 from .transport import AsyncPolicyTransport, PolicyTransport
 
 MAX_ENDPOINTS = 512
@@ -37,7 +37,6 @@ DEFAULT_TIMEOUT = httpx2.Timeout(30.0)  # callers pass their own, per request
 LIMITS = httpx2.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=30.0)
 
 T = TypeVar("T")
-Endpoint = tuple[str, str, int]
 
 
 class Registry(Generic[T]):
@@ -62,14 +61,6 @@ class Registry(Generic[T]):
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
-
-
-def endpoint_of(url: str) -> Endpoint:
-    """(scheme, host, port) of a URL; raises httpx2.InvalidURL or UnsupportedProtocol."""
-    parsed = httpx2.URL(url)
-    if parsed.scheme not in SCHEMES or not parsed.host:
-        raise httpx2.UnsupportedProtocol("only http and https URLs can be called")
-    return parsed.scheme, parsed.host, parsed.port or SCHEMES[parsed.scheme]
 
 
 class _Process:

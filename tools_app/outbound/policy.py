@@ -27,7 +27,6 @@ import functools
 import ipaddress
 import socket
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 import httpx2
 from django.conf import settings
@@ -186,19 +185,25 @@ def current_policy() -> Policy:
 # --- registration ------------------------------------------------------------------
 
 
+def endpoint_of(url: str) -> tuple[str, str, int]:
+    """(scheme, host, port) of a URL as httpx2 parses it, the host as the
+    connection will resolve it (IDNA-encoded). Raises httpx2.InvalidURL or
+    httpx2.UnsupportedProtocol."""
+    parsed = httpx2.URL(url)
+    if parsed.scheme not in SCHEMES or not parsed.raw_host:
+        raise httpx2.UnsupportedProtocol("only http and https URLs can be called")
+    return parsed.scheme, parsed.raw_host.decode("ascii"), parsed.port or SCHEMES[parsed.scheme]
+
+
 def url_problem(url: str) -> str | None:
     """Why a URL a tenant registers cannot be called (None when it can).
-    Resolves the host now; the call is checked again when it is made."""
+    Parsed as the call will parse it, resolved now; checked again at every call."""
     try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:
+        _, host, port = endpoint_of(url)
+    except (httpx2.InvalidURL, httpx2.UnsupportedProtocol, UnicodeError):
         return "an http(s) URL"
-    if parts.scheme not in SCHEMES or not parts.hostname:
-        return "an http(s) URL"
-    port = port or SCHEMES[parts.scheme]
     try:
-        current_policy().resolve(parts.hostname, port)
+        current_policy().resolve(host, port)
     except (EgressRefusedError, OSError, UnicodeError, ValueError):
         return REFUSED  # the same words whether the name resolves or not
     return None
