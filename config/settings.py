@@ -169,6 +169,8 @@ TETHER_EGRESS_ALLOW = env.list(
     "TETHER_EGRESS_ALLOW",
     default=["127.0.0.1", "::1", "localhost"] if TETHER_RUNNER == "embedded" else [],
 )
+# A PEM file of extra CAs trusted by outbound calls (internal services with a private CA).
+TETHER_EGRESS_CA_BUNDLE = env.str("TETHER_EGRESS_CA_BUNDLE", default="")
 
 # The cache holds the API throttles' counters: a shared Redis cache makes a
 # limit hold across processes (CACHE_URL=redis://...); the default is per process.

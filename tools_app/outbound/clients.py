@@ -8,6 +8,9 @@ policy and the total deadline of `transport`, redirects never followed, no
 proxy or certificate settings from the environment. Callers pass their own
 timeout per request; it bounds the whole call.
 
+Certificates are checked against the default trust store, plus the CAs of
+`TETHER_EGRESS_CA_BUNDLE` (a PEM file) for internal services behind a private CA.
+
 Thread-safe. A forked child (a prefork Celery worker) starts with no clients,
 and a change of the policy (tests change the setting) starts new ones, so a
 pooled connection never outlives the policy it was checked under. At most
@@ -28,6 +31,7 @@ from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 import httpx2
+from django.conf import settings
 
 from .policy import Policy, current_policy, endpoint_of
 from .transport import AsyncPolicyTransport, PolicyTransport
@@ -66,9 +70,10 @@ class Registry(Generic[T]):
 class _Process:
     """This process's clients, under the policy they were built with."""
 
-    def __init__(self, policy: Policy, ssl_context: ssl.SSLContext) -> None:
+    def __init__(self, policy: Policy, ca_bundle: str, ssl_context: ssl.SSLContext) -> None:
         self.pid = os.getpid()
         self.policy = policy
+        self.ca_bundle = ca_bundle
         self.ssl_context = ssl_context
         self.clients: Registry[httpx2.Client] = Registry()
         self.async_clients: weakref.WeakKeyDictionary[
@@ -79,14 +84,22 @@ _lock = threading.Lock()
 _current: _Process | None = None
 
 
+def _ssl_context(ca_bundle: str) -> ssl.SSLContext:
+    context = httpx2.create_ssl_context(trust_env=False)
+    if ca_bundle:
+        context.load_verify_locations(cafile=ca_bundle)
+    return context
+
+
 def _process() -> _Process:
     global _current
     policy = current_policy()
+    ca_bundle = str(getattr(settings, "TETHER_EGRESS_CA_BUNDLE", "") or "")
     with _lock:
-        if _current is None or _current.pid != os.getpid():
-            _current = _Process(policy, httpx2.create_ssl_context(trust_env=False))
+        if _current is None or _current.pid != os.getpid() or _current.ca_bundle != ca_bundle:
+            _current = _Process(policy, ca_bundle, _ssl_context(ca_bundle))
         elif _current.policy != policy:
-            _current = _Process(policy, _current.ssl_context)
+            _current = _Process(policy, ca_bundle, _current.ssl_context)
         return _current
 
 
