@@ -62,10 +62,6 @@ class Registry(Generic[T]):
                 self._items.move_to_end(key)
             return item
 
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
-
 
 class _Process:
     """This process's clients, under the policy they were built with."""
