@@ -5,11 +5,8 @@ from a test CA (trustme)."""
 
 from __future__ import annotations
 
-import json
 import ssl
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -17,76 +14,60 @@ import httpx2
 import pytest
 import trustme
 
+from tests.fakes.http_tool_server import FakeToolServer, Reply
 from tools_app.outbound import client_for
 
 
-class TlsServer:
-    """Answers every GET with 200 {"ok": true}; records the SNI names it was sent."""
+@pytest.fixture
+def ca(tmp_path: Path, settings: Any) -> trustme.CA:
+    authority = trustme.CA()
+    bundle = tmp_path / "ca.pem"
+    authority.cert_pem.write_to_path(str(bundle))
+    settings.TETHER_EGRESS_CA_BUNDLE = str(bundle)
+    return authority
+
+
+class _TlsServer:
+    """The fake HTTP service over TLS with a certificate for `names`; records the
+    server names (SNI) clients sent."""
 
     def __init__(self, ca: trustme.CA, *names: str) -> None:
         self.server_names: list[str | None] = []
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ca.issue_cert(*names).configure_cert(context)
         context.sni_callback = lambda _sock, name, _ctx: self.server_names.append(name)
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
-                data = json.dumps({"ok": True}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        self.port = int(self.server.server_address[1])
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.fake = FakeToolServer(ssl_context=context)
+        self.fake.on("GET", "/", Reply(200, {"ok": True}))
+        self.url = f"https://localhost:{self.fake.port}/"
 
 
 @pytest.fixture
-def ca(tmp_path: Path, settings: Any) -> Iterator[trustme.CA]:
-    authority = trustme.CA()
-    bundle = tmp_path / "ca.pem"
-    authority.cert_pem.write_to_path(str(bundle))
-    settings.TETHER_EGRESS_CA_BUNDLE = str(bundle)
-    yield authority
+def tls(ca: trustme.CA) -> Iterator[Any]:
+    servers: list[_TlsServer] = []
+
+    def start(*names: str) -> _TlsServer:
+        servers.append(_TlsServer(ca, *names))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.fake.close()
 
 
-def test_https_sends_and_verifies_the_host_name_while_connecting_to_the_checked_address(ca):
-    server = TlsServer(ca, "localhost")
-    try:
-        url = f"https://localhost:{server.port}/"
-        assert client_for(url).get(url, timeout=5).json() == {"ok": True}
-        assert server.server_names == ["localhost"]  # the name, not 127.0.0.1
-    finally:
-        server.close()
+def test_https_sends_and_verifies_the_host_name_while_connecting_to_the_checked_address(tls):
+    server = tls("localhost")
+    assert client_for(server.url).get(server.url, timeout=5).json() == {"ok": True}
+    assert server.server_names == ["localhost"]  # the name, not 127.0.0.1
 
 
-def test_a_certificate_for_another_name_is_refused(ca):
-    server = TlsServer(ca, "other.example")
-    try:
-        url = f"https://localhost:{server.port}/"
-        with pytest.raises(httpx2.ConnectError, match="certificate verify failed"):
-            client_for(url).get(url, timeout=5)
-    finally:
-        server.close()
-
-
-def test_a_certificate_from_an_untrusted_ca_is_refused(ca, settings):
-    server = TlsServer(ca, "localhost")
-    settings.TETHER_EGRESS_CA_BUNDLE = ""  # the default store only
-    try:
-        url = f"https://localhost:{server.port}/"
-        with pytest.raises(httpx2.ConnectError, match="certificate verify failed"):
-            client_for(url).get(url, timeout=5)
-    finally:
-        server.close()
+@pytest.mark.parametrize("names, trusted", [
+    (("other.example",), True),  # a certificate for another name
+    (("localhost",), False),  # a certificate from a CA not trusted (the default store only)
+])
+def test_a_certificate_that_does_not_vouch_for_the_host_is_refused(tls, settings, names, trusted):
+    server = tls(*names)
+    if not trusted:
+        settings.TETHER_EGRESS_CA_BUNDLE = ""
+    with pytest.raises(httpx2.ConnectError, match="certificate verify failed"):
+        client_for(server.url).get(server.url, timeout=5)
+    assert server.fake.requests == []
