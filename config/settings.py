@@ -167,6 +167,16 @@ TETHER_SECRETS_KEY = env.str("TETHER_SECRETS_KEY", default="")
 # Server environment variables a tenant's agent may name in `api_key_env`: NAME
 # for every tenant, tenant:NAME for one. Nothing else of the environment is readable.
 TETHER_ENV_GRANTS = tuple(env.list("TETHER_ENV_GRANTS", default=[]))
+# Outbound calls made for a tenant (HTTP tools, status queries, model endpoints)
+# reach public addresses only, plus what this lists: hosts, host:port pairs or
+# CIDRs (tools_app/outbound/policy.py). The embedded demo (no broker) allows
+# loopback, so a local Ollama works; with a broker nothing private is allowed.
+TETHER_EGRESS_ALLOW = env.list(
+    "TETHER_EGRESS_ALLOW",
+    default=["127.0.0.1", "::1", "localhost"] if TETHER_RUNNER == "embedded" else [],
+)
+# A PEM file of extra CAs trusted by outbound calls (internal services with a private CA).
+TETHER_EGRESS_CA_BUNDLE = env.str("TETHER_EGRESS_CA_BUNDLE", default="")
 
 # The cache holds the API throttles' counters: a shared Redis cache makes a
 # limit hold across processes (CACHE_URL=redis://...); the default is per process.

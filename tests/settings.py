@@ -14,6 +14,9 @@ os.environ.setdefault("API_THROTTLE_RATE", "100000/min")
 # A fixed Fernet key for tenant secrets (test data only); inherited by the
 # processes tests/processes.py starts, which copy this environment.
 os.environ.setdefault("TETHER_SECRETS_KEY", "RSFTk7m35nceLjOzBRsRS7gUWH7knV1EYNh3fEb_J0A=")
+# The suite's HTTP fakes listen on loopback: allowed as an operator would allow an
+# internal service. 127.0.0.2 (loopback too) stays refused, for the attackers' listeners.
+os.environ.setdefault("TETHER_EGRESS_ALLOW", "127.0.0.1,localhost,::1")
 
 from config.settings import *  # noqa: E402,F401,F403
 

@@ -8,6 +8,8 @@
 - A `python` tool names a dotted path to server code. Registering one loads
   that code, so its module must sit under one of the prefixes of the setting
   `TETHER_PYTHON_TOOL_MODULES` (default: the demo tools only).
+- `url` and `status_url` must pass the outbound-address policy
+  (`tools_app.outbound`): resolved now, and checked again at every call.
 - `args_schema` and `result_schema` are JSON Schema 2020-12 and are checked
   against the metaschema; arguments are always an object.
 
@@ -32,6 +34,7 @@ from tasks_app.selectors import missing_secret_names
 from tasks_app.vault.references import EXAMPLE, header_secret_names, template_errors
 
 from .models import Risk, SideEffect, Tool, ToolKind
+from .outbound import url_problem
 from .registry import check_schema
 
 NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
@@ -140,6 +143,8 @@ def tool_errors(tool: Tool) -> dict[str, list[str]]:
             add("url", "an http tool needs the URL it is POSTed to")
         elif not _is_http_url(tool.url):
             add("url", "an http(s) URL")
+        elif problem := url_problem(tool.url):
+            add("url", problem)
         if tool.target:
             add("target", "only python tools have a target")
     elif tool.kind == ToolKind.PYTHON:
@@ -159,6 +164,8 @@ def tool_errors(tool: Tool) -> dict[str, list[str]]:
             add("status_url", "must contain {key}, where the idempotency key goes")
         elif not _is_http_url(tool.status_url.replace("{key}", "k")):
             add("status_url", "an http(s) URL")
+        elif problem := url_problem(tool.status_url.replace("{key}", "k")):
+            add("status_url", problem)
     if tool.status_tool:
         if tool.status_url:
             add("status_tool", "give a status_url or a status_tool, not both")

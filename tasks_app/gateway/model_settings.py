@@ -13,11 +13,14 @@ operator granted (`api_key_env`), and the runner resolves it at call time.
 A fallback that names no key uses the primary's. `model_settings_errors` is
 what an API or console form calls before saving (the service then checks that
 the secret exists and the variable is granted, which needs the tenant).
+`base_url` (and the fallback's) is checked with the outbound-address policy.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from tools_app.outbound import url_problem
 
 from ..vault.references import SECRET_NAME, SECRET_NAME_RULE, env_ref, secret_ref
 
@@ -117,6 +120,8 @@ def model_settings_errors(model: Any) -> dict[str, list[str]]:
             add("name", "the model name is required")
         if not _is_http_url(model.get("base_url")):
             add("base_url", "an http(s) URL, e.g. http://127.0.0.1:11434/v1")
+        elif problem := url_problem(model["base_url"]):
+            add("base_url", problem)
     for field, lo, hi in (("temperature", 0.0, 2.0), ("top_p", 0.0, 1.0), ("timeout_s", 0.1, 600.0),
                           ("max_wait_s", 0.0, 600.0)):
         value = model.get(field)
@@ -141,8 +146,11 @@ def model_settings_errors(model: Any) -> dict[str, list[str]]:
                     add(f"fallback.{key}", "secrets are not stored on a profile")
             if not isinstance(fb.get("name"), str) or not fb["name"].strip():
                 add("fallback.name", "the fallback model name is required")
-            if fb.get("base_url") is not None and not _is_http_url(fb["base_url"]):
-                add("fallback.base_url", "an http(s) URL")
+            if fb.get("base_url") is not None:
+                if not _is_http_url(fb["base_url"]):
+                    add("fallback.base_url", "an http(s) URL")
+                elif problem := url_problem(fb["base_url"]):
+                    add("fallback.base_url", problem)
             _key_errors(fb, "fallback.", add)
     return errors
 

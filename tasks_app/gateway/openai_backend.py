@@ -5,7 +5,11 @@
 Retries are ours, not the SDK's (the client has ``max_retries=0``), so they
 are bounded, logged and deterministic:
 
-- every call has the profile's `timeout_s`;
+- every call has the profile's `timeout_s`, which bounds the whole call
+  (connect to last byte);
+- the SDK client of a base URL is built once per process, on the long-lived
+  httpx2 client of `tools_app.outbound` (the outbound-address policy, no
+  redirects); an address the policy refuses is not retried;
 - transient errors (timeout, connection error, 408, 409, 429, 5xx, a reply
   with no choices) are retried up to `max_retries` times with exponential
   backoff and full jitter; `Retry-After` / `retry-after-ms` is honoured;
@@ -34,8 +38,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import httpx2
 import openai
 from django.conf import settings
+
+from tools_app.outbound import REFUSED, EgressRefusedError, Registry, client_for
 
 from ..vault.values import Resolved, Unresolved
 from .base import ContextSnapshot, GatewayError, ModelReply
@@ -179,13 +186,18 @@ class OpenAIBackend:
             key = self.keys.get(target.key_ref) if target.key_ref else NO_KEY
         except Unresolved as exc:
             raise _Failure(f"no API key for {target.name}: {exc}", retryable=False)
-        client = openai.OpenAI(base_url=target.base_url, api_key=key, max_retries=0,
-                               timeout=self.settings.timeout_s)
+        try:
+            client = sdk_client(target.base_url).with_options(api_key=key,
+                                                              timeout=self.settings.timeout_s)
+        except (httpx2.InvalidURL, httpx2.UnsupportedProtocol):
+            raise _Failure(f"{target.base_url!r} is not an http(s) URL", retryable=False)
         try:
             completion = client.chat.completions.create(model=target.name, **request)
         except openai.APITimeoutError:
             raise _Failure(f"no reply within {self.settings.timeout_s:g}s", retryable=True)
         except openai.APIConnectionError as exc:
+            if isinstance(exc.__cause__, EgressRefusedError):
+                raise _Failure(REFUSED, retryable=False)
             raise _Failure(f"connection failed: {exc}", retryable=True)
         except openai.APIStatusError as exc:
             status = exc.status_code
@@ -194,12 +206,23 @@ class OpenAIBackend:
                            retry_after_s=_retry_after(exc.response.headers), status=status)
         except openai.APIError as exc:  # e.g. a body that is not a completion
             raise _Failure(f"bad reply: {_short(str(exc))}", retryable=True)
-        finally:
-            client.close()
         body = completion.model_dump(mode="json", exclude_none=True)
         if not body.get("choices"):
             raise _Failure("the reply has no choices", retryable=True)
         return body
+
+
+_sdk_clients: Registry[openai.OpenAI] = Registry()
+
+
+def sdk_client(base_url: str) -> openai.OpenAI:
+    """The process's SDK client of `base_url`, on the outbound HTTP client of its
+    endpoint (a new one when that client was replaced). A key and a timeout are
+    given per call with `with_options`, which costs microseconds. The SDK's own
+    retries are off: ours are bounded, logged and deterministic."""
+    http = client_for(base_url)
+    return _sdk_clients.get((base_url, http), lambda: openai.OpenAI(
+        base_url=base_url, api_key=NO_KEY, max_retries=0, http_client=http))
 
 
 def _tokens(body: dict[str, Any]) -> int:

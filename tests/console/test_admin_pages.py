@@ -29,7 +29,7 @@ TOOL_FORM = {
     "name": "shipping_quote",
     "description": "Quote a shipment.",
     "kind": "http",
-    "url": "https://shipping.example/quote",
+    "url": "http://127.0.0.1:9/quote",  # an address the suite allows (TETHER_EGRESS_ALLOW)
     "status_url": "",
     "status_tool": "",
     "target": "",

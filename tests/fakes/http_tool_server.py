@@ -10,6 +10,7 @@ releases them all.
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,13 +41,15 @@ Responder = Reply | Callable[[Recorded], Reply]
 
 
 class FakeToolServer:
-    def __init__(self) -> None:
+    def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
         self.requests: list[Recorded] = []
         self._routes: dict[tuple[str, str], list[Responder]] = {}
         self._holds: list[threading.Event] = []
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._server.daemon_threads = True
+        if ssl_context is not None:  # HTTPS, for the outbound TLS tests
+            self._server.socket = ssl_context.wrap_socket(self._server.socket, server_side=True)
         self._thread = threading.Thread(target=self._server.serve_forever, name="fake-tool-server",
                                         daemon=True)
         self._thread.start()

@@ -13,9 +13,14 @@ clear. Classification of the answer:
 - a timeout or a reset *after the request was sent*: transient for tools that
   honour keys, uncertain for plain writes;
 - an unusable URL: the tool is unavailable (the task stops, as for a python
-  tool that cannot be imported).
+  tool that cannot be imported);
+- an address the outbound-address policy refuses: a permission error, the
+  same whatever the target (the task stops; nothing was sent).
 
-Bodies are read up to ``MAX_TOOL_RESULT_BYTES``, never more.
+Calls go through the process's long-lived client of the URL's endpoint
+(`tools_app.outbound`): redirects are not followed, and `timeout_s` bounds the
+whole call, connecting to the last byte. Bodies are read up to
+``MAX_TOOL_RESULT_BYTES``, never more.
 """
 from __future__ import annotations
 
@@ -25,9 +30,10 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-import httpx
+import httpx2
 from django.conf import settings
 
+from ..outbound import REFUSED, EgressRefusedError, client_for
 from .ledger_answers import status_answer_from
 from .types import OutcomeKind, StatusAnswer, ToolCall, ToolOutcome
 
@@ -58,7 +64,7 @@ def _body(content: bytes) -> Any:
     return content[:2000].decode("utf-8", "replace")
 
 
-def _retry_after(response: httpx.Response) -> float | None:
+def _retry_after(response: httpx2.Response) -> float | None:
     """`Retry-After` in seconds: delta-seconds or an HTTP date."""
     value = response.headers.get("Retry-After")
     if value is None:
@@ -76,7 +82,7 @@ def _retry_after(response: httpx.Response) -> float | None:
     return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
-def _read_capped(response: httpx.Response, limit: int) -> tuple[bytes, bool]:
+def _read_capped(response: httpx2.Response, limit: int) -> tuple[bytes, bool]:
     """Read at most `limit` bytes of the body; the flag says there was more."""
     chunks: list[bytes] = []
     size = 0
@@ -98,23 +104,24 @@ def call(call: ToolCall) -> ToolOutcome:
     limit = settings.TETHER["MAX_TOOL_RESULT_BYTES"]
     ambiguous = OutcomeKind.TRANSIENT if call.spec.honours_keys else OutcomeKind.UNCERTAIN
     try:
-        with (
-            httpx.Client(timeout=call.spec.timeout_s, follow_redirects=False) as client,
-            client.stream("POST", call.spec.url, json=call.args,
-                          headers=_headers(call)) as response,
-        ):
+        with client_for(call.spec.url).stream("POST", call.spec.url, json=call.args,
+                                              headers=_headers(call),
+                                              timeout=call.spec.timeout_s) as response:
             content, too_large = _read_capped(response, limit)
-    except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
+    except (httpx2.InvalidURL, httpx2.UnsupportedProtocol) as exc:
         return _unavailable(call, exc)
-    except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+    except EgressRefusedError:
+        return ToolOutcome(kind=OutcomeKind.PERMISSION, error={
+            "type": "egress_refused", "message": REFUSED})
+    except (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout) as exc:
         # no connection, so nothing was sent: safe to retry for every kind of tool
         return ToolOutcome(kind=OutcomeKind.TRANSIENT, error={
             "type": "connect_error", "message": str(exc) or type(exc).__name__})
-    except httpx.TimeoutException as exc:
+    except httpx2.TimeoutException as exc:
         # sent (or partly sent) and no answer: it may have happened
         return ToolOutcome(kind=ambiguous, error={
             "type": "timeout", "message": str(exc) or "timed out"})
-    except httpx.HTTPError as exc:
+    except httpx2.HTTPError as exc:
         # a reset or a broken answer after sending: it may have happened
         return ToolOutcome(kind=ambiguous, error={
             "type": "transport_error", "message": str(exc) or type(exc).__name__})
@@ -144,12 +151,12 @@ def query_status(call: ToolCall) -> StatusAnswer:
     url = call.spec.status_url.replace("{key}", call.context.idempotency_key)
     limit = settings.TETHER["MAX_TOOL_RESULT_BYTES"]
     try:
-        with (
-            httpx.Client(timeout=max(call.spec.timeout_s, 5.0)) as client,
-            client.stream("GET", url, headers=_headers(call)) as response,
-        ):
+        with client_for(url).stream("GET", url, headers=_headers(call),
+                                    timeout=max(call.spec.timeout_s, 5.0)) as response:
             content, too_large = _read_capped(response, limit)
-    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+    except EgressRefusedError:
+        return StatusAnswer(state="unknown", detail=f"status query: {REFUSED}")
+    except (httpx2.HTTPError, httpx2.InvalidURL) as exc:
         return StatusAnswer(state="unknown", detail=f"status query failed: {exc}")
     if too_large:
         return StatusAnswer(state="unknown", detail="the status query's answer is too large")

@@ -1,0 +1,293 @@
+"""The outbound-address policy, total timeouts and long-lived clients, for HTTP
+tools and status queries (tools_app/outbound). Real listeners on loopback:
+127.0.0.1 is allowed by the suite's TETHER_EGRESS_ALLOW (as an operator allows
+an internal service), 127.0.0.2 is an attacker's address the policy refuses."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import time
+
+import httpx2
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from approvals_app.models import Reconciliation
+from tasks_app.machine import TaskStatus
+from tasks_app.models import Step, StepStatus, Task
+from tests.factories import submit
+from tests.fakes.http_tool_server import Reply
+from tests.fakes.listeners import DripServer, Listener
+from tests.fakes.runtime import add_agent, assert_log_consistent, events_of
+from tests.helpers import drive, wait_for
+from tools_app.outbound import (
+    REFUSED,
+    EgressRefusedError,
+    async_client_for,
+    client_for,
+    current_policy,
+    url_problem,
+)
+from tools_app.outbound.policy import Allowed, is_public, parse_entry
+from tools_app.services import tool_create
+
+FINAL = {"final": {"ok": True}}
+# What the issue measured: a byte every 0.7 s kept a 1 s tool busy for 27 s.
+ISSUE_HOLD_S = 27.0
+
+
+@pytest.fixture
+def attacker():  # type: ignore[no-untyped-def]
+    listener = Listener("127.0.0.2")
+    yield listener
+    listener.close()
+
+
+# --- the policy ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("address", [
+    "127.0.0.2", "10.0.0.1", "172.16.5.4", "192.168.1.1", "169.254.169.254", "100.64.0.1",
+    "0.0.0.0", "224.0.0.1", "239.255.255.250", "255.255.255.255", "240.0.0.1", "192.0.2.1",
+    "198.18.0.1", "192.88.99.1", "::1", "::", "fe80::1", "fd00::1", "fec0::1", "ff02::1",
+    "::ffff:127.0.0.1", "::ffff:10.0.0.1", "::127.0.0.1", "2002:7f00:1::", "2002:a9fe:a9fe::",
+    "64:ff9b::7f00:1", "64:ff9b::a9fe:a9fe", "64:ff9b:1::a00:1", "2001::1", "2001:db8::1",
+])
+def test_non_public_addresses_are_refused(address):
+    assert not is_public(ipaddress.ip_address(address))
+
+
+@pytest.mark.parametrize("address", ["8.8.8.8", "1.1.1.1", "2606:4700::1111",
+                                     "::ffff:8.8.8.8", "64:ff9b::808:808", "2002:808:808::"])
+def test_public_addresses_pass(address):
+    assert is_public(ipaddress.ip_address(address))
+
+
+@pytest.mark.parametrize("url", [
+    "http://127.0.0.2:8000/x", "http://10.0.0.1/x", "http://169.254.169.254/latest/meta-data/",
+    "http://2130706434/x",  # 127.0.0.2 spelled as a decimal number
+    "http://0x7f000002/x",  # ... in hex
+    "http://127.2/x",  # ... short
+    "http://0.0.0.0:6379/", "http://0/", "http://[::ffff:127.0.0.2]/", "http://[::ffff:7f00:2]/",
+    "http://[2002:7f00:2::]/", "https://[64:ff9b::a00:1]/", "http://[fd00::1]/",
+    "http://no-such-host.invalid/",  # unresolvable: refused in the same words
+])
+def test_registration_refuses_every_spelling_of_a_refused_address(url):
+    assert url_problem(url) == REFUSED
+
+
+def test_a_spelling_the_client_cannot_parse_is_not_a_url():
+    assert url_problem("http://0177.0.0.2/x") == "an http(s) URL"  # octal: httpx2 refuses it
+
+
+def test_a_refusal_says_the_same_whatever_the_target():
+    problems = {url_problem(u) for u in ("http://127.0.0.2:5432/", "http://127.0.0.2:1/",
+                                         "http://10.9.9.9/", "http://nothing.invalid/")}
+    assert problems == {REFUSED}
+    assert "127" not in REFUSED and "10." not in REFUSED
+
+
+def test_public_literals_and_allowed_loopback_pass():
+    assert url_problem("https://8.8.8.8/v1") is None
+    assert url_problem("http://127.0.0.1:11434/v1") is None  # the suite allows 127.0.0.1
+    assert url_problem("http://localhost:9/x") is None  # ... and localhost by name
+
+
+def test_localhost_and_the_ipv6_loopback_are_refused_unless_allowed(settings):
+    settings.TETHER_EGRESS_ALLOW = []  # production's default
+    for url in ("http://localhost:8000/", "http://[::1]:8000/", "http://127.0.0.1:11434/v1"):
+        assert url_problem(url) == REFUSED, url
+    settings.TETHER_EGRESS_ALLOW = ["127.0.0.1"]
+    assert url_problem("http://[::1]:8000/") == REFUSED
+    assert url_problem("http://127.0.0.1:8000/") is None
+    assert url_problem("http://localhost:8000/") is None  # resolves to an allowed address
+
+
+def test_allow_entries_hosts_ports_and_cidrs(settings):
+    settings.TETHER_EGRESS_ALLOW = ["localhost:11434", "10.20.0.0/16", "[::1]:8080"]
+    assert url_problem("http://localhost:11434/v1") is None
+    assert url_problem("http://localhost:11435/v1") == REFUSED  # another port
+    assert url_problem("http://127.0.0.1:11434/v1") == REFUSED  # the name was allowed, not the IP
+    assert url_problem("http://10.20.3.4:9000/") is None
+    assert url_problem("http://10.21.0.1/") == REFUSED
+    assert url_problem("http://[::1]:8080/") is None
+    assert url_problem("http://[::1]:8081/") == REFUSED
+    assert parse_entry("Ollama.Internal.") == Allowed(host="ollama.internal")
+    assert parse_entry("127.0.0.1:11434") == Allowed(
+        network=ipaddress.ip_network("127.0.0.1/32"), port=11434)
+
+
+@pytest.mark.parametrize("entry", ["host:port", "10.0.0.0/33", "[::1", "a b", "h:0"])
+def test_a_malformed_allow_entry_is_a_configuration_error(settings, entry):
+    settings.TETHER_EGRESS_ALLOW = [entry]
+    with pytest.raises(ImproperlyConfigured):
+        current_policy()
+
+
+# --- at call time ------------------------------------------------------------------------
+
+
+def _register_while_allowed(world, settings, **fields):  # type: ignore[no-untyped-def]
+    """A tool registered while the operator allowed 127.0.0.2, then the allowance
+    withdrawn: the call-time check is what stands between the tool and the address."""
+    settings.TETHER_EGRESS_ALLOW = ["127.0.0.1", "127.0.0.2"]
+    tool_create(tenant_id=world.tenant.pk, name="exfil", kind="http",
+                args_schema={"type": "object"}, max_retries=3, **fields)
+    settings.TETHER_EGRESS_ALLOW = ["127.0.0.1", "localhost", "::1"]
+    add_agent(world.tenant, "exfil-agent", ["exfil"])
+
+
+def _run(world) -> Task:  # type: ignore[no-untyped-def]
+    return drive(submit(world.tenant, [{"tool": "exfil", "args": {"q": 1}}, FINAL],
+                        agent="exfil-agent").pk)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_refused_call_is_a_permission_error_and_nothing_reaches_the_address(
+        world, settings, attacker):
+    _register_while_allowed(world, settings, url=attacker.url("/steal"), side_effect="read")
+    task = _run(world)
+
+    assert task.status == TaskStatus.FAILED and task.failure_reason == "permission_denied"
+    step = Step.objects.get(task=task, step_no=1)
+    assert step.status == StepStatus.FAILED
+    assert step.error == {"type": "egress_refused", "message": REFUSED}  # nothing about the target
+    assert step.attempt == 0 and events_of(task.pk, "retryable_error") == []  # not retried
+    assert attacker.connections == 0  # not even a TCP handshake
+    assert_log_consistent(task.pk)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_refused_status_query_reaches_nothing_and_leaves_the_outcome_unknown(
+        world, settings, fake_http, attacker):
+    fake_http.on("POST", "/pay", Reply(200, {}, hold=fake_http.hold()))
+    _register_while_allowed(world, settings, url=fake_http.url("/pay"), side_effect="write",
+                            timeout_s=0.5, status_url=attacker.url("/status/{key}"))
+    task = _run(world)
+
+    assert task.status == TaskStatus.WAITING_FOR_RECONCILIATION
+    rec = Reconciliation.objects.get(task=task)
+    assert rec.status_answer["state"] == "unknown"
+    assert REFUSED in rec.status_answer["detail"] and "127.0.0.2" not in str(rec.status_answer)
+    assert attacker.connections == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_redirect_is_not_followed(world, fake_http, attacker):
+    fake_http.on("POST", "/go", Reply(307, {}, headers={"Location": attacker.url("/steal")}))
+    tool_create(tenant_id=world.tenant.pk, name="exfil", kind="http", url=fake_http.url("/go"),
+                args_schema={"type": "object"}, side_effect="read")
+    add_agent(world.tenant, "exfil-agent", ["exfil"])
+    task = _run(world)
+
+    step = Step.objects.get(task=task, step_no=1)
+    assert step.status == StepStatus.FAILED and step.error["status"] == 307
+    assert len(fake_http.requests_to("POST", "/go")) == 1
+    assert attacker.connections == 0
+
+
+def test_the_connection_goes_to_the_checked_address(settings, attacker):
+    """A name is resolved, checked and connected to in one place: there is no
+    second lookup a rebinding DNS answer could change. `localhost` allowed by
+    address only (127.0.0.1) may not reach 127.0.0.2, even though it is the
+    same machine, and a raw IP spelled otherwise is resolved before the check."""
+    settings.TETHER_EGRESS_ALLOW = ["127.0.0.1"]
+    for url in (attacker.url("/"), f"http://2130706434:{attacker.port}/",
+                f"http://[::ffff:127.0.0.2]:{attacker.port}/"):
+        with pytest.raises(EgressRefusedError) as refused:
+            client_for(url).get(url, timeout=2)
+        assert str(refused.value) == REFUSED
+    assert attacker.connections == 0
+
+
+# --- total timeouts ------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("headers_first", [True, False], ids=["body-drips", "headers-drip"])
+def test_a_drip_feeding_tool_is_bounded_by_its_total_timeout(world, headers_first):
+    server = DripServer({"refund_id": "r" * 40}, interval_s=0.7, headers_first=headers_first)
+    try:
+        tool_create(tenant_id=world.tenant.pk, name="exfil", kind="http", url=server.url("/x"),
+                    args_schema={"type": "object"}, side_effect="read", timeout_s=1.0,
+                    max_retries=0)
+        add_agent(world.tenant, "exfil-agent", ["exfil"])
+        task = _run(world)
+
+        step = Step.objects.get(task=task, step_no=1)
+        assert step.status == StepStatus.FAILED and step.error["type"] == "timeout"
+        assert task.status == TaskStatus.FAILED
+        (drip,) = server.drips
+        wait_for(drip.closed.is_set, timeout=10, message="the client to close the connection")
+        held = drip.closed_at - drip.accepted_at
+        print(f"held for {held:.2f}s, {drip.sent} bytes sent")
+        assert held < ISSUE_HOLD_S / 2
+        assert drip.sent < len(server.payload)  # cut off, not read to the end
+    finally:
+        server.close()
+
+
+def test_the_deadline_covers_the_body_of_a_streamed_read():
+    server = DripServer({"x": "y" * 40}, interval_s=0.3)
+    try:
+        url = server.url("/")
+        started = time.monotonic()
+        with pytest.raises(httpx2.ReadTimeout), client_for(url).stream(
+                "GET", url, timeout=1.0) as response:
+            for _ in response.iter_bytes():
+                pass
+        print(f"timed out after {time.monotonic() - started:.2f}s")
+        wait_for(server.drips[0].closed.is_set, timeout=10, message="the connection closed")
+    finally:
+        server.close()
+
+
+# --- long-lived clients -------------------------------------------------------------------
+
+
+def test_one_client_per_endpoint_per_process(fake_http, settings):
+    first = client_for(fake_http.url("/a"))
+    assert client_for(fake_http.url("/b?c=1")) is first  # same endpoint, another path
+    assert client_for(f"http://localhost:{fake_http.port}/a") is not first  # another host
+    fake_http.on("GET", "/a", Reply(200, {"n": 1}))
+    for _ in range(2):
+        assert first.get(fake_http.url("/a"), timeout=2).json() == {"n": 1}
+    assert client_for(fake_http.url("/a")) is first  # still the same after calls
+    settings.TETHER_EGRESS_ALLOW = ["127.0.0.1"]  # a new policy: new clients
+    assert client_for(fake_http.url("/a")) is not first
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_tool_calls_share_the_client_of_their_endpoint(world, fake_http):
+    fake_http.on("POST", "/refunds", Reply(200, {"refund_id": "r1"}))
+    tool_create(tenant_id=world.tenant.pk, name="exfil", kind="http",
+                url=fake_http.url("/refunds"), args_schema={"type": "object"}, side_effect="read")
+    add_agent(world.tenant, "exfil-agent", ["exfil"])
+    client = client_for(fake_http.url("/refunds"))
+    for _ in range(2):
+        assert _run(world).status == TaskStatus.SUCCEEDED
+    assert client_for(fake_http.url("/refunds")) is client
+    assert len(fake_http.requests_to("POST", "/refunds")) == 2
+
+
+# --- the async counterpart ----------------------------------------------------------------
+
+
+def test_the_async_client_keeps_the_same_policy_and_deadline(settings, attacker):
+    server = DripServer({"x": "y" * 40}, interval_s=0.3)
+
+    async def scenario() -> None:
+        with pytest.raises(EgressRefusedError):
+            await async_client_for(attacker.url("/")).get(attacker.url("/"), timeout=2)
+        client = async_client_for(server.url("/"))
+        assert async_client_for(server.url("/other")) is client
+        with pytest.raises(httpx2.ReadTimeout):
+            await client.get(server.url("/"), timeout=1.0)
+
+    try:
+        asyncio.run(scenario())
+        wait_for(server.drips[0].closed.is_set, timeout=10, message="the connection closed")
+        assert attacker.connections == 0
+    finally:
+        server.close()

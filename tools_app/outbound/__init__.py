@@ -1,0 +1,25 @@
+"""Every HTTP call Tether makes on a tenant's behalf goes through this package.
+
+- `policy`: which addresses may be reached (`TETHER_EGRESS_ALLOW`), checked
+  when a URL is registered (`url_problem`) and again at connect time;
+- `transport`: httpx2 transports that connect only to checked addresses and
+  make a request's timeout the whole call's;
+- `clients`: one long-lived client per endpoint per process (sync and async).
+
+A refusal is `EgressRefusedError`: a permission error for a tool step, a
+non-retryable error for a model call, never a hint about the target.
+"""
+
+from .clients import Registry, async_client_for, client_for
+from .policy import REFUSED, EgressRefusedError, current_policy, endpoint_of, url_problem
+
+__all__ = [
+    "REFUSED",
+    "EgressRefusedError",
+    "Registry",
+    "async_client_for",
+    "client_for",
+    "current_policy",
+    "endpoint_of",
+    "url_problem",
+]

@@ -1,0 +1,122 @@
+"""Long-lived outbound HTTP clients: one per endpoint (scheme, host, port) per process.
+
+Building an httpx2 client costs about 30 ms of CPU (its SSL context); a call
+costs far less. So every outbound call for a tenant (HTTP tools, status
+queries, model endpoints) takes its client from here: a connection pool with
+keep-alive per endpoint, one SSL context for the process, the outbound-address
+policy and the total deadline of `transport`, redirects never followed, no
+proxy or certificate settings from the environment. Callers pass their own
+timeout per request; it bounds the whole call.
+
+Certificates are checked against the default trust store, plus the CAs of
+`TETHER_EGRESS_CA_BUNDLE` (a PEM file) for internal services behind a private CA.
+
+Thread-safe. A forked child (a prefork Celery worker) starts with no clients,
+and a change of the policy (tests change the setting) starts new ones, so a
+pooled connection never outlives the policy it was checked under. At most
+`MAX_ENDPOINTS` clients are kept, the least recently used are let go (not
+closed: a thread may still be using one; they close when collected).
+`async_client_for` is the same for asyncio code, one set per event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import ssl
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
+
+import httpx2
+from django.conf import settings
+
+from .policy import Policy, current_policy, endpoint_of
+from .transport import AsyncPolicyTransport, PolicyTransport
+
+MAX_ENDPOINTS = 512
+DEFAULT_TIMEOUT = httpx2.Timeout(30.0)  # callers pass their own, per request
+LIMITS = httpx2.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=30.0)
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """A thread-safe, bounded map of long-lived objects built on first use."""
+
+    def __init__(self, limit: int = MAX_ENDPOINTS) -> None:
+        self._lock = threading.Lock()
+        self._items: OrderedDict[Hashable, T] = OrderedDict()
+        self._limit = limit
+
+    def get(self, key: Hashable, build: Callable[[], T]) -> T:
+        with self._lock:
+            item = self._items.get(key)
+            if item is None:
+                item = self._items[key] = build()
+                while len(self._items) > self._limit:
+                    self._items.popitem(last=False)
+            else:
+                self._items.move_to_end(key)
+            return item
+
+
+class _Process:
+    """This process's clients, under the policy they were built with."""
+
+    def __init__(self, policy: Policy, ca_bundle: str, ssl_context: ssl.SSLContext) -> None:
+        self.pid = os.getpid()
+        self.policy = policy
+        self.ca_bundle = ca_bundle
+        self.ssl_context = ssl_context
+        self.clients: Registry[httpx2.Client] = Registry()
+        self.async_clients: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, Registry[httpx2.AsyncClient]] = weakref.WeakKeyDictionary()
+
+
+_lock = threading.Lock()
+_current: _Process | None = None
+
+
+def _ssl_context(ca_bundle: str) -> ssl.SSLContext:
+    context = httpx2.create_ssl_context(trust_env=False)
+    if ca_bundle:
+        context.load_verify_locations(cafile=ca_bundle)
+    return context
+
+
+def _process() -> _Process:
+    global _current
+    policy = current_policy()
+    ca_bundle = str(getattr(settings, "TETHER_EGRESS_CA_BUNDLE", "") or "")
+    with _lock:
+        if _current is None or _current.pid != os.getpid() or _current.ca_bundle != ca_bundle:
+            _current = _Process(policy, ca_bundle, _ssl_context(ca_bundle))
+        elif _current.policy != policy:
+            _current = _Process(policy, ca_bundle, _current.ssl_context)
+        return _current
+
+
+def client_for(url: str) -> httpx2.Client:
+    """The client of `url`'s endpoint in this process."""
+    endpoint = endpoint_of(url)
+    process = _process()
+    return process.clients.get(endpoint, lambda: httpx2.Client(
+        transport=PolicyTransport(process.policy, ssl_context=process.ssl_context,
+                                  limits=LIMITS),
+        follow_redirects=False, trust_env=False, timeout=DEFAULT_TIMEOUT))
+
+
+def async_client_for(url: str) -> httpx2.AsyncClient:
+    """The async client of `url`'s endpoint for the running event loop."""
+    endpoint = endpoint_of(url)
+    process = _process()
+    loop = asyncio.get_running_loop()
+    with _lock:
+        clients = process.async_clients.setdefault(loop, Registry())
+    return clients.get(endpoint, lambda: httpx2.AsyncClient(
+        transport=AsyncPolicyTransport(process.policy, ssl_context=process.ssl_context,
+                                       limits=LIMITS),
+        follow_redirects=False, trust_env=False, timeout=DEFAULT_TIMEOUT))
