@@ -7,8 +7,9 @@
 - A `python` tool names a dotted path to server code. Registering one loads
   that code, so its module must sit under one of the prefixes of the setting
   `TETHER_PYTHON_TOOL_MODULES` (default: the demo tools only).
-- `args_schema` and `result_schema` are JSON Schema 2020-12 and are checked
-  against the metaschema; arguments are always an object.
+- `args_schema` and `result_schema` are JSON Schema 2020-12, checked against
+  the metaschema and bounded (`tools_app.schemas`); arguments are always an
+  object.
 
 Every refusal is a `DomainError` with field errors; nothing is written then.
 A tool's name is its identity (agent profiles and steps refer to it) and
@@ -30,7 +31,7 @@ from config.errors import conflict, invalid, not_found
 
 from .executor.http_kind import SECRET_PREFIX
 from .models import Risk, SideEffect, Tool, ToolKind
-from .registry import check_schema
+from .schemas import check_schema
 
 NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")

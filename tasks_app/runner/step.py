@@ -44,7 +44,8 @@ from tools_app.executor import (
 )
 from tools_app.executor.jsonsafe import has_nul, storable
 from tools_app.executor.types import ToolSpec
-from tools_app.registry import schema_errors, tool_specs
+from tools_app.registry import tool_specs
+from tools_app.schemas import schema_errors
 
 from ..context.builder import ContextSources, build_context, gather
 from ..context.summaries import summary_maybe_create
