@@ -46,7 +46,7 @@ from config.errors import DomainError
 MAX_SCHEMA_BYTES = 64 * 1024
 MAX_SCHEMA_DEPTH = 32
 MAX_IN_PLACE = 1000
-MAX_EVALUATIONS = 200_000
+MAX_EVALUATIONS = 100_000
 MAX_MESSAGE_CHARS = 300
 
 # Where each keyword's subschemas sit, and whether they apply to the value
@@ -78,10 +78,15 @@ def check_schema(schema: Any) -> list[str]:
     """Problems of a schema an admin registers (empty when it may be stored)."""
     if not isinstance(schema, dict):
         return ["a schema must be a JSON object"]
-    depth = _depth(schema)
+    depth, nul = _measure(schema)
     if depth > MAX_SCHEMA_DEPTH:
         return [f"the schema is nested {depth} deep; at most {MAX_SCHEMA_DEPTH} is allowed"]
-    size = len(json.dumps(schema, ensure_ascii=False).encode())
+    try:
+        size = len(json.dumps(schema, ensure_ascii=False).encode())
+    except UnicodeEncodeError:
+        return ["the schema contains an unpaired surrogate: it is not text"]
+    if nul:
+        return ["the schema contains a NUL (\\u0000) character"]
     if size > MAX_SCHEMA_BYTES:
         return [f"the schema is {size} bytes of JSON; at most {MAX_SCHEMA_BYTES} is allowed"]
     try:
@@ -91,18 +96,23 @@ def check_schema(schema: Any) -> list[str]:
     return _structure_problems(schema)
 
 
-def _depth(value: Any) -> int:
-    """How deep JSON containers nest in `value` (iteratively: any depth is measured)."""
-    deepest, stack = 0, [(value, 1)]
+def _measure(value: Any) -> tuple[int, bool]:
+    """How deep JSON containers nest in `value` (iteratively: any depth is
+    measured, up to just past the limit), and whether a string holds a NUL."""
+    deepest, nul, stack = 0, False, [(value, 1)]
     while stack:
         item, depth = stack.pop()
-        if isinstance(item, dict | list):
+        if isinstance(item, str):
+            nul = nul or "\x00" in item
+        elif isinstance(item, dict | list):
             deepest = max(deepest, depth)
             if deepest > MAX_SCHEMA_DEPTH:
-                return deepest
-            children = item.values() if isinstance(item, dict) else item
+                break
+            children = list(item.values()) if isinstance(item, dict) else item
+            if isinstance(item, dict):
+                stack.extend((k, depth) for k in item)
             stack.extend((v, depth + 1) for v in children)
-    return deepest
+    return deepest, nul
 
 
 def _subschemas(node: dict[str, Any], table: dict[str, str]) -> Iterator[tuple[str, Any]]:
@@ -215,6 +225,15 @@ def _regex(pattern: str) -> Any:
     return re2.compile(pattern, _RE2_OPTIONS)
 
 
+def _search(pattern: str, text: str) -> bool:
+    try:
+        return _regex(pattern).search(text) is not None
+    except UnicodeEncodeError:
+        # A lone surrogate (valid in JSON, not in UTF-8, which RE2 matches): as U+FFFD.
+        text = text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+        return _regex(pattern).search(text) is not None
+
+
 def _pattern_problems(at: str, node: dict[str, Any]) -> list[str]:
     patterns = [("pattern", node["pattern"])] if isinstance(node.get("pattern"), str) else []
     if isinstance(node.get("patternProperties"), dict):
@@ -223,8 +242,8 @@ def _pattern_problems(at: str, node: dict[str, Any]) -> list[str]:
     for keyword, pattern in patterns:
         try:
             _regex(pattern)
-        except re2.error as exc:
-            reason = exc.args[0] if exc.args else exc
+        except (re2.error, UnicodeEncodeError) as exc:
+            reason = exc.args[0] if isinstance(exc, re2.error) and exc.args else str(exc)
             if isinstance(reason, bytes):
                 reason = reason.decode(errors="replace")
             problems.append(f"{at}/{keyword}: {pattern[:200]!r} is not a pattern RE2 accepts "
@@ -233,7 +252,7 @@ def _pattern_problems(at: str, node: dict[str, Any]) -> list[str]:
 
 
 def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[ValidationError]:
-    if validator.is_type(instance, "string") and not _regex(pattern).search(instance):
+    if validator.is_type(instance, "string") and not _search(pattern, instance):
         yield ValidationError(f"{_short(instance)} does not match {pattern!r}")
 
 
@@ -243,7 +262,7 @@ def _pattern_properties(validator: Any, patterns: dict[str, Any], instance: Any,
         return
     for pattern, subschema in patterns.items():
         for key, value in instance.items():
-            if _regex(pattern).search(key):
+            if _search(pattern, key):
                 yield from validator.descend(value, subschema, path=key, schema_path=pattern)
 
 
@@ -253,9 +272,9 @@ def _additional_properties(validator: Any, additional: Any, instance: Any,
     if not validator.is_type(instance, "object"):
         return
     properties = schema.get("properties", {})
-    patterns = [_regex(p) for p in schema.get("patternProperties", {})]
+    patterns = list(schema.get("patternProperties", {}))
     extras = [k for k in instance
-              if k not in properties and not any(p.search(k) for p in patterns)]
+              if k not in properties and not any(_search(p, k) for p in patterns)]
     if validator.is_type(additional, "object"):
         for extra in extras:
             yield from validator.descend(instance[extra], additional, path=extra)

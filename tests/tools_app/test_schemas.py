@@ -8,7 +8,7 @@ import pytest
 
 from config.errors import DomainError
 from tools_app.executor.dispatch import check_result
-from tools_app.schemas import MAX_EVALUATIONS, SchemaRefused, schema_errors
+from tools_app.schemas import MAX_EVALUATIONS, SchemaRefused, check_schema, schema_errors
 
 # Two subschemas take the same property at each level: the work doubles with
 # each level of the value, yet every level of the value is smaller.
@@ -62,3 +62,16 @@ def test_a_tool_result_against_a_refused_stored_schema_is_a_business_error() -> 
     problem = check_result({"$ref": "#"}, {"ok": True})
     assert problem is not None and problem["type"] == "invalid_result"
     assert "cycle" in " ".join(problem["errors"])
+
+
+def test_a_lone_surrogate_is_matched_as_a_replacement_character_not_an_error() -> None:
+    """Valid JSON (`"\\ud800"`), but not UTF-8, which RE2 works on."""
+    schema = {"type": "object", "properties": {"s": {"type": "string", "pattern": "^a"}},
+              "patternProperties": {"^k": {"type": "integer"}}, "additionalProperties": False}
+    assert schema_errors(schema, {"s": "a\ud800"}) == []
+    errors = schema_errors(schema, {"s": "\ud800a", "k\ud800": "x", "\ud800": 1})
+    assert len(errors) == 3, errors
+    assert check_schema({"type": "string", "pattern": "\ud800"}) == [
+        "the schema contains an unpaired surrogate: it is not text"]
+    assert check_schema({"type": "string", "pattern": "a\x00"}) == [
+        "the schema contains a NUL (\\u0000) character"]
