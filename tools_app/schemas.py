@@ -108,10 +108,10 @@ def _measure(value: Any) -> tuple[int, bool]:
             deepest = max(deepest, depth)
             if deepest > MAX_SCHEMA_DEPTH:
                 break
-            children = list(item.values()) if isinstance(item, dict) else item
             if isinstance(item, dict):
-                stack.extend((k, depth) for k in item)
-            stack.extend((v, depth + 1) for v in children)
+                stack.extend((key, depth) for key in item)
+                item = list(item.values())
+            stack.extend((v, depth + 1) for v in item)
     return deepest, nul
 
 
@@ -132,55 +132,57 @@ def _escape(key: str) -> str:
 
 
 def _structure_problems(schema: dict[str, Any]) -> list[str]:
-    """References, cycles, fan-out and patterns, over every subschema (metaschema-valid)."""
-    resolver = Registry().resolver_with_root(DRAFT202012.create_resource(schema))
+    """Keywords, patterns, references, cycles and fan-out, over every subschema
+    (the metaschema has checked each one)."""
     problems: list[str] = []
-    where: dict[int, str] = {}  # id(subschema) -> its JSON pointer
-    in_place: dict[int, list[int]] = {}  # subschemas applied to the same value
-    keep: list[dict[str, Any]] = []  # the ids above stay valid while these live
-    has_pattern_properties = uses_unevaluated = False
+    nodes: list[tuple[str, dict[str, Any]]] = []  # every subschema, with its JSON pointer
     stack: list[tuple[str, Any]] = [("#", schema)]
     while stack:
         at, node = stack.pop()
-        if not isinstance(node, dict) or id(node) in where:
+        if not isinstance(node, dict):
             continue
-        where[id(node)] = at
-        keep.append(node)
+        nodes.append((at, node))
         problems += [f"{at}: {kw} is not supported" for kw in REFUSED if kw in node]
         if at != "#" and "$id" in node:
             problems.append(f"{at}: $id is allowed only at the root")
         problems += _pattern_problems(at, node)
-        has_pattern_properties |= "patternProperties" in node
-        uses_unevaluated |= "unevaluatedProperties" in node
-        applied = [v for _, v in _subschemas(node, IN_PLACE)]
-        ref = node.get("$ref")
-        if ref is not None:
-            target = _ref_target(at, ref, resolver, problems)
-            if isinstance(target, dict):
-                applied.append(target)
-                stack.append((ref, target))
-        in_place[id(node)] = [id(v) for v in applied if isinstance(v, dict)]
         for table in (IN_PLACE, DESCENDING, CONTAINERS):
             stack.extend((f"{at}/{suffix}", sub) for suffix, sub in _subschemas(node, table))
-    if has_pattern_properties and uses_unevaluated:
+    if (any("patternProperties" in node for _, node in nodes)
+            and any("unevaluatedProperties" in node for _, node in nodes)):
         problems.append("unevaluatedProperties cannot be used in a schema with patternProperties")
+
+    resolver = Registry().resolver_with_root(DRAFT202012.create_resource(schema))
+    where = {id(node): at for at, node in nodes}  # the nodes keep these ids valid
+    in_place: dict[int, list[int]] = {}  # subschemas applied to the same value
+    for at, node in nodes:
+        applied = [v for _, v in _subschemas(node, IN_PLACE) if isinstance(v, dict)]
+        if "$ref" in node:
+            target = _ref_target(at, node["$ref"], resolver, where, problems)
+            if isinstance(target, dict):
+                applied.append(target)
+        in_place[id(node)] = [id(v) for v in applied]
     if not problems:
         problems += _in_place_problems(in_place, where)
     return problems
 
 
-def _ref_target(at: str, ref: Any, resolver: Any, problems: list[str]) -> Any:
+def _ref_target(at: str, ref: Any, resolver: Any, schemas: dict[int, str],
+                problems: list[str]) -> Any:
+    """What `ref` points at: a subschema of the document (or a boolean), else None
+    and a problem."""
     if not isinstance(ref, str) or not ref.startswith("#"):
         problems.append(f"{at}: $ref {str(ref)[:200]!r} is not local: a $ref starts with #, "
                         "and nothing is fetched")
         return None
     try:
         target = resolver.lookup(ref).contents
-    except Unresolvable:
+    except (Unresolvable, LookupError, ValueError, TypeError):  # a pointer into nothing
         problems.append(f"{at}: $ref {ref[:200]!r} does not resolve within the schema")
         return None
-    if not isinstance(target, dict | bool):
-        problems.append(f"{at}: $ref {ref[:200]!r} does not point at a schema")
+    if not isinstance(target, bool) and id(target) not in schemas:
+        # e.g. `#/properties` (a map of names) or a keyword's value: not a checked schema
+        problems.append(f"{at}: $ref {ref[:200]!r} does not point at a subschema")
         return None
     return target
 

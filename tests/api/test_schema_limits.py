@@ -64,6 +64,10 @@ HOSTILE = [
     pytest.param({"type": "object", "patternProperties": {"^a": {}},
                   "unevaluatedProperties": False}, "unevaluatedProperties",
                  id="unevaluated-with-patterns"),
+    # a map of property names is no schema: applied as one, its "allOf" would be a schema
+    pytest.param({"type": "object", "$ref": "#/properties",
+                  "properties": {"allOf": {"type": "string"}}}, "does not point at a subschema",
+                 id="ref-into-a-map"),
 ]
 
 
