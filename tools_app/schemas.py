@@ -6,7 +6,7 @@ schemas; tenants are untrusted, so a schema must not be able to stall a worker
 or the server. `check_schema` accepts a JSON Schema 2020-12 only when, beyond
 the metaschema:
 - its JSON is at most `MAX_SCHEMA_BYTES` long and `MAX_SCHEMA_DEPTH` deep;
-- every `$ref` is local (`#...`) and resolves within the schema to a schema:
+- every `$ref` is local (`#...`) and resolves to a subschema of the document:
   nothing is ever fetched. `$dynamicRef`, `$dynamicAnchor` and an `$id` below
   the root (which would move the base that `#` refers to) are refused;
 - no cycle of subschemas applies to the same value without descending into it
