@@ -142,6 +142,8 @@ TETHER = {
     "MAX_RUNNING_PER_TENANT": env.int("TETHER_MAX_RUNNING_PER_TENANT", default=50),
     "BACKOFF_BASE_S": env.float("TETHER_BACKOFF_BASE_S", default=0.5),
     "BACKOFF_MAX_S": env.float("TETHER_BACKOFF_MAX_S", default=30.0),
+    # a step that raises an unexpected error is tried again this many times, then the task fails
+    "STEP_ERROR_RETRIES": env.int("TETHER_STEP_ERROR_RETRIES", default=5),
     "MAX_TOOL_RESULT_BYTES": env.int("TETHER_MAX_TOOL_RESULT_BYTES", default=256 * 1024),
     "CONTEXT_WINDOW_STEPS": env.int("TETHER_CONTEXT_WINDOW_STEPS", default=8),
     "CONTEXT_RESULT_CHARS": env.int("TETHER_CONTEXT_RESULT_CHARS", default=2000),

@@ -1,14 +1,8 @@
-"""The tool registry: lookups by tenant and name, frozen specs, schema checks.
+"""The tool registry: lookups by tenant and name, frozen specs.
 
-Schemas are JSON Schema 2020-12. A schema an admin registers is itself checked
-against the metaschema before it is stored.
+Schemas are checked and applied by `tools_app.schemas`.
 """
 from __future__ import annotations
-
-from typing import Any
-
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
 
 from .executor.types import ToolSpec
 from .models import Tool
@@ -42,20 +36,3 @@ def tool_specs(*, tenant_id: int, names: list[str] | None = None) -> dict[str, T
         qs = qs.filter(name__in=names)
     return {t.name: spec_of(t) for t in qs}
 
-
-def schema_errors(schema: dict[str, Any], instance: Any) -> list[str]:
-    """Readable validation errors of `instance` against `schema` (empty when valid)."""
-    validator = Draft202012Validator(schema or {})
-    errors = sorted(validator.iter_errors(instance), key=lambda e: list(e.path))
-    return [f"{'/'.join(map(str, e.path)) or '(root)'}: {e.message}" for e in errors[:10]]
-
-
-def check_schema(schema: Any) -> list[str]:
-    """Errors in a JSON Schema itself (empty when it is a valid schema)."""
-    if not isinstance(schema, dict):
-        return ["a schema must be a JSON object"]
-    try:
-        Draft202012Validator.check_schema(schema)
-    except SchemaError as exc:
-        return [exc.message]
-    return []

@@ -10,8 +10,9 @@
   `TETHER_PYTHON_TOOL_MODULES` (default: the demo tools only).
 - `url` and `status_url` must pass the outbound-address policy
   (`tools_app.outbound`): resolved now, and checked again at every call.
-- `args_schema` and `result_schema` are JSON Schema 2020-12 and are checked
-  against the metaschema; arguments are always an object.
+- `args_schema` and `result_schema` are JSON Schema 2020-12, checked against
+  the metaschema and bounded (`tools_app.schemas`); arguments are always an
+  object.
 
 Every refusal is a `DomainError` with field errors; nothing is written then.
 A tool's name is its identity (agent profiles and steps refer to it) and
@@ -35,7 +36,7 @@ from tasks_app.vault.references import EXAMPLE, header_secret_names, template_er
 
 from .models import Risk, SideEffect, Tool, ToolKind
 from .outbound import url_problem
-from .registry import check_schema
+from .schemas import check_schema
 
 NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")

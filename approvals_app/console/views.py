@@ -22,7 +22,8 @@ from config.errors import DomainError
 from tasks_app.console.access import DECIDERS, INBOX_ROLES, ConsoleUser, console_view, refuse
 from tasks_app.console.errors import error_message, error_status, field_errors, form_errors
 from tasks_app.services.tasks import task_provide_input
-from tools_app.registry import schema_errors, tool_specs
+from tools_app.registry import tool_specs
+from tools_app.schemas import schema_errors
 
 from ..models import Approval, Question, Reconciliation
 from ..services.decisions import approval_decide, reconciliation_requery, reconciliation_resolve
@@ -220,7 +221,10 @@ def approval_preview(request: HttpRequest, pk: int) -> HttpResponse:
         if approval.tool not in allowed or spec is None:
             errors = [f"{approval.tool} is no longer allowed or enabled"]
         else:
-            errors = schema_errors(spec.args_schema, args)
+            try:
+                errors = schema_errors(spec.args_schema, args)
+            except DomainError as exc:  # a stored schema the rules refuse
+                errors = [exc.message]
         diff = args_diff(approval.args or {}, args)
     return render(
         request,

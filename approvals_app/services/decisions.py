@@ -22,7 +22,8 @@ from tasks_app.services.dispatch import schedule_advance_on_commit
 from tasks_app.services.transitions import task_transition
 from tools_app.executor.ledger import reopen_for_retry, settle_by_human, settle_with_status_query
 from tools_app.executor.types import ToolCall, ToolContext
-from tools_app.registry import schema_errors, tool_specs
+from tools_app.registry import tool_specs
+from tools_app.schemas import schema_errors
 
 from ..models import Approval, Reconciliation
 from .opening import args_hash

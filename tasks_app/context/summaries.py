@@ -4,7 +4,8 @@
 active summary, beyond the last W (`CONTEXT_WINDOW_STEPS`), reach
 `SUMMARY_THRESHOLD_STEPS` or `SUMMARY_THRESHOLD_CHARS`, they are folded with
 the active summary into a new version: by the model for `openai` agents
-(falling back to the deterministic digest if the call fails), by a
+(a call counted in the task's model calls and tokens, whatever comes of it;
+falling back to the deterministic digest if the call fails), by a
 deterministic digest otherwise. Each version records the step it covers
 until and the ids of the events it newly covers (those since the version it
 was built on), and writes a `context_summarized` event. Every read here is
@@ -130,6 +131,9 @@ def _maybe_create(task_id: int) -> ContextSummary | None:
             method = "model"
         except GatewayError as exc:
             error = str(exc)
+        # A model call, answered or not, kept or not: it counts against the budget.
+        Task.objects.filter(pk=task.pk).update(model_calls=F("model_calls") + 1,
+                                               tokens=F("tokens") + tokens)
     if not text:
         text = deterministic_summary(previous=previous, views=views, until=until,
                                      max_chars=limits["summary_chars"])
@@ -178,9 +182,6 @@ def _record(task: Task, *, base_version: int, text: str, until: int, event_ids: 
         row = ContextSummary.objects.create(
             task_id=task.pk, version=top + 1, text=text, covers_until_step=until,
             event_ids=event_ids, active=True, created_by=f"summarizer:{method}")
-        if tokens:
-            # Summaries are model calls too: they count against the token budget.
-            Task.objects.filter(pk=task.pk).update(tokens=F("tokens") + tokens)
         payload: dict[str, Any] = {
             "version": row.version, "built_on": base_version, "from_step": from_step,
             "covers_until_step": until, "events_covered": len(event_ids), "method": method,

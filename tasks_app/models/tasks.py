@@ -53,6 +53,10 @@ class Task(models.Model):
     last_call_hash = models.CharField(max_length=64, blank=True)
     repeat_count = models.PositiveIntegerField(default=0)
     stale_steps = models.PositiveIntegerField(default=0)
+    # unexpected errors in a row while the task stood at `fault_at` ("version/steps");
+    # bounded by TETHER_STEP_ERROR_RETRIES (`runner.faults`)
+    fault_attempts = models.PositiveIntegerField(default=0, db_default=0)
+    fault_at = models.CharField(max_length=40, blank=True, default="", db_default="")
 
     deadline_at = models.DateTimeField(null=True, blank=True)
     lease_owner = models.CharField(max_length=128, blank=True)

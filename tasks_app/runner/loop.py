@@ -8,7 +8,6 @@ admission starts in the freed slot (`hand_off`, once per message).
 """
 from __future__ import annotations
 
-import logging
 import os
 import socket
 import time
@@ -22,11 +21,10 @@ from django.utils import timezone
 
 from ..services.admission import handing_off_one
 from ..services.dispatch import schedule_advance
+from .faults import step_fault
 from .lease import lease_release, lease_take
 from .memo import SliceMemo
 from .step import Next, advance_one_step
-
-log = logging.getLogger(__name__)
 
 
 def new_owner() -> str:
@@ -97,11 +95,14 @@ def _advance(task_id: int, *, owner: str, until: float) -> SliceReport:
                 lease_release(task_id=task_id, owner=owner)
                 schedule_advance(task_id)
                 return SliceReport(True, steps, "slice")
-    except Exception:
-        # A bug or an outage must not wedge the task: log it, hand the task back,
-        # and come back later. The step that failed was not committed.
-        log.exception("advancing task %s failed", task_id)
-        delay = 5.0
+    except Exception as exc:
+        # A bug or an outage must neither wedge the task nor spin on it: the step
+        # that failed was not committed; the error is counted and the task comes
+        # back after a growing backoff, or stops when the errors go on (`faults`).
+        delay = step_fault(task_id=task_id, owner=owner, exc=exc)
+        if delay is None:
+            lease_release(task_id=task_id, owner=owner)
+            return SliceReport(True, steps, "error")
         lease_release(task_id=task_id, owner=owner,
                       next_run_at=timezone.now() + timedelta(seconds=delay))
         schedule_advance(task_id, delay_s=delay)

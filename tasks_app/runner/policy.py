@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from tools_app.executor.types import ToolSpec
-from tools_app.registry import schema_errors
+from tools_app.schemas import schema_errors
 
 from ..gateway.base import Decision
 from .budgets import per_tool_exhausted, per_tool_limit, tool_calls_exhausted

@@ -44,7 +44,8 @@ from tools_app.executor import (
 )
 from tools_app.executor.jsonsafe import has_nul, storable
 from tools_app.executor.types import ToolSpec
-from tools_app.registry import schema_errors, tool_specs
+from tools_app.registry import tool_specs
+from tools_app.schemas import schema_errors
 
 from ..context.builder import ContextSources, build_context, gather
 from ..context.summaries import summary_maybe_create
@@ -129,6 +130,7 @@ def advance_one_step(*, task_id: int, owner: str, memo: SliceMemo | None = None)
                                     names=list(snap.agent.get("tools") or []))
         specs = memo.specs
         sources: ContextSources | None = None  # none when no context was built
+        scripted = (snap.agent.get("model") or {}).get("backend", "scripted") == "scripted"
         if queued:
             decision = Decision.from_dict(queued[0])
             model_log = {"from_reply_of_step": current.step_no, "queued": queued[1:]}  # type: ignore[union-attr]
@@ -139,7 +141,7 @@ def advance_one_step(*, task_id: int, owner: str, memo: SliceMemo | None = None)
             memo.sources, memo.human_facts = sources, sources.human_facts
             memo.output_hashes.update({s.step_no: s.output_hash for s in sources.recent})
             context = build_context(snap, tools=specs, sources=sources)
-            if (snap.agent.get("model") or {}).get("backend", "scripted") == "scripted":
+            if scripted:
                 reply = _decide(snap, context)
             else:
                 # A real model may take long (retries, fallback): keep the lease alive.
@@ -157,8 +159,19 @@ def advance_one_step(*, task_id: int, owner: str, memo: SliceMemo | None = None)
                 "queued": [d.as_dict() for d in reply.decisions[1:]],
             }
             spent = Spent(model_calls=1, tokens=reply.tokens)
-        result = _record_decision(snap, decision, model_log, spent, specs, owner=owner,
-                                  actor=actor, memo=memo)
+        try:
+            recorded = _record_decision(snap, decision, model_log, spent, specs, owner=owner,
+                                        actor=actor)
+        except Exception:
+            if not scripted:
+                # The model was asked but the decision did not commit: the call counts
+                # all the same. (The scripted backend's n-th entry answers the n-th
+                # counted call, and costs nothing: it is asked again.)
+                spent.charge(task_id)
+            raise
+        result = recorded if isinstance(recorded, StepResult) else _execute(
+            recorded.snap, recorded.step, owner=owner, actor=actor, spec=recorded.spec,
+            claim=recorded.claim, memo=memo)
         # After the step committed; never raises. With the sources the context was
         # built from, most steps need no query to know no summary is due.
         summary = summary_maybe_create(task_id=task_id, steps_count=snap.steps_count + 1,
@@ -192,6 +205,13 @@ class Spent:
                           tokens=F("tokens") + self.tokens)
         return fields
 
+    def charge(self, task_id: int) -> None:
+        """Count the model call in a short commit of its own, for a decision that
+        did not commit (a plain counter: the version does not move)."""
+        if self.model_calls:
+            Task.objects.filter(pk=task_id).update(
+                model_calls=F("model_calls") + self.model_calls, tokens=F("tokens") + self.tokens)
+
     def applied_to(self, snap: TaskSnapshot) -> TaskSnapshot:
         """The snapshot as the decision's commit left the row."""
         return replace(snap, steps_count=snap.steps_count + 1,
@@ -210,6 +230,7 @@ def _decide(snap: TaskSnapshot, context: ContextSnapshot) -> ModelReply | StepRe
         reply = get_backend(model, keys).decide(context)
     except GatewayError as exc:
         if exc.retryable:
+            Spent(model_calls=1).charge(snap.id)  # asked, and asked again later: it counts
             return StepResult(Next.LATER, exc.retry_after_s or backoff_s(1), f"model: {exc}")
         return _fail(snap, "model_unavailable", Actor.worker("gateway"),
                      detail={"message": str(exc)})
@@ -244,6 +265,16 @@ def _event(snap: TaskSnapshot, type: str, actor: Actor, payload: dict[str, Any])
                  task_version=snap.version, type=type, actor=actor, payload=payload)
 
 
+@dataclass(frozen=True)
+class _Decided:
+    """A tool call whose decision (and ledger claim) committed: it runs next."""
+
+    snap: TaskSnapshot
+    step: Step
+    spec: ToolSpec
+    claim: ledger.Claim | None
+
+
 def _record_decision(
     snap: TaskSnapshot,
     decision: Decision,
@@ -253,8 +284,9 @@ def _record_decision(
     *,
     owner: str,
     actor: Actor,
-    memo: SliceMemo,
-) -> StepResult:
+) -> StepResult | _Decided:
+    """Commit the decision with its counters: in the same transaction as its step,
+    or not at all."""
     counters = spent.fields()
     step_no = snap.steps_count + 1
     model_log = storable(model_log)
@@ -344,8 +376,7 @@ def _record_decision(
         tokens=spent.tokens, owner=owner, actor=actor)
     if committed is None:
         raise _Stale()
-    return _execute(spent.applied_to(snap), committed.step, owner=owner, actor=actor, spec=spec,
-                    claim=committed.claim, memo=memo)
+    return _Decided(spent.applied_to(snap), committed.step, spec, committed.claim)
 
 
 def _no_nul(text: str) -> str:
@@ -441,11 +472,13 @@ def _run(call: ToolCall, claim: ledger.Claim | None, *, owner: str) -> ToolOutco
     return ledger.call_claimed(claim)
 
 
-def backoff_s(attempt: int, retry_after: float | None = None) -> float:
-    """Exponential backoff with full jitter, bounded; `Retry-After` wins when larger."""
+def backoff_s(attempt: int, retry_after: float | None = None, *,
+              full_jitter: bool = False) -> float:
+    """Exponential backoff with jitter (the upper half of the ceiling, or all of it
+    with `full_jitter`), bounded; `Retry-After` wins when larger."""
     cfg = settings.TETHER
     ceiling = min(cfg["BACKOFF_MAX_S"], cfg["BACKOFF_BASE_S"] * (2 ** max(0, attempt - 1)))
-    delay = random.uniform(ceiling / 2, ceiling)
+    delay = random.uniform(0.0 if full_jitter else ceiling / 2, ceiling)
     return max(delay, retry_after or 0.0)
 
 
@@ -583,13 +616,15 @@ def _failure_snapshot(snap: TaskSnapshot, detail: Any = None) -> dict[str, Any]:
 def _exhaust(snap: TaskSnapshot, reason: str, actor: Actor, *,
              counters: dict[str, Any] | None = None,
              detail: Any = None, step_no: int | None = None) -> StepResult:
-    """Budget, deadline, no progress or retries used up: fail or escalate, as the profile says."""
+    """Budget, deadline, no progress, retries or a step's error attempts used up:
+    fail or escalate, as the profile says."""
     if snap.on_exhaustion == "escalate":
         event = "escalated"
         fields: dict[str, Any] = {"failure_detail": _failure_snapshot(snap, detail)}
     else:
         event = {"deadline": "deadline_exceeded", "no_progress": "fatal_error",
-                 "retries_exhausted": "fatal_error"}.get(reason, "budget_exhausted")
+                 "retries_exhausted": "fatal_error", "step_error": "fatal_error",
+                 }.get(reason, "budget_exhausted")
         fields = {"failure_reason": reason, "failure_detail": _failure_snapshot(snap, detail)}
     payload = {"reason": reason, "detail": detail, **({"step_no": step_no} if step_no else {})}
     task_transition(task_id=snap.id, event=event, actor=actor, expected_version=snap.version,

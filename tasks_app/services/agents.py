@@ -21,7 +21,7 @@ from django.db import IntegrityError, transaction
 
 from config.errors import conflict, invalid, not_found
 from tools_app.models import Tool
-from tools_app.registry import check_schema
+from tools_app.schemas import check_schema
 
 from ..gateway.model_settings import model_settings_errors
 from ..models import AgentProfile, OnExhaustion, Tenant

@@ -312,3 +312,18 @@ def test_a_requery_that_still_cannot_tell_says_so(world):
     assert response.status_code == 200
     assert "still cannot tell" in response.content.decode()
     assert Reconciliation.objects.get(pk=rec.pk).status == "open"
+
+
+def test_a_preview_against_a_stored_schema_the_rules_refuse_says_so(world, pending):
+    """A schema stored before the rules existed is never applied: the reviewer
+    is told why, instead of an error page."""
+    Tool.objects.filter(tenant=world.tenant, name="issue_refund").update(
+        args_schema={"type": "object", "$ref": "#"})
+    preview = client_for(world.users[Role.REVIEWER]).post(
+        pending["url"] + "/preview/",
+        {"args": json.dumps({"order_id": "A-1", "amount_cents": 900})},
+        **HTMX,
+    )
+    assert preview.status_code == 400
+    assert "The stored schema is refused" in preview.content.decode()
+    assert Approval.objects.get(pk=pending["approval"].pk).status == "pending"

@@ -202,6 +202,7 @@ def test_openai_agents_are_summarized_by_the_model_and_the_request_stays_bounded
     assert event.payload["method"] == "model" and event.payload["tokens"] == 57
     decision_tokens = sum(s.model_log.get("tokens", 0) for s in task.steps.all())
     assert task.tokens == decision_tokens + 57 * len(summaries)
+    assert task.model_calls == len(openai_server.requests)  # summaries are model calls too
 
     decisions = [r for r in openai_server.requests if "tools" in r.body]
     sizes = [len(r.body["messages"]) for r in decisions]
@@ -223,4 +224,6 @@ def test_a_failing_model_summary_falls_back_to_the_deterministic_digest(world, o
     assert "- step 8 lookup_order" in first.text
     event = Event.objects.filter(task_id=task.pk, type="context_summarized").first()
     assert "HTTP 400" in event.payload["model_error"]
-    assert Task.objects.get(pk=task.pk).status == TaskStatus.SUCCEEDED
+    task = Task.objects.get(pk=task.pk)
+    assert task.status == TaskStatus.SUCCEEDED
+    assert task.model_calls == len(openai_server.requests)  # the failed call counts too

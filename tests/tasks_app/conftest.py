@@ -1,6 +1,7 @@
 """Runtime test fixtures: see `tests.fakes.runtime`."""
 import pytest
 
+from tests.fakes.fixtures import openai_server  # noqa: F401 - fixture
 from tests.fakes.runtime import fake_http, quiet_tools  # noqa: F401 - fixtures
 
 

@@ -1,7 +1,8 @@
 """Calls one tool once, by kind, and classifies what happened into an error layer.
 
 Every call has a timeout. A result must be JSON, within the size limit and
-valid against the tool's result schema; otherwise it is a business error.
+valid against the tool's result schema (`schemas.schema_errors`); otherwise
+it is a business error.
 
 An http tool's secret headers are rendered here, for the call's own tenant
 (`tasks_app.vault.lookup`), and exist only for the call: a secret that cannot
@@ -16,11 +17,11 @@ from dataclasses import replace
 from typing import Any
 
 from django.conf import settings
-from jsonschema import Draft202012Validator
 
 from tasks_app.vault.lookup import tool_headers
 from tasks_app.vault.values import Resolved, Unresolved
 
+from ..schemas import SchemaRefused, schema_errors
 from . import http_kind, python_kind
 from .jsonsafe import has_nul, storable
 from .types import OutcomeKind, StatusAnswer, ToolCall, ToolOutcome
@@ -86,12 +87,12 @@ def check_result(schema: dict[str, Any], result: Any) -> dict[str, Any] | None:
     if len(encoded.encode()) > limit:
         return {"type": "result_too_large", "message": f"the tool result exceeds {limit} bytes",
                 "size": len(encoded.encode())}
-    if schema:
-        validator = Draft202012Validator(schema)
-        errors = sorted(validator.iter_errors(result), key=lambda e: list(e.path))
-        if errors:
-            return {"type": "invalid_result",
-                    "message": "the tool result does not match its schema",
-                    "errors": [f"{'/'.join(map(str, e.path)) or '(root)'}: {e.message}"
-                               for e in errors[:5]]}
+    try:
+        errors = schema_errors(schema, result, limit=5)
+    except SchemaRefused as exc:
+        # The call happened: what it did is recorded, and the model is told.
+        return {"type": "invalid_result", "message": exc.message, "errors": exc.problems}
+    if errors:
+        return {"type": "invalid_result", "message": "the tool result does not match its schema",
+                "errors": errors}
     return None
