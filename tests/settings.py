@@ -11,6 +11,11 @@ os.environ.setdefault("TETHER_BACKOFF_BASE_S", "0.05")
 os.environ.setdefault("TETHER_BACKOFF_MAX_S", "0.2")
 os.environ.setdefault("TETHER_DEMO_NOTIFY_DELAY_S", "1.5")
 os.environ.setdefault("API_THROTTLE_RATE", "100000/min")
+# Production settings refuse to start without keys; the tests serve plain HTTP.
+os.environ.setdefault("SECRET_KEY", "tests-only-secret-key-never-used-in-production-0123456789")
+os.environ.setdefault("TETHER_HTTPS", "false")
+# placeholder until the tenant secrets' own test key lands (any valid Fernet key)
+os.environ.setdefault("TETHER_SECRETS_KEY", "dGV0aGVyLXRlc3QtcGxhY2Vob2xkZXIta2V5LTAwMzI=")
 
 from config.settings import *  # noqa: E402,F401,F403
 
