@@ -21,7 +21,7 @@ CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
 INSTALLED_APPS = [
     "daphne",
-    "django.contrib.admin",
+    "config.admin_site.TetherAdminConfig",  # django.contrib.admin, superusers only
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -161,8 +161,10 @@ TETHER = {
 
 # Python tools registered through the API or console must live under these
 # module prefixes: registering one makes the server import and run that code.
+# `prefix` grants it to every tenant, `tenant:prefix` to that tenant only; the
+# demo tools work on global tables, so only the demo tenant gets them.
 TETHER_PYTHON_TOOL_MODULES = tuple(
-    env.list("TETHER_PYTHON_TOOL_MODULES", default=["tools_app.demo."])
+    env.list("TETHER_PYTHON_TOOL_MODULES", default=["demo:tools_app.demo."])
 )
 
 # The cache holds the API throttles' counters: a shared Redis cache makes a
@@ -269,6 +271,10 @@ AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
+
+# A live socket re-checks its user's membership this often (seconds) and closes
+# when it is gone; revoking through the services closes it at once.
+TETHER["LIVE_RECHECK_S"] = env.float("TETHER_LIVE_RECHECK_S", default=10.0)
 
 # --- static, i18n -----------------------------------------------------------------
 STATIC_URL = "/static/"

@@ -14,6 +14,8 @@ os.environ.setdefault("API_THROTTLE_RATE", "100000/min")
 # Production settings refuse to start without keys; the tests serve plain HTTP.
 os.environ.setdefault("SECRET_KEY", "tests-only-secret-key-never-used-in-production-0123456789")
 os.environ.setdefault("TETHER_HTTPS", "false")
+# The tests' main tenant ("t-main", tests.factories.world) plays the demo tenant.
+os.environ.setdefault("TETHER_PYTHON_TOOL_MODULES", "demo:tools_app.demo.,t-main:tools_app.demo.")
 # placeholder until the tenant secrets' own test key lands (any valid Fernet key)
 os.environ.setdefault("TETHER_SECRETS_KEY", "dGV0aGVyLXRlc3QtcGxhY2Vob2xkZXIta2V5LTAwMzI=")
 
