@@ -30,4 +30,4 @@ PASSWORD_HASHERS = [
 
 # Static files come from the finders (WHITENOISE_USE_FINDERS); the suite never
 # runs collectstatic, so there is no STATIC_ROOT to serve from.
-STATIC_ROOT = None
+STATIC_ROOT = None  # type: ignore[assignment]

@@ -254,8 +254,8 @@ def python_module_prefixes(tenant_name: str) -> tuple[str, ...]:
 def _python_callable_problem(path: str, tenant_id: int | None) -> str | None:
     if not isinstance(path, str) or not DOTTED.fullmatch(path):
         return "a dotted path such as package.module.function"
-    tenant_name = Tenant.objects.filter(pk=tenant_id).values_list("name", flat=True).first()
-    prefixes = python_module_prefixes(tenant_name or "")
+    tenant = Tenant.objects.filter(pk=tenant_id).first() if tenant_id is not None else None
+    prefixes = python_module_prefixes(tenant.name if tenant else "")
     if not prefixes or not path.startswith(prefixes):
         granted = ", ".join(prefixes) or "none"
         return (
