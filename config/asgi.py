@@ -1,6 +1,8 @@
 """ASGI entry point: HTTP through Django, WebSockets through Channels.
 
-WebSockets are authenticated by the session and checked for origin. In the
+Request bodies are limited before Django reads them (`config.body_limit`).
+WebSockets are authenticated by the session and accepted from the site's own
+origin only, scheme and port included (`config.ws_origin`). In the
 embedded mode the in-process runner is handed the server's event loop when the
 server starts, so steps, the recovery sweep and live pushes run on it without
 waiting for a first request: on the ASGI lifespan startup (uvicorn,
@@ -21,16 +23,17 @@ django_asgi = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.urls import path  # noqa: E402
 
+from config.body_limit import BodyLimit  # noqa: E402
+from config.ws_origin import SameOriginValidator  # noqa: E402
 from tasks_app.live.consumers import LiveConsumer  # noqa: E402
 
 router = ProtocolTypeRouter(
     {
-        "http": django_asgi,
-        "websocket": AllowedHostsOriginValidator(
+        "http": BodyLimit(django_asgi),
+        "websocket": SameOriginValidator(
             AuthMiddlewareStack(URLRouter([path("ws/live/", LiveConsumer.as_asgi())]))
         ),
     }

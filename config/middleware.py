@@ -5,6 +5,8 @@ Django only raises `RequestDataTooBig` when something reads `request.body`,
 and DRF's parsers read the raw stream without that check, so the limit is
 enforced here from `Content-Length`, before any view runs. A `RequestDataTooBig`
 raised later (a view reading `request.body`) is turned into the same 413.
+Under ASGI a body is limited earlier still, chunked ones included, before
+Django reads it (`config.body_limit`); this covers WSGI and the test client.
 """
 
 from __future__ import annotations

@@ -5,21 +5,23 @@ runner on the ASGI server's own event loop and the in-memory channel layer.
 Production sets DATABASE_URL, CELERY_BROKER_URL and CHANNEL_LAYER_URL.
 """
 
+from datetime import timedelta
 from pathlib import Path
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 env = environ.Env()
 
-SECRET_KEY = env.str("SECRET_KEY", default="tether-dev-insecure-key-change-me")
+SECRET_KEY = env.str("SECRET_KEY", default="")  # required unless DEBUG: see "production hardening"
 DEBUG = env.bool("DEBUG", default=False)
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
 INSTALLED_APPS = [
     "daphne",
-    "django.contrib.admin",
+    "config.admin_site.TetherAdminConfig",  # django.contrib.admin, superusers only
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -34,6 +36,7 @@ INSTALLED_APPS = [
     "tasks_app",
     "tools_app",
     "approvals_app",
+    "axes",
 ]
 
 MIDDLEWARE = [
@@ -47,6 +50,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "axes.middleware.AxesMiddleware",  # last, as django-axes asks
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -159,8 +163,10 @@ TETHER = {
 
 # Python tools registered through the API or console must live under these
 # module prefixes: registering one makes the server import and run that code.
+# `prefix` grants it to every tenant, `tenant:prefix` to that tenant only; the
+# demo tools work on global tables, so only the demo tenant gets them.
 TETHER_PYTHON_TOOL_MODULES = tuple(
-    env.list("TETHER_PYTHON_TOOL_MODULES", default=["tools_app.demo."])
+    env.list("TETHER_PYTHON_TOOL_MODULES", default=["demo:tools_app.demo."])
 )
 
 # Tenant secrets are encrypted with these Fernet keys (comma-separated: the first
@@ -238,6 +244,56 @@ SPECTACULAR_SETTINGS = {
     },
 }
 DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("MAX_REQUEST_BYTES", default=1024 * 1024)
+
+# --- production hardening -------------------------------------------------------
+# Without DEBUG the server refuses to start without its keys: a missing key must
+# not fall back to a value anyone can read here. `scripts/start` generates both
+# once into .tether/local.env (git ignores it) for the embedded mode.
+if not DEBUG:
+    _missing = [n for n in ("SECRET_KEY", "TETHER_SECRETS_KEY") if not env.str(n, default="")]
+    if _missing:
+        raise ImproperlyConfigured(
+            f"{' and '.join(_missing)} must be set when DEBUG is off: see the README's "
+            "Production section (scripts/start generates both for a local run)."
+        )
+elif not SECRET_KEY:
+    SECRET_KEY = "tether-debug-only-" + "insecure-key" * 4  # DEBUG=true on a developer's machine
+
+# HTTPS enforcement: on by default in production; TETHER_HTTPS=false serves plain
+# HTTP (loopback or a private network: the tests, scripts/start) with no
+# redirect, no HSTS and cookies without Secure.
+TETHER_HTTPS = env.bool("TETHER_HTTPS", default=not DEBUG)
+SECURE_SSL_REDIRECT = TETHER_HTTPS
+SECURE_HSTS_SECONDS = 365 * 24 * 3600 if TETHER_HTTPS else 0
+SECURE_HSTS_INCLUDE_SUBDOMAINS = TETHER_HTTPS
+# The `preload` directive only makes the domain eligible for the browsers'
+# preload list; submitting it stays the operator's decision.
+SECURE_HSTS_PRELOAD = TETHER_HTTPS
+SESSION_COOKIE_SECURE = TETHER_HTTPS
+CSRF_COOKIE_SECURE = TETHER_HTTPS
+# Behind a TLS-terminating proxy, name the header it sets (X-Forwarded-Proto):
+# Django then takes `https` in it as a secure request. Only set it when the proxy
+# overwrites that header on every request, or clients could forge it.
+_proxy_ssl_header = env.str("TETHER_PROXY_SSL_HEADER", default="")
+if _proxy_ssl_header:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_" + _proxy_ssl_header.upper().replace("-", "_"), "https")
+
+# Login throttling (django-axes): after LIMIT failed sign-ins for one user name
+# from one address, that pair is refused for COOLOFF minutes. The API's keys
+# are not passwords and are not throttled by it.
+AXES_FAILURE_LIMIT = env.int("TETHER_LOGIN_FAILURE_LIMIT", default=10)
+AXES_COOLOFF_TIME = timedelta(minutes=env.float("TETHER_LOGIN_COOLOFF_MIN", default=15.0))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+
+# A live socket re-checks its user's membership this often (seconds) and closes
+# when it is gone; revoking through the services closes it at once.
+TETHER["LIVE_RECHECK_S"] = env.float("TETHER_LIVE_RECHECK_S", default=10.0)
 
 # --- static, i18n -----------------------------------------------------------------
 STATIC_URL = "/static/"

@@ -16,6 +16,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from .models import AgentProfile, ApiKey, ContextSummary, Event, Membership, Step, Task, Tenant
+from .services.accounts import membership_revoke
 from .services.agents import agent_errors
 
 
@@ -44,6 +45,14 @@ class MembershipAdmin(admin.ModelAdmin):
     list_filter = ("role", "tenant")
     search_fields = ("user__username",)
     autocomplete_fields = ("user",)
+
+    # Through the service, so the member's live sockets close at once.
+    def delete_model(self, request: HttpRequest, obj: Membership) -> None:
+        membership_revoke(user_id=obj.user_id)
+
+    def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
+        for user_id in list(queryset.values_list("user_id", flat=True)):
+            membership_revoke(user_id=user_id)
 
 
 @admin.register(ApiKey)

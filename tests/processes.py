@@ -14,8 +14,9 @@ Fixtures (registered for every test by `tests/conftest.py`):
   test database and waits until it answers a ping. Parametrize it indirectly
   with a broker URL to use another broker (RabbitMQ).
 - `embedded_server` — a factory: `embedded_server(database_path)` runs
-  `scripts/start` (without pip) on a free port with a SQLite file and no
-  broker, and returns an `EmbeddedServer`.
+  `scripts/start` (without pip) on a free port with a SQLite file, no broker
+  and no keys (it generates them into the test's own `.tether/local.env`), and
+  returns an `EmbeddedServer`.
 """
 
 from __future__ import annotations
@@ -346,10 +347,15 @@ def embedded_server(tmp_path: Path) -> Iterator[Callable[..., EmbeddedServer]]:
             "CHANNEL_LAYER_URL",
             "TETHER_RUNNER",
             "TEST_DATABASE_NAME",
+            # scripts/start makes its own keys and turns HTTPS enforcement off
+            "SECRET_KEY",
+            "TETHER_SECRETS_KEY",
+            "TETHER_HTTPS",
         ):
             child_env.pop(name, None)
         child_env.update(
             {
+                "TETHER_LOCAL_ENV": str(tmp_path / ".tether" / "local.env"),
                 "DATABASE_URL": f"sqlite:///{database_path}",
                 "PORT": str(port),
                 "TETHER_SKIP_INSTALL": "1",

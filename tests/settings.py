@@ -17,6 +17,11 @@ os.environ.setdefault("TETHER_SECRETS_KEY", "RSFTk7m35nceLjOzBRsRS7gUWH7knV1EYNh
 # The suite's HTTP fakes listen on loopback: allowed as an operator would allow an
 # internal service. 127.0.0.2 (loopback too) stays refused, for the attackers' listeners.
 os.environ.setdefault("TETHER_EGRESS_ALLOW", "127.0.0.1,localhost,::1")
+# Production settings refuse to start without keys; the tests serve plain HTTP.
+os.environ.setdefault("SECRET_KEY", "tests-only-secret-key-never-used-in-production-0123456789")
+os.environ.setdefault("TETHER_HTTPS", "false")
+# The tests' main tenant ("t-main", tests.factories.world) plays the demo tenant.
+os.environ.setdefault("TETHER_PYTHON_TOOL_MODULES", "demo:tools_app.demo.,t-main:tools_app.demo.")
 
 from config.settings import *  # noqa: E402,F401,F403
 
@@ -29,4 +34,4 @@ PASSWORD_HASHERS = [
 
 # Static files come from the finders (WHITENOISE_USE_FINDERS); the suite never
 # runs collectstatic, so there is no STATIC_ROOT to serve from.
-STATIC_ROOT = None
+STATIC_ROOT = None  # type: ignore[assignment]

@@ -6,8 +6,11 @@
   tenant (`{"Authorization": "Bearer {secret:payments}"}`; values are never
   stored on the tool), schemas, side effect, risk, timeout and retries.
 - A `python` tool names a dotted path to server code. Registering one loads
-  that code, so its module must sit under one of the prefixes of the setting
-  `TETHER_PYTHON_TOOL_MODULES` (default: the demo tools only).
+  that code, so its module must sit under a prefix the setting
+  `TETHER_PYTHON_TOOL_MODULES` grants to the tool's tenant: `prefix` for
+  every tenant, `tenant:prefix` for the tenant of that name only. The default,
+  `demo:tools_app.demo.`, gives the demo tools to the demo tenant alone: they
+  read and write global tables (the demo store), not a tenant's own data.
 - `url` and `status_url` must pass the outbound-address policy
   (`tools_app.outbound`): resolved now, and checked again at every call.
 - `args_schema` and `result_schema` are JSON Schema 2020-12, checked against
@@ -31,6 +34,7 @@ from django.db import IntegrityError, transaction
 from django.utils.module_loading import import_string
 
 from config.errors import conflict, invalid, not_found
+from tasks_app.models import Tenant
 from tasks_app.selectors import missing_secret_names
 from tasks_app.vault.references import EXAMPLE, header_secret_names, template_errors
 
@@ -152,7 +156,7 @@ def tool_errors(tool: Tool) -> dict[str, list[str]]:
         if not tool.target:
             add("target", "a python tool needs the dotted path of its function")
         else:
-            problem = _python_callable_problem(tool.target)
+            problem = _python_callable_problem(tool.target, tool.tenant_id)
             if problem:
                 add("target", problem)
         if tool.url:
@@ -170,7 +174,7 @@ def tool_errors(tool: Tool) -> dict[str, list[str]]:
     if tool.status_tool:
         if tool.status_url:
             add("status_tool", "give a status_url or a status_tool, not both")
-        problem = _python_callable_problem(tool.status_tool)
+        problem = _python_callable_problem(tool.status_tool, tool.tenant_id)
         if problem:
             add("status_tool", problem)
     if tool.compensation_tool:
@@ -241,12 +245,27 @@ def _is_http_url(value: str) -> bool:
     return True
 
 
-def _python_callable_problem(path: str) -> str | None:
+def python_module_prefixes(tenant_name: str) -> tuple[str, ...]:
+    """The module prefixes `TETHER_PYTHON_TOOL_MODULES` grants to this tenant."""
+    prefixes = []
+    for grant in settings.TETHER_PYTHON_TOOL_MODULES:
+        tenant, _, prefix = grant.rpartition(":")
+        if prefix and tenant in ("", tenant_name):
+            prefixes.append(prefix)
+    return tuple(prefixes)
+
+
+def _python_callable_problem(path: str, tenant_id: int | None) -> str | None:
     if not isinstance(path, str) or not DOTTED.fullmatch(path):
         return "a dotted path such as package.module.function"
-    prefixes = tuple(getattr(settings, "TETHER_PYTHON_TOOL_MODULES", ("tools_app.demo.",)))
-    if not path.startswith(prefixes):
-        return f"python tools must live under {', '.join(prefixes)} (TETHER_PYTHON_TOOL_MODULES)"
+    tenant = Tenant.objects.filter(pk=tenant_id).first() if tenant_id is not None else None
+    prefixes = python_module_prefixes(tenant.name if tenant else "")
+    if not prefixes or not path.startswith(prefixes):
+        granted = ", ".join(prefixes) or "none"
+        return (
+            "python tools must live under a module prefix granted to this tenant: "
+            f"{granted} (TETHER_PYTHON_TOOL_MODULES)"
+        )
     try:
         target = import_string(path)
     except (ImportError, ValueError):

@@ -97,6 +97,7 @@ def bench_env(database_url: str, **extra: str) -> dict[str, str]:
             "CELERY_QUEUE": QUEUE,
             "TETHER_RUNNER": "celery",
             "DEBUG": "false",
+            "TETHER_HTTPS": "false",  # its daphne serves plain HTTP on loopback
             "LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "WARNING"),
             CHILD_FLAG: "1",
         }

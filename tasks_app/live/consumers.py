@@ -10,30 +10,42 @@ Protocol (JSON):
 Order and no duplicates across a reconnect: the consumer joins the group
 first, then replays the backlog from the database, and drops any live event
 whose id it has already sent.
+
+A socket lives only as long as its user's access: it closes (code 4403) when
+told so on the user's group (`publish.end_user_sockets`, after a membership is
+revoked or the user deactivated through `services.accounts`), and on its own
+re-check every `LIVE_RECHECK_S` seconds, which catches changes made elsewhere
+(the Django admin, a shell).
 """
 
 from __future__ import annotations
 
+import asyncio
+from contextlib import suppress
 from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 
 from ..models import Membership
 from ..selectors import event_dict, events_after, task_of_tenant
-from .publish import task_group, tenant_group
+from .publish import task_group, tenant_group, user_group
 
 BACKLOG_PAGE = 500
 
 
 class LiveConsumer(AsyncJsonWebsocketConsumer):
     tenant_id: int | None = None
+    revoked = False
+    recheck: asyncio.Task[None] | None = None
 
     async def connect(self) -> None:
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close(code=4401)
             return
+        self.user_id = user.pk
         self.tenant_id = await _tenant_of(user.pk)
         if self.tenant_id is None:
             await self.close(code=4403)
@@ -41,13 +53,42 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         self.groups_joined: set[str] = set()
         self.last_sent: dict[int, int] = {}  # task id -> last event id sent
         self.tenant_wide = False
+        await self._join(user_group(user.pk))
         await self.accept()
+        self.recheck = asyncio.create_task(self._recheck_access())
 
     async def disconnect(self, code: int) -> None:
+        if self.recheck is not None and self.recheck is not asyncio.current_task():
+            self.recheck.cancel()
+            with suppress(asyncio.CancelledError):
+                await self.recheck
+        await self._leave_groups()
+
+    async def _leave_groups(self) -> None:
         for group in getattr(self, "groups_joined", set()):
             await self.channel_layer.group_discard(group, self.channel_name)
+        self.groups_joined = set()
+
+    async def tether_revoked(self, message: dict[str, Any]) -> None:
+        await self._revoke()
+
+    async def _revoke(self) -> None:
+        if self.revoked:
+            return
+        self.revoked = True  # nothing more is sent, even before the close is through
+        await self._leave_groups()
+        await self.close(code=4403)
+
+    async def _recheck_access(self) -> None:
+        interval = settings.TETHER["LIVE_RECHECK_S"]
+        while not self.revoked:
+            await asyncio.sleep(interval)
+            if await _tenant_of(self.user_id) != self.tenant_id:
+                await self._revoke()
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        if self.revoked:
+            return
         if not isinstance(content, dict) or content.get("type") != "subscribe":
             await self.send_json({"type": "error", "code": "bad_message"})
             return
@@ -83,6 +124,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             self.groups_joined.add(group)
 
     async def _send_event(self, event: dict[str, Any]) -> None:
+        if self.revoked:
+            return
         task_id = event["task_id"]
         if task_id in self.last_sent:
             if event["id"] <= self.last_sent[task_id]:
@@ -104,7 +147,12 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
 
 @database_sync_to_async
 def _tenant_of(user_id: int) -> int | None:
-    return Membership.objects.filter(user_id=user_id).values_list("tenant_id", flat=True).first()
+    """The tenant of an active user's membership (None: no access)."""
+    return (
+        Membership.objects.filter(user_id=user_id, user__is_active=True)
+        .values_list("tenant_id", flat=True)
+        .first()
+    )
 
 
 @database_sync_to_async

@@ -27,6 +27,7 @@ from collections import deque
 from contextlib import suppress
 from typing import Any
 
+from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
 
@@ -42,6 +43,24 @@ def task_group(task_id: int) -> str:
 
 def tenant_group(tenant_id: int) -> str:
     return f"tenant.{tenant_id}"
+
+
+def user_group(user_id: int) -> str:
+    """Every live socket of one user: told to close when the user loses access."""
+    return f"user.{user_id}"
+
+
+def end_user_sockets(user_id: int) -> None:
+    """Close every live socket of `user_id` (call it after the commit that took
+    the access away). Rare, so sent directly rather than through the batching
+    publisher; a lost message is caught by the sockets' own periodic re-check."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        async_to_sync(layer.group_send)(user_group(user_id), {"type": "tether.revoked"})
+    except Exception:  # noqa: BLE001 - best effort: the re-check closes it within seconds
+        log.warning("could not tell user %s's sockets to close", user_id, exc_info=True)
 
 
 def publish_event(event: Event) -> None:

@@ -1,4 +1,8 @@
-"""Tenants, users, memberships and API keys."""
+"""Tenants, users, memberships and API keys.
+
+A tenant's admin is not Django staff: the Django admin is for the operator's
+superusers only (`config.admin_site`). A member who loses access (membership
+revoked, user deactivated) has their live sockets closed once that commits."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from django.db import transaction
 
 from config.errors import invalid
 
+from ..live.publish import end_user_sockets
 from ..models import ApiKey, Membership, Role, Tenant
 
 KEY_PREFIX = "tth_"
@@ -43,8 +48,6 @@ def user_ensure(*, tenant: Tenant, username: str, role: str, password: str | Non
         Membership.objects.update_or_create(user=user, defaults={"tenant": tenant, "role": role})
         if password:
             user.set_password(password)
-        if role == Role.ADMIN:
-            user.is_staff = True
         user.save()
     return user
 
@@ -54,3 +57,19 @@ def api_key_create(*, user) -> str:  # type: ignore[no-untyped-def]
     raw = KEY_PREFIX + secrets.token_urlsafe(32)
     ApiKey.objects.create(user=user, prefix=raw[:12], key_hash=hash_key(raw))
     return raw
+
+
+def membership_revoke(*, user_id: int) -> bool:
+    """Take the user out of their tenant; False when they had no membership."""
+    with transaction.atomic():
+        deleted, _ = Membership.objects.filter(user_id=user_id).delete()
+        transaction.on_commit(lambda: end_user_sockets(user_id))
+    return bool(deleted)
+
+
+def user_deactivate(*, user_id: int) -> bool:
+    """The user can no longer sign in, use an API key or keep a live socket."""
+    with transaction.atomic():
+        changed = get_user_model().objects.filter(pk=user_id).update(is_active=False)
+        transaction.on_commit(lambda: end_user_sockets(user_id))
+    return bool(changed)

@@ -108,8 +108,6 @@ def seed_demo() -> dict[str, Any]:
         user_ensure(
             tenant=other, username="acme-reviewer", role=Role.REVIEWER, password=DEMO_PASSWORD
         )
-        demo_tools_ensure(other)
-        demo_agent_ensure(other)
     created = 0
     if not Task.objects.filter(tenant=tenant).exists():
         for goal, script in DEMO_SCRIPTS:

@@ -366,3 +366,43 @@ def test_update_an_agent_and_disable_it(main: Tenancy) -> None:
     )
     assert refused.status_code == 400
     assert client.post("/api/v1/agents", AGENT, format="json").status_code == 409
+
+
+PY_TOOL = {"name": "lookup_mine", "kind": "python", "args_schema": {"type": "object"}}
+
+
+@pytest.mark.parametrize("target", ["target", "status_tool"])
+def test_the_demo_tools_are_granted_to_the_demo_tenant_only(
+    db: None, settings: Any, hanging_url: str, target: str
+) -> None:
+    """They read and write the demo store's global tables: another tenant that
+    registered them would reach the demo tenant's data."""
+    from .conftest import make_tenancy
+
+    settings.TETHER_PYTHON_TOOL_MODULES = ("demo:tools_app.demo.",)  # the default
+    fields = {"target": "tools_app.demo.tools.lookup_order"}
+    if target == "status_tool":
+        fields = {"target": "tools_app.demo.tools.notify_customer",
+                  "status_tool": "tools_app.demo.tools.notification_status"}
+    intruder = make_tenancy("t-intruder", hanging_url)
+    refused = intruder.client(ADM).post("/api/v1/tools", {**PY_TOOL, **fields}, format="json")
+    assert refused.status_code == 400, refused.content
+    assert "TETHER_PYTHON_TOOL_MODULES" in refused.json()["error"]["details"][target][0]
+    assert not Tool.objects.filter(tenant=intruder.tenant, name="lookup_mine").exists()
+
+    demo = make_tenancy("demo", hanging_url)
+    allowed = demo.client(ADM).post("/api/v1/tools", {**PY_TOOL, **fields}, format="json")
+    assert allowed.status_code == 201, allowed.content
+
+
+def test_a_grant_without_a_tenant_is_for_every_tenant(settings: Any, main: Tenancy) -> None:
+    settings.TETHER_PYTHON_TOOL_MODULES = ("demo:tools_app.demo.", "tests.fakes.")
+    ok = main.client(ADM).post(
+        "/api/v1/tools", {**PY_TOOL, "target": "tests.fakes.python_tools.echo"}, format="json"
+    )
+    demo_tool = main.client(ADM).post(
+        "/api/v1/tools",
+        {**PY_TOOL, "name": "lookup_x", "target": "tools_app.demo.tools.lookup_order"},
+        format="json",
+    )
+    assert (ok.status_code, demo_tool.status_code) == (201, 400), (ok.content, demo_tool.content)

@@ -59,3 +59,10 @@ def test_the_embedded_server_runs_the_demo_without_any_request(embedded_server, 
         css = client.get("/static/admin/css/base.css")
         assert css.status_code == 200 and "text/css" in css.headers["content-type"]
         assert client.get("/accounts/login/").status_code == 200
+
+    # It made its keys (DEBUG is off, so it would not start without them) into
+    # a file only its user may read, and serves plain HTTP without redirecting.
+    local_env = tmp_path / ".tether" / "local.env"
+    assert local_env.stat().st_mode & 0o777 == 0o600
+    names = {line.split("=", 1)[0] for line in local_env.read_text().splitlines()}
+    assert names == {"SECRET_KEY", "TETHER_SECRETS_KEY"}
