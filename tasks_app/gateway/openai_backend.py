@@ -32,6 +32,8 @@ from typing import Any
 import openai
 from django.conf import settings
 
+from config.metrics import observe_model_call
+
 from .base import ContextSnapshot, GatewayError, ModelReply
 from .messages import build_messages, input_summary, tool_catalogue
 from .model_settings import ModelSettings, ModelTarget, parse_model_settings
@@ -61,11 +63,13 @@ class _Completed:
 
 class _Failure(Exception):
     def __init__(self, message: str, *, retryable: bool, retry_after_s: float | None = None,
-                 status: int | None = None) -> None:
+                 status: int | None = None, kind: str = "bad_reply") -> None:
         super().__init__(message)
         self.retryable = retryable
         self.retry_after_s = retry_after_s
         self.status = status
+        # the error's label in metrics: a few fixed values, never the message
+        self.kind = f"http_{status // 100}xx" if status else kind
 
 
 class OpenAIBackend:
@@ -144,6 +148,8 @@ class OpenAIBackend:
                 try:
                     body = self._call_once(target, request)
                 except _Failure as exc:
+                    observe_model_call(model=target.name, seconds=time.monotonic() - started,
+                                       error=exc.kind)
                     last = exc
                     failures.append({"model": target.name, "attempt": attempt, "error": str(exc),
                                      "status": exc.status,
@@ -156,6 +162,8 @@ class OpenAIBackend:
                         break  # too long to hold a worker: the fallback, or come back later
                     time.sleep(delay)
                     continue
+                observe_model_call(model=target.name, seconds=time.monotonic() - started,
+                                   usage=body.get("usage"))
                 return _Completed(body=body, target=target, used_fallback=index > 0,
                                   attempts=attempts, failures=tuple(failures),
                                   latency_ms=int((time.monotonic() - started) * 1000))
@@ -170,15 +178,16 @@ class OpenAIBackend:
         key = target.api_key()
         if key is None:
             raise _Failure(f"the environment variable {target.api_key_env} (the API key of "
-                           f"{target.name}) is not set", retryable=False)
+                           f"{target.name}) is not set", retryable=False, kind="no_api_key")
         client = openai.OpenAI(base_url=target.base_url, api_key=key, max_retries=0,
                                timeout=self.settings.timeout_s)
         try:
             completion = client.chat.completions.create(model=target.name, **request)
         except openai.APITimeoutError:
-            raise _Failure(f"no reply within {self.settings.timeout_s:g}s", retryable=True)
+            raise _Failure(f"no reply within {self.settings.timeout_s:g}s", retryable=True,
+                           kind="timeout")
         except openai.APIConnectionError as exc:
-            raise _Failure(f"connection failed: {exc}", retryable=True)
+            raise _Failure(f"connection failed: {exc}", retryable=True, kind="connection")
         except openai.APIStatusError as exc:
             status = exc.status_code
             retryable = status in TRANSIENT_STATUS or status >= 500
