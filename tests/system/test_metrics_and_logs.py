@@ -72,6 +72,8 @@ def _get(url: str, token: str | None = None) -> tuple[int, str]:
             return res.status, res.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode()
+    except OSError:  # not listening (yet)
+        return 0, ""
 
 
 def _samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -173,3 +175,25 @@ def test_a_workers_log_lines_are_json_with_the_tasks_context(world, celery_worke
     records = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
     assert any(r.get("logger", "").startswith("celery") for r in records)
     assert not [line for line in text.splitlines() if PLAIN_LOG_LINE.match(line)]
+
+
+def test_without_a_shared_directory_each_worker_process_serves_its_own_figures(
+        world, celery_workers):
+    port = free_port()
+    celery_workers.start(concurrency=1, env={"TETHER_WORKER_METRICS_PORT": f"127.0.0.1:{port}"})
+    task = submit(world.tenant, [
+        {"tool": "lookup_order", "args": {"order_id": "A-1"}},
+        {"final": {"answer": "delivered"}},
+    ])
+    wait_for(lambda: _settled(task.pk), timeout=60, message="the task to settle")
+
+    # The prefork pool's only child ran the task and serves on PORT+1; the main
+    # process (which ran no step) on PORT.
+    child = _samples(wait_for(lambda: _get(f"http://127.0.0.1:{port + 1}/metrics")[1],
+                              message="the pool child's metrics"))
+    assert _value(child, "tether_steps_total", kind="tool_call", outcome="continue") == 1
+    assert _value(child, "tether_steps_total", kind="final", outcome="stop") == 1
+    assert _value(child, "tether_tool_calls_total", tool="lookup_order", outcome="ok") == 1
+    status, text = _get(f"http://127.0.0.1:{port}/metrics")
+    assert status == 200
+    assert _value(_samples(text), "tether_steps_total", kind="final", outcome="stop") is None
