@@ -76,6 +76,12 @@ TOOL_CALL_DURATION = Histogram(
 TOOL_CALLS = Counter(
     "tether_tool_calls", "Tool calls made through the ledger, by outcome (ok, business, "
     "permission, transient, uncertain).", ["tool", "outcome"])
+TASK_EVENTS = Counter(
+    "tether_task_events", "Task events committed, by type (the transitions' names, "
+    "step_succeeded, invalid_decision, ...).", ["type"])
+TASKS_FINISHED = Counter(
+    "tether_tasks_finished", "Tasks that reached a final status (SUCCEEDED, FAILED, CANCELED), "
+    "counted as the transition commits.", ["status"])
 RECOVERIES = Counter(
     "tether_recoveries", "RUNNING tasks the recovery sweep handed to a worker again "
     "(their lease expired: the worker died, or their message was lost).")
@@ -105,6 +111,7 @@ class _BoundedNames:
 
 tool_label = _BoundedNames()
 model_label = _BoundedNames()
+event_label = _BoundedNames()  # written by our code, bounded all the same
 
 
 # --- the hooks: one line at each choke point ----------------------------------------
@@ -164,6 +171,13 @@ def observe_tool_call(*, tool: str, outcome: str, seconds: float) -> None:
     name = tool_label(tool)
     TOOL_CALLS.labels(tool=name, outcome=outcome).inc()
     TOOL_CALL_DURATION.labels(tool=name).observe(seconds)
+
+
+def count_task_event(type: str, *, final_status: str = "") -> None:
+    """A committed event; `final_status` when its transition ended the task."""
+    TASK_EVENTS.labels(type=event_label(type)).inc()
+    if final_status:
+        TASKS_FINISHED.labels(status=final_status).inc()
 
 
 def count_recoveries(n: int) -> None:

@@ -6,11 +6,11 @@ admission queue is; `/metrics` asks it once per scrape with a few grouped
 queries, each served by an index:
 
 - unfinished tasks by tenant, agent and status (`tether_tasks`): the rows of
-  `task_tenant_status` (tenant, status, -id) for the unfinished statuses only,
-  so the cost follows the open work, not the table's history;
-- finished tasks by tenant and status (`tether_tasks_finished_total`): a count
-  of the same index's entries (README "Operations: metrics and logs" has a
-  scrape timed on a big table);
+  `task_status_fifo` (status, id) for the unfinished statuses only, so the
+  cost follows the open work, not the table's history (finished tasks are
+  counted by the processes as they finish, `tether_tasks_finished_total`: a
+  count of every finished task would read the whole table at each scrape;
+  README "Operations: metrics and logs" has a scrape timed on a big table);
 - pending approvals, open questions and open reconciliations by tenant, with
   their oldest: the `*_inbox` indexes (tenant, status, -id);
 - the admission queue (CREATED tasks) and its oldest: `task_status_fifo`.
@@ -85,15 +85,6 @@ def _families() -> Iterator[Metric]:
     for (tenant_id, agent, status), n in _by_agent(rows, agent_names).items():
         tasks.add_metric([tenants.get(tenant_id, str(tenant_id)), agent, status], n)
     yield tasks
-
-    finished = CounterMetricFamily(
-        "tether_tasks_finished", "Tasks that ended, by tenant and status (SUCCEEDED, FAILED, "
-        "CANCELED), counted from the database.", labels=["tenant", "status"])
-    rows_done = (Task.objects.filter(tenant_id__in=ids).exclude(status__in=NON_TERMINAL)
-                 .values_list("tenant_id", "status").annotate(n=Count("id")).order_by())
-    for tenant_id, status, n in rows_done:
-        finished.add_metric([tenants.get(tenant_id, str(tenant_id)), status], n)
-    yield finished
 
     queue = GaugeMetricFamily("tether_admission_queue_depth",
                               "Tasks waiting for admission (CREATED).")

@@ -137,7 +137,8 @@ def test_metrics_of_tasks_run_by_a_worker_scraped_from_the_web_process(
     assert _value(samples, "tether_model_tokens_total", model="primary", direction="input") == 250
     assert _value(samples, "tether_model_tokens_total", model="primary", direction="output") == 30
     # from the database
-    assert _value(samples, "tether_tasks_finished_total", tenant=tenant, status="SUCCEEDED") == 2
+    assert _value(samples, "tether_tasks_finished_total", status="SUCCEEDED") == 2
+    assert _value(samples, "tether_task_events_total", type="need_input") == 1
     assert _value(samples, "tether_tasks", tenant=tenant, agent="support",
                   status="WAITING_FOR_INPUT") == 1
     assert _value(samples, "tether_human_requests_pending", tenant=tenant, kind="question") == 1

@@ -46,6 +46,7 @@ def test_a_slices_lines_carry_the_tasks_context_and_leave_none_behind(world):
     previous_level = step_log.level
     step_log.setLevel(logging.INFO)
     steps_before = _count("tether_steps_total", kind="tool_call", outcome="continue")
+    finished_before = _count("tether_tasks_finished_total", status=TaskStatus.SUCCEEDED)
     try:
         report = run_slice(task.pk)
     finally:
@@ -62,6 +63,9 @@ def test_a_slices_lines_carry_the_tasks_context_and_leave_none_behind(world):
     ]
     assert structlog.contextvars.get_contextvars() == {}  # nothing leaks to the next task
     assert _count("tether_steps_total", kind="tool_call", outcome="continue") == steps_before + 1
+    # counted once the final transition committed
+    assert _count("tether_tasks_finished_total", status=TaskStatus.SUCCEEDED) == (
+        finished_before + 1)
 
 
 def test_the_recovery_sweep_counts_the_leases_it_takes_over(world):
