@@ -145,3 +145,22 @@ def test_tenant_chosen_names_are_normalised_and_bounded():
     assert names("") == "unknown"
     assert names("one-more") == OTHER  # the fifth distinct name
     assert names("lookup_order") == "lookup_order"  # a name already seen keeps its label
+
+
+def test_the_dashboard_plots_only_series_that_metrics_exposes(client):
+    import json
+    import re
+    from pathlib import Path
+
+    from django.conf import settings
+
+    res = client.get("/metrics")
+    exposed = {f.name for f in text_string_to_metric_families(res.content.decode())}
+    dashboard = json.loads((Path(settings.BASE_DIR) / "config/grafana/tether.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    used = {re.sub(r"_(bucket|count|sum|total)$", "", name)
+            for expr in exprs for name in re.findall(r"\btether_\w+", expr)}
+    assert len(exprs) >= 20
+    assert used and used <= exposed, used - exposed
+    assert {"tether_tasks", "tether_steps", "tether_model_call_duration_seconds",
+            "tether_tool_calls", "tether_human_requests_pending"} <= used
