@@ -103,3 +103,4 @@ def test_a_late_result_is_counted_once_when_discarded(world):
     assert Task.objects.get(pk=task.pk).status == TaskStatus.CANCELED
     assert _count("tether_late_results_discarded_total") == before + 1
     assert _count("tether_tool_calls_total", tool="slow_note", outcome="ok") == calls_before + 1
+
