@@ -2,7 +2,9 @@
 
 Its signals keep the worker's and beat's logging and metrics Tether's own:
 - `setup_logging`: Celery does not replace the root logger's handlers; Django's
-  `LOGGING` (text or JSON, `config.logs`) stays, at the level of `-l`;
+  `LOGGING` (text or JSON, `config.logs`) stays, at the level of `-l`, and
+  stray writes to stdout and stderr become log lines, as Celery's own setup
+  would make them; `celeryd_init`: no banner in JSON (it is not a log line);
 - `worker_process_shutdown`: a pool child that exits is marked dead in the
   multiprocess metrics directory;
 - without `PROMETHEUS_MULTIPROC_DIR`, `TETHER_WORKER_METRICS_PORT` makes each
@@ -15,7 +17,13 @@ import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import setup_logging, worker_init, worker_process_init, worker_process_shutdown
+from celery.signals import (
+    celeryd_init,
+    setup_logging,
+    worker_init,
+    worker_process_init,
+    worker_process_shutdown,
+)
 from celery.utils.log import current_process_index
 
 from .metrics import multiprocess_dir, process_exited, serve_worker_metrics
@@ -34,6 +42,17 @@ def _keep_django_logging(loglevel: Any = None, **_: Any) -> None:
     logging.config.dictConfig(settings.LOGGING)
     if loglevel:
         logging.getLogger().setLevel(loglevel)
+    if app.conf.worker_redirect_stdouts:
+        app.log.redirect_stdouts_to_logger(logging.getLogger("celery.redirected"),
+                                           loglevel=app.conf.worker_redirect_stdouts_level)
+
+
+@celeryd_init.connect
+def _no_banner_in_json(instance: Any = None, **_: Any) -> None:
+    from django.conf import settings
+
+    if settings.LOG_FORMAT == "json" and instance is not None:
+        instance.quiet = True
 
 
 @worker_init.connect

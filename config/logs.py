@@ -56,6 +56,7 @@ def logging_config(*, fmt: str, level: str) -> dict[str, Any]:
 def json_formatter() -> logging.Formatter:
     """One JSON object per record (`logging.config` calls this for the "json" format)."""
     _configure_structlog()
+    logging.captureWarnings(True)  # Python's warnings are log lines too, not stray text
     return structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=_PRE_CHAIN,
         processors=[
