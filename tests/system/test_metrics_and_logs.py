@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -27,6 +28,7 @@ from tests.processes import database_url, free_port
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
 TOKEN = "scrape-me-7f3a"
+DAPHNE_ACCESS_LINE = re.compile(r'^[\d.:]+ - - \[[^\]]+\] "')
 
 
 @pytest.fixture
@@ -93,7 +95,8 @@ def test_metrics_of_tasks_run_by_a_worker_scraped_from_the_web_process(
     shared = tmp_path / "prometheus"
     shared.mkdir()
     celery_workers.start(env={"PROMETHEUS_MULTIPROC_DIR": str(shared)})
-    server = web(PROMETHEUS_MULTIPROC_DIR=str(shared), TETHER_METRICS_TOKEN=TOKEN)
+    server = web(PROMETHEUS_MULTIPROC_DIR=str(shared), TETHER_METRICS_TOKEN=TOKEN,
+                 LOG_FORMAT="json")
 
     openai_agent(world.tenant, openai_server)
     openai_server.push(
@@ -142,6 +145,16 @@ def test_metrics_of_tasks_run_by_a_worker_scraped_from_the_web_process(
     assert _value(samples, "tether_human_requests_pending", tenant=tenant, kind="question") == 1
     assert _value(samples, "tether_admission_queue_depth") == 0
     assert _value(samples, "tether_database_up") == 1
+
+    # The web process's log lines are JSON too (daphne's access log aside: it is
+    # daphne's own stream, not logging; README says to turn it off with `-v 0`).
+    assert _get(f"{server.url}/no-such-page")[0] == 404
+    log = tmp_path / "daphne.log"
+    wait_for(lambda: "Not Found: /no-such-page" in log.read_text(), message="the 404 logged")
+    lines = [line for line in log.read_text().splitlines()
+             if line and not DAPHNE_ACCESS_LINE.match(line)]
+    records = [json.loads(line) for line in lines]  # raises on any line that is not JSON
+    assert {"daphne.server", "django.request"} <= {r["logger"] for r in records}
 
 
 def test_a_workers_log_lines_are_json_with_the_tasks_context(world, celery_workers):
