@@ -85,6 +85,12 @@ def _value(samples: dict, name: str, **labels: str) -> float | None:
     return samples.get((name, frozenset(labels.items())))
 
 
+def _complete_lines(path: Path) -> list[str]:
+    """The non-empty lines written so far, without one still being written."""
+    text = path.read_text(errors="replace")
+    return [line for line in text[:text.rfind("\n") + 1].splitlines() if line]
+
+
 def _settled(*task_ids: int) -> bool:
     return not Task.objects.filter(
         pk__in=task_ids, status__in=(TaskStatus.CREATED, TaskStatus.RUNNING)).exists()
@@ -151,8 +157,7 @@ def test_metrics_of_tasks_run_by_a_worker_scraped_from_the_web_process(
     assert _get(f"{server.url}/no-such-page")[0] == 404
     log = tmp_path / "daphne.log"
     wait_for(lambda: "Not Found: /no-such-page" in log.read_text(), message="the 404 logged")
-    lines = [line for line in log.read_text().splitlines()
-             if line and not DAPHNE_ACCESS_LINE.match(line)]
+    lines = [line for line in _complete_lines(log) if not DAPHNE_ACCESS_LINE.match(line)]
     records = [json.loads(line) for line in lines]  # raises on any line that is not JSON
     assert {"daphne.server", "django.request"} <= {r["logger"] for r in records}
 
@@ -168,7 +173,7 @@ def test_a_workers_log_lines_are_json_with_the_tasks_context(world, celery_worke
     assert task.status == TaskStatus.SUCCEEDED
 
     def step_lines() -> list[dict[str, Any]]:
-        lines = worker.log_path.read_text(errors="replace").splitlines()
+        lines = _complete_lines(worker.log_path)
         records = [json.loads(line) for line in lines if line.startswith("{")]
         return [r for r in records if r.get("logger") == "tether.step"]
 
@@ -185,7 +190,7 @@ def test_a_workers_log_lines_are_json_with_the_tasks_context(world, celery_worke
     # (the task received, then succeeded; beat's sweeps), Python's warnings, and
     # no banner.
     wait_for(lambda: "celery.beat" in worker.log_path.read_text(), message="a line of beat")
-    lines = [line for line in worker.log_path.read_text(errors="replace").splitlines() if line]
+    lines = _complete_lines(worker.log_path)
     records = [json.loads(line) for line in lines]  # raises on any line that is not JSON
     assert all(isinstance(r, dict) and r["message"] is not None for r in records)
     loggers = {r["logger"] for r in records}
