@@ -1,5 +1,6 @@
-"""What the runner's choke points report, in this process: the counters of
-recoveries and late results, and the log context bound per slice and step."""
+"""What the runner's choke points report, in this process: steps, finished
+tasks and recoveries counted, and the log context bound per slice and step
+(late results: `test_seed_scenarios`)."""
 from __future__ import annotations
 
 import io
@@ -17,13 +18,8 @@ from tasks_app.machine import TaskStatus
 from tasks_app.models import Task
 from tasks_app.runner.loop import run_slice
 from tasks_app.runner.recovery import recovery_sweep
-from tasks_app.services.actors import SYSTEM
 from tasks_app.services.admission import admit_created_tasks
-from tasks_app.services.tasks import task_cancel
 from tests.factories import submit
-from tests.fakes import python_tools
-from tests.fakes.runtime import InThread, add_agent, add_tool, advance
-from tests.helpers import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -79,28 +75,4 @@ def test_the_recovery_sweep_counts_the_leases_it_takes_over(world):
     assert _count("tether_recoveries_total") == before + 2
     assert recovery_sweep().requeued == 2  # still unleased here: nobody ran them
     assert _count("tether_recoveries_total") == before + 4
-
-
-def test_a_late_result_is_counted_once_when_discarded(world):
-    add_tool(world.tenant, "slow_note", "blocking_note", side_effect="write", timeout_s=30,
-             max_retries=0)
-    add_agent(world.tenant, "notifier", ["slow_note"])
-    task = submit(world.tenant, [
-        {"tool": "slow_note", "args": {"to": "Ada", "text": "hello", "gate": "late"}},
-        {"final": {"sent": True}},
-    ], agent="notifier")
-    admit_created_tasks()
-    gate = python_tools.gate("late")
-    before = _count("tether_late_results_discarded_total")
-    calls_before = _count("tether_tool_calls_total", tool="slow_note", outcome="ok")
-
-    runner = InThread(lambda: advance(task.pk, owner="executor-a"))
-    wait_for(lambda: gate.entries == 1, message="the tool to start")
-    task_cancel(task_id=task.pk, actor=SYSTEM, reason="customer withdrew")
-    gate.release.set()
-    runner.join()
-
-    assert Task.objects.get(pk=task.pk).status == TaskStatus.CANCELED
-    assert _count("tether_late_results_discarded_total") == before + 1
-    assert _count("tether_tool_calls_total", tool="slow_note", outcome="ok") == calls_before + 1
 
