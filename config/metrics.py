@@ -46,6 +46,10 @@ from .logs import log_context, log_scope
 step_log = logging.getLogger("tether.step")
 
 MULTIPROC_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+if os.environ.get(MULTIPROC_DIR_ENV):
+    # The library writes there as soon as a metric is defined (below): a missing
+    # directory would stop the process with a bare FileNotFoundError.
+    os.makedirs(os.environ[MULTIPROC_DIR_ENV], exist_ok=True)
 MAX_NAMES = 100
 OTHER = "other"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.:/-]+")
