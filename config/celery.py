@@ -1,10 +1,83 @@
-"""The Celery app. Tasks are just another caller of services (see tasks_app.tasks)."""
+"""The Celery app. Tasks are just another caller of services (see tasks_app.tasks).
+
+Its signals keep the worker's and beat's logging and metrics Tether's own:
+- `setup_logging`: Celery does not replace the root logger's handlers; Django's
+  `LOGGING` (text or JSON, `config.logs`) stays, at the level of `-l`, and
+  stray writes to stdout and stderr become log lines, as Celery's own setup
+  would make them; `celeryd_init`: no banner in JSON (it is not a log line);
+- `worker_process_shutdown`: a pool child that exits is marked dead in the
+  multiprocess metrics directory;
+- without `PROMETHEUS_MULTIPROC_DIR`, `TETHER_WORKER_METRICS_PORT` makes each
+  worker process serve its own figures: the main process on PORT, a prefork
+  pool's children on PORT+1, PORT+2, ... (the child's index in the pool).
+"""
+import logging
+import logging.config
 import os
+from typing import Any
 
 from celery import Celery
+from celery.signals import (
+    celeryd_init,
+    setup_logging,
+    worker_init,
+    worker_process_init,
+    worker_process_shutdown,
+)
+from celery.utils.log import current_process_index
+
+from .metrics import multiprocess_dir, process_exited, serve_worker_metrics
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("tether")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@setup_logging.connect
+def _keep_django_logging(loglevel: Any = None, **_: Any) -> None:
+    from django.conf import settings
+
+    logging.config.dictConfig(settings.LOGGING)
+    if loglevel:
+        logging.getLogger().setLevel(loglevel)
+    if app.conf.worker_redirect_stdouts:
+        app.log.redirect_stdouts_to_logger(logging.getLogger("celery.redirected"),
+                                           loglevel=app.conf.worker_redirect_stdouts_level)
+
+
+@celeryd_init.connect
+def _no_banner_in_json(instance: Any = None, **_: Any) -> None:
+    from django.conf import settings
+
+    if settings.LOG_FORMAT == "json" and instance is not None:
+        instance.quiet = True
+
+
+@worker_init.connect
+def _serve_main_metrics(**_: Any) -> None:
+    _serve_metrics(offset=0)
+
+
+@worker_process_init.connect
+def _serve_child_metrics(**_: Any) -> None:
+    _serve_metrics(offset=current_process_index(base=1) or 0)
+
+
+@worker_process_shutdown.connect
+def _child_exited(pid: int | None = None, **_: Any) -> None:
+    process_exited(pid or os.getpid())
+
+
+def _serve_metrics(*, offset: int) -> None:
+    from django.conf import settings
+
+    where = settings.TETHER_WORKER_METRICS_PORT
+    if not where or multiprocess_dir():
+        return
+    host, _, port = where.rpartition(":")
+    try:
+        serve_worker_metrics(int(port) + offset, addr=host or "0.0.0.0")
+    except OSError:  # the port is taken: the worker runs on, without its metrics
+        logging.getLogger(__name__).exception("could not serve metrics on %s+%s", where, offset)

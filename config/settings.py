@@ -11,6 +11,8 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from config.logs import logging_config
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 env = environ.Env()
 
@@ -307,16 +309,14 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
-    "loggers": {
-        "django.channels.server": {"level": "WARNING"},
-        # the openai SDK's HTTP client logs every request at INFO
-        "httpx": {"level": "WARNING"},
-        "httpx2": {"level": "WARNING"},
-    },
-}
+# --- operations: logs and metrics (config/logs.py, config/metrics.py) ----------------
+# "text" for a terminal, "json": one JSON object per line, with the task's context.
+LOG_FORMAT = env.str("LOG_FORMAT", default="text")
+LOGGING = logging_config(fmt=LOG_FORMAT, level=env.str("LOG_LEVEL", default="INFO"))
+# Celery keeps these handlers (config.celery answers its setup_logging signal).
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# `/metrics` asks for `Authorization: Bearer <token>` when set.
+TETHER_METRICS_TOKEN = env.str("TETHER_METRICS_TOKEN", default="")
+# Without PROMETHEUS_MULTIPROC_DIR, each worker serves its own figures on this
+# port ("PORT" or "HOST:PORT"; a prefork pool's children on PORT+1, PORT+2, ...).
+TETHER_WORKER_METRICS_PORT = env.str("TETHER_WORKER_METRICS_PORT", default="")

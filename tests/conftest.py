@@ -41,6 +41,17 @@ def _clear_manual_queue():
     MANUAL_COMPENSATIONS.clear()
 
 
+@pytest.fixture(autouse=True)
+def _no_log_context():
+    """Tests that call a step directly (outside the loop's per-step scope) leave its
+    log context bound in the test's thread: each test starts without any."""
+    import structlog
+
+    structlog.contextvars.clear_contextvars()
+    yield
+    structlog.contextvars.clear_contextvars()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _end_tool_threads(django_db_setup, django_db_blocker):  # type: ignore[no-untyped-def]
     """Pooled tool threads keep a database connection; end them before the test

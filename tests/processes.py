@@ -212,6 +212,7 @@ class CeleryWorkers:
         pool: str = "prefork",
         concurrency: int = 2,
         env: dict[str, str] | None = None,
+        log_level: str = "warning",
     ) -> Proc:
         name = f"worker{len(self.started) + 1}-{uuid.uuid4().hex[:6]}"
         hostname = f"{name}@tether-test"
@@ -229,7 +230,7 @@ class CeleryWorkers:
             "-Q",
             self.queue,
             "-l",
-            "warning",
+            log_level,
             "-n",
             hostname,
             "--without-gossip",

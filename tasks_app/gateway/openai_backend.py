@@ -42,6 +42,7 @@ import httpx2
 import openai
 from django.conf import settings
 
+from config.metrics import observe_model_call
 from tools_app.outbound import REFUSED, EgressRefusedError, Registry, client_for
 
 from ..vault.values import Resolved, Unresolved
@@ -74,11 +75,13 @@ class _Completed:
 
 class _Failure(Exception):
     def __init__(self, message: str, *, retryable: bool, retry_after_s: float | None = None,
-                 status: int | None = None) -> None:
+                 status: int | None = None, kind: str = "bad_reply") -> None:
         super().__init__(message)
         self.retryable = retryable
         self.retry_after_s = retry_after_s
         self.status = status
+        # the error's label in metrics: a few fixed values, never the message
+        self.kind = f"http_{status // 100}xx" if status else kind
 
 
 class OpenAIBackend:
@@ -159,7 +162,10 @@ class OpenAIBackend:
                     body = self.keys.redact(self._call_once(target, request))
                 except _Failure as raw:
                     exc = last = _Failure(self.keys.redact(str(raw)), retryable=raw.retryable,
-                                          retry_after_s=raw.retry_after_s, status=raw.status)
+                                          retry_after_s=raw.retry_after_s, status=raw.status,
+                                          kind=raw.kind)
+                    observe_model_call(model=target.name, seconds=time.monotonic() - started,
+                                       error=exc.kind)
                     failures.append({"model": target.name, "attempt": attempt, "error": str(exc),
                                      "status": exc.status,
                                      "latency_ms": int((time.monotonic() - started) * 1000)})
@@ -171,6 +177,8 @@ class OpenAIBackend:
                         break  # too long to hold a worker: the fallback, or come back later
                     time.sleep(delay)
                     continue
+                observe_model_call(model=target.name, seconds=time.monotonic() - started,
+                                   usage=body.get("usage"))
                 return _Completed(body=body, target=target, used_fallback=index > 0,
                                   attempts=attempts, failures=tuple(failures),
                                   latency_ms=int((time.monotonic() - started) * 1000))
@@ -185,20 +193,23 @@ class OpenAIBackend:
         try:
             key = self.keys.get(target.key_ref) if target.key_ref else NO_KEY
         except Unresolved as exc:
-            raise _Failure(f"no API key for {target.name}: {exc}", retryable=False)
+            raise _Failure(f"no API key for {target.name}: {exc}", retryable=False,
+                           kind="no_api_key")
         try:
             client = sdk_client(target.base_url).with_options(api_key=key,
                                                               timeout=self.settings.timeout_s)
         except (httpx2.InvalidURL, httpx2.UnsupportedProtocol):
-            raise _Failure(f"{target.base_url!r} is not an http(s) URL", retryable=False)
+            raise _Failure(f"{target.base_url!r} is not an http(s) URL", retryable=False,
+                           kind="invalid_url")
         try:
             completion = client.chat.completions.create(model=target.name, **request)
         except openai.APITimeoutError:
-            raise _Failure(f"no reply within {self.settings.timeout_s:g}s", retryable=True)
+            raise _Failure(f"no reply within {self.settings.timeout_s:g}s", retryable=True,
+                           kind="timeout")
         except openai.APIConnectionError as exc:
             if isinstance(exc.__cause__, EgressRefusedError):
-                raise _Failure(REFUSED, retryable=False)
-            raise _Failure(f"connection failed: {exc}", retryable=True)
+                raise _Failure(REFUSED, retryable=False, kind="egress_refused")
+            raise _Failure(f"connection failed: {exc}", retryable=True, kind="connection")
         except openai.APIStatusError as exc:
             status = exc.status_code
             retryable = status in TRANSIENT_STATUS or status >= 500

@@ -38,6 +38,8 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections
 
+from config.logs import log_scope
+
 log = logging.getLogger(__name__)
 
 
@@ -102,7 +104,8 @@ def _slice(task_id: int) -> None:
 
     close_old_connections()
     try:
-        run_slice(task_id)
+        with log_scope(task_id=task_id):  # the slice binds the rest
+            run_slice(task_id)
     finally:
         close_old_connections()
 
@@ -112,7 +115,8 @@ def _compensate(task_id: int) -> None:
 
     close_old_connections()
     try:
-        compensate_task(task_id)
+        with log_scope(task_id=task_id):
+            compensate_task(task_id)
     except Exception:  # noqa: BLE001 - logged; a person sees the failed task
         log.exception("compensating task %s failed", task_id)
     finally:

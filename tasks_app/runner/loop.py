@@ -19,6 +19,9 @@ from datetime import timedelta
 from django.conf import settings
 from django.utils import timezone
 
+from config.logs import bind_log, log_scope
+from config.metrics import step_scope
+
 from ..services.admission import handing_off_one
 from ..services.dispatch import schedule_advance
 from .faults import step_fault
@@ -59,7 +62,7 @@ def run_slice(task_id: int, *, owner: str | None = None, hand_off: bool = False)
         may_hand_on = hand_off and handed_on < HAND_ON_MAX
         slot: AbstractContextManager[list[int]] = (
             handing_off_one() if may_hand_on else nullcontext([]))
-        with slot as handed:
+        with slot as handed, log_scope():  # the context of each task's slice, cleared after
             report = _advance(task_id, owner=owner, until=until)
         first = first or report
         if not handed:
@@ -76,12 +79,16 @@ def _advance(task_id: int, *, owner: str, until: float) -> SliceReport:
     if leased is None:
         # Another executor holds it, or the task is not RUNNING: nothing to do.
         return SliceReport(False, 0, "no_lease")
+    bind_log(task_id=task_id, trace_id=leased.trace_id, tenant=leased.tenant_id,
+             agent=(leased.agent_snapshot or {}).get("name", ""))
     cfg = settings.TETHER
     steps = 0
     memo = SliceMemo(leased=leased)  # what each step leaves for the next one of this slice
     try:
         while True:
-            result = advance_one_step(task_id=task_id, owner=owner, memo=memo)
+            with step_scope() as observed:  # counted, timed and logged once per step
+                result = advance_one_step(task_id=task_id, owner=owner, memo=memo)
+                observed.outcome = result.next.value
             steps += 1
             if result.next is Next.STOP:
                 lease_release(task_id=task_id, owner=owner)

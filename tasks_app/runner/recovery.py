@@ -24,6 +24,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from config.errors import DomainError
+from config.metrics import count_recoveries
 
 from ..machine import TaskStatus
 from ..models import Task
@@ -63,6 +64,7 @@ def recovery_sweep(*, batch: int = 500) -> SweepReport:
     )
     for task_id in orphans:
         schedule_advance(task_id)
+    count_recoveries(len(orphans))
     expired = approvals_expire()
     return SweepReport(admitted=len(admitted), requeued=len(orphans), approvals_expired=expired,
                        deadlines_failed=fail_waiting_past_deadline(batch=batch))

@@ -34,6 +34,8 @@ from django.utils import timezone
 
 from approvals_app.services import opening
 from config.errors import DomainError, ErrorKind
+from config.logs import bind_log
+from config.metrics import count_late_result
 from tools_app.executor import (
     OutcomeKind,
     ToolCall,
@@ -289,6 +291,7 @@ def _record_decision(
     or not at all."""
     counters = spent.fields()
     step_no = snap.steps_count + 1
+    bind_log(step_no=step_no, step_kind=decision.kind)
     model_log = storable(model_log)
     if decision.kind == "invalid":
         decision = replace(decision, raw=_no_nul(decision.raw), tool=_no_nul(decision.tool),
@@ -444,6 +447,7 @@ def _execute(snap: TaskSnapshot, step: Step, *, owner: str, actor: Actor, memo: 
     """Run a decided tool step. With `claim` (taken in the decision's commit) the
     outcome is recorded in the ledger by the commit of the outcome; without,
     the ledger is asked first (a resumed or retried step)."""
+    bind_log(step_no=step.step_no, step_kind="tool_call")
     if spec is None or spec.name != step.tool:
         spec = tool_specs(tenant_id=snap.tenant_id, names=[step.tool]).get(step.tool)
     if spec is None:
@@ -579,6 +583,7 @@ def _commit_failure(snap: TaskSnapshot, step: Step, spec: ToolSpec | None, outco
 def _discard_late(snap: TaskSnapshot, step: Step, outcome: ToolOutcome, actor: Actor, *,
                   reason: str) -> None:
     """A result that arrived after cancel or a version change: kept, never applied."""
+    count_late_result()
     late = {"kind": outcome.kind.value, "result": outcome.result, "error": outcome.error,
             "arrived_at": timezone.now().isoformat(), "seen_version": snap.version,
             "from_ledger": outcome.from_ledger}

@@ -13,8 +13,15 @@ from typing import Any
 
 from django.db import transaction
 
+from config.metrics import count_task_event
+
+from ..machine import TERMINAL, TRANSITIONS
 from ..models import Event
 from .actors import Actor
+
+# transition event -> the final status it reaches (for the metrics of finished tasks)
+FINAL_STATUS_OF = {event: target for event, (_from, target) in TRANSITIONS.items()
+                   if target in TERMINAL}
 
 # In one-statement commits (PostgreSQL): the event of a transition whose
 # version-checked `UPDATE` is the CTE named `task`, returning the new version.
@@ -71,4 +78,5 @@ def announce_written(*, event_id: int, task_id: int, tenant_id: int, trace_id: s
 def _publish(event: Event) -> None:
     from ..live.publish import publish_event
 
+    count_task_event(event.type, final_status=FINAL_STATUS_OF.get(event.type, ""))
     publish_event(event)

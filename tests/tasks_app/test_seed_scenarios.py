@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from prometheus_client import REGISTRY
 
 from tasks_app.context.builder import build_context
 from tasks_app.machine import TaskStatus
@@ -157,6 +158,7 @@ def test_cancel_during_a_slow_tool_discards_its_late_result(world):
         {"final": {"sent": True}},
     ], agent="notifier")
     gate = python_tools.gate("slow")
+    late_before = REGISTRY.get_sample_value("tether_late_results_discarded_total") or 0
 
     runner = InThread(lambda: advance(task.pk, owner="executor-a"))
     wait_for(lambda: gate.entries == 1, message="the tool to start")
@@ -178,6 +180,7 @@ def test_cancel_during_a_slow_tool_discards_its_late_result(world):
     (discarded,) = events_of(task.pk, "result_discarded")
     assert discarded.payload["step_no"] == 1
     assert discarded.payload["task_status"] == TaskStatus.CANCELED
+    assert REGISTRY.get_sample_value("tether_late_results_discarded_total") == late_before + 1
     assert not events_of(task.pk, "step_succeeded", "final_accepted")
     # the ledger tells the truth about the downstream effect, for audit and reconciliation
     assert ToolExecution.objects.get(idempotency_key=step.idempotency_key).status == "SUCCEEDED"

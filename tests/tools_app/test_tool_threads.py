@@ -8,8 +8,10 @@ import threading
 from typing import Any
 
 import pytest
+import structlog
 from django.db import connection
 
+from config.logs import log_scope
 from tools_app.executor.threads import FRESH_S, ToolThreads
 
 
@@ -40,5 +42,21 @@ def test_a_connection_used_moments_ago_is_not_tested_again_and_an_idle_one_is():
         finished, third, error = pool.run(_call, timeout_s=10)
         assert finished and error is None and third["thread"] is first["thread"]
         assert third["connected"] and not third["trusted"]  # tested before its first query
+    finally:
+        pool.shutdown()
+
+
+def test_a_tool_runs_in_its_callers_context_and_its_thread_keeps_none_of_it():
+    """A python tool's log lines carry the step's context (`config.logs`)."""
+    def tool() -> dict[str, Any]:
+        return structlog.contextvars.get_contextvars()
+
+    pool = ToolThreads()
+    try:
+        with log_scope(task_id=7, step_no=3):
+            finished, seen, error = pool.run(tool, timeout_s=5)
+        assert (finished, error) == (True, None)
+        assert seen == {"task_id": 7, "step_no": 3}
+        assert pool.run(tool, timeout_s=5)[1] == {}  # the same pooled thread, next call
     finally:
         pool.shutdown()

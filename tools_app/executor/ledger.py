@@ -32,6 +32,8 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from config.metrics import observe_tool_call
+
 from ..models import LedgerStatus, ToolExecution
 from .dispatch import call_tool, query_status
 from .types import OutcomeKind, ToolCall, ToolOutcome
@@ -93,6 +95,8 @@ def call_claimed(claim: Claim) -> ToolOutcome:
     """Call the tool under `claim` and time it; nothing is recorded yet."""
     started = time.monotonic()
     outcome = call_tool(claim.call)
+    observe_tool_call(tool=claim.call.spec.name, outcome=outcome.kind.value,
+                      seconds=time.monotonic() - started)
     return ToolOutcome(
         kind=outcome.kind,
         result=outcome.result,

@@ -13,6 +13,7 @@ behind it.
 
 from __future__ import annotations
 
+import contextvars
 import os
 import queue
 import threading
@@ -82,7 +83,9 @@ class ToolThreads:
         """Run `fn` in a pooled thread; (finished in time?, value, exception)."""
         box: dict[str, Any] = {}
         done = threading.Event()
-        self._take().jobs.put((fn, box, done))
+        # The tool runs in the caller's context: its log lines carry the step's.
+        call = contextvars.copy_context().run
+        self._take().jobs.put((lambda: call(fn), box, done))
         finished = done.wait(timeout_s)
         return finished, box.get("value"), box.get("error")
 
