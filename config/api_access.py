@@ -21,6 +21,8 @@ approval.decide          reviewer, admin                       approve / reject 
 reconciliation.read      operator, reviewer, admin
 reconciliation.resolve   reviewer, admin                       resolve / re-run the query
 tool.*, agent.*          admin                                 read and write
+agent.versions           operator, admin                       an agent's versions (read)
+agent.release            admin                                 release, promote, roll back
 =======================  ====================================  ============================
 
 Separation of duties (a task's requester may not decide on its own task's
@@ -63,6 +65,8 @@ POLICY: dict[str, frozenset[str]] = {
     "tool.write": frozenset({R.ADMIN}),
     "agent.read": frozenset({R.ADMIN}),
     "agent.write": frozenset({R.ADMIN}),
+    "agent.versions": frozenset({R.OPERATOR, R.ADMIN}),
+    "agent.release": frozenset({R.ADMIN}),
 }
 # Actions a requester may take only on the tasks it submitted itself.
 OWN_TASKS_ONLY: dict[str, frozenset[str]] = {

@@ -8,7 +8,7 @@ from django.urls import path, re_path, register_converter
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from approvals_app.api import views as decisions
-from tasks_app.api import agents
+from tasks_app.api import agent_versions, agents
 from tasks_app.api import views as tasks
 from tools_app.api import views as tools
 
@@ -75,6 +75,26 @@ urlpatterns = [
     path("tools/<name:name>", tools.ToolDetailView.as_view(), name="api-tool"),
     path("agents", agents.AgentListView.as_view(), name="api-agents"),
     path("agents/<name:name>", agents.AgentDetailView.as_view(), name="api-agent"),
+    path(
+        "agents/<name:name>/versions",
+        agent_versions.AgentVersionListView.as_view(),
+        name="api-agent-versions",
+    ),
+    path(
+        "agents/<name:name>/versions/<id:number>",
+        agent_versions.AgentVersionDetailView.as_view(),
+        name="api-agent-version",
+    ),
+    path(
+        "agents/<name:name>/promote",
+        agent_versions.AgentPromoteView.as_view(),
+        name="api-agent-promote",
+    ),
+    path(
+        "agents/<name:name>/rollback",
+        agent_versions.AgentRollbackView.as_view(),
+        name="api-agent-rollback",
+    ),
     path("schema", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("redoc", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),

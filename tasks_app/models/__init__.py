@@ -6,14 +6,18 @@ from .context import ContextSummary
 from .events import Event
 from .tasks import Step, StepKind, StepStatus, Task
 from .tenancy import ApiKey, Membership, Role, Tenant
+from .versions import AgentReleaseEntry, AgentVersion, ReleaseAction, VersionKind
 
 __all__ = [
     "AgentProfile",
+    "AgentReleaseEntry",
+    "AgentVersion",
     "ApiKey",
     "ContextSummary",
     "Event",
     "Membership",
     "OnExhaustion",
+    "ReleaseAction",
     "Role",
     "Step",
     "StepKind",
@@ -21,4 +25,5 @@ __all__ = [
     "Task",
     "TaskStatus",
     "Tenant",
+    "VersionKind",
 ]
