@@ -126,7 +126,9 @@ class AgentProfileAdmin(admin.ModelAdmin):
     readonly_fields = ("current_version", "latest_version", "release_candidate", "release_percent")
 
     def save_model(self, request: HttpRequest, obj: AgentProfile, form: Any, change: bool) -> None:
-        actor = Actor(name=request.user.get_username(), role="django-admin", user_id=request.user.pk)
+        actor = Actor(
+            name=request.user.get_username(), role="django-admin", user_id=request.user.pk
+        )
         with transaction.atomic():
             super().save_model(request, obj, form, change)
             locked = AgentProfile.objects.select_for_update().get(pk=obj.pk)

@@ -17,9 +17,9 @@ from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from config.api_access import may
 from config.api_base import TenantAPIView
 from config.api_errors import error_responses
-from config.api_access import may
 from config.errors import forbidden, not_found
 
 from ..models import AgentProfile, OnExhaustion
@@ -106,6 +106,13 @@ class ReleaseSerializer(serializers.Serializer):
     )
 
 
+@extend_schema_field(ReleaseSerializer)
+class ReleaseField(serializers.DictField):
+    """Taken as a JSON object and checked by the service (`services.releases`)."""
+
+    child = serializers.JSONField()
+
+
 class AgentWriteSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=64)
     description = serializers.CharField(max_length=5000, allow_blank=True, required=False)
@@ -126,7 +133,7 @@ class AgentWriteSerializer(serializers.Serializer):
         help_text="JSON Schema the final result must satisfy.",
     )
     enabled = serializers.BooleanField(required=False)
-    release = ReleaseSerializer(
+    release = ReleaseField(
         required=False,
         allow_null=True,
         help_text="Send a share of new tasks to a candidate version; null ends the release.",
@@ -267,7 +274,7 @@ class AgentDetailView(TenantAPIView):
         fields = _profile_fields(data)
         if "name" in data:
             fields["name"] = data["name"]  # the service refuses a rename with a field error
-        release = data["release"] if "release" in data else KEEP
+        release = data.get("release", KEEP)
         if release is not KEEP and not may(self.access.role, "agent.release"):
             raise forbidden("role_required", f"the {self.access.role} role may not release")
         agent = agent_change(

@@ -27,6 +27,7 @@ from .actors import SYSTEM, Actor
 from .agent_versions import config_apply, version_record
 from .agents import agent_errors, agent_update
 
+MAX_INT = 2**31 - 1
 KEEP = object()  # `agent_change(release=KEEP)`: the request says nothing about the release
 
 
@@ -44,7 +45,7 @@ def _refuse(**errors: list[str]) -> None:
 
 def _version_problems(agent: AgentProfile, number: Any) -> list[str]:
     """Why `number` cannot be put before new tasks (empty: it can)."""
-    if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+    if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= MAX_INT:
         return ["a version number (1, 2, 3, ...)"]
     version = AgentVersion.objects.filter(agent=agent, number=number).first()
     if version is None:
@@ -75,14 +76,14 @@ def _set_release(agent: AgentProfile, candidate: int | None, percent: int | None
                               "updated_at"])
 
 
-def release_set(*, tenant_id: int, name: str, candidate: int | None, percent: Any,
-                actor: Actor = SYSTEM) -> AgentProfile:
+def release_set(*, tenant_id: int, name: str, candidate: Any, percent: Any,
+                actor: Actor = SYSTEM, unknown: tuple[str, ...] = ()) -> AgentProfile:
     """Start or change a release: `percent` % of new tasks get `candidate`
     (default: the latest version)."""
     with transaction.atomic():
         agent = _locked(tenant_id, name)
         candidate = agent.latest_version if candidate is None else candidate
-        errors: dict[str, list[str]] = {}
+        errors: dict[str, list[str]] = {f"release.{k}": ["unknown field"] for k in unknown}
         if isinstance(percent, bool) or not isinstance(percent, int) or not 0 <= percent <= 100:
             errors["release.percent"] = ["an integer from 0 to 100"]
         problems = _version_problems(agent, candidate)
@@ -121,8 +122,11 @@ def agent_change(*, tenant_id: int, name: str, changes: dict[str, Any], release:
         if release is None:
             agent = release_end(tenant_id=tenant_id, name=name, actor=actor)
         elif release is not KEEP:
+            if not isinstance(release, dict):
+                _refuse(release=["an object {candidate, percent}, or null"])
             agent = release_set(tenant_id=tenant_id, name=name, actor=actor,
-                                candidate=release.get("candidate"), percent=release.get("percent"))
+                                candidate=release.get("candidate"), percent=release.get("percent"),
+                                unknown=tuple(sorted(set(release) - {"candidate", "percent"})))
     assert agent is not None
     return agent
 

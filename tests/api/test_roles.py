@@ -15,6 +15,8 @@ import pytest
 
 from approvals_app.models import Approval, Question, Reconciliation
 from tasks_app.models import AgentProfile, ContextSummary, Event, Role, Task
+from tasks_app.services.agents import agent_update
+from tasks_app.services.releases import release_set
 from tests.factories import make_user
 from tools_app.models import Tool
 
@@ -66,6 +68,19 @@ def _reconciliation(suffix: str = "", method: str = "get", body: Any = None) -> 
         f"/api/v1/reconciliations/{t.in_reconciliation()[1].pk}{suffix}",
         body,
     )
+
+
+def _second_version(released: bool) -> Setup:
+    """`support` with a version 2 (saved, not current), released to half of new tasks or not."""
+
+    def setup(t: Tenancy, role: str) -> tuple[str, str, Any]:
+        agent_update(tenant_id=t.tenant.pk, name="support", changes={"max_steps": 7})
+        if released:
+            release_set(tenant_id=t.tenant.pk, name="support", candidate=2, percent=50)
+            return "post", "/api/v1/agents/support/rollback", {}
+        return "post", "/api/v1/agents/support/promote", {"version": 2}
+
+    return setup
 
 
 def _const(method: str, url: str, body: Any = None) -> Setup:
@@ -136,6 +151,10 @@ MATRIX: dict[str, tuple[set[str], Setup, int]] = {
         _const("patch", "/api/v1/agents/support", {"description": "Support desk."}),
         200,
     ),
+    "agents_versions": ({OP, ADM}, _const("get", "/api/v1/agents/support/versions"), 200),
+    "agents_version": ({OP, ADM}, _const("get", "/api/v1/agents/support/versions/1"), 200),
+    "agents_promote": ({ADM}, _second_version(released=False), 200),
+    "agents_rollback": ({ADM}, _second_version(released=True), 200),
 }
 
 
@@ -149,6 +168,7 @@ def fingerprint() -> tuple[Any, ...]:
         sorted(Reconciliation.objects.values_list("id", "status")),
         sorted(Tool.objects.values_list("id", "description", "enabled")),
         sorted(AgentProfile.objects.values_list("id", "description", "enabled")),
+        sorted(AgentProfile.objects.values_list("id", "current_version", "release_candidate")),
         sorted(ContextSummary.objects.values_list("id", "active")),
     )
 
