@@ -6,7 +6,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from .models import AgentProfile, AgentVersion, Event, Step, Task
+from .models import AgentProfile, AgentReleaseEntry, AgentVersion, Event, Step, Task
 
 
 def event_dict(event: Event) -> dict[str, Any]:
@@ -75,6 +75,10 @@ def agent_versions_of(agent_id: int) -> QuerySet[AgentVersion]:
 
 def agent_version_of(agent_id: int, number: int) -> AgentVersion | None:
     return AgentVersion.objects.filter(agent_id=agent_id, number=number).first()
+
+
+def release_log_of(agent_id: int) -> QuerySet[AgentReleaseEntry]:
+    return AgentReleaseEntry.objects.filter(agent_id=agent_id).order_by("-id")
 
 
 def steps_of_task(task_id: int) -> QuerySet[Step]:

@@ -24,4 +24,7 @@ urlpatterns = [
     path("agents/new/", agents.agent_create_view, name="agent-create"),
     path("agents/<slug:name>/", agents.agent_detail, name="agent-detail"),
     path("agents/<slug:name>/edit/", agents.agent_edit_view, name="agent-edit"),
+    path("agents/<slug:name>/release/", agents.agent_release_view, name="agent-release"),
+    path("agents/<slug:name>/promote/", agents.agent_promote_view, name="agent-promote"),
+    path("agents/<slug:name>/rollback/", agents.agent_rollback_view, name="agent-rollback"),
 ]
