@@ -133,3 +133,19 @@ def test_the_task_list_filters_by_agent_version(world):
     assert {t.agent_version for t in listed.context["tasks"]} == {3}
     assert len(listed.context["tasks"]) == 2
     assert "agent version 3" in listed.context["filter_text"]
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_an_admin_promotes_the_candidate_from_the_page_in_a_browser(world, page_as):
+    _triage(world)
+    admin = page_as(world.users[Role.ADMIN])
+    admin.goto("/agents/triage/")
+    table = admin.page.locator("table.version-compare")
+    assert "Version 1" in table.text_content() and "Version 3" in table.text_content()
+    admin.shot("agent-versions")
+    admin.page.get_by_role("button", name="Promote version 3").click()
+    admin.page.wait_for_selector(".flash-success")
+    assert "Version 3 promoted" in admin.page.locator(".flash-success").inner_text()
+    agent = AgentProfile.objects.get(tenant=world.tenant, name="triage")
+    assert (agent.current_version, agent.release_candidate) == (3, None)
