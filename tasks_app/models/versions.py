@@ -16,6 +16,20 @@ from django.db import models
 from .agents import AgentProfile
 
 
+class Stamped(models.Model):
+    """Who did it (name and role as recorded on events, and the user) and when."""
+
+    actor = models.CharField(max_length=150)
+    actor_role = models.CharField(max_length=16, blank=True)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        abstract = True
+
+
 class VersionKind(models.TextChoices):
     CREATED = "created"
     EDITED = "edited"
@@ -23,7 +37,7 @@ class VersionKind(models.TextChoices):
     IMPORTED = "imported"  # recorded for a profile that had none (migration, first use)
 
 
-class AgentVersion(models.Model):
+class AgentVersion(Stamped):
     agent = models.ForeignKey(AgentProfile, on_delete=models.CASCADE, related_name="versions")
     number = models.PositiveIntegerField()
     config = models.JSONField(help_text="AgentProfile.snapshot() as it was: what a task runs with.")
@@ -32,12 +46,6 @@ class AgentVersion(models.Model):
     source_version = models.PositiveIntegerField(
         null=True, blank=True, help_text="A rollback: the version whose configuration this copies."
     )
-    actor = models.CharField(max_length=150)
-    actor_role = models.CharField(max_length=16, blank=True)
-    user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["agent", "-number"]
@@ -57,19 +65,13 @@ class ReleaseAction(models.TextChoices):
     ROLLED_BACK = "rolled_back"
 
 
-class AgentReleaseEntry(models.Model):
+class AgentReleaseEntry(Stamped):
     agent = models.ForeignKey(AgentProfile, on_delete=models.CASCADE, related_name="release_log")
     action = models.CharField(max_length=16, choices=ReleaseAction.choices)
     current_before = models.PositiveIntegerField()
     current_after = models.PositiveIntegerField()
     candidate = models.PositiveIntegerField(null=True, blank=True)
     percent = models.PositiveSmallIntegerField(null=True, blank=True)
-    actor = models.CharField(max_length=150)
-    actor_role = models.CharField(max_length=16, blank=True)
-    user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["-id"]

@@ -25,29 +25,6 @@ from django.db import transaction
 from ..models import AgentProfile, AgentVersion, VersionKind
 from .actors import SYSTEM, Actor
 
-BUDGET_KEYS = (
-    "max_steps",
-    "max_model_calls",
-    "max_tool_calls",
-    "max_tokens",
-    "max_duration_s",
-    "per_tool",
-    "max_concurrent_tasks",
-)
-# Top-level keys of a snapshot that are profile fields of the same name.
-PLAIN_KEYS = (
-    "model",
-    "tools",
-    "on_exhaustion",
-    "no_progress_repeats",
-    "no_progress_window",
-    "approval_sla_s",
-    "approval_on_expiry",
-    "allow_self_approval",
-    "result_schema",
-)
-
-
 def config_diff(old: dict[str, Any] | None, new: dict[str, Any]) -> list[dict[str, Any]]:
     """What changed from `old` to `new`: `[{path, change, old, new}]`, `change`
     one of changed, added, removed; `path` dotted (`model.temperature`, `tools.1`)."""
@@ -68,12 +45,12 @@ def config_diff(old: dict[str, Any] | None, new: dict[str, Any]) -> list[dict[st
 
 
 def config_apply(agent: AgentProfile, config: dict[str, Any]) -> None:
-    """Set the profile's fields to a version's configuration (not saved)."""
-    for key in PLAIN_KEYS:
-        if key in config:
-            setattr(agent, key, config[key])
-    for key, value in (config.get("budget") or {}).items():
-        if key in BUDGET_KEYS:
+    """Set the profile's fields to a version's configuration (not saved): the
+    snapshot's keys are the profile's fields, the budget's flattened."""
+    fields = {f.name for f in AgentProfile._meta.concrete_fields} - {"id", "tenant", "name"}
+    flat = {**{k: v for k, v in config.items() if k != "budget"}, **(config.get("budget") or {})}
+    for key, value in flat.items():
+        if key in fields:
             setattr(agent, key, value)
 
 
