@@ -25,6 +25,7 @@ from django.db import transaction
 from ..models import AgentProfile, AgentVersion, VersionKind
 from .actors import SYSTEM, Actor
 
+
 def config_diff(old: dict[str, Any] | None, new: dict[str, Any]) -> list[dict[str, Any]]:
     """What changed from `old` to `new`: `[{path, change, old, new}]`, `change`
     one of changed, added, removed; `path` dotted (`model.temperature`, `tools.1`)."""
