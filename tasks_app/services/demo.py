@@ -13,8 +13,7 @@ from tools_app.models import DemoOrder, Tool
 from ..models import AgentProfile, Role, Task, Tenant
 from .accounts import tenant_create, user_ensure
 from .actors import SYSTEM
-from .agent_versions import version_record
-from .releases import agent_promote
+from .releases import agent_seed
 from .tasks import task_submit
 
 DEMO_PASSWORD = "tether-demo"
@@ -48,17 +47,7 @@ def demo_agent_ensure(tenant: Tenant, name: str = "support", **overrides: Any) -
         "on_exhaustion": "escalate",
         **overrides,
     }
-    with transaction.atomic():
-        agent, _ = AgentProfile.objects.update_or_create(
-            tenant=tenant, name=name, defaults=defaults
-        )
-        agent = AgentProfile.objects.select_for_update().get(pk=agent.pk)
-        version_record(agent=agent, actor=SYSTEM)
-        # A seed is live at once: its latest version is current, whatever was released.
-        if agent.current_version != agent.latest_version:
-            agent_promote(tenant_id=tenant.pk, name=name, version=agent.latest_version)
-            agent.refresh_from_db()
-    return agent
+    return agent_seed(tenant_id=tenant.pk, name=name, defaults=defaults)
 
 
 DEMO_SCRIPTS: list[tuple[str, list[dict[str, Any]]]] = [

@@ -131,6 +131,22 @@ def agent_change(*, tenant_id: int, name: str, changes: dict[str, Any], release:
     return agent
 
 
+def agent_seed(*, tenant_id: int, name: str, defaults: dict[str, Any],
+               actor: Actor = SYSTEM) -> AgentProfile:
+    """Create or overwrite a profile and make it live at once, whatever was
+    released: for seeds (the demo, the benchmark), never for admins' edits."""
+    with transaction.atomic():
+        row, _ = AgentProfile.objects.update_or_create(
+            tenant_id=tenant_id, name=name, defaults=defaults
+        )
+        agent = AgentProfile.objects.select_for_update().get(pk=row.pk)
+        version_record(agent=agent, actor=actor)
+        if agent.current_version != agent.latest_version:
+            agent = agent_promote(tenant_id=tenant_id, name=name, version=agent.latest_version,
+                                  actor=actor)
+    return agent
+
+
 def agent_promote(*, tenant_id: int, name: str, version: int | None = None,
                   actor: Actor = SYSTEM) -> AgentProfile:
     """Make `version` (default: the release's candidate) current; the release ends."""
