@@ -86,6 +86,11 @@ urlpatterns = [
         name="api-agent-version",
     ),
     path(
+        "agents/<name:name>/releases",
+        agent_versions.AgentReleaseLogView.as_view(),
+        name="api-agent-releases",
+    ),
+    path(
         "agents/<name:name>/promote",
         agent_versions.AgentPromoteView.as_view(),
         name="api-agent-promote",

@@ -1,5 +1,5 @@
-"""Agent profile versions and their release: list and read versions (operators
-and admins), promote and roll back (admins). Starting or changing a release is
+"""Agent profile versions and their release: list and read versions and the
+release log (operators and admins), promote and roll back (admins). Starting or changing a release is
 a PATCH of the agent (`agents.py`). Every lookup is by the caller's tenant, so
 another tenant's agent is a 404."""
 
@@ -14,8 +14,8 @@ from config.api_base import CURSOR_PARAMETERS, TenantAPIView, cursor_page
 from config.api_errors import error_responses
 from config.errors import not_found
 
-from ..models import AgentProfile, AgentVersion, VersionKind
-from ..selectors import agent_of_tenant, agent_version_of, agent_versions_of
+from ..models import AgentProfile, AgentVersion, ReleaseAction, VersionKind
+from ..selectors import agent_of_tenant, agent_version_of, agent_versions_of, release_log_of
 from ..services.releases import agent_promote, agent_rollback
 from .agents import AgentSerializer
 
@@ -44,6 +44,17 @@ class AgentVersionSerializer(serializers.Serializer):
     created_at = serializers.DateTimeField()
 
 
+class ReleaseEntrySerializer(serializers.Serializer):
+    action = serializers.ChoiceField(choices=ReleaseAction.choices)
+    current_before = serializers.IntegerField(help_text="The current version before.")
+    current_after = serializers.IntegerField(help_text="The current version after.")
+    candidate = serializers.IntegerField(allow_null=True)
+    percent = serializers.IntegerField(allow_null=True)
+    actor = serializers.CharField()
+    actor_role = serializers.CharField(allow_blank=True)
+    created_at = serializers.DateTimeField()
+
+
 class PromoteSerializer(serializers.Serializer):
     version = serializers.IntegerField(
         min_value=1, max_value=2**31 - 1, required=False,
@@ -60,6 +71,7 @@ class RollbackSerializer(serializers.Serializer):
 
 
 AgentVersionPage = cursor_page(AgentVersionSerializer, "AgentVersionPage")
+ReleaseEntryPage = cursor_page(ReleaseEntrySerializer, "ReleaseEntryPage")
 
 
 class AgentViewBase(TenantAPIView):
@@ -97,6 +109,21 @@ class AgentVersionDetailView(AgentViewBase):
         if version is None:
             raise not_found("Version")
         return Response(AgentVersionSerializer(version).data)
+
+
+class AgentReleaseLogView(AgentViewBase):
+    policy = {"GET": "agent.versions"}
+
+    @extend_schema(
+        operation_id="agents_release_log", tags=TAGS,
+        summary="An agent's release changes, newest first: who, when, what",
+        parameters=CURSOR_PARAMETERS, responses={200: ReleaseEntryPage, **error_responses()},
+    )
+    def get(self, request: Request, name: str) -> Response:
+        agent = self.agent(name)
+        return self.paginate(
+            release_log_of(agent.pk), lambda page: ReleaseEntrySerializer(page, many=True).data
+        )
 
 
 class AgentPromoteView(AgentViewBase):

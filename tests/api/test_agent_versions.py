@@ -181,10 +181,12 @@ def test_promote_and_roll_back_change_new_tasks_and_not_running_ones(main: Tenan
     assert (ended["version"], ended["release"]) == (4, None)
     nothing = client.post("/api/v1/agents/triage/rollback", {}, format="json")
     assert nothing.status_code == 400 and "version" in nothing.json()["error"]["details"]
-    log = list(AgentReleaseEntry.objects.filter(agent__name="triage", agent__tenant=main.tenant)
-               .order_by("id").values_list("action", "current_before", "current_after"))
-    assert log == [("started", 1, 1), ("promoted", 1, 3), ("rolled_back", 3, 4),
-                   ("started", 4, 4), ("rolled_back", 4, 4)]
+    log = main.client(OP).get("/api/v1/agents/triage/releases").json()["results"]
+    assert [(e["action"], e["current_before"], e["current_after"]) for e in log] == [
+        ("rolled_back", 4, 4), ("started", 4, 4), ("rolled_back", 3, 4), ("promoted", 1, 3),
+        ("started", 1, 1)]
+    assert log[2]["candidate"] is None and log[3]["candidate"] == 3
+    assert {e["actor"] for e in log} == {main.users[ADM].username}
 
 
 @pytest.mark.parametrize(

@@ -153,6 +153,7 @@ MATRIX: dict[str, tuple[set[str], Setup, int]] = {
     ),
     "agents_versions": ({OP, ADM}, _const("get", "/api/v1/agents/support/versions"), 200),
     "agents_version": ({OP, ADM}, _const("get", "/api/v1/agents/support/versions/1"), 200),
+    "agents_release_log": ({OP, ADM}, _const("get", "/api/v1/agents/support/releases"), 200),
     "agents_promote": ({ADM}, _second_version(released=False), 200),
     "agents_rollback": ({ADM}, _second_version(released=True), 200),
 }
