@@ -1,7 +1,7 @@
 """Agent profile versions and their release: list and read versions and the
-release log (operators and admins), promote and roll back (admins). Starting or changing a release is
-a PATCH of the agent (`agents.py`). Every lookup is by the caller's tenant, so
-another tenant's agent is a 404."""
+release log (operators and admins), promote and roll back (admins). Starting
+or changing a release is a PATCH of the agent (`agents.py`). Every lookup is
+by the caller's tenant, so another tenant's agent is a 404."""
 
 from __future__ import annotations
 
