@@ -22,6 +22,8 @@ reconciliation.read      operator, reviewer, admin
 reconciliation.resolve   reviewer, admin                       resolve / re-run the query
 tool.*, agent.*          admin                                 read and write
 secret.*                 admin                                 names only; values write-only
+agent.versions           operator, admin                       an agent's versions (read)
+agent.release            admin                                 release, promote, roll back
 =======================  ====================================  ============================
 
 Separation of duties (a task's requester may not decide on its own task's
@@ -66,6 +68,8 @@ POLICY: dict[str, frozenset[str]] = {
     "agent.write": frozenset({R.ADMIN}),
     "secret.read": frozenset({R.ADMIN}),
     "secret.write": frozenset({R.ADMIN}),
+    "agent.versions": frozenset({R.OPERATOR, R.ADMIN}),
+    "agent.release": frozenset({R.ADMIN}),
 }
 # Actions a requester may take only on the tasks it submitted itself.
 OWN_TASKS_ONLY: dict[str, frozenset[str]] = {

@@ -8,7 +8,7 @@ from django.urls import path, re_path, register_converter
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from approvals_app.api import views as decisions
-from tasks_app.api import agents, secrets
+from tasks_app.api import agent_versions, agents, secrets
 from tasks_app.api import views as tasks
 from tools_app.api import views as tools
 
@@ -77,6 +77,31 @@ urlpatterns = [
     path("agents/<name:name>", agents.AgentDetailView.as_view(), name="api-agent"),
     path("secrets", secrets.SecretListView.as_view(), name="api-secrets"),
     path("secrets/<name:name>", secrets.SecretDetailView.as_view(), name="api-secret"),
+    path(
+        "agents/<name:name>/versions",
+        agent_versions.AgentVersionListView.as_view(),
+        name="api-agent-versions",
+    ),
+    path(
+        "agents/<name:name>/versions/<id:number>",
+        agent_versions.AgentVersionDetailView.as_view(),
+        name="api-agent-version",
+    ),
+    path(
+        "agents/<name:name>/releases",
+        agent_versions.AgentReleaseLogView.as_view(),
+        name="api-agent-releases",
+    ),
+    path(
+        "agents/<name:name>/promote",
+        agent_versions.AgentPromoteView.as_view(),
+        name="api-agent-promote",
+    ),
+    path(
+        "agents/<name:name>/rollback",
+        agent_versions.AgentRollbackView.as_view(),
+        name="api-agent-rollback",
+    ),
     path("schema", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("redoc", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),

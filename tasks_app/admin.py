@@ -13,10 +13,24 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
+from django.db import transaction
 from django.http import HttpRequest
 
-from .models import AgentProfile, ApiKey, ContextSummary, Event, Membership, Step, Task, Tenant
+from .models import (
+    AgentProfile,
+    AgentReleaseEntry,
+    AgentVersion,
+    ApiKey,
+    ContextSummary,
+    Event,
+    Membership,
+    Step,
+    Task,
+    Tenant,
+)
 from .services.accounts import membership_revoke
+from .services.actors import Actor
+from .services.agent_versions import version_record
 from .services.agents import agent_errors
 
 
@@ -112,10 +126,36 @@ class AgentProfileForm(forms.ModelForm):
 
 @admin.register(AgentProfile)
 class AgentProfileAdmin(admin.ModelAdmin):
+    """An edit here is recorded as a version like any other (released from the console or API)."""
+
     form = AgentProfileForm
-    list_display = ("name", "tenant", "enabled", "on_exhaustion", "max_steps", "updated_at")
+    list_display = ("name", "tenant", "enabled", "current_version", "latest_version", "updated_at")
     list_filter = ("tenant", "enabled", "on_exhaustion")
     search_fields = ("name", "description")
+    readonly_fields = ("current_version", "latest_version", "release_candidate", "release_percent")
+
+    def save_model(self, request: HttpRequest, obj: AgentProfile, form: Any, change: bool) -> None:
+        actor = Actor(
+            name=request.user.get_username(), role="django-admin", user_id=request.user.pk
+        )
+        with transaction.atomic():
+            super().save_model(request, obj, form, change)
+            locked = AgentProfile.objects.select_for_update().get(pk=obj.pk)
+            version_record(agent=locked, actor=actor)
+
+
+@admin.register(AgentVersion)
+class AgentVersionAdmin(ReadOnlyAdmin):
+    list_display = ("agent", "number", "kind", "actor", "created_at")
+    list_filter = ("kind",)
+    search_fields = ("agent__name",)
+
+
+@admin.register(AgentReleaseEntry)
+class AgentReleaseEntryAdmin(ReadOnlyAdmin):
+    list_display = ("agent", "action", "current_before", "current_after", "candidate", "percent",
+                    "actor", "created_at")
+    list_filter = ("action",)
 
 
 class StepInline(admin.TabularInline):

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from .models import AgentProfile, Event, Step, Task, TenantSecret
+from .models import AgentProfile, AgentReleaseEntry, AgentVersion, Event, Step, Task, TenantSecret
 
 
 def event_dict(event: Event) -> dict[str, Any]:
@@ -40,6 +40,7 @@ def tasks_matching(
     created_before: datetime | None = None,
     trace_id: str | None = None,
     requester_id: int | None = None,
+    agent_version: int | None = None,
 ) -> QuerySet[Task]:
     """The tenant's tasks that match every filter given (the API list and bulk cancel)."""
     qs = tasks_of_tenant(tenant_id).select_related("requester")
@@ -55,6 +56,8 @@ def tasks_matching(
         qs = qs.filter(trace_id=trace_id)
     if requester_id is not None:
         qs = qs.filter(requester_id=requester_id)
+    if agent_version is not None:
+        qs = qs.filter(agent_version=agent_version)
     return qs
 
 
@@ -64,6 +67,18 @@ def agents_of_tenant(tenant_id: int) -> QuerySet[AgentProfile]:
 
 def agent_of_tenant(tenant_id: int, name: str) -> AgentProfile | None:
     return agents_of_tenant(tenant_id).filter(name=name).first()
+
+
+def agent_versions_of(agent_id: int) -> QuerySet[AgentVersion]:
+    return AgentVersion.objects.filter(agent_id=agent_id).order_by("-number")
+
+
+def agent_version_of(agent_id: int, number: int) -> AgentVersion | None:
+    return AgentVersion.objects.filter(agent_id=agent_id, number=number).first()
+
+
+def release_log_of(agent_id: int) -> QuerySet[AgentReleaseEntry]:
+    return AgentReleaseEntry.objects.filter(agent_id=agent_id).order_by("-id")
 
 
 def steps_of_task(task_id: int) -> QuerySet[Step]:

@@ -17,13 +17,15 @@ from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from config.api_access import may
 from config.api_base import TenantAPIView
 from config.api_errors import error_responses
-from config.errors import not_found
+from config.errors import forbidden, not_found
 
 from ..models import AgentProfile, OnExhaustion
 from ..selectors import agent_of_tenant, agents_of_tenant
-from ..services.agents import agent_create, agent_update
+from ..services.agents import agent_create
+from ..services.releases import KEEP, agent_change
 
 MAX_INT = 2**31 - 1
 MODEL_KEYS = (
@@ -104,6 +106,22 @@ class BudgetSerializer(serializers.Serializer):
     max_concurrent_tasks = serializers.IntegerField(min_value=1, max_value=MAX_INT, required=False)
 
 
+class ReleaseSerializer(serializers.Serializer):
+    candidate = serializers.IntegerField(
+        min_value=1, max_value=MAX_INT, required=False, help_text="Default: the latest version."
+    )
+    percent = serializers.IntegerField(
+        min_value=0, max_value=100, help_text="The share of new tasks that get the candidate."
+    )
+
+
+@extend_schema_field(ReleaseSerializer)
+class ReleaseField(serializers.DictField):
+    """Taken as a JSON object and checked by the service (`services.releases`)."""
+
+    child = serializers.JSONField()
+
+
 class AgentWriteSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=64)
     description = serializers.CharField(max_length=5000, allow_blank=True, required=False)
@@ -124,6 +142,11 @@ class AgentWriteSerializer(serializers.Serializer):
         help_text="JSON Schema the final result must satisfy.",
     )
     enabled = serializers.BooleanField(required=False)
+    release = ReleaseField(
+        required=False,
+        allow_null=True,
+        help_text="Send a share of new tasks to a candidate version; null ends the release.",
+    )
 
 
 class BudgetOutSerializer(serializers.Serializer):
@@ -166,6 +189,17 @@ class AgentSerializer(serializers.Serializer):
     enabled = serializers.BooleanField()
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
+    version = serializers.IntegerField(
+        source="current_version", help_text="The version new tasks get (outside a release)."
+    )
+    latest_version = serializers.IntegerField(help_text="The last saved version.")
+    release = serializers.SerializerMethodField()
+
+    @extend_schema_field(ReleaseSerializer(allow_null=True))
+    def get_release(self, agent: AgentProfile) -> dict[str, Any] | None:
+        if agent.release_candidate is None:
+            return None
+        return {"candidate": agent.release_candidate, "percent": agent.release_percent}
 
     @extend_schema_field(ModelOutSerializer)
     def get_model(self, agent: AgentProfile) -> dict[str, Any]:
@@ -181,7 +215,7 @@ class AgentSerializer(serializers.Serializer):
 
 def _profile_fields(data: dict[str, Any]) -> dict[str, Any]:
     """The API's nested budget, flattened onto the profile's fields."""
-    fields = {k: v for k, v in data.items() if k not in ("name", "budget")}
+    fields = {k: v for k, v in data.items() if k not in ("name", "budget", "release")}
     fields.update(dict(data.get("budget") or {}))
     return fields
 
@@ -210,7 +244,10 @@ class AgentListView(TenantAPIView):
     def post(self, request: Request) -> Response:
         data = self.validated(AgentWriteSerializer)
         agent = agent_create(
-            tenant_id=self.access.tenant_id, name=data["name"], **_profile_fields(data)
+            tenant_id=self.access.tenant_id,
+            name=data["name"],
+            actor=self.access.actor,
+            **_profile_fields(data),
         )
         return Response(AgentSerializer(agent).data, status=status.HTTP_201_CREATED)
 
@@ -235,7 +272,10 @@ class AgentDetailView(TenantAPIView):
     @extend_schema(
         operation_id="agents_update",
         tags=TAGS,
-        summary="Change an agent profile (`enabled: false` disables it)",
+        summary="Change an agent profile (`enabled: false` disables it), or its release",
+        description="A changed configuration is saved as the next version; new tasks get it "
+        "once it is released (`release: {candidate, percent}`) or promoted. "
+        "`release: null` ends a release. Edit and release apply together or not at all.",
         request=AgentWriteSerializer,
         responses={200: AgentSerializer, **error_responses(409)},
     )
@@ -244,5 +284,14 @@ class AgentDetailView(TenantAPIView):
         fields = _profile_fields(data)
         if "name" in data:
             fields["name"] = data["name"]  # the service refuses a rename with a field error
-        agent = agent_update(tenant_id=self.access.tenant_id, name=name, changes=fields)
+        release = data.get("release", KEEP)
+        if release is not KEEP and not may(self.access.role, "agent.release"):
+            raise forbidden("role_required", f"the {self.access.role} role may not release")
+        agent = agent_change(
+            tenant_id=self.access.tenant_id,
+            name=name,
+            changes=fields,
+            release=dict(release) if isinstance(release, dict) else release,
+            actor=self.access.actor,
+        )
         return Response(AgentSerializer(agent).data)

@@ -41,6 +41,9 @@ class TaskSerializer(serializers.Serializer):
     )
     goal = serializers.CharField()
     agent = serializers.SerializerMethodField()
+    agent_version = serializers.IntegerField(
+        allow_null=True, help_text="The agent profile version this task runs with."
+    )
     input = serializers.DictField(child=serializers.JSONField())
     result = serializers.JSONField(allow_null=True)
     failure_reason = serializers.CharField(allow_blank=True)
@@ -246,6 +249,10 @@ class TaskFilterSerializer(serializers.Serializer):
         choices=TaskStatus.choices, required=False, help_text="Repeat to match any of several."
     )
     agent = serializers.CharField(max_length=64, required=False)
+    agent_version = serializers.IntegerField(
+        min_value=1, max_value=2**31 - 1, required=False,
+        help_text="Tasks that ran with this version of their agent (with `agent`: of that agent).",
+    )
     created_after = serializers.DateTimeField(required=False, help_text="Created at or after.")
     created_before = serializers.DateTimeField(required=False, help_text="Created before.")
     trace_id = serializers.CharField(max_length=64, required=False)

@@ -121,6 +121,7 @@ class TaskListView(TaskViewBase):
             created_before=f.get("created_before"),
             trace_id=f.get("trace_id"),
             requester_id=self.access.user_id if f.get("mine") else None,
+            agent_version=f.get("agent_version"),
         )
         return self.paginate(qs, lambda page: TaskSerializer(page, many=True).data)
 

@@ -19,9 +19,10 @@ from tools_app.demo.bench_tools import BENCH_TOOLS
 from tools_app.models import Tool
 
 from ..machine import NON_TERMINAL
-from ..models import AgentProfile, Role, Task, Tenant
+from ..models import Role, Task, Tenant
 from ..services.accounts import api_key_create, tenant_create, user_ensure
 from ..services.actors import SYSTEM, Actor
+from ..services.releases import agent_seed
 from ..services.tasks import task_cancel, task_submit
 
 TENANT = "bench"
@@ -46,8 +47,8 @@ def world_ensure() -> World:
                 name=spec["name"],
                 defaults={k: v for k, v in spec.items() if k != "name"},
             )
-        agent, _ = AgentProfile.objects.update_or_create(
-            tenant=tenant,
+        agent = agent_seed(
+            tenant_id=tenant.pk,
             name=AGENT,
             defaults={
                 "description": "Benchmark agent: scripted model, instant tools.",

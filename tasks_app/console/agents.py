@@ -1,21 +1,41 @@
 """Console pages for agent profiles: everyone in the tenant may read them (what
 a task runs under matters to operators and reviewers); admins create and edit
-them through `tasks_app.services.agents`."""
+them through `tasks_app.services.agents`, and release, promote and roll back
+their versions through `tasks_app.services.releases`. The page compares two
+versions on their tasks (`version_stats`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+from django import forms
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
 
 from config.errors import DomainError
 from tools_app.selectors import tools_of_tenant
 
-from ..selectors import agent_of_tenant, agents_of_tenant, tasks_of_tenant
+from ..models import AgentProfile
+from ..selectors import (
+    agent_of_tenant,
+    agent_versions_of,
+    agents_of_tenant,
+    release_log_of,
+    tasks_of_tenant,
+)
 from ..services.agents import agent_create, agent_update
+from ..services.releases import agent_promote, agent_rollback, release_set
 from .access import ADMINS, ConsoleUser, console_view
 from .agent_forms import AgentForm
-from .errors import error_message, field_errors
+from .errors import error_message, error_status, field_errors, form_errors
+from .release_forms import ReleaseForm, VersionForm
+from .version_stats import chosen_pair, versions_compared
+
+VERSIONS_SHOWN = 20
+RELEASE_LOG_SHOWN = 10
 
 
 def _cu(request: HttpRequest) -> ConsoleUser:
@@ -30,17 +50,93 @@ def agent_list(request: HttpRequest) -> HttpResponse:
     )
 
 
-@console_view()
-def agent_detail(request: HttpRequest, name: str) -> HttpResponse:
-    cu = _cu(request)
+def _agent_or_404(cu: ConsoleUser, name: str) -> AgentProfile:
     agent = agent_of_tenant(cu.tenant_id, name)
     if agent is None:
         raise Http404("No such agent")
+    return agent
+
+
+def _detail_page(
+    request: HttpRequest, cu: ConsoleUser, agent: AgentProfile, *, status: int = 200
+) -> HttpResponse:
     recent = tasks_of_tenant(cu.tenant_id).filter(agent=agent).order_by("-id")[:10]
+    numbers = chosen_pair(agent, request.GET.getlist("compare"))
     return render(
         request,
         "agents/detail.html",
-        {"nav": "agents", "agent": agent, "recent": recent, "model": dict(agent.model or {})},
+        {
+            "nav": "agents",
+            "agent": agent,
+            "recent": recent,
+            "model": dict(agent.model or {}),
+            "versions": agent_versions_of(agent.pk)[:VERSIONS_SHOWN],
+            "version_numbers": range(agent.latest_version, 0, -1),
+            "release_log": release_log_of(agent.pk)[:RELEASE_LOG_SHOWN],
+            "comparison": versions_compared(agent, numbers),
+        },
+        status=status,
+    )
+
+
+@console_view()
+def agent_detail(request: HttpRequest, name: str) -> HttpResponse:
+    cu = _cu(request)
+    return _detail_page(request, cu, _agent_or_404(cu, name))
+
+
+def _release_action(
+    request: HttpRequest, name: str, form_class: type[forms.Form], act: Callable[..., Any],
+    done: Callable[[AgentProfile], str],
+) -> HttpResponse:
+    """Parse, call the release service, redirect with what happened; a refusal
+    re-renders the page with the reason and the refusal's status."""
+    cu = _cu(request)
+    agent = _agent_or_404(cu, name)
+    form = form_class(request.POST)
+    if not form.is_valid():
+        problems = "; ".join(f"{k}: {' '.join(v)}" for k, v in form_errors(form).items())
+        messages.error(request, f"Not applied: {problems}.")
+        return _detail_page(request, cu, agent, status=400)
+    try:
+        changed = act(tenant_id=cu.tenant_id, name=agent.name, actor=cu.actor,
+                      **{k: v for k, v in form.cleaned_data.items() if v is not None})
+    except DomainError as exc:
+        fields = field_errors(exc)
+        text = "; ".join(m for ms in fields.values() for m in ms) if fields else exc.message
+        messages.error(request, f"Not applied: {text.rstrip('.')}.")
+        return _detail_page(request, cu, _agent_or_404(cu, name), status=error_status(exc))
+    messages.success(request, done(changed))
+    return redirect("console:agent-detail", name=agent.name)
+
+
+@require_POST
+@console_view(roles=ADMINS)
+def agent_release_view(request: HttpRequest, name: str) -> HttpResponse:
+    return _release_action(
+        request, name, ReleaseForm, release_set,
+        lambda a: f"Version {a.release_candidate} now goes to {a.release_percent} % of new "
+        f"tasks; the rest get version {a.current_version}.",
+    )
+
+
+@require_POST
+@console_view(roles=ADMINS)
+def agent_promote_view(request: HttpRequest, name: str) -> HttpResponse:
+    return _release_action(
+        request, name, VersionForm, agent_promote,
+        lambda a: f"Version {a.current_version} promoted: every new task gets it. "
+        "Tasks already submitted keep their version.",
+    )
+
+
+@require_POST
+@console_view(roles=ADMINS)
+def agent_rollback_view(request: HttpRequest, name: str) -> HttpResponse:
+    return _release_action(
+        request, name, VersionForm, agent_rollback,
+        lambda a: f"Rolled back: every new task gets version {a.current_version}. "
+        "Tasks already submitted keep their version.",
     )
 
 
@@ -60,7 +156,10 @@ def agent_create_view(request: HttpRequest) -> HttpResponse:
     if form.is_valid():
         try:
             agent = agent_create(
-                tenant_id=cu.tenant_id, name=form.cleaned_data["name"], **form.profile_fields()
+                tenant_id=cu.tenant_id,
+                name=form.cleaned_data["name"],
+                actor=cu.actor,
+                **form.profile_fields(),
             )
         except DomainError as exc:
             form.add_service_errors(field_errors(exc) or {"__all__": [error_message(exc)]})
@@ -89,16 +188,25 @@ def agent_edit_view(request: HttpRequest, name: str) -> HttpResponse:
     )
     if form.is_valid():
         try:
-            agent_update(
-                tenant_id=cu.tenant_id, name=agent.name, changes=form.profile_fields(agent.model)
+            saved = agent_update(
+                tenant_id=cu.tenant_id,
+                name=agent.name,
+                changes=form.profile_fields(agent.model),
+                actor=cu.actor,
             )
         except DomainError as exc:
             form.add_service_errors(field_errors(exc) or {"__all__": [error_message(exc)]})
         else:
+            live = (
+                "New tasks get it."
+                if saved.latest_version == saved.current_version
+                else f"New tasks still get version {saved.current_version}: release or "
+                f"promote version {saved.latest_version} below."
+            )
             messages.success(
                 request,
-                f"Agent {agent.name} saved. Tasks already submitted keep the "
-                "settings they started with.",
+                f"Agent {agent.name} saved as version {saved.latest_version}. {live} Tasks "
+                "already submitted keep the settings they started with.",
             )
             return redirect("console:agent-detail", name=agent.name)
     return render(request, "agents/form.html", {**ctx, "form": form}, status=400)

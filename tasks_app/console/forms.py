@@ -42,6 +42,10 @@ class TaskFilterForm(forms.Form):
     )
     status = forms.ChoiceField(required=False, choices=status_choices)
     agent = forms.ChoiceField(required=False)
+    agent_version = forms.IntegerField(
+        required=False, min_value=1, max_value=2**31 - 1, label="Agent version",
+        widget=forms.NumberInput(attrs={"placeholder": "Any"}),
+    )
     trace = forms.CharField(required=False, max_length=64, widget=forms.HiddenInput)
     mine = forms.BooleanField(required=False, label="Only mine")
 
@@ -59,6 +63,7 @@ class TaskFilterForm(forms.Form):
             "q": data.get("q", ""),
             "status": data.get("status", ""),
             "agent": data.get("agent", ""),
+            "agent_version": data.get("agent_version"),
             "trace": data.get("trace", ""),
             "mine": bool(data.get("mine")),
         }
@@ -71,6 +76,8 @@ def describe_filters(filters: dict[str, Any]) -> str:
         parts.append(f"status {s}" if s in STATUS_GROUPS else f"status {status_label(s)}")
     if filters.get("agent"):
         parts.append(f"agent {filters['agent']}")
+    if filters.get("agent_version"):
+        parts.append(f"agent version {filters['agent_version']}")
     if filters.get("q"):
         parts.append(f"search “{filters['q']}”")
     if filters.get("trace"):

@@ -43,6 +43,7 @@ def filtered_tasks(
     q: str = "",
     trace: str = "",
     requester_id: int | None = None,
+    agent_version: int | None = None,
 ) -> QuerySet[Task]:
     """The tenant's tasks matching the list's filters, newest first.
 
@@ -69,6 +70,8 @@ def filtered_tasks(
         qs = qs.filter(cond)
     if requester_id is not None:
         qs = qs.filter(requester_id=requester_id)
+    if agent_version is not None:
+        qs = qs.filter(agent_version=agent_version)
     return qs.order_by("-id")
 
 

@@ -27,4 +27,7 @@ urlpatterns = [
     path("secrets/", secrets.secret_list, name="secret-list"),
     path("secrets/<slug:name>/rotate/", secrets.secret_rotate_view, name="secret-rotate"),
     path("secrets/<slug:name>/delete/", secrets.secret_delete_view, name="secret-delete"),
+    path("agents/<slug:name>/release/", agents.agent_release_view, name="agent-release"),
+    path("agents/<slug:name>/promote/", agents.agent_promote_view, name="agent-promote"),
+    path("agents/<slug:name>/rollback/", agents.agent_rollback_view, name="agent-rollback"),
 ]

@@ -99,6 +99,7 @@ def _matching(cu: ConsoleUser, filters: dict[str, Any]):  # type: ignore[no-unty
         q=filters["q"],
         trace=filters["trace"],
         requester_id=cu.user_id if filters["mine"] else None,
+        agent_version=filters["agent_version"],
     )
 
 

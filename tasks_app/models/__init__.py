@@ -8,14 +8,18 @@ from .events import Event
 from .secrets import TenantSecret
 from .tasks import Step, StepKind, StepStatus, Task
 from .tenancy import ApiKey, Membership, Role, Tenant
+from .versions import AgentReleaseEntry, AgentVersion, ReleaseAction, VersionKind
 
 __all__ = [
     "AgentProfile",
+    "AgentReleaseEntry",
+    "AgentVersion",
     "ApiKey",
     "ContextSummary",
     "Event",
     "Membership",
     "OnExhaustion",
+    "ReleaseAction",
     "Role",
     "Step",
     "StepKind",
@@ -24,4 +28,5 @@ __all__ = [
     "TaskStatus",
     "TenantSecret",
     "Tenant",
+    "VersionKind",
 ]

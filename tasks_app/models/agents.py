@@ -1,7 +1,9 @@
 """Agent profiles: model settings, allowed tools and the budget a task runs under.
 
 A task copies its profile into `Task.agent_snapshot` when it is created, so
-editing a profile never changes a task that is already under way.
+editing a profile never changes a task that is already under way. The row is
+the latest saved configuration; which version new tasks get is
+`current_version` (and a release, see `versions.py`).
 """
 from __future__ import annotations
 
@@ -52,6 +54,11 @@ class AgentProfile(models.Model):
     allow_self_approval = models.BooleanField(default=False)
     result_schema = models.JSONField(default=dict, blank=True)
     enabled = models.BooleanField(default=True)
+    # Versions (`versions.AgentVersion`): what new tasks get, and a release in progress.
+    current_version = models.PositiveIntegerField(default=0, help_text="0: not versioned yet.")
+    latest_version = models.PositiveIntegerField(default=0)
+    release_candidate = models.PositiveIntegerField(null=True, blank=True)
+    release_percent = models.PositiveSmallIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -35,6 +35,8 @@ class Task(models.Model):
     )
     agent = models.ForeignKey(AgentProfile, on_delete=models.PROTECT, related_name="tasks")
     agent_snapshot = models.JSONField(default=dict)
+    # The agent profile version the snapshot is (null: submitted before versions existed).
+    agent_version = models.PositiveIntegerField(null=True, blank=True)
     goal = models.TextField()
     input = models.JSONField(default=dict, blank=True)
     script = models.JSONField(null=True, blank=True)
@@ -91,6 +93,8 @@ class Task(models.Model):
             models.Index(fields=["tenant", "-id"], name="task_tenant_recent"),
             models.Index(fields=["tenant", "status", "-id"], name="task_tenant_status"),
             models.Index(fields=["tenant", "agent", "-id"], name="task_tenant_agent"),
+            # comparing an agent's versions on their tasks, and the agent_version filter
+            models.Index(fields=["agent", "agent_version"], name="task_agent_version"),
             # admission (FIFO over CREATED) and the recovery sweep (the RUNNING rows,
             # at most MAX_RUNNING_TASKS, filtered on their lease). No index holds the
             # lease's columns: taking and releasing it stay HOT updates (no index

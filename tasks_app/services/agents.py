@@ -28,6 +28,8 @@ from ..models import AgentProfile, OnExhaustion, Tenant
 from ..selectors import missing_secret_names
 from ..vault.grants import env_granted, not_granted_message
 from ..vault.references import model_env_names, model_secret_names
+from .actors import SYSTEM, Actor
+from .agent_versions import version_record
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 # Names a profile cannot take: its console page would be a route (`/agents/new/`).
@@ -58,7 +60,10 @@ EDITABLE = (
 )
 
 
-def agent_create(*, tenant_id: int, name: str, **fields: Any) -> AgentProfile:
+def agent_create(
+    *, tenant_id: int, name: str, actor: Actor = SYSTEM, **fields: Any
+) -> AgentProfile:
+    """Create a profile; its configuration is version 1, current at once."""
     _refuse_unknown(fields)
     agent = AgentProfile(tenant_id=tenant_id, name=name)
     for key, value in fields.items():
@@ -75,13 +80,18 @@ def agent_create(*, tenant_id: int, name: str, **fields: Any) -> AgentProfile:
     try:
         with transaction.atomic():
             agent.save()
+            version_record(agent=agent, actor=actor)
     except IntegrityError:  # a concurrent create of the same name won
         raise conflict("agent_exists", f"an agent named {name!r} already exists", name=name)
     return agent
 
 
-def agent_update(*, tenant_id: int, name: str, changes: dict[str, Any]) -> AgentProfile:
-    """Change some fields; the merged profile is checked as a whole."""
+def agent_update(
+    *, tenant_id: int, name: str, changes: dict[str, Any], actor: Actor = SYSTEM
+) -> AgentProfile:
+    """Change some fields; the merged profile is checked as a whole. A changed
+    configuration is recorded as the next version, which new tasks get once it
+    is released or promoted (`services.releases`)."""
     changes = dict(changes)
     if "name" in changes and changes.pop("name") != name:
         raise invalid(
@@ -102,6 +112,7 @@ def agent_update(*, tenant_id: int, name: str, changes: dict[str, Any]) -> Agent
         if errors:
             raise invalid("invalid", "The request is not valid.", **errors)
         agent.save()
+        version_record(agent=agent, actor=actor)
     return agent
 
 

@@ -13,6 +13,7 @@ from tools_app.models import DemoOrder, Tool
 from ..models import AgentProfile, Role, Task, Tenant
 from .accounts import tenant_create, user_ensure
 from .actors import SYSTEM
+from .releases import agent_seed
 from .tasks import task_submit
 
 DEMO_PASSWORD = "tether-demo"
@@ -46,8 +47,7 @@ def demo_agent_ensure(tenant: Tenant, name: str = "support", **overrides: Any) -
         "on_exhaustion": "escalate",
         **overrides,
     }
-    agent, _ = AgentProfile.objects.update_or_create(tenant=tenant, name=name, defaults=defaults)
-    return agent
+    return agent_seed(tenant_id=tenant.pk, name=name, defaults=defaults)
 
 
 DEMO_SCRIPTS: list[tuple[str, list[dict[str, Any]]]] = [

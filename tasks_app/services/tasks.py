@@ -15,6 +15,7 @@ from ..machine import NON_TERMINAL, TaskStatus
 from ..models import AgentProfile, Step, StepStatus, Task
 from .actors import Actor
 from .admission import admission_after_commit
+from .agent_versions import version_for_submission
 from .dispatch import schedule_advance_on_commit
 from .events import event_append
 from .transitions import Transitioned, task_transition
@@ -42,7 +43,9 @@ def task_submit(
     """Create a task in CREATED; admission starts it when a slot is free.
 
     With an `idempotency_key`, resubmitting the same body returns the same
-    task; the same key with a different body is a conflict.
+    task; the same key with a different body is a conflict. The task's
+    snapshot is the configuration of the profile version it gets
+    (`agent_versions.version_for_submission`).
     """
     body = {"agent": agent, "goal": goal, "input": input or {}, "script": script}
     request_hash = sha256_hex(canonical_json(body))
@@ -57,7 +60,11 @@ def task_submit(
     if not profile.enabled:
         raise invalid("invalid", "The request is not valid.",
                       agent=[f"agent {agent!r} is disabled"])
-    backend = (profile.model or {}).get("backend", "scripted")
+    # The version this task runs with (a release sends a share to its candidate): a pure
+    # function of the Idempotency-Key when given, else of the task's random trace id.
+    trace_id = secrets.token_hex(16)
+    version = version_for_submission(profile, salt=idempotency_key or trace_id)
+    backend = (version.config.get("model") or {}).get("backend", "scripted")
     if backend == "scripted":
         if script is None:
             raise invalid("invalid", "The request is not valid.",
@@ -76,18 +83,20 @@ def task_submit(
                 tenant_id=tenant_id,
                 requester_id=requester_id,
                 agent=profile,
-                agent_snapshot=profile.snapshot(),
+                agent_snapshot=version.config,
+                agent_version=version.number,
                 goal=goal,
                 input=input or {},
                 script=script,
-                trace_id=secrets.token_hex(16),
+                trace_id=trace_id,
                 idempotency_key=idempotency_key or None,
                 request_hash=request_hash,
             )
             event_append(
                 task_id=task.pk, tenant_id=tenant_id, trace_id=task.trace_id, task_version=0,
                 type="task_created", actor=actor,
-                payload={"agent": agent, "goal": goal[:500], "to": TaskStatus.CREATED},
+                payload={"agent": agent, "agent_version": version.number, "goal": goal[:500],
+                         "to": TaskStatus.CREATED},
             )
             admission_after_commit()
     except IntegrityError:

@@ -16,6 +16,8 @@ import pytest
 from approvals_app.models import Approval, Question, Reconciliation
 from tasks_app.models import AgentProfile, ContextSummary, Event, Role, Task, TenantSecret
 from tasks_app.services.actors import SYSTEM
+from tasks_app.services.agents import agent_update
+from tasks_app.services.releases import release_set
 from tasks_app.services.secrets import secret_create
 from tests.factories import make_user
 from tools_app.models import Tool
@@ -74,6 +76,19 @@ def _secret(method: str = "get", body: Any = None) -> Setup:
     def setup(t: Tenancy, role: str) -> tuple[str, str, Any]:
         secret_create(tenant_id=t.tenant.pk, name="stored", value="v-1", actor=SYSTEM)
         return method, "/api/v1/secrets/stored", body
+
+    return setup
+
+
+def _second_version(released: bool) -> Setup:
+    """`support` with a version 2 (saved, not current), released to half of new tasks or not."""
+
+    def setup(t: Tenancy, role: str) -> tuple[str, str, Any]:
+        agent_update(tenant_id=t.tenant.pk, name="support", changes={"max_steps": 7})
+        if released:
+            release_set(tenant_id=t.tenant.pk, name="support", candidate=2, percent=50)
+            return "post", "/api/v1/agents/support/rollback", {}
+        return "post", "/api/v1/agents/support/promote", {"version": 2}
 
     return setup
 
@@ -155,6 +170,11 @@ MATRIX: dict[str, tuple[set[str], Setup, int]] = {
     "secrets_retrieve": ({ADM}, _secret(), 200),
     "secrets_rotate": ({ADM}, _secret("put", {"value": "v-2"}), 200),
     "secrets_destroy": ({ADM}, _secret("delete"), 204),
+    "agents_versions": ({OP, ADM}, _const("get", "/api/v1/agents/support/versions"), 200),
+    "agents_version": ({OP, ADM}, _const("get", "/api/v1/agents/support/versions/1"), 200),
+    "agents_release_log": ({OP, ADM}, _const("get", "/api/v1/agents/support/releases"), 200),
+    "agents_promote": ({ADM}, _second_version(released=False), 200),
+    "agents_rollback": ({ADM}, _second_version(released=True), 200),
 }
 
 
@@ -168,6 +188,7 @@ def fingerprint() -> tuple[Any, ...]:
         sorted(Reconciliation.objects.values_list("id", "status")),
         sorted(Tool.objects.values_list("id", "description", "enabled")),
         sorted(AgentProfile.objects.values_list("id", "description", "enabled")),
+        sorted(AgentProfile.objects.values_list("id", "current_version", "release_candidate")),
         sorted(ContextSummary.objects.values_list("id", "active")),
         sorted(TenantSecret.objects.values_list("id", "ciphertext")),
     )

@@ -9,7 +9,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from tasks_app.machine import TaskStatus
-from tasks_app.models import AgentProfile, Event, Task
+from tasks_app.models import Event, Task
 from tasks_app.services import admission
 from tasks_app.services.actors import SYSTEM
 from tasks_app.services.admission import PAGE, Candidate, admit_created_tasks
@@ -67,8 +67,8 @@ def test_a_full_tenant_does_not_hold_back_another_tenant(world, limits):
 
 @pytest.mark.django_db(transaction=True)
 def test_the_agent_limit_holds(world):
-    AgentProfile.objects.filter(tenant=world.tenant, name="support").update(
-        max_concurrent_tasks=1)
+    # The profile's row alone is not what tasks get: its current version is.
+    demo_agent_ensure(world.tenant, on_exhaustion="fail", max_concurrent_tasks=1)
     tasks = [submit(world.tenant, SCRIPT) for _ in range(2)]
 
     assert _statuses(tasks) == ["RUNNING", "CREATED"]
