@@ -21,11 +21,11 @@ NEW_VALUE = "sk-live-fedcba9876543210"
 TOOL = {
     "name": "pay",
     "kind": "http",
-    "url": "https://payments.example/charge",
+    "url": "http://127.0.0.1:9/charge",
     "args_schema": {"type": "object"},
     "secret_headers": {"Authorization": "Bearer {secret:payments}"},
 }
-AGENT_MODEL = {"backend": "openai", "name": "m", "base_url": "https://llm.example/v1"}
+AGENT_MODEL = {"backend": "openai", "name": "m", "base_url": "http://127.0.0.1:9/v1"}
 TOOLS = ["lookup_order"]
 
 

@@ -51,7 +51,7 @@ def test_an_admin_stores_rotates_and_deletes_a_secret(world):
     assert _value(world.tenant, "shipping") == "rotated-value"
     assert "rotated-value" not in c.get("/secrets/").content.decode()
 
-    add_tool(world.tenant, "ship", kind="http", url="https://x.example/s",
+    add_tool(world.tenant, "ship", kind="http", url="http://127.0.0.1:9/s",
              secret_headers={"Authorization": "{secret:shipping}"})
     in_use = c.post("/secrets/shipping/delete/")
     assert in_use.status_code == 409 and "tool ship" in in_use.content.decode()
@@ -82,7 +82,7 @@ def test_another_tenants_admin_cannot_touch_a_secret(world):
 def test_an_agent_form_names_its_key_by_secret(world):
     c = client_for(world.users[Role.ADMIN])
     form = {**AGENT_FORM, "backend": "openai", "model_name": "m",
-            "base_url": "https://llm.example/v1", "api_key_secret": "llm"}
+            "base_url": "http://127.0.0.1:9/v1", "api_key_secret": "llm"}
     missing = c.post("/agents/new/", form)
     assert missing.status_code == 400
     assert "no secret named &#x27;llm&#x27; in this tenant" in missing.content.decode()
