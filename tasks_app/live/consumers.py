@@ -14,10 +14,13 @@ whose id it has already sent.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from config.ids import parse_id
 
 from ..models import Membership
 from ..selectors import event_dict, events_after, task_of_tenant
@@ -47,6 +50,21 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         for group in getattr(self, "groups_joined", set()):
             await self.channel_layer.group_discard(group, self.channel_name)
 
+    @classmethod
+    async def decode_json(cls, text_data: str) -> Any:
+        """A frame that is not JSON (or absurdly nested) is a bad message, not a crash."""
+        try:
+            return json.loads(text_data)
+        except (ValueError, RecursionError):
+            return None
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None,
+                      **kwargs: Any) -> None:
+        if text_data is None:  # a binary frame
+            await self.send_json({"type": "error", "code": "bad_message"})
+            return
+        await super().receive(text_data=text_data, **kwargs)
+
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         if not isinstance(content, dict) or content.get("type") != "subscribe":
             await self.send_json({"type": "error", "code": "bad_message"})
@@ -56,10 +74,9 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             self.tenant_wide = True
             await self.send_json({"type": "subscribed", "tenant": True})
             return
-        try:
-            task_id = int(content["task"])
-            after = int(content.get("after") or 0)
-        except (KeyError, TypeError, ValueError):
+        task_id = parse_id(content.get("task"))
+        after = parse_id(content.get("after") or 0)
+        if task_id is None or after is None:
             await self.send_json({"type": "error", "code": "bad_message"})
             return
         if not await _task_visible(self.tenant_id, task_id):  # type: ignore[arg-type]
