@@ -156,7 +156,9 @@ def test_with_its_database_down_the_server_answers_503(world: Any, server_on: An
 
     with httpx.Client(base_url=server.url, timeout=30) as http:
         api = http.get("/api/v1/tasks", headers={"Authorization": f"Token {token}"})
-        page = http.get("/tasks/", cookies={django_settings.SESSION_COOKIE_NAME: cookie})
+    with httpx.Client(base_url=server.url, timeout=30,
+                      cookies={django_settings.SESSION_COOKIE_NAME: cookie}) as browser:
+        page = browser.get("/tasks/")
 
     assert api.status_code == 503, api.text
     assert api.headers["Content-Type"].startswith("application/json")
