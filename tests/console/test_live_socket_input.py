@@ -4,18 +4,19 @@ Each is answered `bad_message`, and the same socket goes on working."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
-from django.db import connections
-from django.test import Client
 
 from config.asgi import application
 from tasks_app.models import Role
+from tests.console.test_live_socket import (  # noqa: F401 - an autouse fixture
+    _close_thread_connections,
+    _session_cookie,
+)
 from tests.factories import submit
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
@@ -32,18 +33,6 @@ BAD_FRAMES = [
     '{"type": "subscribe", "task": 1, "after": "x²"}',
     "[" * 100_000 + "]" * 100_000,
 ]
-
-
-@pytest.fixture(autouse=True)
-def _close_thread_connections():  # type: ignore[no-untyped-def]
-    yield
-    asyncio.run(sync_to_async(connections.close_all)())
-
-
-def _session_cookie(user: Any) -> str:
-    c = Client()
-    c.force_login(user)
-    return c.cookies[settings.SESSION_COOKIE_NAME].value
 
 
 async def test_bad_frames_are_bad_messages_and_the_socket_lives_on(world: Any) -> None:

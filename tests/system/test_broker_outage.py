@@ -26,7 +26,7 @@ from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Role, Step, Task
 from tasks_app.services.accounts import api_key_create
 from tests.helpers import wait_for
-from tests.processes import CeleryWorkers, celery_app_on, database_url, free_port, port_open
+from tests.processes import CeleryWorkers, free_port, port_open
 from tools_app.models import ToolExecution
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
@@ -45,10 +45,6 @@ class OwnRedis:
         self.port = port
         self.log_path = log_path
         self.popen: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
         binary = shutil.which("redis-server")
@@ -74,36 +70,18 @@ class OwnRedis:
                  message="the broker's port to close")
 
 
+OWN_PORT = free_port()
+
+
 @pytest.fixture
 def own_redis(tmp_path: Path) -> Iterator[OwnRedis]:
-    redis = OwnRedis(free_port(), tmp_path / "redis.log")
+    """Up when the `celery_workers` fixture (requested after it) purges it."""
+    redis = OwnRedis(OWN_PORT, tmp_path / "redis.log")
+    redis.start()
     try:
         yield redis
     finally:
         redis.stop()
-
-
-@pytest.fixture
-def workers_on(own_redis: OwnRedis, settings: Any, tmp_path: Path) -> Iterator[CeleryWorkers]:
-    """This process submits through Celery to `own_redis`; workers are started by the test."""
-    from django.db import connection
-
-    settings.TETHER_RUNNER = "celery"
-    settings.CELERY_BROKER_URL = own_redis.url
-    with celery_app_on(own_redis.url) as app:
-        workers = CeleryWorkers(
-            broker_url=own_redis.url,
-            database_url=database_url(connection.settings_dict),
-            channel_layer_url=settings.CHANNEL_LAYER_URL,
-            queue=settings.CELERY_TASK_DEFAULT_QUEUE,
-            log_dir=tmp_path,
-            app=app,
-        )
-        try:
-            yield workers
-        finally:
-            workers.stop_all()
-            print(workers.logs())
 
 
 class SilentBroker:
@@ -120,10 +98,12 @@ class SilentBroker:
             self.sock.close()
 
 
+@pytest.mark.parametrize("celery_workers", [f"redis://127.0.0.1:{OWN_PORT}/0"], indirect=True)
 @pytest.mark.parametrize("outage", ["down", "silent"])
 def test_a_task_submitted_while_the_broker_is_out_is_201_and_runs_once_it_is_back(
-    world: Any, own_redis: OwnRedis, workers_on: CeleryWorkers, caplog: Any, outage: str
+    world: Any, own_redis: OwnRedis, celery_workers: CeleryWorkers, caplog: Any, outage: str
 ) -> None:
+    own_redis.stop()
     silent = SilentBroker(own_redis.port) if outage == "silent" else None
     client = APIClient()
     key = api_key_create(user=world.users[Role.REQUESTER])
@@ -145,7 +125,7 @@ def test_a_task_submitted_while_the_broker_is_out_is_201_and_runs_once_it_is_bac
     assert not Step.objects.filter(task_id=task_id).exists()
 
     own_redis.start()
-    workers_on.start(beat=True)  # its beat runs the recovery sweep every second
+    celery_workers.start(beat=True)  # its beat runs the recovery sweep every second
     task = wait_for(
         lambda: (t := Task.objects.get(pk=task_id)).status == TaskStatus.SUCCEEDED and t,
         timeout=90, message="the task to succeed once the broker is back",
