@@ -13,7 +13,6 @@ Invariants:
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Iterable, Mapping
 from functools import cached_property
 from typing import Any, ClassVar
@@ -30,10 +29,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from .api_access import Access, HasRole, TokenRateThrottle, access_of
+from .ids import ID_PATTERN, MAX_ID, parse_id
 
 MAX_JSON_DEPTH = 64
-MAX_ID = 2**63 - 1
-_DIGITS = re.compile(r"[0-9]{1,18}")
 
 
 def unstorable(data: Any) -> str | None:
@@ -80,7 +78,7 @@ class StrictJSONParser(JSONParser):
 class IdConverter:
     """A database id in a path: 1 to 18 digits (anything else is a 404)."""
 
-    regex = "[0-9]{1,18}"
+    regex = ID_PATTERN
 
     def to_python(self, value: str) -> int:
         return int(value)
@@ -114,9 +112,10 @@ class NewestFirstCursor(CursorPagination):
         raw = request.query_params.get(self.page_size_query_param)
         if raw is None:
             return self.page_size
-        if not _DIGITS.fullmatch(raw) or not 1 <= int(raw) <= self.max_page_size:
+        size = parse_id(raw)
+        if size is None or not 1 <= size <= self.max_page_size:
             raise ValidationError({"limit": [f"an integer from 1 to {self.max_page_size}"]})
-        return int(raw)
+        return size
 
     def decode_cursor(self, request: Any) -> Any:
         try:
@@ -126,7 +125,7 @@ class NewestFirstCursor(CursorPagination):
         if (
             cursor is not None
             and cursor.position is not None
-            and not _DIGITS.fullmatch(str(cursor.position))
+            and parse_id(cursor.position) is None
         ):
             raise ValidationError({"cursor": ["not a cursor this API handed out"]})
         return cursor

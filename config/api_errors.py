@@ -3,8 +3,10 @@
 
 Kinds map to statuses (`config.errors.HTTP_STATUS`); fsm's TransitionNotAllowed
 and database integrity races are 409s; a body over the configured size is a
-413. The same shape is documented in the OpenAPI schema (`ErrorSerializer`,
-`error_responses`) and used by the catch-all 404 of `/api/v1/`.
+413; a database that cannot serve now is a 503 with `Retry-After`. The same
+shape is documented in the OpenAPI schema (`ErrorSerializer`,
+`error_responses`), used by the catch-all 404 of `/api/v1/` and by the
+server-wide error handlers (`config.error_pages`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler, set_rollback
 
-from .errors import HTTP_STATUS, DomainError
+from .errors import HTTP_STATUS, RETRY_AFTER_S, DomainError, ErrorKind, database_unavailable
 
 log = logging.getLogger(__name__)
 
@@ -39,13 +41,26 @@ def too_large_body() -> dict[str, Any]:
     )
 
 
+def domain_error_response(exc: DomainError) -> Response:
+    response = Response(
+        error_body(exc.code, exc.message, exc.details), status=HTTP_STATUS[exc.kind]
+    )
+    if exc.kind == ErrorKind.UNAVAILABLE:
+        response["Retry-After"] = str(exc.details.get("retry_after_s", RETRY_AFTER_S))
+    return response
+
+
 def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    """Map every error to the one error shape; unknown exceptions stay 500s (bugs)."""
+    """Map every error to the one error shape. Unknown exceptions (bugs) are
+    left to Django, whose `handler500` (`config.error_pages`) answers them
+    in the same shape and logs them with their traceback."""
+    busy = database_unavailable(exc)
+    if busy is not None:
+        log.warning("database unavailable, answering 503: %r", exc, exc_info=exc)
+        exc = busy
     if isinstance(exc, DomainError):
         set_rollback()
-        return Response(
-            error_body(exc.code, exc.message, exc.details), status=HTTP_STATUS[exc.kind]
-        )
+        return domain_error_response(exc)
     if isinstance(exc, TransitionNotAllowed):
         set_rollback()
         return Response(error_body("illegal_transition", str(exc)), status=status.HTTP_409_CONFLICT)
@@ -122,8 +137,9 @@ _ERROR_TEXT = {
     413: "The request body is over the configured limit.",
     415: "Unsupported media type (send JSON).",
     429: "Throttled: too many requests for this token.",
+    503: "The database is busy or unreachable: retry after `Retry-After` seconds.",
 }
-COMMON_ERRORS = (400, 401, 403, 404, 405, 406, 413, 415, 429)
+COMMON_ERRORS = (400, 401, 403, 404, 405, 406, 413, 415, 429, 503)
 
 
 def error_responses(*extra: int) -> dict[int, OpenApiResponse]:

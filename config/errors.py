@@ -4,11 +4,18 @@ Every refusal the services make is a `DomainError` with a machine-readable
 `code`, a `kind` that decides the HTTP status, and a `retryable` flag. The API
 renders all errors as ``{"error": {"code", "message", "details"}}``; console
 views render the same errors as messages.
+
+A database that cannot serve a request right now (the connection pool is
+exhausted, PostgreSQL refuses more connections, a connection dropped, a
+statement was cancelled or deadlocked) is not a bug of the request: it is
+an UNAVAILABLE error (503 with `Retry-After`), see `database_unavailable`.
 """
 from __future__ import annotations
 
 from enum import StrEnum
 from typing import Any
+
+from django.db import InterfaceError, OperationalError
 
 
 class ErrorKind(StrEnum):
@@ -65,3 +72,24 @@ def forbidden(code: str, message: str) -> DomainError:
 
 def invalid(code: str, message: str, **details: Any) -> DomainError:
     return DomainError(code, message, kind=ErrorKind.INVALID, details=details)
+
+
+# What a client is told to wait (the `Retry-After` header of every 503).
+RETRY_AFTER_S = 2
+
+
+def unavailable(code: str, message: str, **details: Any) -> DomainError:
+    return DomainError(code, message, kind=ErrorKind.UNAVAILABLE, retryable=True,
+                       details={"retry_after_s": RETRY_AFTER_S, **details})
+
+
+def database_unavailable(exc: BaseException) -> DomainError | None:
+    """`exc` as an UNAVAILABLE error when it says the database cannot serve now,
+    else None. Django wraps the pool's `PoolTimeout` and every psycopg
+    `OperationalError` (too many connections, the server shutting down or
+    starting up, a lost connection, a cancelled statement, a deadlock) in its
+    `OperationalError`; a connection already closed is an `InterfaceError`."""
+    if isinstance(exc, OperationalError | InterfaceError):
+        return unavailable("database_unavailable",
+                           "The database is busy or unreachable; retry shortly.")
+    return None

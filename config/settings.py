@@ -87,7 +87,22 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "init_command": "PRAGMA journal_mode=WAL;",
     }
 else:
-    DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DB_CONN_MAX_AGE", default=60))
+    # Each process holds at most DB_POOL_MAX_SIZE connections: Django's native
+    # psycopg pool, shared by the process's threads. A request (or a runner
+    # slice) borrows one and gives it back when Django "closes" it; one that
+    # waits over DB_POOL_TIMEOUT_S is answered 503 (config/error_pages.py).
+    # DB_POOL_MAX_SIZE=0 turns the pool off: a connection per thread, kept
+    # DB_CONN_MAX_AGE seconds (unbounded under load; behind PgBouncer only).
+    DB_POOL_MAX_SIZE = env.int("DB_POOL_MAX_SIZE", default=10)
+    if DB_POOL_MAX_SIZE > 0:
+        DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps them, not the threads
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+            "min_size": min(env.int("DB_POOL_MIN_SIZE", default=1), DB_POOL_MAX_SIZE),
+            "max_size": DB_POOL_MAX_SIZE,
+            "timeout": env.float("DB_POOL_TIMEOUT_S", default=10.0),
+        }
+    else:
+        DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DB_CONN_MAX_AGE", default=60))
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
     # Django turns psycopg's prepared statements off (for transaction-mode poolers).
     # Its own cursors bind on the client and never prepare anyway; this lets the
@@ -115,6 +130,21 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_DB_REUSE_MAX = env.int("CELERY_DB_REUSE_MAX", default=1000)
 CELERY_TASK_DEFAULT_QUEUE = env.str("CELERY_QUEUE", default="tether")
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A publish with the broker down must not hold a request: connecting, each
+# socket operation and the publish's own retries are bounded (worst case a few
+# times TETHER_BROKER_TIMEOUT_S). A failed enqueue is logged and recovered by
+# the recovery sweep (tasks_app/services/dispatch.py).
+TETHER_BROKER_TIMEOUT_S = env.float("TETHER_BROKER_TIMEOUT_S", default=2.0)
+CELERY_BROKER_CONNECTION_TIMEOUT = TETHER_BROKER_TIMEOUT_S
+CELERY_TASK_PUBLISH_RETRY_POLICY = {
+    "max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5,
+}
+# Redis' socket timeouts (a broker that accepts and never answers); the AMQP
+# transport ignores them and bounds connecting by the connection timeout.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "socket_connect_timeout": TETHER_BROKER_TIMEOUT_S,
+    "socket_timeout": TETHER_BROKER_TIMEOUT_S,
+}
 CELERY_BEAT_SCHEDULE = {
     "tether-recovery-sweep": {
         "task": "tasks_app.tasks.recovery_sweep",

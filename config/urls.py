@@ -10,3 +10,8 @@ urlpatterns = [
     path("metrics", metrics, name="metrics"),
     path("", include("config.console_urls")),
 ]
+
+handler400 = "config.error_pages.bad_request"
+handler403 = "config.error_pages.permission_denied"
+handler404 = "config.error_pages.page_not_found"
+handler500 = "config.error_pages.server_error"

@@ -10,6 +10,10 @@ their parameters travel and the plan is reused.
 Django sets psycopg's `prepare_threshold` to None (no preparing at all, for
 connection poolers); the settings give it back unless
 `DB_PREPARED_STATEMENTS=false`, and then `prepare=True` below is honoured.
+With the connection pool (`DB_POOL_MAX_SIZE`), a statement is prepared once
+per pooled connection and stays prepared for every borrower after it: the
+pool hands back the same psycopg connection, with its cache of prepared
+statements, rather than a new one.
 """
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tasks_app.context.refs import parse_cite
 from tasks_app.machine import TaskStatus
 from tasks_app.models import ContextSummary, Step, Task
 from tools_app.models import Tool, ToolExecution
@@ -16,6 +17,7 @@ from tools_app.models import Tool, ToolExecution
 from ..models import Approval, Question, Reconciliation
 
 SECTION_LIMIT = 50
+CITES_SHOWN = 20
 
 
 @dataclass(frozen=True)
@@ -49,36 +51,27 @@ class Card:
 
 def _evidence(task: Task, cites: list[str]) -> list[dict[str, Any]]:
     """What each cited context id pointed at, so the reviewer can check the reason."""
-    step_nos = [
-        int(c.split(":", 1)[1])
-        for c in cites
-        if c.startswith("step:") and c.split(":", 1)[1].isdigit()
-    ]
+    shown = [(ref, parse_cite(ref)) for ref in cites[:CITES_SHOWN]]
+    step_nos = [c.number for _, c in shown if c.kind == "step" and c.number is not None]
     steps = {s.step_no: s for s in Step.objects.filter(task_id=task.pk, step_no__in=step_nos)}
     out: list[dict[str, Any]] = []
-    for ref in cites[:20]:
-        kind, _, ident = ref.partition(":")
+    for ref, cite in shown:
         item: dict[str, Any] = {"ref": ref, "label": ref, "value": None, "missing": False}
-        if kind == "step" and ident.isdigit() and int(ident) in steps:
-            s = steps[int(ident)]
+        if cite.kind == "step" and cite.number in steps:
+            s = steps[cite.number]
             item["label"] = f"Step {s.step_no}" + (f" · {s.tool}" if s.tool else "")
             item["value"] = s.output if s.output is not None else s.error
-        elif kind == "goal":
+        elif cite.kind == "goal":
             item["label"], item["value"] = "Goal", task.goal
-        elif kind == "input":
+        elif cite.kind == "input":
             item["label"], item["value"] = "Input", task.input
-        elif kind == "answer" and ident.isdigit():
-            q = Question.objects.filter(task_id=task.pk, pk=int(ident)).first()
+        elif cite.kind == "answer" and cite.number is not None:
+            q = Question.objects.filter(task_id=task.pk, pk=cite.number).first()
             item["label"] = "Answer"
             item["value"] = {"question": q.question, "answer": q.answer} if q else None
-        elif kind == "summary":
-            version = ident.lstrip("v")
-            summary = (
-                ContextSummary.objects.filter(task_id=task.pk, version=int(version)).first()
-                if version.isdigit()
-                else None
-            )
-            item["label"] = f"Summary {ident}"
+        elif cite.kind == "summary" and cite.number is not None:
+            summary = ContextSummary.objects.filter(task_id=task.pk, version=cite.number).first()
+            item["label"] = f"Summary v{cite.number}"
             item["value"] = summary.text if summary else None
         item["missing"] = item["value"] is None
         out.append(item)

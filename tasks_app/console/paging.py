@@ -12,6 +12,8 @@ from typing import Any
 
 from django.db.models import QuerySet
 
+from config.ids import parse_id
+
 
 @dataclass(frozen=True)
 class KeysetPage:
@@ -22,11 +24,8 @@ class KeysetPage:
 
 def cursor(value: str | None) -> int | None:
     """A cursor from a query string: a positive id, else none (never an error)."""
-    try:
-        number = int(value or "")
-    except ValueError:
-        return None
-    return number if number > 0 else None
+    number = parse_id(value)
+    return number if number else None
 
 
 def keyset_page(qs: QuerySet[Any], *, before: int | None, after: int | None,

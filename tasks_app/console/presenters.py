@@ -11,6 +11,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from ..context.refs import parse_cite
 from ..machine import TaskStatus
 
 S = TaskStatus
@@ -278,22 +279,22 @@ def cite_chips(
     chips = []
     for raw in cites[:CITES_SHOWN]:
         ref = _short(str(raw), CITE_CHARS)
-        kind, _, ident = ref.partition(":")
-        number = ident.lstrip("v")
-        if ref == "goal":
+        cite = parse_cite(str(raw))
+        n = cite.number
+        if cite.kind == "goal":
             chips.append(CiteChip(ref, "Goal", "the task's goal"))
-        elif ref == "input":
+        elif cite.kind == "input":
             chips.append(CiteChip(ref, "Input", "the task's input"))
-        elif kind == "step" and ident.isdigit():
-            href = f"#step-{int(ident)}" if int(ident) in step_nos else ""
-            chips.append(CiteChip(ref, f"Step {int(ident)}", f"the result of step {ident}", href))
-        elif kind == "summary" and number.isdigit():
-            href = f"#summary-v{int(number)}" if int(number) in summary_versions else ""
-            chips.append(CiteChip(ref, f"Summary v{int(number)}", "a context summary", href))
-        elif kind == "answer" and ident.isdigit():
-            chips.append(CiteChip(ref, f"Answer #{ident}", "a person's answer to a question"))
-        elif kind == "approval" and ident.isdigit():
-            chips.append(CiteChip(ref, f"Approval #{ident}", "a reviewer's decision"))
+        elif cite.kind == "step":
+            href = f"#step-{n}" if n in step_nos else ""
+            chips.append(CiteChip(ref, f"Step {n}", f"the result of step {n}", href))
+        elif cite.kind == "summary":
+            href = f"#summary-v{n}" if n in summary_versions else ""
+            chips.append(CiteChip(ref, f"Summary v{n}", "a context summary", href))
+        elif cite.kind == "answer":
+            chips.append(CiteChip(ref, f"Answer #{n}", "a person's answer to a question"))
+        elif cite.kind == "approval":
+            chips.append(CiteChip(ref, f"Approval #{n}", "a reviewer's decision"))
         else:
             chips.append(CiteChip(ref, ref, "an id the model cited"))
     return tuple(chips)

@@ -13,6 +13,7 @@ from django.db.models import Count, Q, QuerySet
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
+from config.ids import parse_id
 from tools_app.models import ToolExecution
 
 from ..context.summaries import summary_list
@@ -62,9 +63,9 @@ def filtered_tasks(
     q = q.strip()
     if q:
         cond = Q(goal__icontains=q)
-        bare = q.lstrip("#")
-        if bare.isdigit() and len(bare) < 18:
-            cond |= Q(pk=int(bare))
+        task_id = parse_id(q.lstrip("#"))
+        if task_id is not None:
+            cond |= Q(pk=task_id)
         if len(q) >= 4 and all(c in "0123456789abcdefABCDEF" for c in q):
             cond |= Q(trace_id__startswith=q.lower())
         qs = qs.filter(cond)

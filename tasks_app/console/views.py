@@ -236,14 +236,8 @@ def task_live(request: HttpRequest, task_id: int) -> HttpResponse:
     """Timeline rows after `after` plus the panels, for the page's live refresh."""
     cu = _cu(request)
     task = _task_or_404(cu, task_id)
-    try:
-        after = max(0, int(request.GET.get("after", "0")))
-    except ValueError:
-        after = 0
-    try:  # the oldest timeline row the page shows (0: it shows them all)
-        first = max(0, int(request.GET.get("first", "0")))
-    except ValueError:
-        first = 0
+    after = cursor(request.GET.get("after")) or 0
+    first = cursor(request.GET.get("first")) or 0  # the oldest row the page shows (0: all)
     events, more = sel.events_page(task.pk, after=after)
     steps, steps_total = sel.step_views(task.pk)
     return render(
@@ -265,11 +259,7 @@ def task_live(request: HttpRequest, task_id: int) -> HttpResponse:
 def task_events_before(request: HttpRequest, task_id: int) -> HttpResponse:
     cu = _cu(request)
     task = _task_or_404(cu, task_id)
-    try:
-        before = int(request.GET.get("before", "0"))
-    except ValueError:
-        before = 0
-    events, earlier = sel.events_page(task.pk, before=before or None)
+    events, earlier = sel.events_page(task.pk, before=cursor(request.GET.get("before")))
     return render(
         request, "tasks/_earlier.html", {"task": task, "events": events, "has_earlier": earlier}
     )

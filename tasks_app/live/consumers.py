@@ -21,12 +21,15 @@ re-check every `LIVE_RECHECK_S` seconds, which catches changes made elsewhere
 from __future__ import annotations
 
 import asyncio
+import json
 from contextlib import suppress
 from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
+
+from config.ids import parse_id
 
 from ..models import Membership
 from ..selectors import event_dict, events_after, task_of_tenant
@@ -86,6 +89,21 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             if await _tenant_of(self.user_id) != self.tenant_id:
                 await self._revoke()
 
+    @classmethod
+    async def decode_json(cls, text_data: str) -> Any:
+        """A frame that is not JSON (or absurdly nested) is a bad message, not a crash."""
+        try:
+            return json.loads(text_data)
+        except (ValueError, RecursionError):
+            return None
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None,
+                      **kwargs: Any) -> None:
+        if text_data is None:  # a binary frame
+            await self.send_json({"type": "error", "code": "bad_message"})
+            return
+        await super().receive(text_data=text_data, **kwargs)
+
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         if self.revoked:
             return
@@ -97,10 +115,9 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             self.tenant_wide = True
             await self.send_json({"type": "subscribed", "tenant": True})
             return
-        try:
-            task_id = int(content["task"])
-            after = int(content.get("after") or 0)
-        except (KeyError, TypeError, ValueError):
+        task_id = parse_id(content.get("task"))
+        after = parse_id(content.get("after") or 0)
+        if task_id is None or after is None:
             await self.send_json({"type": "error", "code": "bad_message"})
             return
         if not await _task_visible(self.tenant_id, task_id):  # type: ignore[arg-type]

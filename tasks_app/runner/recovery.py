@@ -3,7 +3,8 @@ the embedded runner's own timer).
 
 - CREATED tasks are admitted while slots are free;
 - RUNNING tasks whose lease expired (their worker died) are re-enqueued, and
-  so are RUNNING tasks nobody holds whose next run is due (a lost message);
+  so are RUNNING tasks nobody holds whose next run is due (a lost message, or
+  one never sent: an enqueue that failed while the broker was down);
 - pending approvals past their SLA expire;
 - tasks waiting for an answer or an approval past their deadline fail
   (`deadline_exceeded`): the deadline holds while nobody runs them. Tasks
@@ -62,11 +63,14 @@ def recovery_sweep(*, batch: int = 500) -> SweepReport:
         .order_by("id")
         .values_list("id", flat=True)[:batch]
     )
+    requeued = 0
     for task_id in orphans:
-        schedule_advance(task_id)
-    count_recoveries(len(orphans))
+        if not schedule_advance(task_id):
+            break  # the broker is down: the next sweep tries again
+        requeued += 1
+    count_recoveries(requeued)
     expired = approvals_expire()
-    return SweepReport(admitted=len(admitted), requeued=len(orphans), approvals_expired=expired,
+    return SweepReport(admitted=len(admitted), requeued=requeued, approvals_expired=expired,
                        deadlines_failed=fail_waiting_past_deadline(batch=batch))
 
 

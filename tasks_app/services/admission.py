@@ -41,7 +41,9 @@ def admission_after_commit() -> None:
         entry[1] is admit_created_tasks for entry in connection.run_on_commit
     ):
         return
-    transaction.on_commit(admit_created_tasks)
+    # robust: the submission or the end is committed whatever admission meets
+    # (a busy database); the recovery sweep admits what is left CREATED.
+    transaction.on_commit(admit_created_tasks, robust=True)
 
 
 # Candidates are read in keyset pages, each leaving out the tenants that are

@@ -1,6 +1,10 @@
-"""Pooled tool threads keep their database connection between calls; Django's
+"""Pooled tool threads reuse database connections between calls. Without the
+connection pool (`DB_POOL_MAX_SIZE=0`) a thread keeps its own, and Django's
 health check (`SELECT 1` before a call's first query) is skipped for a
-connection that served a call moments ago, and made after an idle while."""
+connection that served a call moments ago, and made after an idle while. With
+the pool (the default on PostgreSQL) a thread gives its connection back
+between calls, so an idle thread holds none, and the next call borrows a
+pooled one: no call opens a connection of its own."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from typing import Any
 
 import pytest
 import structlog
+from django.conf import settings
 from django.db import connection
 
 from config.logs import log_scope
@@ -24,7 +29,13 @@ def _call() -> dict[str, Any]:
     return seen
 
 
+# Read from the settings: asking the connection for its pool before the test
+# database exists would build a pool on the wrong database.
+POOLED = bool(settings.DATABASES["default"].get("OPTIONS", {}).get("pool"))
+
+
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(POOLED, reason="without the connection pool only (DB_POOL_MAX_SIZE=0)")
 def test_a_connection_used_moments_ago_is_not_tested_again_and_an_idle_one_is():
     pool = ToolThreads()
     try:
@@ -60,3 +71,21 @@ def test_a_tool_runs_in_its_callers_context_and_its_thread_keeps_none_of_it():
         assert pool.run(tool, timeout_s=5)[1] == {}  # the same pooled thread, next call
     finally:
         pool.shutdown()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(not POOLED, reason="with the connection pool only")
+def test_with_the_pool_an_idle_thread_holds_no_connection_and_calls_open_none():
+    db_pool = connection.pool
+    threads = ToolThreads()
+    try:
+        finished, first, error = threads.run(_call, timeout_s=10)
+        assert finished and error is None
+        opened = db_pool.get_stats()["connections_num"]
+        for _ in range(3):
+            finished, later, error = threads.run(_call, timeout_s=10)
+            assert finished and error is None and later["thread"] is first["thread"]
+            assert not later["connected"]  # given back to the pool after the last call
+        assert db_pool.get_stats()["connections_num"] == opened  # none opened since
+    finally:
+        threads.shutdown()

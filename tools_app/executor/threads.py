@@ -5,7 +5,10 @@ blocks (a thread cannot be killed: a call that outlives its timeout keeps its
 thread until it returns, and its result is ignored). Starting a thread per
 call also opened a fresh database connection per call for tools that use the
 ORM, which cost more than most tools; these threads are kept and keep their
-connection (subject to CONN_MAX_AGE) between calls. A thread idle for
+connection (subject to CONN_MAX_AGE) between calls. With the connection pool
+(`DB_POOL_MAX_SIZE`, CONN_MAX_AGE 0) a thread gives its connection back to the
+pool between calls instead, so an idle thread holds none, and the next call
+borrows a pooled one (checked by the pool, not opened anew). A thread idle for
 `IDLE_S` closes its connection and ends. There is no upper bound on threads:
 a hung tool occupies one, and the next call gets another rather than waiting
 behind it.
