@@ -44,7 +44,7 @@ from tools_app.executor import (
     execute_through_ledger,
     ledger,
 )
-from tools_app.executor.jsonsafe import has_nul, storable
+from tools_app.executor.jsonsafe import has_unstorable, storable, storable_text
 from tools_app.executor.types import ToolSpec
 from tools_app.registry import tool_specs
 from tools_app.schemas import schema_errors
@@ -294,12 +294,13 @@ def _record_decision(
     bind_log(step_no=step_no, step_kind=decision.kind)
     model_log = storable(model_log)
     if decision.kind == "invalid":
-        decision = replace(decision, raw=_no_nul(decision.raw), tool=_no_nul(decision.tool),
-                           error=_no_nul(decision.error))
-    elif has_nul(decision.as_dict()):
+        decision = replace(decision, raw=storable_text(decision.raw),
+                           tool=storable_text(decision.tool), error=storable_text(decision.error))
+    elif has_unstorable(decision.as_dict()):
         # jsonb cannot store it; the model is told, as for any malformed output
-        decision = Decision(kind="invalid", raw=canonical_json(decision.as_dict())[:2000],
-                            error="the decision contains NUL characters")
+        decision = Decision(
+            kind="invalid", raw=storable_text(canonical_json(decision.as_dict())[:2000]),
+            error="the decision contains NUL characters or lone surrogates")
 
     if decision.kind == "invalid":
         return _invalid(snap, decision, model_log, counters, actor,
@@ -380,10 +381,6 @@ def _record_decision(
     if committed is None:
         raise _Stale()
     return _Decided(spent.applied_to(snap), committed.step, spec, committed.claim)
-
-
-def _no_nul(text: str) -> str:
-    return text.replace("\x00", "")
 
 
 def _invalid(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],

@@ -34,7 +34,7 @@ from tests.api.conftest import client_for
 from tests.fakes.runtime import add_agent, add_tool
 from tests.helpers import drive
 from tools_app.executor.errors import ToolBusinessError
-from tools_app.executor.jsonsafe import has_nul
+from tools_app.executor.jsonsafe import has_unstorable
 from tools_app.executor.types import ToolContext
 
 pytestmark = pytest.mark.django_db
@@ -173,7 +173,7 @@ def test_no_page_or_answer_fails_whatever_a_task_holds(
     users = untrusted.users
     before = Task.objects.count()
     response = client_for(users[Role.REQUESTER]).post("/api/v1/tasks", body, format="json")
-    if has_nul(body):
+    if has_unstorable(body):
         # what PostgreSQL cannot store is refused at the door, and nothing is written
         assert response.status_code == 400, response.content
         assert set(response.json()["error"]) == {"code", "message", "details"}

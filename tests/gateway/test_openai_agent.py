@@ -255,3 +255,23 @@ def test_a_task_runs_with_the_prompt_and_sampling_it_was_submitted_with(world, o
     assert second.body["messages"][0]["content"].endswith("Prompt two.")
     assert second.body["temperature"] == 0.7
     assert Task.objects.get(pk=before.pk).agent_snapshot["model"]["system_prompt"] == "Prompt one."
+
+
+def test_a_model_that_emits_lone_surrogates_is_told_and_the_task_goes_on(world, openai_server):
+    """`"\\ud800"` is valid JSON but not storable text: the decision is recorded as
+    invalid (cleaned), the model hears why, and the next decision runs."""
+    openai_agent(world.tenant, openai_server)
+    openai_server.push(
+        reply("Looking \ud800 up.", tool_calls=[("lookup_order", {"order_id": "A-1\udfff"})]),
+        reply('{"answer": "done"}'),
+    )
+    task = drive(submit(world.tenant, None, agent="llm", goal="Where is order A-1?").pk)
+
+    assert task.status == TaskStatus.SUCCEEDED and task.result == {"answer": "done"}
+    invalid, final = list(Step.objects.filter(task=task).order_by("step_no"))
+    assert invalid.kind == "invalid" and invalid.status == "FAILED"
+    assert "lone surrogates" in invalid.error["message"]
+    assert "\ufffd" in invalid.decision["raw"] and "\ud800" not in invalid.decision["raw"]
+    assert final.kind == "final"
+    told = json.dumps(_messages(openai_server.requests[1]))
+    assert "lone surrogates" in told

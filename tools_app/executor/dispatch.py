@@ -23,7 +23,7 @@ from tasks_app.vault.values import Resolved, Unresolved
 
 from ..schemas import SchemaRefused, schema_errors
 from . import http_kind, python_kind
-from .jsonsafe import has_nul, storable
+from .jsonsafe import has_unstorable, storable
 from .types import OutcomeKind, StatusAnswer, ToolCall, ToolOutcome
 
 
@@ -80,9 +80,10 @@ def check_result(schema: dict[str, Any], result: Any) -> dict[str, Any] | None:
         encoded = json.dumps(result, allow_nan=False)
     except (TypeError, ValueError) as exc:
         return {"type": "invalid_result", "message": f"the tool result is not JSON: {exc}"}
-    if "\\u0000" in encoded and has_nul(result):
+    if ("\\u0000" in encoded or "\\ud" in encoded) and has_unstorable(result):
         # valid JSON, but jsonb cannot store it: refuse it here rather than fail the commit
-        return {"type": "invalid_result", "message": "the tool result contains NUL characters"}
+        return {"type": "invalid_result",
+                "message": "the tool result contains NUL characters or lone surrogates"}
     limit = settings.TETHER["MAX_TOOL_RESULT_BYTES"]
     if len(encoded.encode()) > limit:
         return {"type": "result_too_large", "message": f"the tool result exceeds {limit} bytes",
