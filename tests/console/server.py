@@ -14,7 +14,8 @@ import os
 import signal
 import subprocess
 import sys
-from contextlib import suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from urllib.request import urlopen
 
@@ -83,3 +84,37 @@ class DaphneServer:
             return self.log_path.read_text(errors="replace")[-chars:]
         except FileNotFoundError:
             return ""
+
+
+@contextmanager
+def daphne_servers(
+    log_dir: Path, base_env: dict[str, str]
+) -> Iterator[Callable[..., DaphneServer]]:
+    """`start(**env)` serves the application with daphne on a free port: this
+    process's environment (less pytest's), `base_env`, then `env`, the manual
+    runner and no broker. Every server started is stopped on exit, its log
+    tail printed (pytest shows it when the test fails)."""
+    from tests.processes import free_port
+
+    servers: list[DaphneServer] = []
+
+    def start(**env: str) -> DaphneServer:
+        child_env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+        child_env.update({
+            "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1",
+            "DJANGO_SETTINGS_MODULE": "tests.settings", "TETHER_RUNNER": "manual",
+            "CELERY_BROKER_URL": "", "ALLOWED_HOSTS": "127.0.0.1,localhost",
+            **base_env, **env,
+        })
+        server = DaphneServer(port=free_port(), env=child_env,
+                              log_path=log_dir / f"daphne-{len(servers)}.log")
+        servers.append(server)
+        server.start()
+        return server
+
+    try:
+        yield start
+    finally:
+        for server in servers:
+            server.stop()
+            print(server.log_tail())

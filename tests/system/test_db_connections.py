@@ -13,7 +13,6 @@ page.
 
 from __future__ import annotations
 
-import os
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -29,7 +28,7 @@ from django.test import Client
 
 from tasks_app.models import Role, Task
 from tasks_app.services.accounts import api_key_create
-from tests.console.server import ROOT, DaphneServer
+from tests.console.server import DaphneServer, daphne_servers
 from tests.processes import database_url, free_port
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -74,35 +73,10 @@ class ConnectionSampler:
 @pytest.fixture
 def server_on(tmp_path: Path) -> Iterator[Callable[..., DaphneServer]]:
     """`server_on(db_url, **env)`: daphne serving `db_url` with the given settings."""
-    servers: list[DaphneServer] = []
-
-    def start(db_url: str, **extra: str) -> DaphneServer:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-        env.update({
-            "PYTHONPATH": str(ROOT),
-            "PYTHONUNBUFFERED": "1",
-            "DJANGO_SETTINGS_MODULE": "tests.settings",
-            "DATABASE_URL": db_url,
-            "CHANNEL_LAYER_URL": django_settings.CHANNEL_LAYER_URL,
-            "TETHER_RUNNER": "manual",
-            "CELERY_BROKER_URL": "",
-            "SECRET_KEY": django_settings.SECRET_KEY,
-            "ALLOWED_HOSTS": "127.0.0.1,localhost",
-            "DEBUG": "false",
-            **extra,
-        })
-        server = DaphneServer(port=free_port(), env=env,
-                              log_path=tmp_path / f"daphne-{len(servers)}.log")
-        servers.append(server)
-        server.start()
-        return server
-
-    try:
-        yield start
-    finally:
-        for server in servers:
-            server.stop()
-            print(server.log_tail())
+    base = {"CHANNEL_LAYER_URL": django_settings.CHANNEL_LAYER_URL,
+            "SECRET_KEY": django_settings.SECRET_KEY, "DEBUG": "false"}
+    with daphne_servers(tmp_path, base) as start:
+        yield lambda db_url, **extra: start(DATABASE_URL=db_url, **extra)
 
 
 def test_a_burst_of_clients_stays_within_the_pool(world: Any, server_on: Any) -> None:

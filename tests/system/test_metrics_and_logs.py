@@ -5,7 +5,6 @@ directory, and the worker's JSON log lines are read from its output."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import urllib.error
 import urllib.request
@@ -18,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Task
-from tests.console.server import DaphneServer
+from tests.console.server import DaphneServer, daphne_servers
 from tests.factories import submit
 from tests.fakes.fixtures import openai_agent, openai_server  # noqa: F401 - a fixture
 from tests.fakes.openai_server import error, reply
@@ -36,31 +35,10 @@ def web(tmp_path: Path, settings: Any) -> Iterator[Callable[..., DaphneServer]]:
     """Daphne on the test database, serving `/metrics` (nothing runs in it)."""
     from django.db import connection
 
-    servers: list[DaphneServer] = []
-
-    def start(**env: str) -> DaphneServer:
-        child_env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-        child_env.update({
-            "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-            "PYTHONUNBUFFERED": "1",
-            "DJANGO_SETTINGS_MODULE": "tests.settings",
-            "DATABASE_URL": database_url(connection.settings_dict),
-            "CHANNEL_LAYER_URL": settings.CHANNEL_LAYER_URL,
-            "TETHER_RUNNER": "manual",
-            "CELERY_BROKER_URL": "",
-            "ALLOWED_HOSTS": "127.0.0.1,localhost",
-            **env,
-        })
-        server = DaphneServer(port=free_port(), env=child_env, log_path=tmp_path / "daphne.log")
-        servers.append(server)
-        server.start()
-        return server
-
-    try:
+    base = {"DATABASE_URL": database_url(connection.settings_dict),
+            "CHANNEL_LAYER_URL": settings.CHANNEL_LAYER_URL}
+    with daphne_servers(tmp_path, base) as start:
         yield start
-    finally:
-        for server in servers:
-            server.stop()
 
 
 def _get(url: str, token: str | None = None) -> tuple[int, str]:
@@ -155,7 +133,7 @@ def test_metrics_of_tasks_run_by_a_worker_scraped_from_the_web_process(
     # The web process's log lines are JSON too (daphne's access log aside: it is
     # daphne's own stream, not logging; README says to turn it off with `-v 0`).
     assert _get(f"{server.url}/no-such-page")[0] == 404
-    log = tmp_path / "daphne.log"
+    log = server.log_path
     wait_for(lambda: "Not Found: /no-such-page" in log.read_text(), message="the 404 logged")
     lines = [line for line in _complete_lines(log) if not DAPHNE_ACCESS_LINE.match(line)]
     records = [json.loads(line) for line in lines]  # raises on any line that is not JSON
