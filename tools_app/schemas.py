@@ -323,7 +323,7 @@ class _Run:
     `const` values (kept with the cached validator, whose schema owns those values,
     so the ids stay valid)."""
 
-    def __init__(self, memo: dict[int, Any]) -> None:
+    def __init__(self, memo: dict[tuple[str, int], Any]) -> None:
         self.left = MAX_EVALUATIONS
         self.memo = memo
 
@@ -343,15 +343,27 @@ def _width(value: Any) -> int:
     return len(value) if isinstance(value, list | dict) else 0
 
 
+# What a keyword walks besides what it charges itself (RE2 searches, canonical
+# JSON): the items or keys of the value it checks (each may descend into an
+# empty schema, which costs jsonschema nothing to apply, yet is work), or the
+# entries of its own schema value. Charged only for the type it applies to.
+_WALKS_ITEMS = ("items", "contains")
+_WALKS_KEYS = ("propertyNames", "additionalProperties")
+_WALKS_ITS_VALUE: dict[str, type | None] = {
+    "required": dict, "properties": dict, "dependentSchemas": dict, "prefixItems": list,
+    "allOf": None, "anyOf": None, "oneOf": None, "type": None}
+
+
 def _walked(keyword: str, value: Any, instance: Any) -> int:
-    """Items, keys or subschemas a keyword walks besides what it charges itself."""
-    if keyword in ("items", "contains", "propertyNames", "additionalProperties"):
-        return _width(instance)  # each descends, maybe into an empty schema that costs nothing
-    if keyword == "dependentRequired" and isinstance(value, dict):
+    if keyword in _WALKS_ITEMS:
+        return len(instance) if isinstance(instance, list) else 0
+    if keyword in _WALKS_KEYS:
+        return len(instance) if isinstance(instance, dict) else 0
+    if keyword == "dependentRequired" and isinstance(value, dict) and isinstance(instance, dict):
         return len(value) + sum(_width(v) for v in value.values())
-    if keyword in ("required", "properties", "dependentSchemas", "allOf", "anyOf", "oneOf",
-                   "prefixItems", "type"):
-        return _width(value)
+    if keyword in _WALKS_ITS_VALUE:
+        applies_to = _WALKS_ITS_VALUE[keyword]
+        return _width(value) if applies_to is None or isinstance(instance, applies_to) else 0
     return 0
 
 
@@ -371,24 +383,26 @@ def _number(text: str) -> float | int:
     return int(number) if number.is_integer() else number
 
 
-def _memo(value: Any, build: Callable[[], Any]) -> Any:
+def _memo(keyword: str, value: Any, build: Callable[[], Any]) -> Any:
+    """`build()`, once per value of the schema's `keyword` (of the cached validator)."""
     run = _run.get()
     if run is None:
         return build()
-    found = run.memo.get(id(value))
+    key = (keyword, id(value))
+    found = run.memo.get(key)
     if found is None:
-        found = run.memo[id(value)] = build()
+        found = run.memo[key] = build()
     return found
 
 
 def _enum(validator: Any, enums: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
-    allowed = _memo(enums, lambda: frozenset(_canonical(e) for e in enums))
+    allowed = _memo("enum", enums, lambda: frozenset(_canonical(e) for e in enums))
     if _canonical(instance) not in allowed:
         yield ValidationError(f"{_short(instance)} is not one of {_short(enums)}")
 
 
 def _const(validator: Any, const: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
-    if _canonical(instance) != _memo(const, lambda: _canonical(const)):
+    if _canonical(instance) != _memo("const", const, lambda: _canonical(const)):
         yield ValidationError(f"{_short(const)} was expected")
 
 
@@ -430,7 +444,7 @@ TenantValidator: type[Validator] = validators.extend(Draft202012Validator, valid
 
 class _Compiled(NamedTuple):
     validator: Validator | None
-    memo: dict[int, Any]
+    memo: dict[tuple[str, int], Any]
     problems: tuple[str, ...]
 
 
