@@ -99,11 +99,17 @@ class Policy:
     def resolve(self, host: str, port: int, timeout: float | None = None) -> list[str]:
         """The addresses to connect to for `host:port`, every one of them checked.
         Raises `EgressRefusedError`, `TimeoutError`, or `OSError` for a name the
-        operator allowed that does not resolve."""
+        operator allowed that does not resolve or for a temporary resolver failure."""
         try:
             addresses = lookup(host, port, DNS_TIMEOUT_S if timeout is None
                                else min(timeout, DNS_TIMEOUT_S))
         except TimeoutError:
+            raise
+        except socket.gaierror as exc:
+            # A resolver that failed for now (EAI_AGAIN) says nothing of the name:
+            # a retried connection error. A name that does not exist is refused.
+            if exc.errno != socket.EAI_AGAIN:
+                self.refuse_unresolved(host, port)
             raise
         except OSError:
             self.refuse_unresolved(host, port)
