@@ -53,7 +53,8 @@ class OrderDownstream:
         key = recorded.headers.get("idempotency-key", "")
         with self._cond:
             self.calls.append((order, key, recorded.headers.get("x-tether-fence", "")))
-            self.effects.setdefault(key, {"order_id": order, "amount_cents": body.get("amount_cents")})
+            self.effects.setdefault(key, {"order_id": order,
+                                          "amount_cents": body.get("amount_cents")})
             hold = self._holds.pop(0) if self._holds else None
             self.in_flight[order] += 1
             self.overall += 1
