@@ -4,6 +4,7 @@ release; other resources run in parallel; templates are checked at registration.
 from __future__ import annotations
 
 import pytest
+from django.test import Client
 
 from config.errors import DomainError
 from tasks_app.machine import TaskStatus
@@ -64,6 +65,11 @@ def test_a_busy_resource_makes_the_call_wait_without_a_worker_until_released(ord
     (lease,) = [x for x in leases if x["resource"] == "order:A-1"]
     assert lease["holder"]["task"] == holder.pk and lease["fencing_token"] == 1
     assert [w["task"] for w in lease["waiters"]] == [waiter.pk]
+    console = Client()
+    console.force_login(orders.users["operator"])
+    page = console.get(f"/tasks/{waiter.pk}/").content.decode()
+    assert "waiting for resource <code>order:A-1</code>" in page
+    assert f">task {holder.pk}</a> step 1" in page
 
     # another resource runs in parallel with the holder
     parallel = InThread(lambda: advance(elsewhere.pk, owner="executor-c"))
