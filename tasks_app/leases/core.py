@@ -8,8 +8,8 @@ Invariants:
   rows are never deleted); the tool is told ``resource#token``
   (`ToolContext.fence`, the `X-Tether-Fence` header), and a release only
   frees the lease it took (same key, same token);
-- a lease expires with its call: timeout + `LEDGER_CLAIM_GRACE_S` after it
-  was taken, like the call's ledger claim. Past that its holder is presumed
+- a lease expires with its call: timeout + `LEDGER_CLAIM_GRACE_S` (+ 1 s)
+  after it was taken, just after the call's ledger claim. Past that its holder is presumed
   dead: the next caller takes the lease over, and first settles the dead call
   through the ledger (`takeover`);
 - a call that finds the resource held holds no worker: its task is scheduled
@@ -107,8 +107,10 @@ def lease_for_call(*, spec: ToolSpec, call: ToolCall, step_no: int, owner: str,
         row.holder_key, row.holder_task_id = ctx.idempotency_key, ctx.task_id
         row.holder_step_id, row.holder_step_no = ctx.step_id, step_no
         row.holder_owner, row.acquired_at = owner, now
+        # A second past the call's ledger claim (taken no earlier than now): once the
+        # lease expired, the ledger can tell whether its call was interrupted.
         row.expires_at = now + timedelta(
-            seconds=spec.timeout_s + settings.TETHER["LEDGER_CLAIM_GRACE_S"])
+            seconds=spec.timeout_s + settings.TETHER["LEDGER_CLAIM_GRACE_S"] + 1)
         row.save()
         LeaseWaiter.objects.filter(tenant_id=ctx.tenant_id, resource=resource,
                                    task_id=ctx.task_id).delete()

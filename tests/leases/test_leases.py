@@ -43,7 +43,7 @@ def _refund(tenant, order_id: str, cents: int, gate: str):  # type: ignore[no-un
                            {"final": {"ok": True}}], agent="orders")
 
 
-def test_a_busy_resource_makes_the_call_wait_without_a_worker_until_released(orders):
+def test_a_busy_resource_makes_the_call_wait_without_a_worker_until_released(orders, other):
     holder = _refund(orders.tenant, "A-1", 100, "a")
     waiter = _refund(orders.tenant, "A-1", 200, "b")
     elsewhere = _refund(orders.tenant, "A-2", 300, "c")
@@ -65,6 +65,8 @@ def test_a_busy_resource_makes_the_call_wait_without_a_worker_until_released(ord
     (lease,) = [x for x in leases if x["resource"] == "order:A-1"]
     assert lease["holder"]["task"] == holder.pk and lease["fencing_token"] == 1
     assert [w["task"] for w in lease["waiters"]] == [waiter.pk]
+    assert other.client("operator").get("/api/v1/leases").json() == []  # tenant-scoped
+    assert orders.client("requester").get("/api/v1/leases").status_code == 403
     console = Client()
     console.force_login(orders.users["operator"])
     page = console.get(f"/tasks/{waiter.pk}/").content.decode()
