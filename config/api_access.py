@@ -14,12 +14,14 @@ task.cancel              requester, operator, admin            a requester: own 
 task.cancel_many         operator, admin                       bulk cancel by filter
 task.input               requester, reviewer, admin            a requester: own tasks only
 task.resume, task.fail   operator, admin                       escalated / waiting tasks
+task.retry               operator, admin                       FAILED/CANCELED, one or many
 task.summary_rollback    operator, admin                       restore a context summary
 question.read            requester, operator, reviewer, admin
 approval.read            operator, reviewer, admin
 approval.decide          reviewer, admin                       approve / reject / respond
 reconciliation.read      operator, reviewer, admin
 reconciliation.resolve   reviewer, admin                       resolve / re-run the query
+lease.read               operator, admin                       resource leases
 tool.*, agent.*          admin                                 read and write
 secret.*                 admin                                 names only; values write-only
 agent.versions           operator, admin                       an agent's versions (read)
@@ -56,6 +58,8 @@ POLICY: dict[str, frozenset[str]] = {
     "task.input": frozenset({R.REQUESTER, R.REVIEWER, R.ADMIN}),
     "task.resume": frozenset({R.OPERATOR, R.ADMIN}),
     "task.fail": frozenset({R.OPERATOR, R.ADMIN}),
+    "task.retry": frozenset({R.OPERATOR, R.ADMIN}),
+    "lease.read": frozenset({R.OPERATOR, R.ADMIN}),
     "task.summary_rollback": frozenset({R.OPERATOR, R.ADMIN}),
     "question.read": ALL_ROLES,
     "approval.read": frozenset({R.OPERATOR, R.REVIEWER, R.ADMIN}),

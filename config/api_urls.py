@@ -8,7 +8,7 @@ from django.urls import path, re_path, register_converter
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from approvals_app.api import views as decisions
-from tasks_app.api import agent_versions, agents, secrets
+from tasks_app.api import agent_versions, agents, resource_leases, retries, secrets
 from tasks_app.api import views as tasks
 from tools_app.api import views as tools
 
@@ -22,7 +22,10 @@ register_converter(NameConverter, "name")
 urlpatterns = [
     path("tasks", tasks.TaskListView.as_view(), name="api-tasks"),
     path("tasks/bulk-cancel", tasks.TaskBulkCancelView.as_view(), name="api-tasks-bulk-cancel"),
+    path("tasks/bulk-retry", retries.TaskBulkRetryView.as_view(), name="api-tasks-bulk-retry"),
     path("tasks/<id:task_id>", tasks.TaskDetailView.as_view(), name="api-task"),
+    path("tasks/<id:task_id>/retry", retries.TaskRetryView.as_view(), name="api-task-retry"),
+    path("leases", resource_leases.LeaseListView.as_view(), name="api-leases"),
     path("tasks/<id:task_id>/steps", tasks.TaskStepsView.as_view(), name="api-task-steps"),
     path("tasks/<id:task_id>/events", tasks.TaskEventsView.as_view(), name="api-task-events"),
     path(

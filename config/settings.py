@@ -188,6 +188,9 @@ TETHER = {
     "SUMMARY_THRESHOLD_CHARS": env.int("TETHER_SUMMARY_THRESHOLD_CHARS", default=16000),
     "SUMMARY_MAX_CHARS": env.int("TETHER_SUMMARY_MAX_CHARS", default=4000),
     "LEDGER_CLAIM_GRACE_S": env.float("TETHER_LEDGER_CLAIM_GRACE_S", default=10.0),
+    # a call waiting for a resource lease looks again at least this often (a release
+    # wakes it at once; this bounds the cost of a lost wake-up)
+    "LEASE_WAIT_RECHECK_S": env.float("TETHER_LEASE_WAIT_RECHECK_S", default=30.0),
     # live events queued within this window of the first go out together (0: no wait)
     "PUBLISH_WINDOW_MS": env.float("TETHER_PUBLISH_WINDOW_MS", default=10.0),
     "DEMO_NOTIFY_DELAY_S": env.float("TETHER_DEMO_NOTIFY_DELAY_S", default=3.0),

@@ -40,6 +40,12 @@ class Tool(models.Model):
     )
     status_tool = models.CharField(max_length=100, blank=True, help_text="A python status query.")
     compensation_tool = models.CharField(max_length=100, blank=True)
+    # The resource a call touches, a template over its arguments ("order:{order_id}"):
+    # calls on one resource never run at the same time (`tasks_app.leases`).
+    resource = models.CharField(max_length=200, blank=True, default="", db_default="")
+    # The resource a call touches, a template over its arguments ("order:{order_id}"):
+    # calls on one resource never run at the same time (`tasks_app.leases`).
+    resource = models.CharField(max_length=200, blank=True, default="", db_default="")
     # {header name: template naming secrets of the tenant, e.g. "Bearer {secret:payments}"}
     secret_headers = models.JSONField(default=dict, blank=True)
     args_schema = models.JSONField(default=dict)

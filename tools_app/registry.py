@@ -17,6 +17,7 @@ def spec_of(tool: Tool) -> ToolSpec:
         status_url=tool.status_url,
         status_tool=tool.status_tool,
         compensation_tool=tool.compensation_tool,
+        resource=tool.resource,
         secret_headers=dict(tool.secret_headers or {}),
         args_schema=dict(tool.args_schema or {}),
         result_schema=dict(tool.result_schema or {}),

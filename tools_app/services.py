@@ -13,6 +13,8 @@
   read and write global tables (the demo store), not a tenant's own data.
 - `url` and `status_url` must pass the outbound-address policy
   (`tools_app.outbound`): resolved now, and checked again at every call.
+- `resource` (optional) names what a call touches, a template over its
+  arguments (`tools_app.resources`); calls on one resource never overlap.
 - `args_schema` and `result_schema` are JSON Schema 2020-12, checked against
   the metaschema and bounded (`tools_app.schemas`); arguments are always an
   object.
@@ -40,6 +42,7 @@ from tasks_app.vault.references import EXAMPLE, header_secret_names, template_er
 
 from .models import Risk, SideEffect, Tool, ToolKind
 from .outbound import url_problem
+from .resources import resource_template_errors
 from .schemas import check_schema
 
 NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
@@ -60,6 +63,7 @@ EDITABLE = (
     "status_url",
     "status_tool",
     "compensation_tool",
+    "resource",
     "secret_headers",
     "args_schema",
     "result_schema",
@@ -208,6 +212,10 @@ def tool_errors(tool: Tool) -> dict[str, list[str]]:
             errors["result_schema"] = problems
     if tool.result_schema is None:
         tool.result_schema = {}
+
+    if not schema_problems:
+        for problem in resource_template_errors(tool.resource, tool.args_schema):
+            add("resource", problem)
 
     if tool.side_effect not in SideEffect.values:
         add("side_effect", f"one of {', '.join(SideEffect.values)}")

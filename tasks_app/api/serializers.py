@@ -33,6 +33,11 @@ class UsageSerializer(serializers.Serializer):
     )
 
 
+class RetryOfSerializer(serializers.Serializer):
+    task = serializers.IntegerField(help_text="The task this one retries.")
+    step_no = serializers.IntegerField(help_text="The step it retried from.")
+
+
 class TaskSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     status = serializers.ChoiceField(choices=TaskStatus.choices)
@@ -57,6 +62,7 @@ class TaskSerializer(serializers.Serializer):
     updated_at = serializers.DateTimeField()
     started_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)
+    retry_of = serializers.SerializerMethodField()
 
     def get_agent(self, task: Task) -> str:
         return task.agent.name
@@ -64,6 +70,12 @@ class TaskSerializer(serializers.Serializer):
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_requester(self, task: Task) -> str | None:
         return task.requester.get_username() if task.requester_id and task.requester else None
+
+    @extend_schema_field(RetryOfSerializer(allow_null=True))
+    def get_retry_of(self, task: Task) -> dict[str, int] | None:
+        if task.retry_of_id is None:
+            return None
+        return {"task": task.retry_of_id, "step_no": task.retry_from_step or 1}
 
     @extend_schema_field(UsageSerializer)
     def get_usage(self, task: Task) -> dict[str, Any]:
@@ -100,6 +112,12 @@ class OpenRequestSerializer(serializers.Serializer):
 
 class TaskDetailSerializer(TaskSerializer):
     open_request = serializers.SerializerMethodField()
+    retried_by = serializers.SerializerMethodField()
+
+    @extend_schema_field(serializers.ListField(
+        child=serializers.IntegerField(), help_text="The retries of this task, oldest first."))
+    def get_retried_by(self, task: Task) -> list[int]:
+        return list(task.retried_by.order_by("id").values_list("id", flat=True))
 
     @extend_schema_field(OpenRequestSerializer(allow_null=True))
     def get_open_request(self, task: Task) -> dict[str, Any] | None:

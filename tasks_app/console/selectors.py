@@ -233,7 +233,8 @@ def step_views(task_id: int, *, limit: int = STEPS_SHOWN) -> tuple[list[StepView
     keys = [s.idempotency_key for s in steps if s.idempotency_key]
     ledger = {
         row.idempotency_key: row
-        for row in ToolExecution.objects.filter(task_id=task_id, idempotency_key__in=keys)
+        # by key only: a retry's inherited or reused keys have the original task's rows
+        for row in ToolExecution.objects.filter(idempotency_key__in=keys)
     }
     shown = frozenset(s.step_no for s in steps)
     versions = (

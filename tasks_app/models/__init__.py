@@ -5,6 +5,7 @@ from ..machine import TaskStatus
 from .agents import AgentProfile, OnExhaustion
 from .context import ContextSummary
 from .events import Event
+from .leases import LeaseWaiter, ResourceLease
 from .secrets import TenantSecret
 from .tasks import Step, StepKind, StepStatus, Task
 from .tenancy import ApiKey, Membership, Role, Tenant
@@ -17,9 +18,11 @@ __all__ = [
     "ApiKey",
     "ContextSummary",
     "Event",
+    "LeaseWaiter",
     "Membership",
     "OnExhaustion",
     "ReleaseAction",
+    "ResourceLease",
     "Role",
     "Step",
     "StepKind",

@@ -32,6 +32,7 @@ class TaskSnapshot:
     stale_steps: int
     started_at: datetime | None
     deadline_at: datetime | None
+    key_lineage: int | None = None  # the root of its retry chain (`retries.lineage`)
 
     @classmethod
     def of(cls, task: Task) -> TaskSnapshot:
@@ -57,6 +58,7 @@ class TaskSnapshot:
             stale_steps=task.stale_steps,
             started_at=task.started_at,
             deadline_at=task.deadline_at,
+            key_lineage=task.key_lineage,
         )
 
     def limit(self, name: str) -> int:

@@ -53,8 +53,10 @@ from ..context.builder import ContextSources, build_context, gather
 from ..context.summaries import summary_maybe_create
 from ..gateway import ContextSnapshot, Decision, GatewayError, ModelReply, get_backend
 from ..keys import call_fingerprint, canonical_json, idempotency_key, sha256_hex
+from ..leases import lease_for_call
 from ..machine import TaskStatus
 from ..models import Step, StepKind, StepStatus, Task
+from ..retries.lineage import lineage_key
 from ..services.actors import Actor
 from ..services.events import event_append
 from ..services.transitions import KnownTask, task_transition, task_update_guarded
@@ -354,13 +356,16 @@ def _record_decision(
         return _refuse(snap, decision, model_log, counters, actor,
                        reason=str(error.get("budget", "budget")), error=error, offer_again=True)
     assert spec is not None
+    # A retried task's call the chain already made takes that call's key (None: a fresh key).
+    reused = lineage_key(task_id=snap.id, key_lineage=snap.key_lineage, step_no=step_no,
+                         tool=decision.tool, args=decision.args)
     if verdict.verdict == "approve":
         with transaction.atomic():
             step = _new_step(snap, kind=StepKind.TOOL, status=StepStatus.PENDING_APPROVAL,
                              decision=decision, model_log=model_log, tool=decision.tool,
                              args=decision.args)
-            step.idempotency_key = idempotency_key(task_id=snap.id, step_id=step.pk,
-                                                   tool=decision.tool, args=decision.args)
+            step.idempotency_key = reused or idempotency_key(
+                task_id=snap.id, step_id=step.pk, tool=decision.tool, args=decision.args)
             Step.objects.filter(pk=step.pk).update(idempotency_key=step.idempotency_key)
             done = task_transition(task_id=snap.id, event="need_approval", actor=actor,
                                    expected_version=snap.version, known=_known(snap),
@@ -377,7 +382,7 @@ def _record_decision(
     committed = commit_decision(
         snap, decision=decision.as_dict(), model_log=model_log, tool=decision.tool,
         args=decision.args, reason=decision.reason, spec=spec, model_calls=spent.model_calls,
-        tokens=spent.tokens, owner=owner, actor=actor)
+        tokens=spent.tokens, owner=owner, actor=actor, reused_key=reused)
     if committed is None:
         raise _Stale()
     return _Decided(spent.applied_to(snap), committed.step, spec, committed.claim)
@@ -452,19 +457,27 @@ def _execute(snap: TaskSnapshot, step: Step, *, owner: str, actor: Actor, memo: 
             "type": "tool_unavailable", "message": f"tool {step.tool!r} was disabled or removed"})
         return _commit_outcome(snap, step, None, outcome, actor, memo=memo)
     call = _call_of(snap, step, spec)
-    if spec.timeout_s < settings.TETHER["LEASE_TTL_S"] / 3:
-        # The call ends (or times out) well within the lease: no heartbeat needed.
-        outcome = _run(call, claim, owner=owner)
-    else:
-        with heartbeat(task_id=snap.id, owner=owner):
+    hold = lease_for_call(spec=spec, call=call, step_no=step.step_no, owner=owner, actor=actor)
+    if hold.waiting:  # its resource is busy: back to the queue, holding no worker
+        if claim is not None:
+            ledger.unclaim(claim, reason=hold.note)
+        return StepResult(Next.LATER, hold.delay_s, hold.note)
+    with hold:  # the resource lease is released once the outcome is written (or on error)
+        call = hold.fenced(call)
+        claim = replace(claim, call=call) if claim is not None else None
+        if spec.timeout_s < settings.TETHER["LEASE_TTL_S"] / 3:
+            # The call ends (or times out) well within the lease: no heartbeat needed.
             outcome = _run(call, claim, owner=owner)
-    if outcome.kind is OutcomeKind.UNCERTAIN and claim is not None:
-        # Recorded before the status query is asked (it may take long or fail).
-        ledger.record(claim, outcome)
-        outcome, claim = ledger.settle_with_status_query(call, first_error=outcome.error), None
-    if outcome.kind is OutcomeKind.PROCESSING:
-        return StepResult(Next.LATER, 0.5, "another executor holds this call")
-    return _commit_outcome(snap, step, spec, outcome, actor, claim=claim, memo=memo)
+        else:
+            with heartbeat(task_id=snap.id, owner=owner):
+                outcome = _run(call, claim, owner=owner)
+        if outcome.kind is OutcomeKind.UNCERTAIN and claim is not None:
+            # Recorded before the status query is asked (it may take long or fail).
+            ledger.record(claim, outcome)
+            outcome, claim = ledger.settle_with_status_query(call, first_error=outcome.error), None
+        if outcome.kind is OutcomeKind.PROCESSING:
+            return StepResult(Next.LATER, 0.5, "another executor holds this call")
+        return _commit_outcome(snap, step, spec, outcome, actor, claim=claim, memo=memo)
 
 
 def _run(call: ToolCall, claim: ledger.Claim | None, *, owner: str) -> ToolOutcome:

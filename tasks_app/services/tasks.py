@@ -172,13 +172,14 @@ EXTENDABLE_BUDGETS = ("max_steps", "max_model_calls", "max_tool_calls", "max_tok
 MAX_EXTENSION = 10**9
 
 
-def _budget_extension(extend: Any) -> dict[str, Any]:
+def budget_extension_checked(extend: Any, *, field: str = "extend") -> dict[str, Any]:
     """Check a budget extension: {budget: n} and optionally {"per_tool": {tool: n}},
     every n a non-negative integer."""
     if extend is None:
         return {}
     if not isinstance(extend, dict):
-        raise invalid("invalid", "The request is not valid.", extend=["an object {budget name: n}"])
+        raise invalid("invalid", "The request is not valid.",
+                      **{field: ["an object {budget name: n}"]})
     problems: list[str] = []
 
     def amount(name: str, value: Any) -> int:
@@ -200,26 +201,32 @@ def _budget_extension(extend: Any) -> dict[str, Any]:
             names = ", ".join(EXTENDABLE_BUDGETS)
             problems.append(f"{key}: not a budget; one of {names}, per_tool")
     if problems:
-        raise invalid("invalid", "The request is not valid.", extend=problems)
+        raise invalid("invalid", "The request is not valid.", **{field: problems})
     return clean
+
+
+def budget_extension_merged(current: dict[str, Any], extend: dict[str, Any]) -> dict[str, Any]:
+    """`extend` (checked) added to the extensions a task already has."""
+    merged = dict(current)
+    for k, v in extend.items():
+        if k == "per_tool":
+            tools = dict(merged.get("per_tool") or {})
+            for tool, n in v.items():
+                tools[tool] = tools.get(tool, 0) + n
+            merged["per_tool"] = tools
+        else:
+            merged[k] = merged.get(k, 0) + v
+    return merged
 
 
 def task_resume(*, task_id: int, actor: Actor, expected_version: int | None = None,
                 extend: dict[str, Any] | None = None, comment: str = "") -> Transitioned:
     """Resume an escalated task, optionally extending its budget (recorded):
     `extend` = {budget name: n, "per_tool": {tool: n}}, added to earlier extensions."""
-    extend = _budget_extension(extend)
+    extend = budget_extension_checked(extend)
     with transaction.atomic():
         task = Task.objects.get(pk=task_id)
-        merged = dict(task.budget_extension or {})
-        for k, v in extend.items():
-            if k == "per_tool":
-                tools = dict(merged.get("per_tool") or {})
-                for tool, n in v.items():
-                    tools[tool] = tools.get(tool, 0) + n
-                merged["per_tool"] = tools
-            else:
-                merged[k] = merged.get(k, 0) + v
+        merged = budget_extension_merged(task.budget_extension or {}, extend)
         fields: dict[str, Any] = {"budget_extension": merged, "repeat_count": 0, "stale_steps": 0}
         if "max_duration_s" in extend and task.deadline_at:
             from datetime import timedelta

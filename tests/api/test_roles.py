@@ -19,6 +19,7 @@ from tasks_app.services.actors import SYSTEM
 from tasks_app.services.agents import agent_update
 from tasks_app.services.releases import release_set
 from tasks_app.services.secrets import secret_create
+from tasks_app.services.tasks import task_cancel
 from tests.factories import make_user
 from tools_app.models import Tool
 
@@ -93,6 +94,12 @@ def _second_version(released: bool) -> Setup:
     return setup
 
 
+def _retry(t: Tenancy, role: str) -> tuple[str, str, Any]:
+    task = t.created_task()
+    task_cancel(task_id=task.pk, actor=SYSTEM, reason="to retry")
+    return "post", f"/api/v1/tasks/{task.pk}/retry", {"comment": "again"}
+
+
 def _const(method: str, url: str, body: Any = None) -> Setup:
     return lambda t, role: (method, url, body)
 
@@ -115,6 +122,10 @@ MATRIX: dict[str, tuple[set[str], Setup, int]] = {
         _const("post", "/api/v1/tasks/bulk-cancel", {"status": ["CREATED"]}),
         200,
     ),
+    "tasks_retry": ({OP, ADM}, _retry, 201),
+    "tasks_bulk_retry": (
+        {OP, ADM}, _const("post", "/api/v1/tasks/bulk-retry", {"agent": "support"}), 200),
+    "leases_list": ({OP, ADM}, _const("get", "/api/v1/leases"), 200),
     "questions_list": (ALL, _const("get", "/api/v1/questions?status=open"), 200),
     "approvals_list": ({OP, REV, ADM}, _const("get", "/api/v1/approvals?status=pending"), 200),
     "approvals_retrieve": ({OP, REV, ADM}, _approval(), 200),

@@ -37,6 +37,9 @@ class ToolSerializer(serializers.Serializer):
     status_url = serializers.CharField(allow_blank=True, help_text="GET with {key} substituted.")
     status_tool = serializers.CharField(allow_blank=True)
     compensation_tool = serializers.CharField(allow_blank=True)
+    resource = serializers.CharField(
+        allow_blank=True, help_text='What a call touches, e.g. "order:{order_id}": calls on '
+        'one resource never run at the same time.')
     secret_headers = serializers.DictField(
         child=serializers.CharField(),
         help_text='{header: template naming secrets of the tenant, e.g. '
@@ -63,6 +66,10 @@ class ToolWriteSerializer(serializers.Serializer):
     status_url = serializers.CharField(max_length=500, allow_blank=True, required=False)
     status_tool = serializers.CharField(max_length=100, allow_blank=True, required=False)
     compensation_tool = serializers.CharField(max_length=100, allow_blank=True, required=False)
+    resource = serializers.CharField(
+        max_length=200, allow_blank=True, required=False, trim_whitespace=False,
+        help_text='A template over the arguments, e.g. "order:{order_id}"; each placeholder a '
+        "required argument.")
     secret_headers = serializers.DictField(
         child=serializers.CharField(max_length=1024),
         required=False,

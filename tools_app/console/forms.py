@@ -70,6 +70,10 @@ class ToolForm(forms.Form):
     )
     status_tool = forms.CharField(required=False, max_length=100, label="Status query (python)")
     compensation_tool = forms.CharField(required=False, max_length=100, label="Compensation tool")
+    resource = forms.CharField(
+        required=False, max_length=200, label="Resource",
+        help_text="What a call touches, e.g. order:{order_id}: calls on one resource never "
+        "run at the same time.")
     secret_headers = JSONObjectField(
         required=False,
         label="Secret headers",
@@ -115,6 +119,7 @@ class ToolForm(forms.Form):
             "status_url",
             "status_tool",
             "compensation_tool",
+            "resource",
         ):
             out[text] = (out[text] or "").strip()
         out["secret_headers"] = out["secret_headers"] or {}

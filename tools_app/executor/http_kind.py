@@ -1,6 +1,7 @@
 """HTTP tools (DESIGN.md "HTTP tools"): ``POST {url}`` with the arguments as JSON.
 
-Headers: ``Idempotency-Key``, ``X-Tether-Task`` and a W3C ``traceparent``;
+Headers: ``Idempotency-Key``, ``X-Tether-Task``, a W3C ``traceparent`` and, for a
+tool that declares a resource, ``X-Tether-Fence: resource#token``;
 secret headers are the tool's `secret_headers` templates rendered with its
 tenant's secrets by the dispatcher (`call.resolved_headers`), never stored in
 clear. Classification of the answer:
@@ -50,6 +51,8 @@ def _headers(call: ToolCall) -> dict[str, str]:
         "traceparent": f"00-{trace}-{secrets.token_hex(8)}-01",
         "Accept": "application/json",
     }
+    if call.context.fence:
+        headers["X-Tether-Fence"] = call.context.fence  # "resource#token" (`tasks_app.leases`)
     headers.update(call.resolved_headers)
     return headers
 

@@ -153,6 +153,42 @@ def reopen_for_retry(key: str) -> None:
     )
 
 
+def unclaim(claim: Claim, *, reason: str) -> bool:
+    """Give back a claimed key whose call was never made (its resource was busy):
+    recorded as an attempt that did not call, and callable again later (for a
+    plain write too: nothing happened). False when the claim no longer held."""
+    attempts = list(claim.attempts)
+    if attempts:
+        attempts[-1] = {**attempts[-1], "outcome": "not_called", "reason": reason}
+    return bool(
+        ToolExecution.objects.filter(idempotency_key=claim.call.context.idempotency_key,
+                                     claimed_by=claim.owner, status=LedgerStatus.IN_PROGRESS)
+        .update(status=LedgerStatus.FAILED_RETRYABLE, attempts=attempts, claimed_by="",
+                claimed_until=None, updated_at=timezone.now()))
+
+
+def interrupted_call(key: str) -> ToolExecution | None:
+    """The ledger row of key K when its call was interrupted: IN_PROGRESS and its
+    claim expired (its executor died mid-call). None when K settled, or is live."""
+    row = ToolExecution.objects.filter(idempotency_key=key).first()
+    if row is None or row.status != LedgerStatus.IN_PROGRESS:
+        return None
+    if row.claimed_until is not None and row.claimed_until > timezone.now():
+        return None
+    return row
+
+
+def mark_interrupted(key: str) -> bool:
+    """An interrupted plain write: its outcome is unknown (UNCERTAIN), never replayed;
+    the status query, else a reconciliation, settles it (as `_claim` would)."""
+    return bool(
+        ToolExecution.objects.filter(idempotency_key=key, status=LedgerStatus.IN_PROGRESS)
+        .update(status=LedgerStatus.UNCERTAIN, claimed_by="", claimed_until=None,
+                error={"type": "interrupted",
+                       "message": "the call was interrupted; its outcome is unknown"},
+                updated_at=timezone.now()))
+
+
 def _claim(call: ToolCall, *, owner: str) -> Claim | ToolOutcome:
     """Take the key for this executor (a Claim: call the tool), or answer from the ledger."""
     key = call.context.idempotency_key

@@ -16,6 +16,7 @@ class ToolSpec:
     status_url: str = ""
     status_tool: str = ""
     compensation_tool: str = ""
+    resource: str = ""  # a template over the arguments (`tools_app.resources`)
     secret_headers: dict[str, str] = field(default_factory=dict)
     args_schema: dict[str, Any] = field(default_factory=dict)
     result_schema: dict[str, Any] = field(default_factory=dict)
@@ -41,6 +42,9 @@ class ToolContext:
     step_id: int
     tenant_id: int
     trace_id: str
+    # "resource#token" while the call holds its resource's lease (`tasks_app.leases`):
+    # a downstream that keeps the highest token seen can refuse a stale holder.
+    fence: str = ""
 
 
 @dataclass(frozen=True)
