@@ -17,6 +17,10 @@ import sys
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
+from config import tracing  # noqa: E402
+
+tracing.setup("web")  # before Django builds its middleware: the instrumentation adds one
+
 from django.core.asgi import get_asgi_application  # noqa: E402
 
 django_asgi = get_asgi_application()
