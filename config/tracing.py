@@ -145,8 +145,11 @@ def setup(kind: str) -> bool:
 
 
 def shutdown() -> None:
-    """Send what is still queued, then stop (process exit; a pool process's end)."""
-    provider = _provider
+    """Send what is still queued, then stop (process exit; a pool process's end).
+    Once: the exit handler may follow Celery's shutdown signal."""
+    global _provider
+    with _setup_lock:
+        provider, _provider = _provider, None
     if provider is not None:
         try:
             provider.shutdown()
@@ -267,9 +270,9 @@ class StepTrace:
 
 @contextmanager
 def step_span(*, trace_id: str, task_id: int) -> Iterator[StepTrace]:
-    """One runner step, in the task's trace. The step's number and kind are read,
-    at its end, from the log context the runner binds once per step
-    (`config.logs.bind_log`)."""
+    """One runner step, in the task's trace (`config.metrics.step_scope` opens it
+    with the step's log scope). The step's number and kind are read, at its end,
+    from the log context the runner binds once per step (`config.logs.bind_log`)."""
     handle = StepTrace()
     if _provider is None:
         yield handle

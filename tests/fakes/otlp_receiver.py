@@ -1,9 +1,11 @@
-"""An OTLP/HTTP trace receiver for tests: the tracing backend at the process edge.
+"""OTLP trace receivers for tests: the tracing backend at the process edge.
 
-A threaded HTTP server on 127.0.0.1 that accepts ``POST /v1/traces`` with an
-``ExportTraceServiceRequest`` (protobuf, gzip or not, as the OpenTelemetry
-exporters send it), decodes it with `opentelemetry-proto` and keeps every span,
-with its service's resource attributes, for the test to read::
+`OtlpReceiver` is a threaded HTTP server on 127.0.0.1 that accepts
+``POST /v1/traces`` with an ``ExportTraceServiceRequest`` (protobuf, gzip or
+not, as the OpenTelemetry exporters send it); `GrpcOtlpReceiver` serves the
+same message as the gRPC ``TraceService/Export``. Both decode it with
+`opentelemetry-proto` and keep every span, with its service's resource
+attributes, for the test to read::
 
     receiver = OtlpReceiver()
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint}
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import gzip
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -23,9 +26,13 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import (
+    TraceServiceServicer,
+    add_TraceServiceServicer_to_server,
+)
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
-__all__ = ["OtlpReceiver", "ReceivedSpan", "attributes_of"]
+__all__ = ["GrpcOtlpReceiver", "OtlpReceiver", "ReceivedSpan", "attributes_of"]
 
 
 @dataclass(frozen=True)
@@ -57,21 +64,13 @@ def attributes_of(pairs: Any) -> dict[str, Any]:
     return {kv.key: _value(kv.value) for kv in pairs if isinstance(kv, KeyValue)}
 
 
-class OtlpReceiver:
+class _Spans:
+    """The spans received so far."""
+
     def __init__(self) -> None:
         self.spans: list[ReceivedSpan] = []
         self.requests = 0
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="otlp-receiver",
-                                        daemon=True)
-        self._thread.start()
-
-    @property
-    def endpoint(self) -> str:
-        """For `OTEL_EXPORTER_OTLP_ENDPOINT` (the exporter adds `/v1/traces`)."""
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def spans_of(self, trace_id: str) -> list[ReceivedSpan]:
         with self._lock:
@@ -96,9 +95,55 @@ class OtlpReceiver:
             self.requests += 1
             self.spans.extend(received)
 
+
+
+class OtlpReceiver(_Spans):
+    """OTLP over HTTP (`http/protobuf`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="otlp-receiver",
+                                        daemon=True)
+        self._thread.start()
+
+    @property
+    def endpoint(self) -> str:
+        """For `OTEL_EXPORTER_OTLP_ENDPOINT` (the exporter adds `/v1/traces`)."""
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+class GrpcOtlpReceiver(_Spans):
+    """OTLP over gRPC (`grpc`), without TLS."""
+
+    def __init__(self) -> None:
+        import grpc
+
+        super().__init__()
+        receiver = self
+
+        class Service(TraceServiceServicer):
+            def Export(self, request: ExportTraceServiceRequest,  # noqa: N802 - gRPC's name
+                       context: Any) -> ExportTraceServiceResponse:
+                receiver.take(request)
+                return ExportTraceServiceResponse()
+
+        self._server = grpc.server(ThreadPoolExecutor(max_workers=2))
+        add_TraceServiceServicer_to_server(Service(), self._server)
+        self.port = self._server.add_insecure_port("127.0.0.1:0")
+        self._server.start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        self._server.stop(grace=None)
 
 
 def _handler_for(receiver: OtlpReceiver) -> type[BaseHTTPRequestHandler]:
