@@ -29,6 +29,9 @@ person answers in the web process, on a short `human {event}` span of the
 task's trace linked to the request that carried the answer. Prompts, replies,
 arguments and results are never recorded: they are tenants' data.
 
+The span that submits a task (the API request's) links to the task's trace
+(`task_submitted`).
+
 `outgoing_headers` gives the W3C `traceparent` of the current span for a
 request made for a task (tools, model endpoints), so the downstream service's
 spans nest under the very span that called it. Off, it is made from the task's
@@ -395,6 +398,16 @@ def outgoing_headers(trace_id: str) -> dict[str, str]:
         trace = (trace_id + "0" * 32)[:32]
         headers["traceparent"] = f"00-{trace}-{secrets.token_hex(8)}-01"
     return headers
+
+
+def task_submitted(*, trace_id: str) -> None:
+    """The span that submitted a task (a request's, usually) links to the task's
+    trace: from the request, a backend leads to the task's spans."""
+    context = _task_context(trace_id) if _provider is not None else None
+    current = trace.get_current_span()
+    if context is not None and current.is_recording():
+        current.add_link(trace.get_current_span(context).get_span_context(),
+                         attributes={"tether.link": "task"})
 
 
 def task_event(*, trace_id: str, event: str, at: datetime | None = None,

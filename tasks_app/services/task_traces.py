@@ -1,6 +1,7 @@
 """What a committed task event adds to the task's trace (`config.tracing`).
 
-Called once per event, after its commit (`events._publish`): a person's part
+Called once per event, after its commit (`events._publish`): a submission
+links the span that made it to the task's trace; a person's part
 (an approval, a question, a reconciliation, an escalation: asked and
 answered) becomes a span event; an event that ends the task writes the task's
 root span, from submission to that commit, with the one read of the task it
@@ -17,6 +18,8 @@ from ..models import Event, Task
 def trace_event(event: Event) -> None:
     if not tracing.enabled():
         return
+    if event.type == "task_created":
+        tracing.task_submitted(trace_id=event.trace_id)
     if event.type in tracing.HUMAN_EVENTS:
         payload = event.payload if isinstance(event.payload, dict) else {}
         tracing.task_event(trace_id=event.trace_id, event=event.type, at=event.created_at,

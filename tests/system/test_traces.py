@@ -18,7 +18,7 @@ from tasks_app.machine import TaskStatus
 from tasks_app.models import Role, Task
 from tasks_app.services.accounts import api_key_create
 from tests.console.server import DaphneServer, daphne_servers
-from tests.factories import make_user, submit
+from tests.factories import make_user
 from tests.fakes.fixtures import openai_agent, openai_server  # noqa: F401 - a fixture
 from tests.fakes.http_tool_server import FakeToolServer, Reply
 from tests.fakes.openai_server import reply
@@ -111,7 +111,12 @@ def test_a_tasks_spans_reach_an_otlp_receiver_under_its_trace_id(
         reply(tool_calls=[("remote_refund", {"order": "A-1", "cents": 500})], usage=(120, 30)),
         reply('{"answer": "refunded"}', usage=(150, 10)),
     )
-    task = submit(world.tenant, None, agent="llm", goal="Refund order A-1")
+    # submitted through the web process: the request's span links to the task's trace
+    requester = api_key_create(user=make_user(world.tenant, Role.REQUESTER, username="traced-req"))
+    status, created = _post(f"{server.url}/api/v1/tasks", requester,
+                            {"goal": "Refund order A-1", "agent": "llm", "input": {}})
+    assert status == 201, created
+    task = Task.objects.get(pk=created["id"])
     trace_id = task.trace_id
 
     # The task waits for a person, who approves through the web process.
@@ -184,6 +189,11 @@ def test_a_tasks_spans_reach_an_otlp_receiver_under_its_trace_id(
     requests = wait_for(lambda: [s for s in receiver.spans_of(request_trace)
                                  if s.span_id == request_span], message="the request's span")
     assert requests[0].kind == SERVER_KIND and "approve" in requests[0].name
+
+    root_context = (trace_id, root_id)
+    (submission,) = [s for s in receiver.spans if root_context in s.links]
+    assert submission.kind == SERVER_KIND and submission.name.startswith("POST")
+    assert submission.resource["tether.process.kind"] == "web"
 
     # psycopg's instrumentation: the steps' SQL is in the task's trace
     assert any(s.attributes.get("db.system") == "postgresql" or
