@@ -24,9 +24,10 @@ conventions: `gen_ai.operation.name`, `gen_ai.provider.name`,
 `execute_tool {tool}` for each tool call (`tool_span`: `gen_ai.tool.name`,
 `gen_ai.tool.call.id`). A person's part (approval requested and decided,
 question asked and answered, reconciliation opened and settled, escalation and
-resume) is a span event (`task_event`): on the step span that asked, or, when a
-person answers in the web process, on a short `human {event}` span of the
-task's trace linked to the request that carried the answer. Prompts, replies,
+resume; named by `tasks_app.services.task_traces`) is a span event
+(`task_event`): on the step span that asked, or, when a person answers in the
+web process, on a short `human {event}` span of the task's trace linked to the
+request that carried the answer. Prompts, replies,
 arguments and results are never recorded: they are tenants' data.
 
 The span that submits a task (the API request's) links to the task's trace
@@ -81,20 +82,8 @@ PROTOCOLS = ("http/protobuf", "grpc")
 DEFAULT_SERVICE_NAME = "tether"
 TRACER_NAME = "tether"
 
-# A person's part in a task, by the event that records it: the span event's name.
-HUMAN_EVENTS = {
-    "need_approval": "approval_requested",
-    "approval_granted": "approval_granted",
-    "approval_rejected": "approval_rejected",
-    "need_input": "question_asked",
-    "input_received": "question_answered",
-    "result_uncertain": "reconciliation_opened",
-    "reconciled": "reconciliation_settled",
-    "escalated": "escalated",
-    "resumed": "resumed",
-}
-
 _provider: Any = None  # the SDK's TracerProvider, once `setup` ran in this process
+_stopped = False  # `shutdown` ran: no second provider in this process
 _setup_lock = threading.Lock()
 # The ids the next span gets, when they must be the task's (its root span).
 _forced_ids: ContextVar[tuple[int, int] | None] = ContextVar("tether_forced_span_ids",
@@ -121,11 +110,11 @@ def setup(kind: str) -> bool:
     """Start exporting this process's spans (once; a no-op when not `configured`).
     `kind`: web, worker or beat (the resource's `tether.process.kind`)."""
     global _provider
-    if _provider is not None or not configured():
+    if _provider is not None or _stopped or not configured():
         return _provider is not None
     with _setup_lock:
-        if _provider is not None:
-            return True
+        if _provider is not None or _stopped:
+            return _provider is not None
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -150,9 +139,9 @@ def setup(kind: str) -> bool:
 def shutdown() -> None:
     """Send what is still queued, then stop (process exit; a pool process's end).
     Once: the exit handler may follow Celery's shutdown signal."""
-    global _provider
+    global _provider, _stopped
     with _setup_lock:
-        provider, _provider = _provider, None
+        provider, _provider, _stopped = _provider, None, True
     if provider is not None:
         try:
             provider.shutdown()
@@ -410,12 +399,12 @@ def task_submitted(*, trace_id: str) -> None:
                          attributes={"tether.link": "task"})
 
 
-def task_event(*, trace_id: str, event: str, at: datetime | None = None,
+def task_event(*, trace_id: str, name: str, at: datetime | None = None,
                attributes: Mapping[str, Any] | None = None) -> None:
-    """A committed event of a person's part in the task (`HUMAN_EVENTS`): an event
-    on the task's current span, or on a `human {name}` span of the task's trace."""
-    name = HUMAN_EVENTS.get(event)
-    if _provider is None or name is None:
+    """A person's part in the task, committed at `at`: an event `name` on the
+    current span when it is the task's (a step's), else on a `human {name}`
+    span of the task's trace."""
+    if _provider is None:
         return
     value = trace_id_int(trace_id)
     when = _ns(at)

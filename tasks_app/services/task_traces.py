@@ -14,15 +14,29 @@ from config import tracing
 from ..machine import FINAL_STATUS_OF
 from ..models import Event, Task
 
+# A person's part in a task, by the event that records it: the span event's name.
+SPAN_EVENT_OF = {
+    "need_approval": "approval_requested",
+    "approval_granted": "approval_granted",
+    "approval_rejected": "approval_rejected",
+    "need_input": "question_asked",
+    "input_received": "question_answered",
+    "result_uncertain": "reconciliation_opened",
+    "reconciled": "reconciliation_settled",
+    "escalated": "escalated",
+    "resumed": "resumed",
+}
+
 
 def trace_event(event: Event) -> None:
     if not tracing.enabled():
         return
     if event.type == "task_created":
         tracing.task_submitted(trace_id=event.trace_id)
-    if event.type in tracing.HUMAN_EVENTS:
+    name = SPAN_EVENT_OF.get(event.type)
+    if name is not None:
         payload = event.payload if isinstance(event.payload, dict) else {}
-        tracing.task_event(trace_id=event.trace_id, event=event.type, at=event.created_at,
+        tracing.task_event(trace_id=event.trace_id, name=name, at=event.created_at,
                            attributes={"tether.actor": event.actor,
                                        "tether.actor.role": event.actor_role,
                                        "tether.task.version": event.task_version,
