@@ -28,7 +28,6 @@ from opentelemetry import trace
 PLAIN_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
-
 def add_span(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
     """The current OpenTelemetry span's ids (`config.tracing`): `span_id` when it
     belongs to the bound `trace_id` (a task's step), both when none is bound (a

@@ -350,7 +350,7 @@ class ToolTrace:
             return
         self.span.set_attributes({"tether.tool.outcome": kind,
                                   "tether.tool.from_ledger": from_ledger})
-        if kind != "ok":
+        if kind not in ("ok", "processing"):  # processing: another executor holds the call
             detail = (error or {}).get("type") if isinstance(error, Mapping) else None
             _failed(self.span, str(detail or kind), str((error or {}).get("message") or kind))
 
