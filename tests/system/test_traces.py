@@ -131,9 +131,14 @@ def test_a_tasks_spans_reach_an_otlp_receiver_under_its_trace_id(
              message="the task to succeed")
 
     root_id = format(root_span_id(trace_id), "016x")
-    spans = wait_for(lambda: (s := receiver.spans_of(trace_id))
-                     and any(x.span_id == root_id for x in s) and s,
-                     timeout=30, message="the task's root span")
+
+    def complete() -> list[ReceivedSpan] | None:
+        # each process sends its spans on its own: wait for the last ones of each
+        spans = receiver.spans_of(trace_id)
+        names = {s.name for s in spans} | {"root" for s in spans if s.span_id == root_id}
+        return spans if {"root", "step final", "human approval_granted"} <= names else None
+
+    spans = wait_for(complete, timeout=30, message="the task's spans")
     # every span of the task is in its trace, under its root span
     root = next(s for s in spans if s.span_id == root_id)
     assert root.name == "invoke_agent llm" and root.parent_span_id == ""
@@ -200,9 +205,14 @@ def test_a_tasks_spans_reach_an_otlp_receiver_under_its_trace_id(
                s.attributes.get("db.system.name") == "postgresql" for s in spans)
     # Celery's: each step links to the message that carried its slice
     linked = {link for s in steps for link in s.links}
-    assert linked and all(
-        any(x.span_id == span_id and x.name.startswith("run/") for x in receiver.spans_of(t))
-        for t, span_id in linked)
+
+    def carried(trace: str, span_id: str) -> bool:  # a run span ends after its slice
+        return any(x.span_id == span_id and x.name.startswith("run/")
+                   for x in receiver.spans_of(trace))
+
+    assert linked
+    wait_for(lambda: all(carried(t, span_id) for t, span_id in linked),
+             message="the Celery spans the steps link to")
 
     # The worker's JSON log lines carry the task's trace id and the step's span id.
     def step_lines() -> list[dict[str, Any]]:
