@@ -223,3 +223,38 @@ def test_a_tasks_spans_reach_an_otlp_receiver_under_its_trace_id(
     lines = wait_for(lambda: len(step_lines()) >= 4 and step_lines(), message="four step lines")
     assert {r["trace_id"] for r in lines} == {trace_id}
     assert {r["span_id"] for r in lines} == {s.span_id for s in steps}
+
+
+def test_a_question_and_its_answer_are_span_events_of_the_tasks_trace(
+        world, celery_workers, web, receiver):
+    celery_workers.start(env=_traced(receiver))
+    server = web(**_traced(receiver), TETHER_RUNNER="celery",
+                 CELERY_BROKER_URL=celery_workers.broker_url, CELERY_QUEUE=celery_workers.queue)
+    token = api_key_create(user=make_user(world.tenant, Role.REQUESTER, username="asker"))
+    status, created = _post(f"{server.url}/api/v1/tasks", token, {
+        "goal": "Help", "agent": "support",
+        "script": [{"ask": "Which order do you mean?"}, {"final": {"answer": "A-1"}}]})
+    assert status == 201, created
+    task_id, trace_id = created["id"], created["trace_id"]
+    wait_for(lambda: Task.objects.get(pk=task_id).status == TaskStatus.WAITING_FOR_INPUT,
+             timeout=60, message="the question")
+    status, _ = _post(f"{server.url}/api/v1/tasks/{task_id}/input", token, {"answer": "A-1"})
+    assert status == 200
+    wait_for(lambda: Task.objects.get(pk=task_id).status == TaskStatus.SUCCEEDED, timeout=60,
+             message="the task to succeed")
+
+    def both() -> list[ReceivedSpan] | None:
+        spans = receiver.spans_of(trace_id)
+        names = {s.name for s in spans}
+        return spans if {"step ask_user", "human question_answered", "step final"} <= names \
+            else None
+
+    spans = wait_for(both, timeout=30, message="the question's spans")
+    (asked,) = _named(spans, "step ask_user")
+    assert [name for name, _ in asked.events] == ["question_asked"]
+    (answered,) = _named(spans, "human question_answered")
+    assert [name for name, _ in answered.events] == ["question_answered"]
+    assert answered.events[0][1]["tether.actor.role"] == "requester"
+    # the person answered after the step that asked, and the next step followed
+    (final,) = _named(spans, "step final")
+    assert asked.start_ns <= answered.start_ns <= final.start_ns
