@@ -437,7 +437,7 @@ def task_ended(*, trace_id: str, task_id: int, agent: str, status: str,
                 **dict(attributes or {})}))
     finally:
         _forced_ids.reset(token)
-    if status != "SUCCEEDED":
+    if status == "FAILED":  # a cancel is somebody's choice, not an error
         span.set_status(Status(StatusCode.ERROR, status))
     span.end(end_time=_ns(ended_at))
 
