@@ -42,6 +42,7 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 from prometheus_client.registry import Collector
 
 from .logs import log_context, log_scope
+from .tracing import step_span
 
 step_log = logging.getLogger("tether.step")
 
@@ -132,11 +133,13 @@ class StepScope:
 
 
 @contextmanager
-def step_scope() -> Iterator[StepScope]:
-    """One runner step: its own log context (the step binds `step_no` and
-    `step_kind` in it), then one count, one duration and one log line."""
+def step_scope(*, trace_id: str = "", task_id: int = 0) -> Iterator[StepScope]:
+    """One runner step of task `task_id`: its own log context (the step binds
+    `step_no` and `step_kind` in it) and its span in the task's trace
+    (`config.tracing.step_span`), then one count, one duration and one log line
+    (within the span: the line carries its id)."""
     scope, started = StepScope(), time.monotonic()
-    with log_scope():
+    with log_scope(), step_span(trace_id=trace_id, task_id=task_id) as traced:
         try:
             yield scope
         finally:
@@ -147,6 +150,7 @@ def step_scope() -> Iterator[StepScope]:
             step_log.info("task %s step %s (%s): %s in %d ms", context.get("task_id"),
                           context.get("step_no"), kind, scope.outcome, seconds * 1000,
                           extra={"outcome": scope.outcome, "duration_ms": int(seconds * 1000)})
+            traced.outcome = scope.outcome
 
 
 def observe_model_call(*, model: str, seconds: float, usage: Any = None, error: str = "") -> None:

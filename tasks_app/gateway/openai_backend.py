@@ -43,6 +43,7 @@ import openai
 from django.conf import settings
 
 from config.metrics import observe_model_call
+from config.tracing import model_call_span
 from tools_app.outbound import REFUSED, EgressRefusedError, Registry, client_for
 
 from ..vault.values import Resolved, Unresolved
@@ -159,7 +160,10 @@ class OpenAIBackend:
                 attempts += 1
                 started = time.monotonic()
                 try:
-                    body = self.keys.redact(self._call_once(target, request))
+                    with model_call_span(provider=self.name, model=target.name,
+                                         base_url=target.base_url, request=request) as traced:
+                        body = self.keys.redact(self._call_once(target, request, traced.headers))
+                        traced.reply(body)
                 except _Failure as raw:
                     exc = last = _Failure(self.keys.redact(str(raw)), retryable=raw.retryable,
                                           retry_after_s=raw.retry_after_s, status=raw.status,
@@ -189,7 +193,8 @@ class OpenAIBackend:
                            retry_after_s=max(last.retry_after_s or 0.0,
                                              _backoff_s(s.max_retries + 1)))
 
-    def _call_once(self, target: ModelTarget, request: dict[str, Any]) -> dict[str, Any]:
+    def _call_once(self, target: ModelTarget, request: dict[str, Any],
+                   headers: dict[str, str]) -> dict[str, Any]:
         try:
             key = self.keys.get(target.key_ref) if target.key_ref else NO_KEY
         except Unresolved as exc:
@@ -202,7 +207,8 @@ class OpenAIBackend:
             raise _Failure(f"{target.base_url!r} is not an http(s) URL", retryable=False,
                            kind="invalid_url")
         try:
-            completion = client.chat.completions.create(model=target.name, **request)
+            completion = client.chat.completions.create(model=target.name, extra_headers=headers,
+                                                        **request)
         except openai.APITimeoutError:
             raise _Failure(f"no reply within {self.settings.timeout_s:g}s", retryable=True,
                            kind="timeout")

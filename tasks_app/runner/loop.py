@@ -86,7 +86,8 @@ def _advance(task_id: int, *, owner: str, until: float) -> SliceReport:
     memo = SliceMemo(leased=leased)  # what each step leaves for the next one of this slice
     try:
         while True:
-            with step_scope() as observed:  # counted, timed and logged once per step
+            # counted, timed, logged and traced once per step
+            with step_scope(trace_id=leased.trace_id, task_id=task_id) as observed:
                 result = advance_one_step(task_id=task_id, owner=owner, memo=memo)
                 observed.outcome = result.next.value
             steps += 1

@@ -36,6 +36,7 @@ from approvals_app.services import opening
 from config.errors import DomainError, ErrorKind
 from config.logs import bind_log
 from config.metrics import count_late_result
+from config.tracing import tool_span
 from tools_app.executor import (
     OutcomeKind,
     ToolCall,
@@ -52,6 +53,7 @@ from tools_app.schemas import schema_errors
 from ..context.builder import ContextSources, build_context, gather
 from ..context.summaries import summary_maybe_create
 from ..gateway import ContextSnapshot, Decision, GatewayError, ModelReply, get_backend
+from ..gateway.messages import call_id
 from ..keys import call_fingerprint, canonical_json, idempotency_key, sha256_hex
 from ..leases import lease_for_call
 from ..machine import TaskStatus
@@ -467,10 +469,10 @@ def _execute(snap: TaskSnapshot, step: Step, *, owner: str, actor: Actor, memo: 
         claim = replace(claim, call=call) if claim is not None else None
         if spec.timeout_s < settings.TETHER["LEASE_TTL_S"] / 3:
             # The call ends (or times out) well within the lease: no heartbeat needed.
-            outcome = _run(call, claim, owner=owner)
+            outcome = _run(call, claim, owner=owner, step_no=step.step_no)
         else:
             with heartbeat(task_id=snap.id, owner=owner):
-                outcome = _run(call, claim, owner=owner)
+                outcome = _run(call, claim, owner=owner, step_no=step.step_no)
         if outcome.kind is OutcomeKind.UNCERTAIN and claim is not None:
             # Recorded before the status query is asked (it may take long or fail).
             ledger.record(claim, outcome)
@@ -480,10 +482,13 @@ def _execute(snap: TaskSnapshot, step: Step, *, owner: str, actor: Actor, memo: 
         return _commit_outcome(snap, step, spec, outcome, actor, claim=claim, memo=memo)
 
 
-def _run(call: ToolCall, claim: ledger.Claim | None, *, owner: str) -> ToolOutcome:
-    if claim is None:
-        return execute_through_ledger(call, owner=owner)
-    return ledger.call_claimed(claim)
+def _run(call: ToolCall, claim: ledger.Claim | None, *, owner: str, step_no: int) -> ToolOutcome:
+    with tool_span(tool=call.spec.name, call_id=call_id(step_no), kind=call.spec.kind,
+                   idempotency_key=call.context.idempotency_key) as traced:
+        outcome = (execute_through_ledger(call, owner=owner) if claim is None
+                   else ledger.call_claimed(claim))
+        traced.outcome(outcome.kind.value, error=outcome.error, from_ledger=outcome.from_ledger)
+    return outcome
 
 
 def backoff_s(attempt: int, retry_after: float | None = None, *,
