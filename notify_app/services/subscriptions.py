@@ -81,7 +81,7 @@ def webhook_delete(*, tenant_id: int, webhook_id: int, actor: Actor) -> None:
 
 def email_settings_update(*, tenant_id: int, email_reviewers: bool, events: list[str],
                           actor: Actor) -> NotificationSettings:
-    _check(url=None, events=events, format=None, allow_empty=True)
+    _check(url=None, events=events, format=None, events_field="email_events")
     prefs, _ = NotificationSettings.objects.update_or_create(
         tenant_id=tenant_id,
         defaults={"email_reviewers": email_reviewers, "email_events": _ordered(events)})
@@ -91,7 +91,9 @@ def email_settings_update(*, tenant_id: int, email_reviewers: bool, events: list
 
 
 def _check(*, url: str | None, events: list[str] | None, format: str | None,
-           allow_empty: bool = False) -> None:
+           events_field: str = "events") -> None:
+    """Field errors (400) for what a webhook or the e-mail choice may not be;
+    an empty list of e-mailed events means all of them."""
     errors: dict[str, list[str]] = {}
     if url is not None:
         if len(url) > MAX_URL_CHARS:
@@ -101,9 +103,9 @@ def _check(*, url: str | None, events: list[str] | None, format: str | None,
     if events is not None:
         unknown = sorted(set(events) - set(EventType.values))
         if unknown:
-            errors["events"] = [f"unknown event types: {', '.join(unknown)}; "
-                                f"known: {', '.join(EventType.values)}"]
-        elif not events and not allow_empty:
+            errors[events_field] = [f"unknown event types: {', '.join(unknown)}; "
+                                    f"known: {', '.join(EventType.values)}"]
+        elif not events and events_field == "events":
             errors["events"] = ["name at least one event type"]
     if format is not None and format not in PayloadFormat.values:
         errors["format"] = [f"one of {', '.join(PayloadFormat.values)}"]
