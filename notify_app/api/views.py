@@ -60,14 +60,16 @@ class WebhookListView(TenantAPIView):
         return Response(body, status=status.HTTP_201_CREATED)
 
 
-class WebhookDetailView(TenantAPIView):
-    policy = {"GET": "webhook.read", "PATCH": "webhook.write", "DELETE": "webhook.write"}
-
+class WebhookViewBase(TenantAPIView):
     def webhook(self, webhook_id: int) -> WebhookSubscription:
         webhook = webhook_of_tenant(self.access.tenant_id, webhook_id)
         if webhook is None:
             raise not_found("Webhook")
         return webhook
+
+
+class WebhookDetailView(WebhookViewBase):
+    policy = {"GET": "webhook.read", "PATCH": "webhook.write", "DELETE": "webhook.write"}
 
     @extend_schema(operation_id="webhooks_retrieve", tags=TAGS, summary="A webhook",
                    responses={200: WebhookSerializer, **error_responses()})
@@ -93,7 +95,7 @@ class WebhookDetailView(TenantAPIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class WebhookDeliveriesView(WebhookDetailView):
+class WebhookDeliveriesView(WebhookViewBase):
     policy = {"GET": "webhook.read"}
 
     @extend_schema(operation_id="webhooks_deliveries", tags=TAGS,
