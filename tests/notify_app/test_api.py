@@ -121,3 +121,17 @@ def test_email_settings_default_off_and_round_trip(main: Tenancy) -> None:
                      {"email_reviewers": True, "email_events": ["x"]}, format="json")
     assert bad.status_code == 400 and "email_events" in bad.json()["error"]["details"]
     assert client.get("/api/v1/notifications/email").json()["email_events"] == ["task_failed"]
+
+
+def test_rotate_secrets_re_encrypts_webhook_secrets_too(
+        main: Tenancy, webhook_receiver: WebhookReceiver, settings) -> None:
+    from cryptography.fernet import Fernet
+    from django.core.management import call_command
+
+    created = subscribe(main, webhook_receiver.url())
+    old_key, new_key = settings.TETHER_SECRETS_KEY, Fernet.generate_key().decode()
+    settings.TETHER_SECRETS_KEY = f"{new_key},{old_key}"
+    call_command("rotate_secrets")
+    settings.TETHER_SECRETS_KEY = new_key  # the old key removed: still readable
+    row = WebhookSubscription.objects.get(pk=created["id"])
+    assert unseal(row.secret_sealed) == created["secret"]
