@@ -34,7 +34,7 @@ from typing import Any
 import httpx2
 from django.conf import settings
 from django.core.mail import send_mail
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -76,11 +76,15 @@ def delivery_attempt(delivery_id: int) -> str:
     if attempt is None:
         return "skipped"
     delivery = (Delivery.objects.select_related("subscription", "notification__tenant")
-                .get(pk=delivery_id))
+                .filter(pk=delivery_id).first())
+    if delivery is None:
+        return "skipped"  # its webhook was deleted meanwhile
     started, clock = timezone.now(), time.monotonic()
     try:
         body = notification_body(delivery.notification)
-        if delivery.channel == Channel.EMAIL:
+        if delivery.subscription is not None and not delivery.subscription.active:
+            sent = Sent("failed", error="not sent: the webhook was paused")
+        elif delivery.channel == Channel.EMAIL:
             sent = _send_email(delivery, body)
         else:
             assert delivery.subscription is not None
@@ -184,21 +188,33 @@ def _record(delivery: Delivery, attempt: int, sent: Sent, *, started: Any,
             error = f"gave up after {attempt} attempts: {error}"
     final = {"succeeded": DeliveryStatus.SUCCEEDED, "failed": DeliveryStatus.FAILED,
              "refused": DeliveryStatus.REFUSED}.get(outcome)
-    with transaction.atomic():
-        DeliveryAttempt.objects.create(
-            delivery=delivery, number=attempt, started_at=started, duration_ms=duration_ms,
-            status_code=sent.status_code, outcome=outcome, error=error[:ERROR_CHARS])
-        fields: dict[str, Any] = {"claimed_until": None, "last_status_code": sent.status_code,
-                                  "last_error": error[:ERROR_CHARS]}
-        if final is None:
-            fields["next_attempt_at"] = now + timedelta(seconds=delay)
-        else:
-            fields.update(status=final, finished_at=now)
-        # Our claim is the fence: a delivery taken over after our claim expired is not ours.
-        held = Delivery.objects.filter(pk=delivery.pk, attempts=attempt,
-                                       status=DeliveryStatus.PENDING).update(**fields)
+    try:
+        with transaction.atomic():
+            held = _write_attempt(delivery, attempt, sent, outcome=outcome, error=error,
+                                  final=final, delay=delay, started=started,
+                                  duration_ms=duration_ms, now=now)
+    except IntegrityError:  # the webhook (and its deliveries) was deleted during the send
+        return "skipped"
     if held and final is None:
         schedule_delivery(delivery.pk, delay_s=delay)
     log.info("delivery %s attempt %s: %s %s", delivery.uid, attempt, outcome,
              sent.status_code or "", extra={"delivery": str(delivery.uid)})
     return outcome
+
+
+def _write_attempt(delivery: Delivery, attempt: int, sent: Sent, *, outcome: str, error: str,
+                   final: str | None, delay: float, started: Any, duration_ms: int,
+                   now: Any) -> bool:
+    """The attempt's row, and the delivery's new state while our claim holds."""
+    DeliveryAttempt.objects.create(
+        delivery=delivery, number=attempt, started_at=started, duration_ms=duration_ms,
+        status_code=sent.status_code, outcome=outcome, error=error[:ERROR_CHARS])
+    fields: dict[str, Any] = {"claimed_until": None, "last_status_code": sent.status_code,
+                              "last_error": error[:ERROR_CHARS]}
+    if final is None:
+        fields["next_attempt_at"] = now + timedelta(seconds=delay)
+    else:
+        fields.update(status=final, finished_at=now)
+    # Our claim is the fence: a delivery taken over after our claim expired is not ours.
+    return bool(Delivery.objects.filter(pk=delivery.pk, attempts=attempt,
+                                        status=DeliveryStatus.PENDING).update(**fields))

@@ -184,3 +184,16 @@ def test_the_readme_snippet_verifies_a_delivery(main: Tenancy,
     header = received.headers["x-tether-signature"]
     assert namespace["verified"](hook["secret"], received.raw, header)
     assert not namespace["verified"](hook["secret"], received.raw + b" ", header)
+
+
+def test_a_paused_webhook_sends_nothing_more(main: Tenancy,
+                                             webhook_receiver: WebhookReceiver) -> None:
+    hook = subscribe(main, webhook_receiver.url(), events=["question_asked"])
+    main.waiting_for_input()  # its delivery is in the outbox, not sent yet
+    paused = main.client(ADM).patch(f"/api/v1/webhooks/{hook['id']}", {"active": False},
+                                    format="json")
+    assert paused.status_code == 200
+    drain()
+    assert webhook_receiver.all() == []
+    delivery = Delivery.objects.get()
+    assert delivery.status == "failed" and "paused" in delivery.last_error
