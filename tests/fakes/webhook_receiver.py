@@ -3,6 +3,8 @@
 headers) and answers each with the next status of its script (the last one
 repeats). Receivers in the wild dedupe on `X-Tether-Delivery`; `accepted`
 gives what such a receiver kept: the requests it answered 2xx, by delivery id.
+`hold_next` makes the next request wait for an answer (a sender that dies
+meanwhile never gets one); holds end after `HOLD_MAX_S` or at `close`.
 """
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+
+HOLD_MAX_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,8 @@ class WebhookReceiver:
     def __init__(self) -> None:
         self.received: list[Received] = []
         self._script: list[int] = [200]
+        self._holds: list[threading.Event] = []
+        self.arrived = threading.Event()  # set when a held request came in
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._server.daemon_threads = True
@@ -51,6 +57,13 @@ class WebhookReceiver:
         with self._lock:
             self._script = list(statuses)
 
+    def hold_next(self) -> threading.Event:
+        """The next request waits until the returned event is set."""
+        release = threading.Event()
+        with self._lock:
+            self._holds.append(release)
+        return release
+
     def all(self) -> list[Received]:
         with self._lock:
             return list(self.received)
@@ -64,6 +77,9 @@ class WebhookReceiver:
         return kept
 
     def close(self) -> None:
+        with self._lock:
+            for release in self._holds:
+                release.set()
         self._server.shutdown()
         self._server.server_close()
 
@@ -81,17 +97,25 @@ def _handler_for(receiver: WebhookReceiver) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:  # noqa: N802 - http.server's naming
             raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            with receiver._lock:
+                hold = receiver._holds.pop(0) if receiver._holds else None
+            if hold is not None:
+                receiver.arrived.set()
+                hold.wait(HOLD_MAX_S)
             status = receiver._next_status()
             with receiver._lock:
                 receiver.received.append(Received(
                     path=self.path, headers={k.lower(): v for k, v in self.headers.items()},
                     raw=raw, status=status))
             body = b'{"ok": true}' if status < 400 else b'{"error": "scripted failure"}'
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the sender is gone (killed under test)
 
     return Handler
 

@@ -41,3 +41,29 @@ def test_a_worker_delivers_the_event_and_retries_a_500(
     assert verify(created.secret, received[1].raw, received[1].headers["x-tether-signature"])
     delivery = Delivery.objects.get()
     assert [a.status_code for a in delivery.attempt_log.all()] == [500, 200]
+
+
+def test_a_delivery_whose_worker_died_mid_send_is_sent_again(
+        world, celery_workers, webhook_receiver: WebhookReceiver) -> None:
+    """The worker is killed while the receiver holds its request: the claim runs
+    out, the recovery sweep (beat, on a second worker) dispatches the delivery
+    again, and the receiver gets it under the same delivery id."""
+    webhook_create(tenant_id=world.tenant.pk, url=webhook_receiver.url(),
+                   events=["question_asked"], actor=actor_of(world.users["admin"]))
+    release = webhook_receiver.hold_next()
+    knobs = {"TETHER_WEBHOOK_TIMEOUT_S": "2"}
+    first = celery_workers.start(env=knobs)
+    task = submit(world.tenant, [{"ask": "Which order?"}, {"final": {"ok": True}}])
+    assert webhook_receiver.arrived.wait(60), celery_workers.logs()
+    first.kill()
+    release.set()  # the answer goes nowhere: the sender is dead
+    assert Delivery.objects.get().status == "pending"
+
+    celery_workers.start(beat=True, env=knobs)
+    wait_for(lambda: Delivery.objects.filter(status="succeeded").exists(), timeout=90,
+             message="the sweep to send the delivery again")
+    received = webhook_receiver.all()
+    assert len(received) == 2 and received[0].delivery_id == received[1].delivery_id
+    assert received[1].json["task"]["id"] == task.pk
+    assert list(webhook_receiver.accepted()) == [received[1].delivery_id]
+    assert Delivery.objects.get().attempt_log.count() == 1  # the dead worker recorded nothing
