@@ -21,12 +21,12 @@ from django.db import models
 
 
 class EventType(models.TextChoices):
-    APPROVAL_REQUESTED = "approval_requested"
-    QUESTION_ASKED = "question_asked"
-    RECONCILIATION_OPENED = "reconciliation_opened"
-    TASK_ESCALATED = "task_escalated"
-    TASK_FAILED = "task_failed"
-    APPROVAL_SLA_WARNING = "approval_sla_warning"
+    APPROVAL_REQUESTED = "approval_requested", "Approval requested"
+    QUESTION_ASKED = "question_asked", "Question asked"
+    RECONCILIATION_OPENED = "reconciliation_opened", "Reconciliation opened"
+    TASK_ESCALATED = "task_escalated", "Task escalated"
+    TASK_FAILED = "task_failed", "Task failed"
+    APPROVAL_SLA_WARNING = "approval_sla_warning", "Approval SLA warning (80 %)"
 
 
 class PayloadFormat(models.TextChoices):

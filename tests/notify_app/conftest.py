@@ -23,7 +23,7 @@ from tests.api.conftest import (  # noqa: F401 - fixtures
     other,
 )
 from tests.factories import submit
-from tests.fakes.webhook_receiver import WebhookReceiver, webhook_receiver  # noqa: F401
+from tests.fakes.webhook_receiver import WebhookReceiver
 from tests.helpers import drive, wait_for
 
 ADM = Role.ADMIN
