@@ -229,6 +229,8 @@ TETHER_WEBHOOK_TIMEOUT_S = env.float("TETHER_WEBHOOK_TIMEOUT_S", default=10.0)
 TETHER_WEBHOOK_BACKOFF_BASE_S = env.float("TETHER_WEBHOOK_BACKOFF_BASE_S", default=10.0)
 TETHER_WEBHOOK_BACKOFF_MAX_S = env.float("TETHER_WEBHOOK_BACKOFF_MAX_S", default=3600.0)
 TETHER_WEBHOOK_MAX_AGE_S = env.float("TETHER_WEBHOOK_MAX_AGE_S", default=24 * 3600.0)
+# Finished notifications (and their deliveries and attempts) are kept this long.
+TETHER_WEBHOOK_RETENTION_DAYS = env.float("TETHER_WEBHOOK_RETENTION_DAYS", default=30.0)
 # The SLA warning fires when this fraction of an approval's SLA has passed.
 TETHER_APPROVAL_SLA_WARNING_AT = env.float("TETHER_APPROVAL_SLA_WARNING_AT", default=0.8)
 # E-mail (for tenants that turn reviewer e-mail on): Django's backend and SMTP settings.

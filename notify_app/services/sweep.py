@@ -8,8 +8,10 @@
 - Stuck deliveries: PENDING deliveries due for a few seconds and claimed by
   nobody (a dispatch lost with the broker, a worker that died mid-send, a retry
   due later than the broker should hold it) are dispatched again.
+- Retention: notifications older than `TETHER_WEBHOOK_RETENTION_DAYS` whose
+  deliveries are all finished go, with their deliveries and attempts.
 
-The sweep sends nothing itself: it only writes and dispatches.
+The sweep sends nothing itself: it only writes, dispatches and deletes.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from django.utils import timezone
 from approvals_app.selectors import pending_approvals_with_sla
 
 from ..dispatch import schedule_delivery
-from ..models import Delivery, DeliveryStatus, EventType, SlaWarning
+from ..models import Delivery, DeliveryStatus, EventType, Notification, SlaWarning
 from .outbox import notification_emit
 
 DUE_GRACE_S = 5.0
@@ -31,7 +33,8 @@ BATCH = 500
 
 
 def notify_sweep() -> dict[str, int]:
-    return {"sla_warnings": sla_warnings_emit(), "redispatched": stuck_deliveries_dispatch()}
+    return {"sla_warnings": sla_warnings_emit(), "redispatched": stuck_deliveries_dispatch(),
+            "forgotten": old_notifications_delete()}
 
 
 def sla_warnings_emit(*, batch: int = BATCH) -> int:
@@ -69,3 +72,13 @@ def stuck_deliveries_dispatch(*, batch: int = BATCH) -> int:
         if not schedule_delivery(delivery_id):
             break  # the broker is down: the next sweep tries again
     return len(due)
+
+
+def old_notifications_delete(*, batch: int = BATCH) -> int:
+    cutoff = timezone.now() - timedelta(days=settings.TETHER_WEBHOOK_RETENTION_DAYS)
+    old = list(Notification.objects.filter(created_at__lt=cutoff)
+               .exclude(deliveries__status=DeliveryStatus.PENDING)
+               .order_by("id").values_list("id", flat=True)[:batch])
+    if old:
+        Notification.objects.filter(pk__in=old).delete()
+    return len(old)

@@ -128,3 +128,17 @@ def test_email_only_for_the_chosen_events(main: Tenancy, settings: Any) -> None:
     drain()
     assert [m.subject for m in mail.outbox] == [
         f"[Tether] Task escalated to an operator: task {escalated.pk}"]
+
+
+def test_old_finished_notifications_are_forgotten(main: Tenancy,
+                                                  webhook_receiver: WebhookReceiver) -> None:
+    subscribe(main, webhook_receiver.url(), events=["question_asked"])
+    main.waiting_for_input()
+    drain()
+    main.waiting_for_input()  # pending: kept whatever its age
+    old = timezone.now() - timedelta(days=31)
+    Notification.objects.update(created_at=old)
+    recovery_sweep()
+    [kept] = Notification.objects.all()
+    assert kept.deliveries.get().status == "pending"
+    assert Delivery.objects.count() == 1
