@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .models import EventType
+from .services.outbox import notification_emit
 
 if TYPE_CHECKING:
     from tasks_app.models import Event
@@ -36,8 +37,6 @@ TITLES: dict[str, str] = {
 
 
 def on_task_event(event: Event) -> None:
-    from .services.outbox import notification_emit
-
     notification_emit(
         tenant_id=event.tenant_id, task_id=event.task_id, type=NOTIFIED_TASK_EVENTS[event.type],
         event_id=event.pk, context={"event": event.type, **(event.payload or {})})

@@ -6,12 +6,11 @@ from tasks_app.services.hooks import on_event_appended, on_sweep
 from tasks_app.vault.stores import SealedColumn, register_sealed
 
 from .events import NOTIFIED_TASK_EVENTS, on_task_event
+from .models import WebhookSubscription
+from .services.sweep import notify_sweep
 
 
 def register() -> None:
-    from .models import WebhookSubscription
-    from .services.sweep import notify_sweep
-
     on_event_appended(NOTIFIED_TASK_EVENTS, on_task_event)
     on_sweep(notify_sweep)
     # webhook signing secrets are sealed with the tenant-secret keys: rotated with them
