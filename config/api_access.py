@@ -24,6 +24,7 @@ reconciliation.resolve   reviewer, admin                       resolve / re-run 
 lease.read               operator, admin                       resource leases
 tool.*, agent.*          admin                                 read and write
 secret.*                 admin                                 names only; values write-only
+webhook.*                admin                                 webhooks, deliveries, e-mail
 agent.versions           operator, admin                       an agent's versions (read)
 agent.release            admin                                 release, promote, roll back
 =======================  ====================================  ============================
@@ -72,6 +73,8 @@ POLICY: dict[str, frozenset[str]] = {
     "agent.write": frozenset({R.ADMIN}),
     "secret.read": frozenset({R.ADMIN}),
     "secret.write": frozenset({R.ADMIN}),
+    "webhook.read": frozenset({R.ADMIN}),
+    "webhook.write": frozenset({R.ADMIN}),
     "agent.versions": frozenset({R.OPERATOR, R.ADMIN}),
     "agent.release": frozenset({R.ADMIN}),
 }

@@ -1,5 +1,5 @@
 """REST API v1 routes, mounted at `/api/v1/`: tasks, human decisions, admin
-(tools, agents, secrets), the OpenAPI 3 schema and its browsable docs. Paths have no
+(tools, agents, secrets, webhooks), the OpenAPI 3 schema and its browsable docs. Paths have no
 trailing slash; anything unmatched is a JSON 404 in the API's error shape."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from django.urls import path, re_path, register_converter
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from approvals_app.api import views as decisions
+from notify_app.api import views as notify
 from tasks_app.api import agent_versions, agents, resource_leases, retries, secrets
 from tasks_app.api import views as tasks
 from tools_app.api import views as tools
@@ -104,6 +105,16 @@ urlpatterns = [
         "agents/<name:name>/rollback",
         agent_versions.AgentRollbackView.as_view(),
         name="api-agent-rollback",
+    ),
+    path("webhooks", notify.WebhookListView.as_view(), name="api-webhooks"),
+    path("webhooks/<id:webhook_id>", notify.WebhookDetailView.as_view(), name="api-webhook"),
+    path(
+        "webhooks/<id:webhook_id>/deliveries",
+        notify.WebhookDeliveriesView.as_view(),
+        name="api-webhook-deliveries",
+    ),
+    path(
+        "notifications/email", notify.EmailSettingsView.as_view(), name="api-notifications-email"
     ),
     path("schema", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),

@@ -38,6 +38,7 @@ INSTALLED_APPS = [
     "tasks_app",
     "tools_app",
     "approvals_app",
+    "notify_app",
     "axes",
 ]
 
@@ -220,6 +221,31 @@ TETHER_EGRESS_ALLOW = env.list(
 )
 # A PEM file of extra CAs trusted by outbound calls (internal services with a private CA).
 TETHER_EGRESS_CA_BUNDLE = env.str("TETHER_EGRESS_CA_BUNDLE", default="")
+
+# --- notifications (notify_app) ------------------------------------------------
+# Where links in notifications point: the console's public address.
+TETHER_PUBLIC_URL = env.str("TETHER_PUBLIC_URL", default="http://localhost:8000").rstrip("/")
+# Webhook deliveries: each attempt's whole call is bounded by TIMEOUT_S; a failed
+# attempt (no answer, 5xx, 408, 429) is retried after BACKOFF_BASE_S * 2**(n-1)
+# seconds (at most BACKOFF_MAX_S, with jitter) until the delivery is MAX_AGE_S old.
+TETHER_WEBHOOK_TIMEOUT_S = env.float("TETHER_WEBHOOK_TIMEOUT_S", default=10.0)
+TETHER_WEBHOOK_BACKOFF_BASE_S = env.float("TETHER_WEBHOOK_BACKOFF_BASE_S", default=10.0)
+TETHER_WEBHOOK_BACKOFF_MAX_S = env.float("TETHER_WEBHOOK_BACKOFF_MAX_S", default=3600.0)
+TETHER_WEBHOOK_MAX_AGE_S = env.float("TETHER_WEBHOOK_MAX_AGE_S", default=24 * 3600.0)
+# Finished notifications (and their deliveries and attempts) are kept this long.
+TETHER_WEBHOOK_RETENTION_DAYS = env.float("TETHER_WEBHOOK_RETENTION_DAYS", default=30.0)
+# The SLA warning fires when this fraction of an approval's SLA has passed.
+TETHER_APPROVAL_SLA_WARNING_AT = env.float("TETHER_APPROVAL_SLA_WARNING_AT", default=0.8)
+# E-mail (for tenants that turn reviewer e-mail on): Django's backend and SMTP settings.
+EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = env.str("EMAIL_HOST", default="localhost")
+EMAIL_PORT = env.int("EMAIL_PORT", default=25)
+EMAIL_HOST_USER = env.str("EMAIL_HOST_USER", default="")
+EMAIL_HOST_PASSWORD = env.str("EMAIL_HOST_PASSWORD", default="")
+EMAIL_USE_TLS = env.bool("EMAIL_USE_TLS", default=False)
+EMAIL_USE_SSL = env.bool("EMAIL_USE_SSL", default=False)
+EMAIL_TIMEOUT = env.float("EMAIL_TIMEOUT", default=10.0)
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="tether@localhost")
 
 # The cache holds the API throttles' counters: a shared Redis cache makes a
 # limit hold across processes (CACHE_URL=redis://...); the default is per process.

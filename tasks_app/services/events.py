@@ -1,6 +1,7 @@
 """Appending events. `event_append` writes an event row and schedules its
 publication; the runner's one-statement commits (`runner.commits`) write
 theirs in SQL and schedule it with `event_announce`. Nothing else publishes.
+Hooks other apps registered (`services.hooks`) run inside `event_append`.
 
 Publication happens in `transaction.on_commit`, so a rolled-back event is
 never shown to anybody, and a subscriber never sees an event the database
@@ -19,6 +20,7 @@ from config.metrics import count_task_event
 from ..machine import FINAL_STATUS_OF
 from ..models import Event
 from .actors import Actor
+from .hooks import run_event_hooks
 from .task_traces import trace_event
 
 # In one-statement commits (PostgreSQL): the event of a transition whose
@@ -54,6 +56,7 @@ def event_append(
         actor=actor.name,
         actor_role=actor.role,
     )
+    run_event_hooks(event)  # same transaction: what a hook writes commits with the event
     event_announce(event)
     return event
 

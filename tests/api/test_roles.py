@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 
 from approvals_app.models import Approval, Question, Reconciliation
+from notify_app.models import NotificationSettings, WebhookSubscription
+from notify_app.services.subscriptions import webhook_create
 from tasks_app.models import AgentProfile, ContextSummary, Event, Role, Task, TenantSecret
 from tasks_app.services.actors import SYSTEM
 from tasks_app.services.agents import agent_update
@@ -77,6 +79,15 @@ def _secret(method: str = "get", body: Any = None) -> Setup:
     def setup(t: Tenancy, role: str) -> tuple[str, str, Any]:
         secret_create(tenant_id=t.tenant.pk, name="stored", value="v-1", actor=SYSTEM)
         return method, "/api/v1/secrets/stored", body
+
+    return setup
+
+
+def _webhook(suffix: str = "", method: str = "get", body: Any = None) -> Setup:
+    def setup(t: Tenancy, role: str) -> tuple[str, str, Any]:
+        created = webhook_create(tenant_id=t.tenant.pk, url="http://127.0.0.1:9/hook",
+                                 events=["task_failed"], actor=SYSTEM)
+        return method, f"/api/v1/webhooks/{created.subscription.pk}{suffix}", body
 
     return setup
 
@@ -186,6 +197,23 @@ MATRIX: dict[str, tuple[set[str], Setup, int]] = {
     "agents_release_log": ({OP, ADM}, _const("get", "/api/v1/agents/support/releases"), 200),
     "agents_promote": ({ADM}, _second_version(released=False), 200),
     "agents_rollback": ({ADM}, _second_version(released=True), 200),
+    "webhooks_list": ({ADM}, _const("get", "/api/v1/webhooks"), 200),
+    "webhooks_create": (
+        {ADM},
+        _const("post", "/api/v1/webhooks",
+               {"url": "http://127.0.0.1:9/hook", "events": ["task_failed"]}),
+        201,
+    ),
+    "webhooks_retrieve": ({ADM}, _webhook(), 200),
+    "webhooks_update": ({ADM}, _webhook("", "patch", {"active": False}), 200),
+    "webhooks_destroy": ({ADM}, _webhook("", "delete"), 204),
+    "webhooks_deliveries": ({ADM}, _webhook("/deliveries"), 200),
+    "notifications_email_retrieve": ({ADM}, _const("get", "/api/v1/notifications/email"), 200),
+    "notifications_email_update": (
+        {ADM},
+        _const("put", "/api/v1/notifications/email", {"email_reviewers": True}),
+        200,
+    ),
 }
 
 
@@ -202,6 +230,8 @@ def fingerprint() -> tuple[Any, ...]:
         sorted(AgentProfile.objects.values_list("id", "current_version", "release_candidate")),
         sorted(ContextSummary.objects.values_list("id", "active")),
         sorted(TenantSecret.objects.values_list("id", "ciphertext")),
+        sorted(WebhookSubscription.objects.values_list("id", "active", "events")),
+        sorted(NotificationSettings.objects.values_list("id", "email_reviewers")),
     )
 
 
