@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from ..pricing import TokenUsage
+
 DecisionKind = Literal["tool_call", "final", "ask_user", "invalid"]
 
 
@@ -189,6 +191,8 @@ class ModelReply:
     input_summary: str = ""
     used_fallback: bool = False
     attempts: int = 1
+    # the reply's usage split by direction; None when the backend reports none (scripted)
+    usage: TokenUsage | None = None
 
 
 class GatewayError(Exception):

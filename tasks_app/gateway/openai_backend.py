@@ -45,6 +45,7 @@ from django.conf import settings
 from config.metrics import observe_model_call
 from tools_app.outbound import REFUSED, EgressRefusedError, Registry, client_for
 
+from ..pricing import TokenUsage
 from ..vault.values import Resolved, Unresolved
 from .base import ContextSnapshot, GatewayError, ModelReply
 from .messages import build_messages, input_summary, tool_catalogue
@@ -115,6 +116,7 @@ class OpenAIBackend:
             input_summary=input_summary(context, messages, tools),
             used_fallback=done.used_fallback,
             attempts=done.attempts,
+            usage=TokenUsage.from_openai(done.body.get("usage")),
         )
 
     def summarize(self, *, goal: str, previous: str, steps: list[dict[str, Any]],

@@ -32,6 +32,7 @@ class TaskSnapshot:
     stale_steps: int
     started_at: datetime | None
     deadline_at: datetime | None
+    cost_pico: int = 0  # spent on model calls so far (`tasks_app.pricing`)
 
     @classmethod
     def of(cls, task: Task) -> TaskSnapshot:
@@ -57,6 +58,7 @@ class TaskSnapshot:
             stale_steps=task.stale_steps,
             started_at=task.started_at,
             deadline_at=task.deadline_at,
+            cost_pico=task.cost_pico,
         )
 
     def limit(self, name: str) -> int:

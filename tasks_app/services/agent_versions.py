@@ -50,6 +50,7 @@ def config_apply(agent: AgentProfile, config: dict[str, Any]) -> None:
     snapshot's keys are the profile's fields, the budget's flattened."""
     fields = {f.name for f in AgentProfile._meta.concrete_fields} - {"id", "tenant", "name"}
     flat = {**{k: v for k, v in config.items() if k != "budget"}, **(config.get("budget") or {})}
+    flat.setdefault("max_cost", None)  # a version recorded without a cost budget has none
     for key, value in flat.items():
         if key in fields:
             setattr(agent, key, value)

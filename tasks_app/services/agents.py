@@ -25,6 +25,7 @@ from tools_app.schemas import check_schema
 
 from ..gateway.model_settings import model_settings_errors
 from ..models import AgentProfile, OnExhaustion, Tenant
+from ..pricing import MAX_BUDGET, money, money_problem
 from ..selectors import missing_secret_names
 from ..vault.grants import env_granted, not_granted_message
 from ..vault.references import model_env_names, model_secret_names
@@ -48,6 +49,7 @@ EDITABLE = (
     "model",
     "tools",
     *BUDGET_FIELDS,
+    "max_cost",
     "per_tool",
     "on_exhaustion",
     "no_progress_repeats",
@@ -155,6 +157,11 @@ def agent_errors(agent: AgentProfile) -> dict[str, list[str]]:
         value = getattr(agent, field)
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_INT:
             add(f"budget.{field}", f"an integer from 1 to {MAX_INT}")
+    if agent.max_cost is not None:  # dollars, or null for no cost budget
+        if problem := money_problem(agent.max_cost, maximum=MAX_BUDGET):
+            add("budget.max_cost", problem)
+        else:
+            agent.max_cost = money(agent.max_cost)
     per_tool = agent.per_tool
     if not isinstance(per_tool, dict):
         add("budget.per_tool", "an object {tool name: max calls}")
