@@ -155,3 +155,33 @@ def test_max_cost_escalate_then_resume_with_more_budget_runs_the_refused_call(
     assert task.tool_calls == 1 and task.budget_extension["max_cost"] == "0.01"
     assert len(openai_server.requests) == 2  # the refused call ran from the queue, not re-asked
     assert Task.objects.get(pk=task.pk).cost_pico == task.cost_pico
+
+
+def test_spend_shows_on_the_dashboard_the_agents_page_and_metrics(world, openai_server):
+    from django.test import Client
+    from prometheus_client.parser import text_string_to_metric_families
+
+    _agent(world, openai_server)
+    openai_server.push(reply("look", tool_calls=LOOKUP, usage=(1000, 200), cached=400),
+                       reply('{"answer": "with Ada"}', usage=(1500, 100)))
+    task = drive(submit(world.tenant, None, agent="llm", goal="g").pk)
+    assert task.status == TaskStatus.SUCCEEDED
+
+    console = Client()
+    console.force_login(world.users[Role.ADMIN])
+    page = console.get("/").content.decode()
+    assert '<strong data-stat="spend-today">$0.00875</strong>' in page
+    assert f'data-spend-day="{timezone.now().date().isoformat()}">$0.00875<' in page
+    assert "llm · primary" in page
+    agents = console.get("/agents/llm/").content.decode()
+    assert f'data-cost-per-task="{task.agent_version}">$0.00875<' in agents
+    detail = console.get(f"/tasks/{task.pk}/").content.decode()
+    assert "<span data-step-cost>$0.004</span>" in detail
+
+    scraped = Client().get("/metrics").content.decode()
+    samples = {(s.name, frozenset(s.labels.items())): s.value
+               for f in text_string_to_metric_families(scraped) for s in f.samples}
+    assert samples[("tether_tenant_spend_today_dollars",
+                    frozenset({"tenant": world.tenant.name}.items()))] == pytest.approx(0.00875)
+    assert samples[("tether_model_cost_dollars_total",
+                    frozenset({"model": "primary"}.items()))] >= 0.00875
