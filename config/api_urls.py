@@ -8,6 +8,7 @@ from django.urls import path, re_path, register_converter
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from approvals_app.api import views as decisions
+from audit_app.api import AuditListView
 from tasks_app.api import agent_versions, agents, secrets
 from tasks_app.api import views as tasks
 from tools_app.api import views as tools
@@ -102,6 +103,7 @@ urlpatterns = [
         agent_versions.AgentRollbackView.as_view(),
         name="api-agent-rollback",
     ),
+    path("audit", AuditListView.as_view(), name="api-audit"),
     path("schema", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("redoc", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),

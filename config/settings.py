@@ -38,11 +38,13 @@ INSTALLED_APPS = [
     "tasks_app",
     "tools_app",
     "approvals_app",
+    "audit_app",
     "axes",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "audit_app.request_ids.RequestIdMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
