@@ -99,8 +99,7 @@ def tool_create(*, tenant_id: int, name: str, actor: Actor = SYSTEM, **fields: A
     try:
         with transaction.atomic():
             tool.save()
-            audit_record(actor=actor, tenant_id=tenant_id, kind="tool", name=name,
-                         action="created", after=_audited(tool), object_id=tool.pk)
+            tool_audit(tool, actor=actor, action="created", before=None)
     except IntegrityError:  # a concurrent create of the same name won
         raise conflict("tool_exists", f"a tool named {name!r} already exists", name=name)
     return tool
@@ -121,15 +120,14 @@ def tool_update(*, tenant_id: int, name: str, changes: dict[str, Any],
         tool = Tool.objects.select_for_update().filter(tenant_id=tenant_id, name=name).first()
         if tool is None:
             raise not_found("Tool")
-        before = _audited(tool)
+        before = tool_audited(tool)
         for key, value in changes.items():
             setattr(tool, key, value)
         errors = tool_errors(tool)
         if errors:
             raise invalid("invalid", "The request is not valid.", **errors)
         tool.save()
-        audit_record(actor=actor, tenant_id=tenant_id, kind="tool", name=name, action="updated",
-                     before=before, after=_audited(tool), object_id=tool.pk)
+        tool_audit(tool, actor=actor, action="updated", before=before)
     return tool
 
 
@@ -138,9 +136,15 @@ def tool_set_enabled(*, tenant_id: int, name: str, enabled: bool,
     return tool_update(tenant_id=tenant_id, name=name, changes={"enabled": enabled}, actor=actor)
 
 
-def _audited(tool: Tool) -> dict[str, Any]:
+def tool_audited(tool: Tool) -> dict[str, Any]:
     """A registration as the audit log shows it (secret headers name secrets, never values)."""
     return {field: getattr(tool, field) for field in EDITABLE}
+
+
+def tool_audit(tool: Tool, *, actor: Actor, action: str, before: dict[str, Any] | None) -> None:
+    """The audit entry of a change to `tool` (as it now stands), in the caller's transaction."""
+    audit_record(actor=actor, tenant_id=tool.tenant_id, kind="tool", name=tool.name,
+                 action=action, before=before, after=tool_audited(tool), object_id=tool.pk)
 
 
 def _refuse_unknown(fields: dict[str, Any]) -> None:
