@@ -86,7 +86,8 @@ def _prices(d: dict[str, Any], prefix: str) -> dict[str, str] | None:
 
 
 def _price_initial(model: dict[str, Any], prefix: str) -> dict[str, Any]:
-    prices = model.get("prices") if isinstance(model.get("prices"), dict) else {}
+    raw = model.get("prices")
+    prices: dict[str, Any] = raw if isinstance(raw, dict) else {}
     return {prefix + field: prices.get(key, "") for field, key in PRICE_FIELDS}
 
 
@@ -149,8 +150,9 @@ class AgentForm(forms.Form):
     max_tokens = forms.IntegerField(min_value=1, label="Tokens")
     max_duration_s = forms.IntegerField(min_value=1, label="Duration (s)")
     max_concurrent_tasks = forms.IntegerField(min_value=1, label="Concurrent tasks")
-    max_cost = forms.CharField(required=False, max_length=40, label="Cost ($)",
-                               help_text="Dollars a task may spend on model calls; empty: no limit.")
+    max_cost = forms.CharField(
+        required=False, max_length=40, label="Cost ($)",
+        help_text="Dollars a task may spend on model calls; empty: no limit.")
     per_tool = JSONObjectField(label="Per-tool limits", help_text='{"tool name": max calls}')
     on_exhaustion = forms.ChoiceField(
         choices=[("fail", "fail the task"), ("escalate", "escalate to an operator")],
