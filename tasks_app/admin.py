@@ -28,7 +28,7 @@ from .models import (
     Task,
     Tenant,
 )
-from .services.accounts import membership_revoke
+from .services.accounts import membership_audit, membership_revoke
 from .services.actors import Actor
 from .services.agent_versions import version_record
 from .services.agents import agent_audit, agent_audited, agent_errors
@@ -59,6 +59,13 @@ class MembershipAdmin(admin.ModelAdmin):
     list_filter = ("role", "tenant")
     search_fields = ("user__username",)
     autocomplete_fields = ("user",)
+
+    def save_model(self, request: HttpRequest, obj: Membership, form: Any, change: bool) -> None:
+        with transaction.atomic():  # the audit entry commits with the change
+            before = (Membership.objects.select_related("tenant").filter(pk=obj.pk).first()
+                      if change else None)
+            super().save_model(request, obj, form, change)
+            membership_audit(obj, actor=_operator(request), before=before)
 
     # Through the service, so the member's live sockets close at once (and it is audited).
     def delete_model(self, request: HttpRequest, obj: Membership) -> None:

@@ -98,3 +98,17 @@ def user_deactivate(*, user_id: int, actor: Actor = SYSTEM) -> bool:
                          before={"active": True}, after={"active": False}, object_id=user_id)
         transaction.on_commit(lambda: end_user_sockets(user_id))
     return bool(changed)
+
+
+def membership_audit(membership: Membership, *, actor: Actor,
+                     before: Membership | None) -> None:
+    """The audit entry of a membership saved outside `user_ensure` (the Django admin),
+    in the caller's transaction, in the member's (new) tenant."""
+    def shown(m: Membership) -> dict[str, str]:
+        return {"role": m.role, "tenant": m.tenant.name}
+
+    audit_record(actor=actor, tenant_id=membership.tenant_id, kind="membership",
+                 name=membership.user.get_username(),
+                 action="created" if before is None else "updated",
+                 before=None if before is None else shown(before), after=shown(membership),
+                 object_id=membership.user_id)

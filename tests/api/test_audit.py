@@ -194,3 +194,21 @@ def test_the_console_page_filters_by_kind(main: Tenancy) -> None:
     page = _console(main).get("/audit/?kind=membership").content.decode()
     assert "someone" in page and "second-admin" in page
     assert "<code>crm_lookup</code>" not in page
+
+
+def test_django_admin_changes_are_audited(main: Tenancy, django_user_model: Any) -> None:
+    from tasks_app.models import Membership
+
+    root = django_user_model.objects.create_superuser("root", password="pw")
+    admin = Client()
+    admin.force_login(root)
+    member = Membership.objects.get(user=main.users[Role.OPERATOR])
+    changed = admin.post(f"/admin/tasks_app/membership/{member.pk}/change/",
+                         {"user": member.user_id, "tenant": main.tenant.pk, "role": "reviewer"})
+    assert changed.status_code == 302, changed.content.decode()[:2000]
+    entry = _one(main, "membership", main.users[Role.OPERATOR].username, "updated")
+    assert (entry["actor"], entry["actor_role"]) == ("root", "django-admin")
+    assert _changes(entry) == {"role": ("operator", "reviewer")}
+    deleted = admin.post(f"/admin/tasks_app/membership/{member.pk}/delete/", {"post": "yes"})
+    assert deleted.status_code == 302
+    assert _one(main, "membership", main.users[Role.OPERATOR].username, "revoked")["actor"] == "root"
