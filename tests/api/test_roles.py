@@ -175,6 +175,7 @@ MATRIX: dict[str, tuple[set[str], Setup, int]] = {
     "agents_release_log": ({OP, ADM}, _const("get", "/api/v1/agents/support/releases"), 200),
     "agents_promote": ({ADM}, _second_version(released=False), 200),
     "agents_rollback": ({ADM}, _second_version(released=True), 200),
+    "audit_list": ({ADM}, _const("get", "/api/v1/audit"), 200),
 }
 
 
