@@ -195,6 +195,17 @@ class ModelReply:
     usage: TokenUsage | None = None
 
 
+@dataclass(frozen=True)
+class Summarized:
+    """A model's running notes of a task (`summarize`) and what the call used."""
+
+    text: str
+    tokens: int
+    model: str
+    usage: TokenUsage | None = None
+    used_fallback: bool = False
+
+
 class GatewayError(Exception):
     """The model could not be reached or kept failing; `retryable` says whether
     trying again later may help."""

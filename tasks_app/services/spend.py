@@ -1,7 +1,8 @@
 """Recording what model calls cost: the task's usage counters and the daily rollup.
 
-`spend_record` is called once per model reply that reports usage, right after
-the reply arrives and before its decision is committed: the call was made and
+`spend_record` is called once per model reply that reports usage (a decision's,
+or a context summary's), right after the reply arrives and before its decision
+is committed: the call was made and
 paid for whether or not its decision commits (a stale version, a crash), so
 its cost counts against the task's `max_cost` and the tenant's spend either
 way, like every model call counts against the budget. In one short
@@ -57,16 +58,23 @@ NOTHING = Charged(usage=TokenUsage(), cost_pico=0, priced=False, reported=False)
 
 def spend_of_reply(*, task_id: int, tenant_id: int, agent: dict[str, Any],
                    reply: ModelReply) -> Charged:
-    """Price a reply with the prices of the model that answered (the fallback's when
-    it did) from the task's frozen profile `agent`, and record it. A reply without
-    usage (the scripted backend) costs nothing and writes nothing."""
+    """A decision's model call (see `spend_of_call`). A reply without usage (the
+    scripted backend) costs nothing and writes nothing."""
     if reply.usage is None:
         return NOTHING
-    prices = prices_of(agent.get("model") or {}, fallback=reply.used_fallback)
-    charged = Charged(usage=reply.usage, cost_pico=prices.cost_pico(reply.usage) if prices else 0,
+    return spend_of_call(task_id=task_id, tenant_id=tenant_id, agent=agent, model=reply.model,
+                         usage=reply.usage, used_fallback=reply.used_fallback)
+
+
+def spend_of_call(*, task_id: int, tenant_id: int, agent: dict[str, Any], model: str,
+                  usage: TokenUsage, used_fallback: bool) -> Charged:
+    """Price one call with the prices of the model that answered (the fallback's
+    when it did) from the task's frozen profile `agent`, and record it."""
+    prices = prices_of(agent.get("model") or {}, fallback=used_fallback)
+    charged = Charged(usage=usage, cost_pico=prices.cost_pico(usage) if prices else 0,
                       priced=prices is not None)
     spend_record(task_id=task_id, tenant_id=tenant_id, agent=str(agent.get("name") or ""),
-                 model=reply.model, charged=charged)
+                 model=model, charged=charged)
     return charged
 
 

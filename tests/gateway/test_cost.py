@@ -185,3 +185,28 @@ def test_spend_shows_on_the_dashboard_the_agents_page_and_metrics(world, openai_
                     frozenset({"tenant": world.tenant.name}.items()))] == pytest.approx(0.00875)
     assert samples[("tether_model_cost_dollars_total",
                     frozenset({"model": "primary"}.items()))] >= 0.00875
+
+
+def test_context_summaries_made_by_the_model_are_priced_too(world, openai_server):
+    from tasks_app.models import ContextSummary
+    from tasks_app.services.admission import admit_created_tasks
+    from tests.context.test_summaries import LONG, _advance_to, _scripted_model
+
+    _agent(world, openai_server, **LONG)
+    respond, state = _scripted_model(20)  # tool calls use (10, 5) tokens, summaries (50, 7)
+    openai_server.responder = respond
+    task = submit(world.tenant, None, agent="llm", goal="Look up orders")
+    admit_created_tasks()
+    task = _advance_to(task.pk, 21)
+
+    assert task.status == TaskStatus.SUCCEEDED
+    summaries = ContextSummary.objects.filter(task=task, created_by="summarizer:model").count()
+    assert summaries == state["summaries"] > 0
+    decisions = len(openai_server.requests) - summaries
+    per_decision = (10 * 25 + 5 * 100) * 10**5  # pico-dollars at $2.5 / $10 per Mtok
+    per_summary = (50 * 25 + 7 * 100) * 10**5
+    assert task.cost_pico == decisions * per_decision + summaries * per_summary
+    assert (task.input_tokens, task.output_tokens) == (10 * decisions + 50 * summaries,
+                                                       5 * decisions + 7 * summaries)
+    row = DailySpend.objects.get(tenant=world.tenant)
+    assert (row.calls, row.cost_pico) == (len(openai_server.requests), task.cost_pico)
