@@ -184,6 +184,8 @@ def agent_errors(agent: AgentProfile) -> dict[str, list[str]]:
     if agent.max_cost is not None:  # dollars, or null for no cost budget
         if problem := money_problem(agent.max_cost, maximum=MAX_BUDGET):
             add("budget.max_cost", problem)
+        elif money(agent.max_cost) == 0:  # would stop every task before its first call
+            add("budget.max_cost", "more than 0 dollars, or null for no limit")
         else:
             agent.max_cost = money(agent.max_cost)
     per_tool = agent.per_tool

@@ -73,7 +73,7 @@ def test_bad_prices_are_field_errors_and_change_nothing(main: Tenancy, change: d
     assert (after.model, after.latest_version) == (before.model, before.latest_version)
 
 
-@pytest.mark.parametrize("max_cost", [-1, "abc", "0.0000001", 10**9, True])
+@pytest.mark.parametrize("max_cost", [-1, "abc", "0.0000001", 10**9, True, 0, "0.00"])
 def test_a_bad_max_cost_is_a_field_error(main: Tenancy, max_cost: Any) -> None:
     response = main.client(ADM).patch("/api/v1/agents/support", {"budget": {"max_cost": max_cost}},
                                       format="json")
