@@ -27,6 +27,7 @@ secret.*                 admin                                 names only; value
 webhook.*                admin                                 webhooks, deliveries, e-mail
 agent.versions           operator, admin                       an agent's versions (read)
 agent.release            admin                                 release, promote, roll back
+audit.read               admin                                 the configuration audit log
 =======================  ====================================  ============================
 
 Separation of duties (a task's requester may not decide on its own task's
@@ -77,6 +78,7 @@ POLICY: dict[str, frozenset[str]] = {
     "webhook.write": frozenset({R.ADMIN}),
     "agent.versions": frozenset({R.OPERATOR, R.ADMIN}),
     "agent.release": frozenset({R.ADMIN}),
+    "audit.read": frozenset({R.ADMIN}),
 }
 # Actions a requester may take only on the tasks it submitted itself.
 OWN_TASKS_ONLY: dict[str, frozenset[str]] = {

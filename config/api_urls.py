@@ -8,6 +8,7 @@ from django.urls import path, re_path, register_converter
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from approvals_app.api import views as decisions
+from audit_app.api import AuditListView
 from notify_app.api import views as notify
 from tasks_app.api import agent_versions, agents, resource_leases, retries, secrets
 from tasks_app.api import views as tasks
@@ -116,6 +117,7 @@ urlpatterns = [
     path(
         "notifications/email", notify.EmailSettingsView.as_view(), name="api-notifications-email"
     ),
+    path("audit", AuditListView.as_view(), name="api-audit"),
     path("schema", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("redoc", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),

@@ -72,6 +72,9 @@ MODEL_CALL_DURATION = Histogram(
 MODEL_TOKENS = Counter(
     "tether_model_tokens", "Tokens reported in model replies' usage, by direction "
     "(input, output).", ["model", "direction"])
+MODEL_COST = Counter(
+    "tether_model_cost_dollars", "Cost of model calls at the agent profiles' prices, in "
+    "dollars (an unpriced model costs 0).", ["model"])
 MODEL_ERRORS = Counter(
     "tether_model_errors", "Failed model requests, by error (timeout, connection, http_4xx, "
     "http_5xx, bad_reply, no_api_key).", ["model", "error"])
@@ -165,6 +168,12 @@ def observe_model_call(*, model: str, seconds: float, usage: Any = None, error: 
         tokens = _count(usage.get(key))
         if tokens:
             MODEL_TOKENS.labels(model=name, direction=direction).inc(tokens)
+
+
+def count_spend(*, model: str, dollars: float) -> None:
+    """A priced model call, after its cost committed (exact amounts live in the database)."""
+    if dollars > 0:
+        MODEL_COST.labels(model=model_label(model)).inc(dollars)
 
 
 def _count(value: Any) -> int:

@@ -13,7 +13,9 @@ queries, each served by an index:
   README "Operations: metrics and logs" has a scrape timed on a big table);
 - pending approvals, open questions and open reconciliations by tenant, with
   their oldest: the `*_inbox` indexes (tenant, status, -id);
-- the admission queue (CREATED tasks) and its oldest: `task_status_fifo`.
+- the admission queue (CREATED tasks) and its oldest: `task_status_fifo`;
+- each tenant's spend on model calls today (UTC), from the `DailySpend` rollup
+  (`daily_spend_day`: today's rows only).
 
 Agent names are the tenants' own: each tenant shows at most `MAX_AGENTS` of
 them by name, the rest as "other". A database that does not answer makes
@@ -27,14 +29,15 @@ from collections import defaultdict
 from collections.abc import Iterator
 
 from django.db import DatabaseError
-from django.db.models import Count, Min
+from django.db.models import Count, Min, Sum
 from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from approvals_app.models import Approval, Question, Reconciliation
 from tasks_app.machine import NON_TERMINAL, TaskStatus
-from tasks_app.models import AgentProfile, Task, Tenant
+from tasks_app.models import AgentProfile, DailySpend, Task, Tenant
+from tasks_app.pricing import PICO
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +132,15 @@ def _families() -> Iterator[Metric]:
                          .values_list("tenant_id").annotate(n=Count("id")).order_by()):
         breached.add_metric([tenants.get(tenant_id, str(tenant_id))], n)
     yield breached
+
+    spend = GaugeMetricFamily(
+        "tether_tenant_spend_today_dollars",
+        "Dollars spent on model calls today (UTC day) at the agents' prices, by tenant.",
+        labels=["tenant"])
+    for tenant_id, pico in (DailySpend.objects.filter(day=now.date(), tenant_id__in=ids)
+                            .values_list("tenant_id").annotate(c=Sum("cost_pico")).order_by()):
+        spend.add_metric([tenants.get(tenant_id, str(tenant_id))], int(pico or 0) / PICO)
+    yield spend
 
 
 def _agent_names(rows: list[tuple[int, int, str, int]]) -> dict[int, str]:

@@ -39,11 +39,13 @@ INSTALLED_APPS = [
     "tools_app",
     "approvals_app",
     "notify_app",
+    "audit_app",
     "axes",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "audit_app.request_ids.RequestIdMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -20,6 +20,7 @@
   object.
 
 Every refusal is a `DomainError` with field errors; nothing is written then.
+Every change is an audit entry (`audit_app`) in its own transaction.
 A tool's name is its identity (agent profiles and steps refer to it) and
 cannot change; names that are console routes (`/tools/new/`) are reserved.
 """
@@ -35,9 +36,11 @@ from django.core.validators import URLValidator
 from django.db import IntegrityError, transaction
 from django.utils.module_loading import import_string
 
+from audit_app.services import audit_record
 from config.errors import conflict, invalid, not_found
 from tasks_app.models import Tenant
 from tasks_app.selectors import missing_secret_names
+from tasks_app.services.actors import SYSTEM, Actor
 from tasks_app.vault.references import EXAMPLE, header_secret_names, template_errors
 
 from .models import Risk, SideEffect, Tool, ToolKind
@@ -81,7 +84,7 @@ MAX_RETRIES = 20
 _http_url = URLValidator(schemes=["http", "https"])
 
 
-def tool_create(*, tenant_id: int, name: str, **fields: Any) -> Tool:
+def tool_create(*, tenant_id: int, name: str, actor: Actor = SYSTEM, **fields: Any) -> Tool:
     _refuse_unknown(fields)
     tool = Tool(tenant_id=tenant_id, name=name, args_schema={"type": "object"})
     for key, value in fields.items():
@@ -100,12 +103,14 @@ def tool_create(*, tenant_id: int, name: str, **fields: Any) -> Tool:
     try:
         with transaction.atomic():
             tool.save()
+            tool_audit(tool, actor=actor, action="created", before=None)
     except IntegrityError:  # a concurrent create of the same name won
         raise conflict("tool_exists", f"a tool named {name!r} already exists", name=name)
     return tool
 
 
-def tool_update(*, tenant_id: int, name: str, changes: dict[str, Any]) -> Tool:
+def tool_update(*, tenant_id: int, name: str, changes: dict[str, Any],
+                actor: Actor = SYSTEM) -> Tool:
     """Change some fields; the merged registration is checked as a whole."""
     changes = dict(changes)
     if "name" in changes and changes.pop("name") != name:
@@ -119,17 +124,31 @@ def tool_update(*, tenant_id: int, name: str, changes: dict[str, Any]) -> Tool:
         tool = Tool.objects.select_for_update().filter(tenant_id=tenant_id, name=name).first()
         if tool is None:
             raise not_found("Tool")
+        before = tool_audited(tool)
         for key, value in changes.items():
             setattr(tool, key, value)
         errors = tool_errors(tool)
         if errors:
             raise invalid("invalid", "The request is not valid.", **errors)
         tool.save()
+        tool_audit(tool, actor=actor, action="updated", before=before)
     return tool
 
 
-def tool_set_enabled(*, tenant_id: int, name: str, enabled: bool) -> Tool:
-    return tool_update(tenant_id=tenant_id, name=name, changes={"enabled": enabled})
+def tool_set_enabled(*, tenant_id: int, name: str, enabled: bool,
+                     actor: Actor = SYSTEM) -> Tool:
+    return tool_update(tenant_id=tenant_id, name=name, changes={"enabled": enabled}, actor=actor)
+
+
+def tool_audited(tool: Tool) -> dict[str, Any]:
+    """A registration as the audit log shows it (secret headers name secrets, never values)."""
+    return {field: getattr(tool, field) for field in EDITABLE}
+
+
+def tool_audit(tool: Tool, *, actor: Actor, action: str, before: dict[str, Any] | None) -> None:
+    """The audit entry of a change to `tool` (as it now stands), in the caller's transaction."""
+    audit_record(actor=actor, tenant_id=tool.tenant_id, kind="tool", name=tool.name,
+                 action=action, before=before, after=tool_audited(tool), object_id=tool.pk)
 
 
 def _refuse_unknown(fields: dict[str, Any]) -> None:

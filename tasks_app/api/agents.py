@@ -23,6 +23,7 @@ from config.api_errors import error_responses
 from config.errors import forbidden, not_found
 
 from ..models import AgentProfile, OnExhaustion
+from ..pricing import MAX_BUDGET
 from ..selectors import agent_of_tenant, agents_of_tenant
 from ..services.agents import agent_create
 from ..services.releases import KEEP, agent_change
@@ -39,9 +40,20 @@ MODEL_KEYS = (
     "system_prompt",
     "timeout_s",
     "max_retries",
+    "prices",
     "fallback",
 )
 TAGS = ["agents"]
+
+
+class PricesSerializer(serializers.Serializer):
+    """Documentation only: the service checks prices (`tasks_app.pricing`)."""
+
+    input_per_mtok = serializers.DecimalField(max_digits=12, decimal_places=6, min_value=0)
+    output_per_mtok = serializers.DecimalField(max_digits=12, decimal_places=6, min_value=0)
+    cached_input_per_mtok = serializers.DecimalField(
+        max_digits=12, decimal_places=6, min_value=0, required=False,
+        help_text="Input tokens served from the provider's cache (default: the input price).")
 
 
 class FallbackSerializer(serializers.Serializer):
@@ -82,6 +94,10 @@ class ModelSettingsSerializer(serializers.Serializer):
     max_retries = serializers.IntegerField(
         min_value=0, max_value=10, allow_null=True, required=False
     )
+    prices = PricesSerializer(
+        allow_null=True, required=False,
+        help_text="Dollars per million tokens; a model without prices costs 0. When set, "
+        "the fallback needs its own.")
     fallback = FallbackSerializer(allow_null=True, required=False)
 
 
@@ -104,6 +120,9 @@ class BudgetSerializer(serializers.Serializer):
         help_text="{tool name: max calls per task}",
     )
     max_concurrent_tasks = serializers.IntegerField(min_value=1, max_value=MAX_INT, required=False)
+    max_cost = serializers.DecimalField(
+        max_digits=16, decimal_places=6, min_value=0, max_value=MAX_BUDGET, required=False,
+        allow_null=True, help_text="Dollars a task may spend on model calls (null: no limit).")
 
 
 class ReleaseSerializer(serializers.Serializer):
@@ -157,6 +176,7 @@ class BudgetOutSerializer(serializers.Serializer):
     max_duration_s = serializers.IntegerField()
     per_tool = serializers.DictField(child=serializers.IntegerField())
     max_concurrent_tasks = serializers.IntegerField()
+    max_cost = serializers.CharField(allow_null=True, help_text="Dollars, exact; null: no limit.")
 
 
 class ModelOutSerializer(serializers.Serializer):
@@ -170,6 +190,7 @@ class ModelOutSerializer(serializers.Serializer):
     system_prompt = serializers.CharField(allow_null=True, allow_blank=True)
     timeout_s = serializers.FloatField(allow_null=True)
     max_retries = serializers.IntegerField(allow_null=True)
+    prices = serializers.DictField(child=serializers.CharField(), allow_null=True)
     fallback = serializers.DictField(child=serializers.JSONField(), allow_null=True)
 
 
@@ -210,7 +231,7 @@ class AgentSerializer(serializers.Serializer):
 
     @extend_schema_field(BudgetOutSerializer)
     def get_budget(self, agent: AgentProfile) -> dict[str, Any]:
-        return agent.budget()
+        return {"max_cost": None, **agent.budget()}
 
 
 def _profile_fields(data: dict[str, Any]) -> dict[str, Any]:

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from django.utils import timezone
 
 from ..context.refs import parse_cite
 from ..machine import TaskStatus
+from ..pricing import money, pico_text
 
 S = TaskStatus
 
@@ -189,15 +191,15 @@ def _describe(kind: str, p: dict[str, Any], actor: str) -> tuple[str, str]:
 @dataclass(frozen=True)
 class Meter:
     label: str
-    used: float
-    limit: float | None
+    used: float | Decimal
+    limit: float | Decimal | None
     unit: str = ""
 
     @property
     def percent(self) -> int:
         if not self.limit:
             return 0
-        return max(0, min(100, int(round(100 * self.used / self.limit))))
+        return max(0, min(100, int(round(100 * float(self.used) / float(self.limit)))))
 
     @property
     def step_class(self) -> str:
@@ -228,6 +230,11 @@ def budget_meters(task: Any, *, now: datetime | None = None) -> list[Meter]:
         Meter("Tool calls", task.tool_calls, limit("max_tool_calls")),
         Meter("Tokens", task.tokens, limit("max_tokens")),
     ]
+    if task.cost_pico or budget.get("max_cost") is not None:
+        cap = money(budget.get("max_cost"))
+        extra = money(ext.get("max_cost")) or Decimal(0)
+        meters.append(Meter("Cost", Decimal(pico_text(task.cost_pico)),
+                            None if cap is None else cap + extra, unit="USD"))
     if task.started_at:
         end = task.finished_at or now or timezone.now()
         meters.append(

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from ..pricing import TokenUsage
+
 DecisionKind = Literal["tool_call", "final", "ask_user", "invalid"]
 
 
@@ -189,6 +191,19 @@ class ModelReply:
     input_summary: str = ""
     used_fallback: bool = False
     attempts: int = 1
+    # the reply's usage split by direction; None when the backend reports none (scripted)
+    usage: TokenUsage | None = None
+
+
+@dataclass(frozen=True)
+class Summarized:
+    """A model's running notes of a task (`summarize`) and what the call used."""
+
+    text: str
+    tokens: int
+    model: str
+    usage: TokenUsage | None = None
+    used_fallback: bool = False
 
 
 class GatewayError(Exception):

@@ -5,7 +5,14 @@ Shape (JSON on the profile, frozen into `task.agent_snapshot` at submission)::
     {"backend": "openai", "name": "qwen2.5:7b", "base_url": "http://127.0.0.1:11434/v1",
      "api_key_secret": "ollama", "temperature": 0.2, "top_p": 1.0,
      "system_prompt": "...", "timeout_s": 60, "max_retries": 2,
-     "fallback": {"name": "...", "base_url": "...", "api_key_secret": "..."}}
+     "prices": {"input_per_mtok": "0.15", "output_per_mtok": "0.60",
+                "cached_input_per_mtok": "0.075"},
+     "fallback": {"name": "...", "base_url": "...", "api_key_secret": "...",
+                  "prices": {...}}}
+
+`prices` (dollars per million tokens, `tasks_app.pricing`) are optional; a
+model without them costs nothing, so when the primary has prices its fallback
+must have its own (a different model has a different price).
 
 Keys are never stored on a profile: it names a secret of its tenant
 (`api_key_secret`, see `tasks_app.vault`) or an environment variable the
@@ -22,6 +29,7 @@ from typing import Any
 
 from tools_app.outbound import url_problem
 
+from ..pricing import prices_errors
 from ..vault.references import SECRET_NAME, SECRET_NAME_RULE, env_ref, secret_ref
 
 BACKENDS = ("scripted", "openai")
@@ -136,6 +144,8 @@ def model_settings_errors(model: Any) -> dict[str, list[str]]:
     if "system_prompt" in model and not isinstance(model["system_prompt"], str):
         add("system_prompt", "a string")
     _key_errors(model, "", add)
+    if model.get("prices") is not None:
+        errors.update(prices_errors(model["prices"]))
     fb = model.get("fallback")
     if fb is not None:
         if not isinstance(fb, dict):
@@ -152,6 +162,11 @@ def model_settings_errors(model: Any) -> dict[str, list[str]]:
                 elif problem := url_problem(fb["base_url"]):
                     add("fallback.base_url", problem)
             _key_errors(fb, "fallback.", add)
+            if fb.get("prices") is not None:
+                errors.update(prices_errors(fb["prices"], "fallback.prices"))
+            elif model.get("prices") is not None:
+                add("fallback.prices", "required when the model has prices: the fallback is "
+                                       "another model, with its own price")
     return errors
 
 

@@ -46,8 +46,9 @@ from config.metrics import observe_model_call
 from config.tracing import model_call_span
 from tools_app.outbound import REFUSED, EgressRefusedError, Registry, client_for
 
+from ..pricing import TokenUsage
 from ..vault.values import Resolved, Unresolved
-from .base import ContextSnapshot, GatewayError, ModelReply
+from .base import ContextSnapshot, GatewayError, ModelReply, Summarized
 from .messages import build_messages, input_summary, tool_catalogue
 from .model_settings import NO_KEY, ModelSettings, ModelTarget, parse_model_settings
 from .replies import decisions_from_message
@@ -116,12 +117,13 @@ class OpenAIBackend:
             input_summary=input_summary(context, messages, tools),
             used_fallback=done.used_fallback,
             attempts=done.attempts,
+            usage=TokenUsage.from_openai(done.body.get("usage")),
         )
 
     def summarize(self, *, goal: str, previous: str, steps: list[dict[str, Any]],
-                  max_chars: int) -> tuple[str, int, str]:
-        """New running notes from the previous ones and older steps:
-        (text, tokens used, model name). Raises `GatewayError`."""
+                  max_chars: int) -> Summarized:
+        """New running notes from the previous ones and older steps, with the
+        call's usage. Raises `GatewayError`."""
         user = (f"Goal: {goal}\n\nPrevious notes:\n{previous or '(none)'}\n\n"
                 "New steps (JSON, one a line):\n"
                 + "\n".join(json.dumps(s, default=str) for s in steps))
@@ -137,7 +139,9 @@ class OpenAIBackend:
         text = str((choice.get("message") or {}).get("content") or "").strip()
         if not text:
             raise GatewayError("the model returned an empty summary", retryable=False)
-        return text[:max_chars], _tokens(done.body), done.target.name
+        return Summarized(text=text[:max_chars], tokens=_tokens(done.body), model=done.target.name,
+                          usage=TokenUsage.from_openai(done.body.get("usage")),
+                          used_fallback=done.used_fallback)
 
     # --- calling with retries and fallback ------------------------------------
 

@@ -1,5 +1,5 @@
-"""Storage for tenants, agent profiles, tasks, steps, events, context summaries and
-tenant secrets."""
+"""Storage for tenants, agent profiles, tasks, steps, events, context summaries,
+tenant secrets and daily spend."""
 
 from ..machine import TaskStatus
 from .agents import AgentProfile, OnExhaustion
@@ -7,6 +7,7 @@ from .context import ContextSummary
 from .events import Event
 from .leases import LeaseWaiter, ResourceLease
 from .secrets import TenantSecret
+from .spend import DailySpend
 from .tasks import Step, StepKind, StepStatus, Task
 from .tenancy import ApiKey, Membership, Role, Tenant
 from .versions import AgentReleaseEntry, AgentVersion, ReleaseAction, VersionKind
@@ -17,6 +18,7 @@ __all__ = [
     "AgentVersion",
     "ApiKey",
     "ContextSummary",
+    "DailySpend",
     "Event",
     "LeaseWaiter",
     "Membership",

@@ -48,6 +48,12 @@ class Task(models.Model):
     model_calls = models.PositiveIntegerField(default=0)
     tool_calls = models.PositiveIntegerField(default=0)
     tokens = models.PositiveIntegerField(default=0)
+    # Usage split by direction and its cost (`tasks_app.pricing`: integer pico-dollars,
+    # 1e-12 USD, exact), counted by `services.spend` as each model reply arrives.
+    input_tokens = models.BigIntegerField(default=0, db_default=0)
+    output_tokens = models.BigIntegerField(default=0, db_default=0)
+    cached_input_tokens = models.BigIntegerField(default=0, db_default=0)
+    cost_pico = models.BigIntegerField(default=0, db_default=0)
     per_tool = models.JSONField(default=dict, blank=True)
     budget_extension = models.JSONField(default=dict, blank=True)
     # no-progress detection: fingerprint of the last tool call and how often it repeated,

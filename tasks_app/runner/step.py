@@ -61,6 +61,7 @@ from ..models import Step, StepKind, StepStatus, Task
 from ..retries.lineage import lineage_key
 from ..services.actors import Actor
 from ..services.events import event_append
+from ..services.spend import spend_of_reply
 from ..services.transitions import KnownTask, task_transition, task_update_guarded
 from ..vault.lookup import model_keys
 from .budgets import exhausted_budget, past_deadline
@@ -155,6 +156,9 @@ def advance_one_step(*, task_id: int, owner: str, memo: SliceMemo | None = None)
                     reply = _decide(snap, context)
             if isinstance(reply, StepResult):
                 return reply
+            charged = spend_of_reply(task_id=snap.id, tenant_id=snap.tenant_id,
+                                     agent=snap.agent, reply=reply)  # committed on its own
+            snap = replace(snap, cost_pico=snap.cost_pico + charged.cost_pico)
             decision = reply.decisions[0] if reply.decisions else Decision(
                 kind="invalid", raw=reply.raw, error="the model returned no decision")
             model_log = {
@@ -163,6 +167,7 @@ def advance_one_step(*, task_id: int, owner: str, memo: SliceMemo | None = None)
                 "input_summary": reply.input_summary, "raw": reply.raw[:8000],
                 "used_fallback": reply.used_fallback, "attempts": reply.attempts,
                 "queued": [d.as_dict() for d in reply.decisions[1:]],
+                **charged.model_log,
             }
             spent = Spent(model_calls=1, tokens=reply.tokens)
         try:

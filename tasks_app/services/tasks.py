@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -13,6 +14,7 @@ from config.errors import DomainError, conflict, invalid, not_found
 from ..keys import canonical_json, sha256_hex
 from ..machine import NON_TERMINAL, TaskStatus
 from ..models import AgentProfile, Step, StepStatus, Task
+from ..pricing import MAX_BUDGET, money, money_problem, money_text
 from .actors import Actor
 from .admission import admission_after_commit
 from .agent_versions import version_for_submission
@@ -197,9 +199,14 @@ def budget_extension_checked(extend: Any, *, field: str = "extend") -> dict[str,
             clean["per_tool"] = {str(t): amount(f"per_tool.{t}", n) for t, n in value.items()}
         elif key in EXTENDABLE_BUDGETS:
             clean[key] = amount(key, value)
+        elif key == "max_cost":  # dollars, kept as exact text (`tasks_app.pricing`)
+            if problem := money_problem(value, maximum=MAX_BUDGET):
+                problems.append(f"max_cost: {problem}")
+            else:
+                clean[key] = money_text(money(value) or Decimal(0))
         else:
             names = ", ".join(EXTENDABLE_BUDGETS)
-            problems.append(f"{key}: not a budget; one of {names}, per_tool")
+            problems.append(f"{key}: not a budget; one of {names}, max_cost, per_tool")
     if problems:
         raise invalid("invalid", "The request is not valid.", **{field: problems})
     return clean
@@ -214,6 +221,8 @@ def budget_extension_merged(current: dict[str, Any], extend: dict[str, Any]) -> 
             for tool, n in v.items():
                 tools[tool] = tools.get(tool, 0) + n
             merged["per_tool"] = tools
+        elif k == "max_cost":  # exact dollars as text (`tasks_app.pricing`)
+            merged[k] = money_text((money(merged.get(k)) or Decimal(0)) + Decimal(v))
         else:
             merged[k] = merged.get(k, 0) + v
     return merged

@@ -214,6 +214,7 @@ MATRIX: dict[str, tuple[set[str], Setup, int]] = {
         _const("put", "/api/v1/notifications/email", {"email_reviewers": True}),
         200,
     ),
+    "audit_list": ({ADM}, _const("get", "/api/v1/audit"), 200),
 }
 
 

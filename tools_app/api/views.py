@@ -114,7 +114,8 @@ class ToolListView(TenantAPIView):
     def post(self, request: Request) -> Response:
         data = self.validated(ToolWriteSerializer)
         name = data.pop("name")
-        tool = tool_create(tenant_id=self.access.tenant_id, name=name, **data)
+        tool = tool_create(tenant_id=self.access.tenant_id, name=name, actor=self.access.actor,
+                           **data)
         return Response(ToolSerializer(tool).data, status=status.HTTP_201_CREATED)
 
 
@@ -144,5 +145,6 @@ class ToolDetailView(TenantAPIView):
     )
     def patch(self, request: Request, name: str) -> Response:
         data = self.validated(ToolWriteSerializer, partial=True)
-        tool = tool_update(tenant_id=self.access.tenant_id, name=name, changes=data)
+        tool = tool_update(tenant_id=self.access.tenant_id, name=name, changes=data,
+                           actor=self.access.actor)
         return Response(ToolSerializer(tool).data)

@@ -65,6 +65,7 @@ def tool_create_view(request: HttpRequest) -> HttpResponse:
             tool = tool_create(
                 tenant_id=cu.tenant_id,
                 name=form.cleaned_data["name"].strip(),
+                actor=cu.actor,
                 **form.registration(),
             )
         except DomainError as exc:
@@ -88,7 +89,8 @@ def tool_edit_view(request: HttpRequest, name: str) -> HttpResponse:
     form = ToolForm(request.POST, initial={"name": tool.name}, editing=True)
     if form.is_valid():
         try:
-            tool_update(tenant_id=cu.tenant_id, name=tool.name, changes=form.registration())
+            tool_update(tenant_id=cu.tenant_id, name=tool.name, changes=form.registration(),
+                        actor=cu.actor)
         except DomainError as exc:
             form.add_service_errors(field_errors(exc) or {"__all__": [error_message(exc)]})
         else:
