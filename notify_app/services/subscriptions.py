@@ -14,6 +14,7 @@ from typing import Any
 
 from django.db import transaction
 
+from audit_app.services import audit_record
 from config.errors import invalid, not_found
 from tasks_app.services.actors import Actor
 from tasks_app.vault.keyring import seal
@@ -42,10 +43,12 @@ def webhook_create(*, tenant_id: int, url: str, events: list[str], actor: Actor,
         raise invalid("too_many_webhooks",
                       f"A tenant has at most {MAX_WEBHOOKS_PER_TENANT} webhooks.")
     secret = new_secret()
-    subscription = WebhookSubscription.objects.create(
-        tenant_id=tenant_id, url=url, events=_ordered(events), format=format,
-        description=description, active=active, secret_sealed=seal(secret),
-        created_by=actor.name)
+    with transaction.atomic():
+        subscription = WebhookSubscription.objects.create(
+            tenant_id=tenant_id, url=url, events=_ordered(events), format=format,
+            description=description, active=active, secret_sealed=seal(secret),
+            created_by=actor.name)
+        _audit(actor, subscription, "created", after=_audited(subscription))
     log.info("webhook %s of tenant %s created by %s", subscription.pk, tenant_id, actor.name)
     return Created(subscription=subscription, secret=secret)
 
@@ -63,9 +66,11 @@ def webhook_update(*, tenant_id: int, webhook_id: int, actor: Actor,
                         .filter(tenant_id=tenant_id, pk=webhook_id).first())
         if subscription is None:
             raise not_found("Webhook")
+        before = _audited(subscription)
         for name, value in changes.items():
             setattr(subscription, name, value)
         subscription.save()
+        _audit(actor, subscription, "updated", before=before, after=_audited(subscription))
     log.info("webhook %s of tenant %s changed by %s (%s)", webhook_id, tenant_id, actor.name,
              ", ".join(sorted(changes)) or "nothing")
     return subscription
@@ -73,21 +78,47 @@ def webhook_update(*, tenant_id: int, webhook_id: int, actor: Actor,
 
 def webhook_delete(*, tenant_id: int, webhook_id: int, actor: Actor) -> None:
     """Delete the subscription with its delivery history; nothing more is sent to it."""
-    deleted, _ = WebhookSubscription.objects.filter(tenant_id=tenant_id, pk=webhook_id).delete()
-    if not deleted:
-        raise not_found("Webhook")
+    with transaction.atomic():
+        subscription = (WebhookSubscription.objects.select_for_update()
+                        .filter(tenant_id=tenant_id, pk=webhook_id).first())
+        if subscription is None:
+            raise not_found("Webhook")
+        _audit(actor, subscription, "deleted", before=_audited(subscription))
+        subscription.delete()
     log.info("webhook %s of tenant %s deleted by %s", webhook_id, tenant_id, actor.name)
 
 
 def email_settings_update(*, tenant_id: int, email_reviewers: bool, events: list[str],
                           actor: Actor) -> NotificationSettings:
     _check(url=None, events=events, format=None, events_field="email_events")
-    prefs, _ = NotificationSettings.objects.update_or_create(
-        tenant_id=tenant_id,
-        defaults={"email_reviewers": email_reviewers, "email_events": _ordered(events)})
+    with transaction.atomic():
+        current = NotificationSettings.objects.filter(tenant_id=tenant_id).first()
+        before = ({"email_reviewers": current.email_reviewers, "email_events": current.email_events}
+                  if current else {})
+        prefs, _ = NotificationSettings.objects.update_or_create(
+            tenant_id=tenant_id,
+            defaults={"email_reviewers": email_reviewers, "email_events": _ordered(events)})
+        audit_record(actor=actor, tenant_id=tenant_id, kind="notifications", name="email",
+                     action="updated", before=before,
+                     after={"email_reviewers": prefs.email_reviewers,
+                            "email_events": prefs.email_events})
     log.info("notification e-mail of tenant %s set to %s by %s", tenant_id, email_reviewers,
              actor.name)
     return prefs
+
+
+def _audited(subscription: WebhookSubscription) -> dict[str, Any]:
+    """What the audit log keeps of a webhook: its settings, never its secret."""
+    return {"url": subscription.url, "events": list(subscription.events),
+            "format": subscription.format, "description": subscription.description,
+            "active": subscription.active}
+
+
+def _audit(actor: Actor, subscription: WebhookSubscription, action: str, *,
+           before: dict[str, Any] | None = None, after: dict[str, Any] | None = None) -> None:
+    audit_record(actor=actor, tenant_id=subscription.tenant_id, kind="webhook",
+                 name=str(subscription.pk), object_id=subscription.pk, action=action,
+                 before=before, after=after)
 
 
 def _check(*, url: str | None, events: list[str] | None, format: str | None,

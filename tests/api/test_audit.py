@@ -114,6 +114,25 @@ def test_secret_changes_are_entries_by_name_and_values_never_appear(main: Tenanc
     assert "payments" in page
 
 
+def test_webhook_changes_are_entries_and_the_signing_secret_never_appears(
+        main: Tenancy) -> None:
+    client = main.client(ADM)
+    created = client.post("/api/v1/webhooks", {"url": "http://127.0.0.1:9/hook",
+                                               "events": ["task_failed"]}, format="json")
+    assert created.status_code == 201, created.content
+    hook = created.json()
+    assert client.patch(f"/api/v1/webhooks/{hook['id']}", {"active": False},
+                        format="json").status_code == 200
+    assert client.delete(f"/api/v1/webhooks/{hook['id']}").status_code == 204
+
+    name = str(hook["id"])
+    assert [e["action"] for e in _entries(main, kind="webhook", name=name)] == [
+        "deleted", "updated", "created"]
+    assert _changes(_one(main, "webhook", name, "updated")) == {"active": (True, False)}
+    stored = json.dumps(list(AuditEntry.objects.values()), default=str)
+    assert hook["secret"] not in stored
+
+
 def test_membership_and_api_key_changes_are_entries(main: Tenancy) -> None:
     admin = actor_of(main.users[ADM])
     user = user_ensure(tenant=main.tenant, username="newbie", role=Role.REQUESTER, actor=admin)
