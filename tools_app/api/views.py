@@ -8,6 +8,8 @@ tenant-scoped: another tenant's tool is a 404 and never listed.
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
@@ -50,7 +52,8 @@ class ToolSerializer(serializers.Serializer):
     timeout_s = serializers.FloatField()
     max_retries = serializers.IntegerField()
     enabled = serializers.BooleanField()
-    mcp_server = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True,
+    mcp_server: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True, allow_null=True,
                                               help_text="mcp tools: the server they come from.")
     mcp_hints = serializers.DictField(child=serializers.BooleanField(),
                                       help_text="mcp tools: the server's annotations, as hints.")

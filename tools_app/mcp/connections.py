@@ -388,16 +388,17 @@ async def call_tool(pool: _Pool, address: ServerAddress, *, tool: str, arguments
     session = await connection.open(deadline)
     nonce = uuid.uuid4().hex
     watcher = connection.watch(nonce)
+    request_meta: types.RequestParamsMeta = {**meta, NONCE: nonce}  # type: ignore[typeddict-item]
     request = types.CallToolRequest(params=types.CallToolRequestParams(
-        name=tool, arguments=arguments, _meta={**meta, NONCE: nonce}))
+        name=tool, arguments=arguments, _meta=request_meta))
     sending = asyncio.ensure_future(session.send_request(request, types.CallToolResult))
     try:
         left = max(0.0, deadline - time.monotonic())
-        done, _ = await asyncio.wait({sending, watcher}, timeout=left,
-                                     return_when=asyncio.FIRST_COMPLETED)
+        waiting: set[asyncio.Future[Any]] = {sending, watcher}
+        done, _ = await asyncio.wait(waiting, timeout=left, return_when=asyncio.FIRST_COMPLETED)
         if watcher in done and not sending.done():
             failure = watcher.result()
-            if failure.status is None or failure.status in (404,):
+            if failure.status is None or failure.status == 404:
                 pool.drop(connection)
             return CallAnswer(failure=failure)
         if sending in done:

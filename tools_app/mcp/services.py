@@ -187,7 +187,7 @@ def _apply(server: McpServer, listed: list[Listed], skipped: list[Skipped]) -> d
                 **defaults_from(item.hints))
             report["new"].append(item.name)
             continue
-        fields = {"description": item.description, "mcp_hints": item.hints}
+        fields: dict[str, Any] = {"description": item.description, "mcp_hints": item.hints}
         if schema_changed(tool, item) or tool.review == Review.GONE:
             fields |= {"args_schema": item.args_schema, "result_schema": item.result_schema,
                        "review": Review.SCHEMA_CHANGED, "enabled": False}
