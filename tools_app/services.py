@@ -77,7 +77,7 @@ EDITABLE = (
 MCP_SERVER_OWNED = ("kind", "target", "url", "status_url", "secret_headers", "args_schema",
                     "result_schema")
 # Names a tool cannot take: its console page would be a route of the console.
-RESERVED_NAMES = frozenset({"new"})
+RESERVED_NAMES = frozenset({"new", "mcp"})
 MAX_TIMEOUT_S = 600.0
 MAX_RETRIES = 20
 _http_url = URLValidator(schemes=["http", "https"])
