@@ -1,6 +1,9 @@
 """The test MCP server (`tests.fakes.mcp_server`) as a process of its own on a
-free port, and the fixture that starts it (`mcp_server`) and kills it after
-the test. The test reads what the server saw through its `/state` route."""
+free port. One process serves a whole test module (starting one costs
+seconds); the `mcp_server` fixture resets it before each test (no calls seen,
+the first schemas) and closes this process's pooled sessions after it. A test
+that kills its server starts its own (`start_mcp_server`). The test reads what
+the server saw through its `/state` route."""
 
 from __future__ import annotations
 
@@ -34,6 +37,9 @@ class McpTestServer:
     def change_lookup_schema(self) -> None:
         httpx2.post(f"http://127.0.0.1:{self.port}/variant", timeout=5).raise_for_status()
 
+    def reset(self) -> None:
+        httpx2.post(f"http://127.0.0.1:{self.port}/reset", timeout=5).raise_for_status()
+
 
 def start_mcp_server(log_dir: Path) -> McpTestServer:
     port = free_port()
@@ -49,13 +55,23 @@ def start_mcp_server(log_dir: Path) -> McpTestServer:
     return McpTestServer(proc, port)
 
 
-@pytest.fixture
-def mcp_server(tmp_path: Path) -> Iterator[McpTestServer]:
-    from tools_app.mcp.connections import close_all
-
-    server = start_mcp_server(tmp_path)
+@pytest.fixture(scope="module")
+def mcp_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[McpTestServer]:
+    server = start_mcp_server(tmp_path_factory.mktemp("mcp"))
     try:
         yield server
     finally:
-        close_all()  # no pooled session outlives its server
         server.proc.kill()
+
+
+@pytest.fixture
+def mcp_server(mcp_process: McpTestServer) -> Iterator[McpTestServer]:
+    from tools_app.mcp.connections import close_all
+
+    if not mcp_process.proc.alive():
+        raise AssertionError(f"the MCP test server died:\n{mcp_process.proc.log_tail()}")
+    mcp_process.reset()
+    try:
+        yield mcp_process
+    finally:
+        close_all()  # no pooled session outlives its test

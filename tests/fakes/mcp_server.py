@@ -12,11 +12,12 @@ Tools:
   blocks until that file exists (the slow downstream of the crash test);
 - `refuse(reason)`: answers with `isError`;
 - `odd.name`: a name Tether cannot give to a model; `hostile`: an input schema
-  Tether refuses (a backreference, which RE2 cannot run).
+  Tether refuses (a backreference, which RE2 cannot run); `liar`: structured
+  output that does not match the output schema it lists.
 
 Plain HTTP routes for the test: `GET /state` (effects per key, calls, the
 headers seen), `POST /variant` (`lookup` takes a second, required argument:
-a changed schema).
+a changed schema), `POST /reset` (back to the start).
 """
 
 from __future__ import annotations
@@ -103,7 +104,16 @@ def hostile(text: str) -> str:
     return text
 
 
-server._tool_manager._tools["hostile"].parameters = {  # the server's own listing, made hostile
+@server.tool()
+def liar(order_id: str) -> Order:
+    """Its output schema (below) promises what it does not send."""
+    return Order(order_id=order_id, status="delivered")
+
+
+# The server's own listing, doctored: a hostile input schema, a lying output schema.
+server._tool_manager._tools["liar"].__dict__["output_schema"] = {
+    "type": "object", "required": ["refund_id"], "properties": {"refund_id": {"type": "string"}}}
+server._tool_manager._tools["hostile"].parameters = {
     "type": "object", "properties": {"text": {"type": "string", "pattern": "^(a+)+\\1$"}}}
 
 
@@ -114,9 +124,21 @@ async def get_state(request: Request) -> Response:
 
 @server.custom_route("/variant", methods=["POST"])
 async def variant(request: Request) -> Response:
-    server.remove_tool("lookup")
-    server.add_tool(lookup_v2, name="lookup", annotations=ToolAnnotations(read_only_hint=True))
+    _use_lookup(lookup_v2)
     return JSONResponse({"ok": True})
+
+
+@server.custom_route("/reset", methods=["POST"])
+async def reset(request: Request) -> Response:
+    """Back to the start, for the next test: no calls seen, the first `lookup`."""
+    state.update({"effects": {}, "calls": [], "headers": []})
+    _use_lookup(lookup)
+    return JSONResponse({"ok": True})
+
+
+def _use_lookup(fn: Any) -> None:
+    server.remove_tool("lookup")
+    server.add_tool(fn, name="lookup", annotations=ToolAnnotations(read_only_hint=True))
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ from tasks_app.services.accounts import api_key_create
 from tasks_app.services.actors import SYSTEM
 from tasks_app.services.secrets import secret_create
 from tests.factories import actor_of, submit
-from tests.fakes.mcp_process import McpTestServer
+from tests.fakes.mcp_process import McpTestServer, start_mcp_server
 from tests.fakes.runtime import add_agent, assert_log_consistent
 from tests.helpers import drive
 from tools_app.models import LedgerStatus, McpServer, Review, Tool, ToolExecution
@@ -68,7 +68,8 @@ def test_registration_lists_the_servers_tools_with_their_schemas(world, mcp_serv
     body = _register(world, mcp_server)
 
     changes = body["changes"]
-    assert sorted(changes["new"]) == ["shop__lookup", "shop__record", "shop__refuse"]
+    assert sorted(changes["new"]) == ["shop__liar", "shop__lookup", "shop__record",
+                                      "shop__refuse"]
     skipped = {s["tool"]: s["reason"] for s in changes["skipped"]}
     assert "not a function name" in skipped["odd.name"]
     # a schema Tether refuses costs that tool only, not the registration
@@ -93,8 +94,8 @@ def test_registration_lists_the_servers_tools_with_their_schemas(world, mcp_serv
     listed = _admin(world).get("/api/v1/tools/shop__record").json()
     assert listed["mcp_server"] == "shop" and listed["review"] == "new"
     server = _admin(world).get("/api/v1/mcp-servers/shop").json()
-    assert {t["name"] for t in server["tools"]} == {"shop__lookup", "shop__record",
-                                                      "shop__refuse"}
+    assert {t["name"] for t in server["tools"]} == {"shop__liar", "shop__lookup",
+                                                      "shop__record", "shop__refuse"}
 
 
 def test_a_task_calls_each_tool_through_the_ledger(world, mcp_server):
@@ -119,6 +120,8 @@ def test_a_task_calls_each_tool_through_the_ledger(world, mcp_server):
     assert [c["key"] for c in calls] == [first.idempotency_key, second.idempotency_key]
     assert mcp_server.state()["effects"] == {first.idempotency_key: 1, second.idempotency_key: 1}
     assert mcp_server.calls_of("lookup")[0]["key"] == lookup.idempotency_key
+    # One pooled session served the calls (and the registration's listing).
+    assert len({h["mcp-session-id"] for h in mcp_server.state()["headers"]}) == 1
     assert_log_consistent(task.pk)
 
 
@@ -133,6 +136,52 @@ def test_a_tool_error_goes_back_to_the_model_as_a_business_error(world, mcp_serv
     step = Step.objects.get(task=task, step_no=1)
     assert step.status == StepStatus.FAILED and step.error["type"] == "tool_error"
     assert len(mcp_server.calls_of("refuse")) == 1  # a business error is not retried
+
+
+def test_structured_output_is_checked_against_the_output_schema(world, mcp_server):
+    _register(world, mcp_server)
+    _confirm(world, "shop__liar", side_effect="read", requires_approval=False)
+    add_agent(world.tenant, "mcp-agent", ["shop__liar"])
+
+    task = _run(world, {"tool": "shop__liar", "args": {"order_id": "A-1"}})
+
+    step = Step.objects.get(task=task, step_no=1)
+    assert step.status == StepStatus.FAILED and step.error["type"] == "invalid_result"
+    assert "refund_id" in json.dumps(step.error["errors"])
+
+
+def test_a_server_that_went_away_is_a_transient_error_nothing_was_sent(world, tmp_path):
+    own = start_mcp_server(tmp_path)  # this test kills its server
+    try:
+        _register(world, own)
+        _confirm(world, "shop__lookup", max_retries=1)
+        _agent(world)
+    finally:
+        own.proc.kill()
+
+    task = _run(world, LOOKUP)
+
+    step = Step.objects.get(task=task, step_no=1)
+    assert step.status == StepStatus.FAILED and step.error["type"] == "connect_error"
+    ledger = ToolExecution.objects.get(idempotency_key=step.idempotency_key)
+    assert [a["outcome"] for a in ledger.attempts] == ["transient", "transient"]  # retried
+
+
+def test_a_plain_write_without_an_answer_in_time_is_uncertain_never_replayed(world, mcp_server,
+                                                                             tmp_path):
+    _register(world, mcp_server)
+    _confirm(world, "shop__record", side_effect="write", requires_approval=False,
+             timeout_s=1.0, max_retries=3)
+    _agent(world)
+    held = {"tool": "shop__record", "args": {"note": "n", "gate": str(tmp_path / "never")}}
+
+    task = _run(world, held)
+
+    assert task.status == TaskStatus.WAITING_FOR_RECONCILIATION
+    step = Step.objects.get(task=task, step_no=1)
+    ledger = ToolExecution.objects.get(idempotency_key=step.idempotency_key)
+    assert ledger.status == LedgerStatus.UNCERTAIN
+    assert len(mcp_server.calls_of("record")) == 1
 
 
 def test_arguments_are_checked_against_the_servers_schema_before_any_call(world, mcp_server):
