@@ -65,13 +65,19 @@ def mcp_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[McpTestSer
 
 
 @pytest.fixture
-def mcp_server(mcp_process: McpTestServer) -> Iterator[McpTestServer]:
+def mcp_sessions() -> Iterator[None]:
+    """No pooled MCP session (nor stdio server process) outlives the test."""
     from tools_app.mcp.connections import close_all
 
+    try:
+        yield
+    finally:
+        close_all()
+
+
+@pytest.fixture
+def mcp_server(mcp_process: McpTestServer, mcp_sessions: None) -> McpTestServer:
     if not mcp_process.proc.alive():
         raise AssertionError(f"the MCP test server died:\n{mcp_process.proc.log_tail()}")
     mcp_process.reset()
-    try:
-        yield mcp_process
-    finally:
-        close_all()  # no pooled session outlives its test
+    return mcp_process

@@ -2,7 +2,8 @@
 the 2.x name of FastMCP) over Streamable HTTP: the edge of the process, faked.
 
 Run as a process of its own (`python -m tests.fakes.mcp_server PORT`), so a
-test can kill the Celery worker that calls it and the server keeps its count.
+test can kill the Celery worker that calls it and the server keeps its count;
+`python -m tests.fakes.mcp_server stdio` serves the same tools over stdio.
 Tools:
 
 - `lookup(order_id)`: a read (`readOnlyHint`), with structured output;
@@ -142,6 +143,9 @@ def _use_lookup(fn: Any) -> None:
 
 
 def main() -> None:
+    if sys.argv[1] == "stdio":  # an operator-configured stdio server
+        server.run("stdio")
+        return
     port = int(sys.argv[1])
     print(json.dumps({"port": port}), flush=True)
     anyio.run(lambda: server.run_streamable_http_async(host="127.0.0.1", port=port))

@@ -6,6 +6,7 @@ the outbound-address policy and secret headers."""
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 import pytest
@@ -150,7 +151,8 @@ def test_structured_output_is_checked_against_the_output_schema(world, mcp_serve
     assert "refund_id" in json.dumps(step.error["errors"])
 
 
-def test_a_server_that_went_away_is_a_transient_error_nothing_was_sent(world, tmp_path):
+def test_a_server_that_went_away_is_a_transient_error_nothing_was_sent(world, tmp_path,
+                                                                     mcp_sessions):
     own = start_mcp_server(tmp_path)  # this test kills its server
     try:
         _register(world, own)
@@ -326,7 +328,7 @@ def test_bad_registrations_are_400s_with_field_errors_and_store_nothing(world, p
     assert not McpServer.objects.exists()
 
 
-def test_a_server_that_cannot_be_listed_is_not_registered(world):
+def test_a_server_that_cannot_be_listed_is_not_registered(world, mcp_sessions):
     from tests.processes import free_port
 
     url = f"http://127.0.0.1:{free_port()}/mcp"  # nothing listens there
@@ -351,3 +353,28 @@ def test_a_disabled_server_offers_no_tools(world, mcp_server):
     response = _admin(world).patch("/api/v1/mcp-servers/shop", {"enabled": False}, format="json")
     assert response.status_code == 200 and response.json()["enabled"] is False
     assert "shop__lookup" not in tool_specs(tenant_id=world.tenant.pk)
+
+
+def test_a_stdio_server_the_operator_configured_is_registered_by_name(world, settings,
+                                                                    mcp_sessions):
+    settings.TETHER_MCP_STDIO_SERVERS = json.dumps(
+        {"local": [sys.executable, "-m", "tests.fakes.mcp_server", "stdio"]})
+    admin = _admin(world)
+    response = admin.post("/api/v1/mcp-servers", {"name": "local", "stdio": "local"},
+                          format="json")
+    assert response.status_code == 201, response.content
+    assert "local__lookup" in response.json()["changes"]["new"]
+    _confirm(world, "local__lookup")
+    add_agent(world.tenant, "stdio-agent", ["local__lookup"])
+
+    task = drive(submit(world.tenant, [{"tool": "local__lookup", "args": {"order_id": "B-2"}},
+                                       FINAL], agent="stdio-agent").pk)
+
+    assert task.status == TaskStatus.SUCCEEDED, task.failure_reason
+    assert Step.objects.get(task=task, step_no=1).output == {"order_id": "B-2",
+                                                             "status": "delivered"}
+    # A tenant names a configured server; it cannot give a command or headers.
+    for payload in ({"name": "other", "stdio": "bash -c id"},
+                    {"name": "other", "stdio": "local", "headers": {"X-A": "b"}}):
+        refused = admin.post("/api/v1/mcp-servers", payload, format="json")
+        assert refused.status_code == 400, refused.content

@@ -230,8 +230,8 @@ class _Connection:
                     if argv is None:
                         raise ConnectFailed("this stdio server is no longer configured")
                     params = StdioServerParameters(command=argv[0], args=argv[1:])
-                    read, write = await stack.enter_async_context(
-                        stdio_client(params, errlog=open(os.devnull, "w")))  # noqa: SIM115
+                    errlog = stack.enter_context(open(os.devnull, "w"))  # noqa: SIM115
+                    read, write = await stack.enter_async_context(stdio_client(params, errlog))
                 else:
                     client = owned_async_client(
                         headers=dict(self.address.headers), timeout=HTTP_TIMEOUT,
