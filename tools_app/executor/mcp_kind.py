@@ -9,12 +9,13 @@ are the server's, rendered by the dispatcher for the call's tenant
 - a result: `structuredContent` when the server sent one (checked against the
   tool's output schema by the dispatcher), else `{"content": [...]}`; a tool
   with an output schema that sends no structured content is a business error;
-- `isError: true`, or a JSON-RPC error answer: business error (back to the model);
+- `isError: true`, a JSON-RPC error answer, or 400/409/422 to the request:
+  business error (back to the model);
 - an address the outbound policy refuses, or 401/403: permission error;
 - nothing sent (no connection, the handshake failed, 429/503, an expired
   session): transient;
-- sent and no answer (timeout, reset, the connection closed): transient for
-  tools that honour keys, uncertain for plain writes.
+- sent and no answer (timeout, reset, the connection closed, a 5xx): transient
+  for tools that honour keys, uncertain for plain writes.
 
 `timeout_s` bounds the whole call, the session's handshake included. The
 sessions live on their own event loop (`tools_app.mcp.connections`); `call`
@@ -84,6 +85,9 @@ def outcome_of(call: ToolCall, answer: CallAnswer) -> ToolOutcome:
         failure = answer.failure
         if failure.refused or failure.status in (401, 403):
             return _permission(failure.refused, failure.status, failure.message)
+        if failure.status in (400, 409, 422):  # the server refused the request itself
+            return ToolOutcome(kind=OutcomeKind.BUSINESS, error={
+                "type": "http_error", "status": failure.status, "message": failure.message})
         if not failure.sent:
             return ToolOutcome(kind=OutcomeKind.TRANSIENT, error={
                 "type": "connect_error", "message": failure.message, "status": failure.status})

@@ -58,6 +58,9 @@ NONCE = "tether/call"
 # The SDK's own defaults: a request may hold its answer stream open.
 HTTP_TIMEOUT = httpx2.Timeout(30.0, read=300.0)
 CLOSE_TIMEOUT_S = 5.0
+# Answers to a POST that say the server did not act on it (404: it forgot the
+# session); any other error status may follow an effect.
+NOT_PROCESSED = frozenset({400, 401, 403, 404, 409, 422, 429, 503})
 
 T = TypeVar("T")
 
@@ -156,8 +159,7 @@ class _Watch(httpx2.AsyncBaseTransport):
             raise
         if request.method == "POST" and response.status_code >= 400:
             code = response.status_code
-            # 404 with a session id: the server forgot the session; nothing was done.
-            sent = not (code in (401, 403, 404, 429) or code == 503)
+            sent = code not in NOT_PROCESSED
             self._connection.failed(nonce, PostFailure(sent=sent, status=code,
                                                        message=f"the server answered {code}"))
         return response
