@@ -47,15 +47,17 @@ def _finished(task_id: int) -> Task | None:
     return task if task.is_terminal or task.is_waiting else None
 
 
-def _crash_mid_call(celery_workers: Any, server: McpTestServer, gate: Path) -> None:
+def _crash_mid_call(celery_workers: Any, server: McpTestServer, gate: Path, task: Task) -> Task:
     """Wait until the server has the call (in flight, held by the gate), kill the
-    worker, open the gate, start a worker with beat."""
+    worker, open the gate, start a worker with beat; the task once it stops."""
     first = celery_workers.start()
     wait_for(lambda: server.calls_of("record"), timeout=60, message="the call to reach the server")
     first.kill()
     assert not first.alive()
     gate.touch()
     celery_workers.start(beat=True)
+    return wait_for(lambda: _finished(task.pk), timeout=RECOVERY_TIMEOUT_S,
+                    message="the task to finish or wait")
 
 
 def _task(world: Any, gate: Path) -> Task:
@@ -69,12 +71,9 @@ def test_an_idempotent_mcp_call_cut_by_a_crash_runs_again_with_its_key(
         world, mcp_server, celery_workers, tmp_path):
     _world_with(world, mcp_server, max_retries=3)
     gate = tmp_path / "gate"
-    task = _task(world, gate)
 
-    _crash_mid_call(celery_workers, mcp_server, gate)
+    done = _crash_mid_call(celery_workers, mcp_server, gate, _task(world, gate))
 
-    done = wait_for(lambda: _finished(task.pk), timeout=RECOVERY_TIMEOUT_S,
-                    message="the task to finish")
     assert done.status == TaskStatus.SUCCEEDED, celery_workers.logs()
     step = done.steps.get(step_no=1)
     calls = mcp_server.calls_of("record")
@@ -92,12 +91,9 @@ def test_a_plain_write_mcp_call_cut_by_a_crash_is_not_replayed(
         world, mcp_server, celery_workers, tmp_path):
     _world_with(world, mcp_server, side_effect="write", requires_approval=False, max_retries=0)
     gate = tmp_path / "gate"
-    task = _task(world, gate)
 
-    _crash_mid_call(celery_workers, mcp_server, gate)
+    done = _crash_mid_call(celery_workers, mcp_server, gate, _task(world, gate))
 
-    done = wait_for(lambda: _finished(task.pk), timeout=RECOVERY_TIMEOUT_S,
-                    message="the task to wait for a human")
     assert done.status == TaskStatus.WAITING_FOR_RECONCILIATION, celery_workers.logs()
     step = done.steps.get(step_no=1)
     ledger = ToolExecution.objects.get(idempotency_key=step.idempotency_key)
