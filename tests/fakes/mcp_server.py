@@ -18,7 +18,7 @@ Tools:
 
 Plain HTTP routes for the test: `GET /state` (effects per key, calls, the
 headers seen), `POST /variant` (`lookup` takes a second, required argument:
-a changed schema), `POST /reset` (back to the start).
+a changed schema; `refuse` is gone), `POST /reset` (back to the start).
 """
 
 from __future__ import annotations
@@ -126,6 +126,8 @@ async def get_state(request: Request) -> Response:
 @server.custom_route("/variant", methods=["POST"])
 async def variant(request: Request) -> Response:
     _use_lookup(lookup_v2)
+    if "refuse" in {t.name for t in server._tool_manager.list_tools()}:
+        server.remove_tool("refuse")
     return JSONResponse({"ok": True})
 
 
@@ -134,6 +136,8 @@ async def reset(request: Request) -> Response:
     """Back to the start, for the next test: no calls seen, the first `lookup`."""
     state.update({"effects": {}, "calls": [], "headers": []})
     _use_lookup(lookup)
+    if "refuse" not in {t.name for t in server._tool_manager.list_tools()}:
+        server.add_tool(refuse, name="refuse")
     return JSONResponse({"ok": True})
 
 

@@ -235,7 +235,11 @@ def test_a_changed_schema_disables_the_tool_until_an_admin_confirms_it(world, mc
     assert response.status_code == 200, response.content
     changes = response.json()["changes"]
     assert changes["changed"] == ["shop__lookup"] and changes["new"] == []
-    assert "shop__record" in changes["unchanged"]
+    assert "shop__record" in changes["unchanged"] and changes["gone"] == ["shop__refuse"]
+    gone = Tool.objects.get(tenant=world.tenant, name="shop__refuse")
+    assert not gone.enabled and gone.review == Review.GONE
+    refused = _admin(world).patch("/api/v1/tools/shop__refuse", {"enabled": True}, format="json")
+    assert refused.status_code == 400 and "enabled" in refused.json()["error"]["details"]
     lookup = Tool.objects.get(tenant=world.tenant, name="shop__lookup")
     assert not lookup.enabled and lookup.review == Review.SCHEMA_CHANGED
     assert lookup.args_schema["required"] == ["order_id", "region"]
