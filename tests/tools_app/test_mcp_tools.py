@@ -6,6 +6,7 @@ the outbound-address policy and secret headers."""
 from __future__ import annotations
 
 import json
+import socket
 import sys
 from typing import Any
 
@@ -167,6 +168,22 @@ def test_a_server_that_went_away_is_a_transient_error_nothing_was_sent(world, tm
     assert step.status == StepStatus.FAILED and step.error["type"] == "connect_error"
     ledger = ToolExecution.objects.get(idempotency_key=step.idempotency_key)
     assert [a["outcome"] for a in ledger.attempts] == ["transient", "transient"]  # retried
+
+
+def test_a_server_that_never_answers_the_handshake_is_transient_and_let_go(world, mcp_server):
+    _register(world, mcp_server)
+    _confirm(world, "shop__lookup", timeout_s=1.0, max_retries=1)
+    _agent(world)
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts, never answers
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/mcp"
+        assert _admin(world).patch("/api/v1/mcp-servers/shop", {"url": url},
+                                   format="json").status_code == 200
+        task = _run(world, LOOKUP)
+
+    step = Step.objects.get(task=task, step_no=1)
+    assert step.error["type"] == "connect_error" and "handshake" in step.error["message"]
+    ledger = ToolExecution.objects.get(idempotency_key=step.idempotency_key)
+    assert [a["outcome"] for a in ledger.attempts] == ["transient", "transient"]
 
 
 def test_a_plain_write_without_an_answer_in_time_is_uncertain_never_replayed(world, mcp_server,

@@ -274,6 +274,10 @@ class _Connection:
 
     def close(self) -> None:
         self.closing.set()
+        if self.session is None and not self.task.done():
+            # Still in the handshake, maybe waiting on an answer a failed POST
+            # will never bring: cancel it, or the task would never end.
+            self.task.cancel()
 
 
 # --- the pool, on its own loop ------------------------------------------------------------
@@ -353,11 +357,19 @@ def close_all() -> None:
 # --- listing and calling --------------------------------------------------------------------
 
 
+async def _opened(pool: _Pool, connection: _Connection, deadline: float) -> ClientSession:
+    try:
+        return await connection.open(deadline)
+    except ConnectFailed:
+        pool.drop(connection)  # the next call starts afresh
+        raise
+
+
 async def list_tools(pool: _Pool, address: ServerAddress, timeout_s: float) -> list[types.Tool]:
     """Every tool the server lists (all pages); raises `ConnectFailed` or `MCPError`."""
     deadline = time.monotonic() + timeout_s
     connection = pool.get(address)
-    session = await connection.open(deadline)
+    session = await _opened(pool, connection, deadline)
     tools: list[types.Tool] = []
     cursor: str | None = None
     try:
@@ -387,7 +399,7 @@ async def call_tool(pool: _Pool, address: ServerAddress, *, tool: str, arguments
     the answer (`failure.sent`)."""
     deadline = time.monotonic() + timeout_s
     connection = pool.get(address)
-    session = await connection.open(deadline)
+    session = await _opened(pool, connection, deadline)
     nonce = uuid.uuid4().hex
     watcher = connection.watch(nonce)
     request_meta: types.RequestParamsMeta = {**meta, NONCE: nonce}  # type: ignore[typeddict-item]
