@@ -8,7 +8,9 @@ tenant's server is a 404.
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
+from typing import Any
+
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -23,11 +25,20 @@ from ..mcp.services import (
     mcp_server_refresh,
     mcp_server_update,
 )
+from ..models import McpServer
 from ..selectors import mcp_server_of_tenant, mcp_servers_of_tenant
 
 TAGS = ["mcp-servers"]
 HEADERS_HELP = ('{header: template naming secrets of the tenant, e.g. "Bearer {secret:github}"}; '
                 "each secret must exist.")
+
+
+class McpToolSerializer(serializers.Serializer):
+    name = serializers.CharField(help_text="The tool's name in Tether: {server}__{tool}.")
+    tool = serializers.CharField(source="target", help_text="Its name on the server.")
+    enabled = serializers.BooleanField()
+    review = serializers.CharField(help_text='"" once an admin saved it; new, schema_changed, '
+                                             "gone until then.")
 
 
 class McpServerSerializer(serializers.Serializer):
@@ -43,9 +54,9 @@ class McpServerSerializer(serializers.Serializer):
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
 
-    def get_tools(self, server) -> list[dict[str, object]]:  # type: ignore[no-untyped-def]
-        return [{"name": t.name, "tool": t.target, "enabled": t.enabled, "review": t.review}
-                for t in server.tools.order_by("name")]
+    @extend_schema_field(McpToolSerializer(many=True))
+    def get_tools(self, server: McpServer) -> Any:
+        return McpToolSerializer(server.tools.order_by("name"), many=True).data
 
 
 class McpChangesSerializer(serializers.Serializer):

@@ -8,8 +8,6 @@ tenant-scoped: another tenant's tool is a 404 and never listed.
 
 from __future__ import annotations
 
-from typing import Any
-
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
@@ -52,9 +50,9 @@ class ToolSerializer(serializers.Serializer):
     timeout_s = serializers.FloatField()
     max_retries = serializers.IntegerField()
     enabled = serializers.BooleanField()
-    mcp_server: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="name", read_only=True, allow_null=True,
-                                              help_text="mcp tools: the server they come from.")
+    mcp_server = serializers.CharField(source="mcp_server.name", read_only=True, allow_null=True,
+                                       default=None,
+                                       help_text="mcp tools: the server they come from.")
     mcp_hints = serializers.DictField(child=serializers.BooleanField(),
                                       help_text="mcp tools: the server's annotations, as hints.")
     review = serializers.CharField(
