@@ -330,6 +330,9 @@ def test_secret_headers_reach_the_server_and_never_appear_in_answers(world, mcp_
         assert TOKEN not in json.dumps(answer)
     assert TOKEN not in json.dumps(list(McpServer.objects.values("secret_headers",
                                                                  "last_changes")))
+    in_use = admin.delete("/api/v1/secrets/shop-token")
+    assert in_use.status_code == 409
+    assert in_use.json()["error"]["details"]["tools"] == ["shop (MCP server)"]
 
 
 @pytest.mark.parametrize(("payload", "field"), [
