@@ -20,7 +20,8 @@ from tasks_app.services.agents import agent_update
 from tasks_app.services.releases import release_set
 from tasks_app.services.secrets import secret_create
 from tests.factories import make_user
-from tools_app.models import Tool
+from tools_app.mcp.services import mcp_server_create
+from tools_app.models import McpServer, Tool
 
 from .conftest import Tenancy, client_for
 
@@ -89,6 +90,22 @@ def _second_version(released: bool) -> Setup:
             release_set(tenant_id=t.tenant.pk, name="support", candidate=2, percent=50)
             return "post", "/api/v1/agents/support/rollback", {}
         return "post", "/api/v1/agents/support/promote", {"version": 2}
+
+    return setup
+
+
+# The live MCP test server of the current test (set by the test for mcp operations).
+MCP_URL: dict[str, str] = {}
+
+
+def _mcp_create(t: Tenancy, role: str) -> tuple[str, str, Any]:
+    return "post", "/api/v1/mcp-servers", {"name": "shop", "url": MCP_URL["url"]}
+
+
+def _mcp(suffix: str = "", method: str = "get", body: Any = None) -> Setup:
+    def setup(t: Tenancy, role: str) -> tuple[str, str, Any]:
+        mcp_server_create(tenant_id=t.tenant.pk, name="shop", url=MCP_URL["url"])
+        return method, f"/api/v1/mcp-servers/shop{suffix}", body
 
     return setup
 
@@ -175,6 +192,12 @@ MATRIX: dict[str, tuple[set[str], Setup, int]] = {
     "agents_release_log": ({OP, ADM}, _const("get", "/api/v1/agents/support/releases"), 200),
     "agents_promote": ({ADM}, _second_version(released=False), 200),
     "agents_rollback": ({ADM}, _second_version(released=True), 200),
+    "mcp_servers_list": ({ADM}, _const("get", "/api/v1/mcp-servers"), 200),
+    "mcp_servers_create": ({ADM}, _mcp_create, 201),
+    "mcp_servers_retrieve": ({ADM}, _mcp(), 200),
+    "mcp_servers_update": ({ADM}, _mcp("", "patch", {"enabled": False}), 200),
+    "mcp_servers_delete": ({ADM}, _mcp("", "delete"), 204),
+    "mcp_servers_refresh": ({ADM}, _mcp("/refresh", "post"), 200),
 }
 
 
@@ -191,12 +214,16 @@ def fingerprint() -> tuple[Any, ...]:
         sorted(AgentProfile.objects.values_list("id", "current_version", "release_candidate")),
         sorted(ContextSummary.objects.values_list("id", "active")),
         sorted(TenantSecret.objects.values_list("id", "ciphertext")),
+        sorted(McpServer.objects.values_list("id", "url", "enabled", "refreshed_at")),
     )
 
 
 @pytest.mark.parametrize("role", sorted(ALL))
 @pytest.mark.parametrize("operation", sorted(MATRIX))
-def test_every_endpoint_with_every_role(main: Tenancy, operation: str, role: str) -> None:
+def test_every_endpoint_with_every_role(main: Tenancy, operation: str, role: str,
+                                        request: pytest.FixtureRequest) -> None:
+    if operation.startswith("mcp_servers"):
+        MCP_URL["url"] = request.getfixturevalue("mcp_server").url
     allowed, setup, success = MATRIX[operation]
     method, url, body = setup(main, role)
     before = fingerprint()
