@@ -12,6 +12,7 @@ from audit_app.api import AuditListView
 from notify_app.api import views as notify
 from tasks_app.api import agent_versions, agents, resource_leases, retries, secrets
 from tasks_app.api import views as tasks
+from tools_app.api import mcp_views as mcp
 from tools_app.api import views as tools
 
 from . import api_schema  # noqa: F401 - registers the Token auth scheme with drf-spectacular
@@ -78,6 +79,10 @@ urlpatterns = [
     path("questions", decisions.QuestionListView.as_view(), name="api-questions"),
     path("tools", tools.ToolListView.as_view(), name="api-tools"),
     path("tools/<name:name>", tools.ToolDetailView.as_view(), name="api-tool"),
+    path("mcp-servers", mcp.McpServerListView.as_view(), name="api-mcp-servers"),
+    path("mcp-servers/<name:name>", mcp.McpServerDetailView.as_view(), name="api-mcp-server"),
+    path("mcp-servers/<name:name>/refresh", mcp.McpServerRefreshView.as_view(),
+         name="api-mcp-server-refresh"),
     path("agents", agents.AgentListView.as_view(), name="api-agents"),
     path("agents/<name:name>", agents.AgentDetailView.as_view(), name="api-agent"),
     path("secrets", secrets.SecretListView.as_view(), name="api-secrets"),

@@ -66,6 +66,8 @@ def logging_config(*, fmt: str, level: str) -> dict[str, Any]:
             # the openai SDK's HTTP client logs every request at INFO
             "httpx": {"level": "WARNING"},
             "httpx2": {"level": "WARNING"},
+            # the MCP SDK logs every session it opens and closes at INFO
+            "mcp": {"level": "WARNING"},
         },
     }
 

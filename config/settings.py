@@ -223,6 +223,9 @@ TETHER_EGRESS_ALLOW = env.list(
 )
 # A PEM file of extra CAs trusted by outbound calls (internal services with a private CA).
 TETHER_EGRESS_CA_BUNDLE = env.str("TETHER_EGRESS_CA_BUNDLE", default="")
+# stdio MCP servers tenants may register by name: a JSON object, name -> command
+# (a string or an argv list), started by Tether on the server (tools_app/mcp/connections.py).
+TETHER_MCP_STDIO_SERVERS = env.str("TETHER_MCP_STDIO_SERVERS", default="{}")
 
 # --- notifications (notify_app) ------------------------------------------------
 # Where links in notifications point: the console's public address.

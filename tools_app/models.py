@@ -14,6 +14,7 @@ from django.db import models
 class ToolKind(models.TextChoices):
     PYTHON = "python"
     HTTP = "http"
+    MCP = "mcp"
 
 
 class SideEffect(models.TextChoices):
@@ -28,12 +29,51 @@ class Risk(models.TextChoices):
     HIGH = "high"
 
 
+class McpServer(models.Model):
+    """An MCP server registered by a tenant's admin: its tools become tools of kind
+    `mcp` named `{server}__{tool}` (`tools_app.mcp`)."""
+
+    tenant = models.ForeignKey("tasks_app.Tenant", on_delete=models.CASCADE,
+                               related_name="mcp_servers")
+    name = models.CharField(max_length=30)
+    url = models.URLField(max_length=500, blank=True, help_text="Streamable HTTP endpoint.")
+    stdio = models.CharField(max_length=64, blank=True,
+                             help_text="A stdio server the operator configured, by name.")
+    # {header name: template naming secrets of the tenant}, as an http tool's
+    secret_headers = models.JSONField(default=dict, blank=True)
+    enabled = models.BooleanField(default=True)
+    refreshed_at = models.DateTimeField(null=True, blank=True)
+    last_changes = models.JSONField(default=dict, blank=True,
+                                    help_text="What the last refresh found.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="mcp_server_unique_name")
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Review(models.TextChoices):
+    """Why an mcp tool waits for an admin: its settings are the server's hints until saved."""
+
+    CONFIRMED = ""
+    NEW = "new"
+    SCHEMA_CHANGED = "schema_changed"
+    GONE = "gone"
+
+
 class Tool(models.Model):
     tenant = models.ForeignKey("tasks_app.Tenant", on_delete=models.CASCADE, related_name="tools")
     name = models.CharField(max_length=100)
     description = models.TextField(blank=True)
     kind = models.CharField(max_length=8, choices=ToolKind.choices, default=ToolKind.PYTHON)
-    target = models.CharField(max_length=255, blank=True, help_text="Dotted path of a python tool.")
+    target = models.CharField(max_length=255, blank=True,
+                              help_text="A python tool's dotted path; an mcp tool's remote name.")
     url = models.URLField(max_length=500, blank=True)
     status_url = models.CharField(
         max_length=500, blank=True, help_text="GET, with {key} substituted."
@@ -58,6 +98,13 @@ class Tool(models.Model):
     )
     max_retries = models.PositiveIntegerField(default=3)
     enabled = models.BooleanField(default=True)
+    # mcp tools: the server (`target` is the tool's name there), its annotations
+    # as listed, and whether an admin has confirmed the settings.
+    mcp_server = models.ForeignKey(McpServer, null=True, blank=True, on_delete=models.CASCADE,
+                                   related_name="tools")
+    mcp_hints = models.JSONField(default=dict, blank=True)
+    review = models.CharField(max_length=16, choices=Review.choices, default=Review.CONFIRMED,
+                              blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from audit_app.services import audit_record
 from config.errors import DomainError, conflict, invalid, not_found
-from tools_app.models import Tool
+from tools_app.models import McpServer, Tool
 
 from ..models import AgentProfile, TenantSecret
 from ..vault.keyring import seal
@@ -113,10 +113,14 @@ def _audit(secret: TenantSecret, actor: Actor, action: str, *, before: dict[str,
 
 
 def secret_references(*, tenant_id: int, name: str) -> tuple[list[str], list[str]]:
-    """Names of the tenant's tools and agent profiles that refer to the secret."""
+    """Names of the tenant's tools (MCP servers among them) and agent profiles
+    that refer to the secret."""
     tools = [t.name for t in Tool.objects.filter(tenant_id=tenant_id).exclude(secret_headers={})
              .only("name", "secret_headers").order_by("name")
              if name in header_secret_names(t.secret_headers)]
+    tools += [f"{s.name} (MCP server)" for s in McpServer.objects.filter(tenant_id=tenant_id)
+              .exclude(secret_headers={}).only("name", "secret_headers").order_by("name")
+              if name in header_secret_names(s.secret_headers)]
     agents = [a.name for a in AgentProfile.objects.filter(tenant_id=tenant_id)
               .only("name", "model").order_by("name")
               if name in model_secret_names(a.model).values()]

@@ -23,7 +23,8 @@ from tasks_app.services.releases import release_set
 from tasks_app.services.secrets import secret_create
 from tasks_app.services.tasks import task_cancel
 from tests.factories import make_user
-from tools_app.models import Tool
+from tools_app.mcp.services import mcp_server_create
+from tools_app.models import McpServer, Tool
 
 from .conftest import Tenancy, client_for
 
@@ -109,6 +110,20 @@ def _retry(t: Tenancy, role: str) -> tuple[str, str, Any]:
     task = t.created_task()
     task_cancel(task_id=task.pk, actor=SYSTEM, reason="to retry")
     return "post", f"/api/v1/tasks/{task.pk}/retry", {"comment": "again"}
+# The live MCP test server of the current test (set by the test for mcp operations).
+MCP_URL: dict[str, str] = {}
+
+
+def _mcp_create(t: Tenancy, role: str) -> tuple[str, str, Any]:
+    return "post", "/api/v1/mcp-servers", {"name": "shop", "url": MCP_URL["url"]}
+
+
+def _mcp(suffix: str = "", method: str = "get", body: Any = None) -> Setup:
+    def setup(t: Tenancy, role: str) -> tuple[str, str, Any]:
+        mcp_server_create(tenant_id=t.tenant.pk, name="shop", url=MCP_URL["url"])
+        return method, f"/api/v1/mcp-servers/shop{suffix}", body
+
+    return setup
 
 
 def _const(method: str, url: str, body: Any = None) -> Setup:
@@ -215,6 +230,12 @@ MATRIX: dict[str, tuple[set[str], Setup, int]] = {
         200,
     ),
     "audit_list": ({ADM}, _const("get", "/api/v1/audit"), 200),
+    "mcp_servers_list": ({ADM}, _const("get", "/api/v1/mcp-servers"), 200),
+    "mcp_servers_create": ({ADM}, _mcp_create, 201),
+    "mcp_servers_retrieve": ({ADM}, _mcp(), 200),
+    "mcp_servers_update": ({ADM}, _mcp("", "patch", {"enabled": False}), 200),
+    "mcp_servers_delete": ({ADM}, _mcp("", "delete"), 204),
+    "mcp_servers_refresh": ({ADM}, _mcp("/refresh", "post"), 200),
 }
 
 
@@ -233,12 +254,16 @@ def fingerprint() -> tuple[Any, ...]:
         sorted(TenantSecret.objects.values_list("id", "ciphertext")),
         sorted(WebhookSubscription.objects.values_list("id", "active", "events")),
         sorted(NotificationSettings.objects.values_list("id", "email_reviewers")),
+        sorted(McpServer.objects.values_list("id", "url", "enabled", "refreshed_at")),
     )
 
 
 @pytest.mark.parametrize("role", sorted(ALL))
 @pytest.mark.parametrize("operation", sorted(MATRIX))
-def test_every_endpoint_with_every_role(main: Tenancy, operation: str, role: str) -> None:
+def test_every_endpoint_with_every_role(main: Tenancy, operation: str, role: str,
+                                        request: pytest.FixtureRequest) -> None:
+    if operation.startswith("mcp_servers"):
+        MCP_URL["url"] = request.getfixturevalue("mcp_server").url
     allowed, setup, success = MATRIX[operation]
     method, url, body = setup(main, role)
     before = fingerprint()

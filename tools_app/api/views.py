@@ -53,6 +53,14 @@ class ToolSerializer(serializers.Serializer):
     timeout_s = serializers.FloatField()
     max_retries = serializers.IntegerField()
     enabled = serializers.BooleanField()
+    mcp_server = serializers.CharField(source="mcp_server.name", read_only=True, allow_null=True,
+                                       default=None,
+                                       help_text="mcp tools: the server they come from.")
+    mcp_hints = serializers.DictField(child=serializers.BooleanField(),
+                                      help_text="mcp tools: the server's annotations, as hints.")
+    review = serializers.CharField(
+        help_text='mcp tools: "" once an admin saved the settings; "new", "schema_changed" or '
+        '"gone" until then (a new tool is a plain write that needs approval; saving confirms).')
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
 

@@ -10,7 +10,7 @@ from typing import Any
 from django import forms
 
 from ..models import Risk, SideEffect, Tool, ToolKind
-from ..services import EDITABLE
+from ..services import EDITABLE, MCP_SERVER_OWNED
 
 FIELDS = EDITABLE  # the fields the tool services accept, in form order
 
@@ -31,6 +31,8 @@ class JSONObjectField(forms.CharField):
         return value
 
     def clean(self, value: Any) -> Any:
+        if isinstance(value, dict):  # a disabled field: its initial value
+            return value
         text = (super().clean(value) or "").strip()
         if not text:
             return {}
@@ -96,11 +98,16 @@ class ToolForm(forms.Form):
     max_retries = forms.IntegerField(min_value=0, max_value=20, label="Max retries")
     enabled = forms.BooleanField(required=False)
 
-    def __init__(self, *args: Any, editing: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, editing: bool = False, mcp: bool = False,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if editing:
             self.fields["name"].disabled = True
             self.fields["name"].required = False
+        if mcp:  # what the MCP server decides is shown, not edited
+            for name in MCP_SERVER_OWNED:
+                self.fields[name].disabled = True
+                self.fields[name].required = False
 
     @staticmethod
     def initial_of(tool: Tool | None) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from config.errors import DomainError
 from tasks_app.console.access import ADMINS, ConsoleUser, console_view
 from tasks_app.console.errors import error_message, field_errors
 
-from ..models import LedgerStatus, ToolExecution
+from ..models import LedgerStatus, ToolExecution, ToolKind
 from ..selectors import tool_of_tenant, tools_of_tenant
 from ..services import tool_create, tool_update
 from .forms import ToolForm
@@ -83,10 +83,11 @@ def tool_edit_view(request: HttpRequest, name: str) -> HttpResponse:
     if tool is None:
         raise Http404("No such tool")
     ctx = {"nav": "tools", "creating": False, "tool": tool}
+    mcp = tool.kind == ToolKind.MCP
     if request.method != "POST":
-        form = ToolForm(initial=ToolForm.initial_of(tool), editing=True)
+        form = ToolForm(initial=ToolForm.initial_of(tool), editing=True, mcp=mcp)
         return render(request, "tools/form.html", {**ctx, "form": form})
-    form = ToolForm(request.POST, initial={"name": tool.name}, editing=True)
+    form = ToolForm(request.POST, initial=ToolForm.initial_of(tool), editing=True, mcp=mcp)
     if form.is_valid():
         try:
             tool_update(tenant_id=cu.tenant_id, name=tool.name, changes=form.registration(),

@@ -1,11 +1,12 @@
-"""Calls one tool once, by kind, and classifies what happened into an error layer.
+"""Calls one tool once, by kind (python, http, mcp), and classifies what happened.
 
 Every call has a timeout. A result must be JSON, within the size limit and
 valid against the tool's result schema (`schemas.schema_errors`); otherwise
 it is a business error.
 
-An http tool's secret headers are rendered here, for the call's own tenant
-(`tasks_app.vault.lookup`), and exist only for the call: a secret that cannot
+An http or mcp tool's secret headers (an mcp tool's are its server's) are
+rendered here, for the call's own tenant (`tasks_app.vault.lookup`), and
+exist only for the call: a secret that cannot
 be resolved is a permission error and nothing is sent. The downstream may echo
 them back, so its answer (result, error, status answer) is redacted of every
 resolved value before anything stores it.
@@ -22,18 +23,18 @@ from tasks_app.vault.lookup import tool_headers
 from tasks_app.vault.values import Resolved, Unresolved
 
 from ..schemas import SchemaRefused, schema_errors
-from . import http_kind, python_kind
+from . import http_kind, mcp_kind, python_kind
 from .jsonsafe import has_unstorable, storable
 from .types import OutcomeKind, StatusAnswer, ToolCall, ToolOutcome
 
 
 def call_tool(call: ToolCall) -> ToolOutcome:
-    if call.spec.kind == "http":
+    if call.spec.kind in ("http", "mcp"):
         try:
             call, resolved = _with_secrets(call)
         except Unresolved as exc:
             return _secret_refused(exc)
-        outcome = http_kind.call(call)
+        outcome = (mcp_kind if call.spec.kind == "mcp" else http_kind).call(call)
         outcome = replace(outcome, result=resolved.redact(outcome.result),
                           error=resolved.redact(outcome.error))
     else:

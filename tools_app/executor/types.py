@@ -26,6 +26,10 @@ class ToolSpec:
     side_effect: str = "read"
     max_retries: int = 3
     description: str = ""
+    # mcp tools: the server's name and, for a stdio server, the operator's command
+    # name (`target` is then the tool's name on the server, `url` the server's).
+    mcp_server: str = ""
+    mcp_stdio: str = ""
 
     @property
     def honours_keys(self) -> bool:
