@@ -10,6 +10,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 from approvals_app.api import views as decisions
 from tasks_app.api import agent_versions, agents, secrets
 from tasks_app.api import views as tasks
+from tools_app.api import breakers
 from tools_app.api import views as tools
 
 from . import api_schema  # noqa: F401 - registers the Token auth scheme with drf-spectacular
@@ -73,6 +74,7 @@ urlpatterns = [
     path("questions", decisions.QuestionListView.as_view(), name="api-questions"),
     path("tools", tools.ToolListView.as_view(), name="api-tools"),
     path("tools/<name:name>", tools.ToolDetailView.as_view(), name="api-tool"),
+    path("breakers", breakers.BreakerListView.as_view(), name="api-breakers"),
     path("agents", agents.AgentListView.as_view(), name="api-agents"),
     path("agents/<name:name>", agents.AgentDetailView.as_view(), name="api-agent"),
     path("secrets", secrets.SecretListView.as_view(), name="api-secrets"),

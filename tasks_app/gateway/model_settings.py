@@ -5,7 +5,11 @@ Shape (JSON on the profile, frozen into `task.agent_snapshot` at submission)::
     {"backend": "openai", "name": "qwen2.5:7b", "base_url": "http://127.0.0.1:11434/v1",
      "api_key_secret": "ollama", "temperature": 0.2, "top_p": 1.0,
      "system_prompt": "...", "timeout_s": 60, "max_retries": 2,
-     "fallback": {"name": "...", "base_url": "...", "api_key_secret": "..."}}
+     "fallback": {"name": "...", "base_url": "...", "api_key_secret": "..."},
+     "breaker": {"failures": 5, "cooldown_s": 10, "max_cooldown_s": 300}}
+
+`breaker` sets the thresholds of the circuit breakers of the model's
+endpoints (primary and fallback each have their own; `tools_app.breakers`).
 
 Keys are never stored on a profile: it names a secret of its tenant
 (`api_key_secret`, see `tasks_app.vault`) or an environment variable the
@@ -20,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tools_app.breakers import breaker_errors
 from tools_app.outbound import url_problem
 
 from ..vault.references import SECRET_NAME, SECRET_NAME_RULE, env_ref, secret_ref
@@ -135,6 +140,8 @@ def model_settings_errors(model: Any) -> dict[str, list[str]]:
         add("max_retries", "an integer from 0 to 10")
     if "system_prompt" in model and not isinstance(model["system_prompt"], str):
         add("system_prompt", "a string")
+    for problem in breaker_errors(model.get("breaker")):
+        add("breaker", problem)
     _key_errors(model, "", add)
     fb = model.get("fallback")
     if fb is not None:

@@ -25,6 +25,8 @@ class ToolSpec:
     side_effect: str = "read"
     max_retries: int = 3
     description: str = ""
+    retry_delays_s: tuple[float, ...] = ()  # per-tool retry policy (`tools_app.breakers.policy`)
+    breaker: dict[str, Any] = field(default_factory=dict)  # per-tool breaker thresholds
 
     @property
     def honours_keys(self) -> bool:
