@@ -157,15 +157,26 @@ def _on_change(breaker: Breaker, change: str, task_id: int | None) -> None:
             "until": breaker.open_until.isoformat() if breaker.open_until else None})
     elif change == "closed":
         woken = waiters_take(breaker.pk)
-        for waiting in woken:
-            if _info_event(waiting, "breaker_closed", about):
-                with transaction.atomic():
-                    schedule_advance_on_commit(waiting)
+        _wake(woken, about)
         if task_id is not None and task_id not in woken:
             _info_event(task_id, "breaker_closed", {**about, "probe": True})
 
 
 on_change(_on_change)
+
+
+def _wake(task_ids: list[int], payload: dict[str, Any]) -> None:
+    """`breaker_closed` on each waiting task still RUNNING, and each handed to a
+    worker once that commits (one transaction: rows locked in id order). A task
+    that came back by itself meanwhile and finished is left alone."""
+    with transaction.atomic():
+        rows = (Task.objects.select_for_update().filter(pk__in=task_ids, status=TaskStatus.RUNNING)
+                .order_by("pk").values_list("pk", "version", "tenant_id", "trace_id"))
+        for task_id, version, tenant_id, trace_id in rows:
+            event_append(task_id=task_id, tenant_id=tenant_id, trace_id=trace_id,
+                         task_version=version, type="breaker_closed", actor=BREAKER_ACTOR,
+                         payload=payload)
+            schedule_advance_on_commit(task_id)
 
 
 def _info_event(task_id: int, type: str, payload: dict[str, Any]) -> bool:
