@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Count, Q
+from django.db.models import Count, Q, QuerySet
 
 from ..models import Breaker, BreakerState, BreakerWaiter
 from .store import Target
@@ -18,8 +18,12 @@ def breakers_of_tenant(tenant_id: int, *, kind: str = "") -> list[dict[str, Any]
     rows = Breaker.objects.filter(tenant_id=tenant_id)
     if kind:
         rows = rows.filter(kind=kind)
-    rows = rows.annotate(waiting=Count("waiters", filter=~Q(state=BreakerState.CLOSED)))
-    return [breaker_view(b) for b in rows.order_by("kind", "name", "target")]
+    return [breaker_view(b) for b in _with_waiting(rows).order_by("kind", "name", "target")]
+
+
+def _with_waiting(rows: QuerySet[Breaker]) -> QuerySet[Breaker]:
+    """Annotated with the tasks waiting for each (none once it is closed)."""
+    return rows.annotate(waiting=Count("waiters", filter=~Q(state=BreakerState.CLOSED)))
 
 
 def breaker_view(b: Breaker) -> dict[str, Any]:
@@ -34,7 +38,8 @@ def breaker_view(b: Breaker) -> dict[str, Any]:
 
 def breakers_by_key(targets: list[Target]) -> dict[str, dict[str, Any]]:
     """The state of each target's breaker (closed when it has no row)."""
-    rows = {b.key: b for b in Breaker.objects.filter(key__in=[t.key for t in targets])}
+    rows = {b.key: b for b in _with_waiting(Breaker.objects.filter(
+        key__in=[t.key for t in targets]))}
     return {t.key: breaker_view(rows[t.key]) if t.key in rows else dict(CLOSED_VIEW)
             for t in targets}
 
