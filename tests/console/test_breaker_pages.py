@@ -15,7 +15,7 @@ from tasks_app.services.admission import admit_created_tasks
 from tests.factories import submit
 from tests.fakes.runtime import add_agent, add_tool
 from tools_app.breakers import Target, admit, breaker_policy, record
-from tools_app.models import Breaker, BreakerState
+from tools_app.models import Breaker, BreakerState, Tool
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -69,3 +69,25 @@ def test_the_agents_pages_show_the_model_breakers(world):
     detail = admin.get("/agents/llm/").content.decode()
     assert "Circuit breaker" in detail and 'breaker-state">open' in detail
     assert "Fallback&#x27;s breaker" in detail or "Fallback's breaker" in detail
+
+
+def test_the_tool_form_keeps_the_retry_delays_and_breaker_and_refuses_nonsense(world):
+    admin = _client(world.users[Role.ADMIN])
+    add_tool(world.tenant, "lookup", kind="http", url=NOWHERE, target="", max_retries=3,
+             retry_delays_s=[0, 30], breaker={"failures": 2})
+    form = admin.get("/tools/lookup/edit/").content.decode()
+    assert 'value="0, 30"' in form and "&quot;failures&quot;: 2" in form
+    fields = {"description": "", "kind": "http", "url": NOWHERE, "args_schema": '{"type": "object"}',
+              "side_effect": "read", "risk": "low", "timeout_s": "5", "max_retries": "3",
+              "enabled": "on", "retry_delays_s": "0, 30", "breaker": '{"failures": 2}'}
+    saved = admin.post("/tools/lookup/edit/", {**fields, "timeout_s": "7"})
+    assert saved.status_code == 302
+    tool = Tool.objects.get(tenant=world.tenant, name="lookup")
+    assert (tool.timeout_s, tool.retry_delays_s, tool.breaker) == (7.0, [0.0, 30.0],
+                                                                  {"failures": 2})
+    for bad, field in (({"retry_delays_s": "soon"}, "retry_delays_s"),
+                       ({"retry_delays_s": "-5"}, "retry_delays_s"),
+                       ({"breaker": '{"failures": 0}'}, "breaker")):
+        refused = admin.post("/tools/lookup/edit/", {**fields, **bad})
+        assert refused.status_code == 400 and field in refused.context["form"].errors
+    assert Tool.objects.get(pk=tool.pk).breaker == {"failures": 2}
