@@ -78,7 +78,8 @@ def test_the_tool_form_keeps_the_retry_delays_and_breaker_and_refuses_nonsense(w
     form = admin.get("/tools/lookup/edit/").content.decode()
     assert 'value="0, 30"' in form and "&quot;failures&quot;: 2" in form
     fields = {"description": "", "kind": "http", "url": NOWHERE,
-              "args_schema": '{"type": "object"}', "side_effect": "read", "risk": "low", "timeout_s": "5", "max_retries": "3",
+              "args_schema": '{"type": "object"}', "side_effect": "read", "risk": "low",
+              "timeout_s": "5", "max_retries": "3",
               "enabled": "on", "retry_delays_s": "0, 30", "breaker": '{"failures": 2}'}
     saved = admin.post("/tools/lookup/edit/", {**fields, "timeout_s": "7"})
     assert saved.status_code == 302
