@@ -162,7 +162,8 @@ def advance_one_step(*, task_id: int, owner: str, memo: SliceMemo | None = None)
                 "used_fallback": reply.used_fallback, "attempts": reply.attempts,
                 "queued": [d.as_dict() for d in reply.decisions[1:]],
             }
-            spent = Spent(model_calls=1, tokens=reply.tokens)
+            # every request sent counts: the failed attempts before the reply too
+            spent = Spent(model_calls=max(1, reply.attempts), tokens=reply.tokens)
         try:
             recorded = _record_decision(snap, decision, model_log, spent, specs, owner=owner,
                                         actor=actor)
