@@ -69,6 +69,7 @@ POLICY: dict[str, frozenset[str]] = {
     "reconciliation.read": frozenset({R.OPERATOR, R.REVIEWER, R.ADMIN}),
     "reconciliation.resolve": frozenset({R.REVIEWER, R.ADMIN}),
     "tool.read": frozenset({R.ADMIN}),
+    "breaker.read": frozenset({R.OPERATOR, R.ADMIN}),
     "tool.write": frozenset({R.ADMIN}),
     "agent.read": frozenset({R.ADMIN}),
     "agent.write": frozenset({R.ADMIN}),

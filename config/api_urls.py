@@ -12,6 +12,7 @@ from audit_app.api import AuditListView
 from notify_app.api import views as notify
 from tasks_app.api import agent_versions, agents, resource_leases, retries, secrets
 from tasks_app.api import views as tasks
+from tools_app.api import breakers
 from tools_app.api import mcp_views as mcp
 from tools_app.api import views as tools
 
@@ -83,6 +84,7 @@ urlpatterns = [
     path("mcp-servers/<name:name>", mcp.McpServerDetailView.as_view(), name="api-mcp-server"),
     path("mcp-servers/<name:name>/refresh", mcp.McpServerRefreshView.as_view(),
          name="api-mcp-server-refresh"),
+    path("breakers", breakers.BreakerListView.as_view(), name="api-breakers"),
     path("agents", agents.AgentListView.as_view(), name="api-agents"),
     path("agents/<name:name>", agents.AgentDetailView.as_view(), name="api-agent"),
     path("secrets", secrets.SecretListView.as_view(), name="api-secrets"),

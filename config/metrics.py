@@ -96,6 +96,9 @@ RECOVERIES = Counter(
 LATE_RESULTS = Counter(
     "tether_late_results_discarded",
     "Tool results that arrived after the task was canceled or moved on: kept, not applied.")
+BREAKER_CHANGES = Counter(
+    "tether_breaker_transitions", "Circuit breakers' changes of state, by what they guard "
+    "(tool, model) and change (opened, half_open, reopened, closed).", ["kind", "change"])
 
 
 class _BoundedNames:
@@ -200,6 +203,10 @@ def count_task_event(type: str, *, final_status: str = "") -> None:
 def count_recoveries(n: int) -> None:
     if n:
         RECOVERIES.inc(n)
+
+
+def count_breaker_change(*, kind: str, change: str) -> None:
+    BREAKER_CHANGES.labels(kind=kind, change=change).inc()
 
 
 def count_late_result() -> None:

@@ -29,7 +29,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 
 from django.db import DatabaseError
-from django.db.models import Count, Min, Sum
+from django.db.models import Count, F, Min, Sum
 from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -38,10 +38,14 @@ from approvals_app.models import Approval, Question, Reconciliation
 from tasks_app.machine import NON_TERMINAL, TaskStatus
 from tasks_app.models import AgentProfile, DailySpend, Task, Tenant
 from tasks_app.pricing import PICO
+from tools_app.models import Breaker, BreakerState
 
 log = logging.getLogger(__name__)
 
 MAX_AGENTS = 20
+MAX_BREAKERS = 200  # label sets per scrape, the most recently changed first
+BREAKER_VALUES: dict[str, float] = {BreakerState.CLOSED: 0.0, BreakerState.HALF_OPEN: 1.0,
+                                    BreakerState.OPEN: 2.0}
 OTHER = "other"
 
 # kind -> (model, the status that means "waiting for a person")
@@ -141,6 +145,17 @@ def _families() -> Iterator[Metric]:
                             .values_list("tenant_id").annotate(c=Sum("cost_pico")).order_by()):
         spend.add_metric([tenants.get(tenant_id, str(tenant_id))], int(pico or 0) / PICO)
     yield spend
+
+    breakers = GaugeMetricFamily(
+        "tether_breaker_state", "Circuit breakers by tenant, kind (tool, model) and name: "
+        "0 closed, 1 half-open, 2 open (a breaker whose downstream never failed is not listed).",
+        labels=["tenant", "kind", "name"])
+    for tenant_id, kind, name, state in (
+            Breaker.objects.filter(tenant_id__in=ids).order_by(F("changed_at").desc(nulls_last=True))
+            .values_list("tenant_id", "kind", "name", "state")[:MAX_BREAKERS]):
+        breakers.add_metric([tenants.get(tenant_id, str(tenant_id)), kind, name],
+                            BREAKER_VALUES.get(state, 0.0))
+    yield breakers
 
 
 def _agent_names(rows: list[tuple[int, int, str, int]]) -> dict[int, str]:

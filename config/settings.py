@@ -183,6 +183,12 @@ TETHER = {
     "BACKOFF_MAX_S": env.float("TETHER_BACKOFF_MAX_S", default=30.0),
     # a step that raises an unexpected error is tried again this many times, then the task fails
     "STEP_ERROR_RETRIES": env.int("TETHER_STEP_ERROR_RETRIES", default=5),
+    # circuit breakers (tools_app/breakers): open after this many transient failures
+    # in a row, admit one probe after the cool-down, which doubles (up to the max)
+    # each time a probe fails; a tool's or an agent model's `breaker` overrides them
+    "BREAKER_FAILURES": env.int("TETHER_BREAKER_FAILURES", default=5),
+    "BREAKER_COOLDOWN_S": env.float("TETHER_BREAKER_COOLDOWN_S", default=10.0),
+    "BREAKER_MAX_COOLDOWN_S": env.float("TETHER_BREAKER_MAX_COOLDOWN_S", default=300.0),
     "MAX_TOOL_RESULT_BYTES": env.int("TETHER_MAX_TOOL_RESULT_BYTES", default=256 * 1024),
     "CONTEXT_WINDOW_STEPS": env.int("TETHER_CONTEXT_WINDOW_STEPS", default=8),
     "CONTEXT_RESULT_CHARS": env.int("TETHER_CONTEXT_RESULT_CHARS", default=2000),

@@ -33,6 +33,8 @@ def spec_of(tool: Tool) -> ToolSpec:
         timeout_s=tool.timeout_s,
         side_effect=tool.side_effect,
         max_retries=tool.max_retries,
+        retry_delays_s=tuple(float(d) for d in tool.retry_delays_s or ()),
+        breaker=dict(tool.breaker or {}),
         description=tool.description,
     )
     if tool.kind == ToolKind.MCP and tool.mcp_server is not None:

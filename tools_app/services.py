@@ -5,6 +5,9 @@
   happen?"), secret headers as templates naming secrets of the tool's own
   tenant (`{"Authorization": "Bearer {secret:payments}"}`; values are never
   stored on the tool), schemas, side effect, risk, timeout and retries.
+- Retries and the circuit breaker: `max_retries` with `retry_delays_s` (the
+  wait before each retry, the last repeated: `[0, 30]` is "at once, then
+  cool down") and `breaker` thresholds (`tools_app.breakers.policy`).
 - A `python` tool names a dotted path to server code. Registering one loads
   that code, so its module must sit under a prefix the setting
   `TETHER_PYTHON_TOOL_MODULES` grants to the tool's tenant: `prefix` for
@@ -46,6 +49,7 @@ from tasks_app.selectors import missing_secret_names
 from tasks_app.services.actors import SYSTEM, Actor
 from tasks_app.vault.references import EXAMPLE, header_secret_names, template_errors
 
+from .breakers import breaker_errors, retry_delays_errors
 from .models import Review, Risk, SideEffect, Tool, ToolKind
 from .outbound import url_problem
 from .resources import resource_template_errors
@@ -78,6 +82,8 @@ EDITABLE = (
     "timeout_s",
     "side_effect",
     "max_retries",
+    "retry_delays_s",
+    "breaker",
     "enabled",
 )
 # What an mcp tool's server decides; an admin's save may repeat it, not change it.
@@ -277,6 +283,14 @@ def tool_errors(tool: Tool) -> dict[str, list[str]]:
         or not 0 <= tool.max_retries <= MAX_RETRIES
     ):
         add("max_retries", f"an integer from 0 to {MAX_RETRIES}")
+    for problem in retry_delays_errors(tool.retry_delays_s):
+        add("retry_delays_s", problem)
+    for problem in breaker_errors(tool.breaker):
+        add("breaker", problem)
+    if tool.retry_delays_s is None:
+        tool.retry_delays_s = []
+    if tool.breaker is None:
+        tool.breaker = {}
     for flag in ("requires_approval", "enabled"):
         if not isinstance(getattr(tool, flag), bool):
             add(flag, "true or false")

@@ -21,6 +21,7 @@ from config.api_access import may
 from config.api_base import TenantAPIView
 from config.api_errors import error_responses
 from config.errors import forbidden, not_found
+from tools_app.api.breakers import BreakerStateSerializer, model_breaker_states
 
 from ..models import AgentProfile, OnExhaustion
 from ..pricing import MAX_BUDGET
@@ -42,6 +43,7 @@ MODEL_KEYS = (
     "max_retries",
     "prices",
     "fallback",
+    "breaker",
 )
 TAGS = ["agents"]
 
@@ -99,6 +101,10 @@ class ModelSettingsSerializer(serializers.Serializer):
         help_text="Dollars per million tokens; a model without prices costs 0. When set, "
         "the fallback needs its own.")
     fallback = FallbackSerializer(allow_null=True, required=False)
+    breaker = serializers.JSONField(
+        required=False, allow_null=True,
+        help_text='The circuit breakers of the model endpoints: {"failures": 5, "cooldown_s": '
+        '10, "max_cooldown_s": 300, "enabled": true}; missing keys take the defaults.')
 
 
 @extend_schema_field(ModelSettingsSerializer)
@@ -192,6 +198,12 @@ class ModelOutSerializer(serializers.Serializer):
     max_retries = serializers.IntegerField(allow_null=True)
     prices = serializers.DictField(child=serializers.CharField(), allow_null=True)
     fallback = serializers.DictField(child=serializers.JSONField(), allow_null=True)
+    breaker = serializers.DictField(child=serializers.JSONField(), allow_null=True)
+
+
+class ModelBreakersSerializer(serializers.Serializer):
+    primary = BreakerStateSerializer(required=False)
+    fallback = BreakerStateSerializer(required=False)
 
 
 class AgentSerializer(serializers.Serializer):
@@ -215,6 +227,12 @@ class AgentSerializer(serializers.Serializer):
     )
     latest_version = serializers.IntegerField(help_text="The last saved version.")
     release = serializers.SerializerMethodField()
+    breaker_state = serializers.SerializerMethodField()
+
+    @extend_schema_field(ModelBreakersSerializer)
+    def get_breaker_state(self, agent: AgentProfile) -> dict[str, Any]:
+        """The circuit breakers of the model's endpoints ({} for a scripted model)."""
+        return model_breaker_states(agent.tenant_id, dict(agent.model or {}))
 
     @extend_schema_field(ReleaseSerializer(allow_null=True))
     def get_release(self, agent: AgentProfile) -> dict[str, Any] | None:

@@ -61,6 +61,9 @@ TONE_OF_EVENT = {
     "result_discarded": "neutral",
     "context_summarized": "neutral",
     "summary_rolled_back": "info",
+    "breaker_opened": "danger",
+    "breaker_waiting": "warning",
+    "breaker_closed": "success",
 }
 
 
@@ -185,7 +188,20 @@ def _describe(kind: str, p: dict[str, Any], actor: str) -> tuple[str, str]:
         return f"Summary rolled back {where} by {actor}", _short(p.get("comment") or "")
     if kind == "result_discarded":
         return f"{step}: a late result was discarded", str(p.get("reason", "")).replace("_", " ")
+    if kind.startswith("breaker_"):
+        return _breaker_summary(kind, p)
     return kind.replace("_", " ").capitalize(), ""
+
+
+def _breaker_summary(kind: str, p: dict[str, Any]) -> tuple[str, str]:
+    what = f"{p.get('kind', '')} {p.get('name', '')}".strip()
+    until = str(p.get("until") or "")[11:19]  # HH:MM:SS of the ISO time (UTC)
+    if kind == "breaker_opened":
+        again = "opened again (the probe failed)" if p.get("reopened") else "opened"
+        return f"Breaker of {what} {again}", f"until {until} UTC" if until else ""
+    if kind == "breaker_waiting":
+        return f"Waiting: breaker of {what} open", f"until {until} UTC" if until else ""
+    return f"Breaker of {what} closed", "a probe succeeded; the task goes on"
 
 
 @dataclass(frozen=True)

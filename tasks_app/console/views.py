@@ -21,6 +21,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from approvals_app.console.selectors import inbox_count, open_card_for_task
 from config.errors import DomainError
+from tools_app.breakers.selectors import waits_of_task
 
 from ..context.summaries import summary_count, summary_rollback
 from ..machine import NON_TERMINAL, WAITING, TaskStatus
@@ -220,6 +221,7 @@ def _panels(cu: ConsoleUser, task: Task) -> dict[str, Any]:
         "can_cancel": cu.can_cancel(task) and task.status in NON_TERMINAL,
         "can_resume": cu.can_resume(task) and task.status == TaskStatus.WAITING_FOR_HUMAN,
         "can_fail": cu.can_operate and task.status in WAITING,
+        "breaker_waits": (waits_of_task(task.pk) if task.status == TaskStatus.RUNNING else []),
         "resume_fields": RESUME_FIELDS,
         **retry_panel(cu, task),
     }

@@ -208,14 +208,30 @@ class Summarized:
 
 class GatewayError(Exception):
     """The model could not be reached or kept failing; `retryable` says whether
-    trying again later may help."""
+    trying again later may help. `calls`: the requests actually sent (each counts
+    against the budget); `held`: the last word was a circuit breaker's, come
+    back after `retry_after_s` without having called."""
 
     def __init__(
-        self, message: str, *, retryable: bool, retry_after_s: float | None = None
+        self, message: str, *, retryable: bool, retry_after_s: float | None = None,
+        calls: int = 1, held: bool = False,
     ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.retry_after_s = retry_after_s
+        self.calls = calls
+        self.held = held
+
+
+class CallGuard(Protocol):
+    """A circuit breaker around each model endpoint, supplied by the caller (the
+    gateway itself keeps no state): `admit` returns None to call now, else the
+    seconds to wait; `record` says what came of a call that was admitted:
+    `failed` True for an outage, False for an answer, None when nothing was sent."""
+
+    def admit(self, base_url: str, model: str, *, timeout_s: float) -> float | None: ...
+
+    def record(self, base_url: str, model: str, *, failed: bool | None, error: str) -> None: ...
 
 
 class ModelBackend(Protocol):

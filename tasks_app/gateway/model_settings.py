@@ -8,11 +8,14 @@ Shape (JSON on the profile, frozen into `task.agent_snapshot` at submission)::
      "prices": {"input_per_mtok": "0.15", "output_per_mtok": "0.60",
                 "cached_input_per_mtok": "0.075"},
      "fallback": {"name": "...", "base_url": "...", "api_key_secret": "...",
-                  "prices": {...}}}
+                  "prices": {...}},
+     "breaker": {"failures": 5, "cooldown_s": 10, "max_cooldown_s": 300}}
 
 `prices` (dollars per million tokens, `tasks_app.pricing`) are optional; a
 model without them costs nothing, so when the primary has prices its fallback
 must have its own (a different model has a different price).
+`breaker` sets the thresholds of the circuit breakers of the model's
+endpoints (primary and fallback each have their own; `tools_app.breakers`).
 
 Keys are never stored on a profile: it names a secret of its tenant
 (`api_key_secret`, see `tasks_app.vault`) or an environment variable the
@@ -27,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tools_app.breakers import breaker_errors
 from tools_app.outbound import url_problem
 
 from ..pricing import prices_errors
@@ -143,6 +147,8 @@ def model_settings_errors(model: Any) -> dict[str, list[str]]:
         add("max_retries", "an integer from 0 to 10")
     if "system_prompt" in model and not isinstance(model["system_prompt"], str):
         add("system_prompt", "a string")
+    for problem in breaker_errors(model.get("breaker")):
+        add("breaker", problem)
     _key_errors(model, "", add)
     if model.get("prices") is not None:
         errors.update(prices_errors(model["prices"]))

@@ -65,6 +65,10 @@ class Task(models.Model):
     # bounded by TETHER_STEP_ERROR_RETRIES (`runner.faults`)
     fault_attempts = models.PositiveIntegerField(default=0, db_default=0)
     fault_at = models.CharField(max_length=40, blank=True, default="", db_default="")
+    # a model's failures in a row, where the task stands ("version/steps"): the
+    # backoff grows with them across slices (runner.backoff)
+    model_failures = models.PositiveIntegerField(default=0, db_default=0)
+    model_failure_at = models.CharField(max_length=40, blank=True, default="", db_default="")
 
     deadline_at = models.DateTimeField(null=True, blank=True)
     lease_owner = models.CharField(max_length=128, blank=True)

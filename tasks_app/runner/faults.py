@@ -27,8 +27,9 @@ from tools_app.executor.jsonsafe import storable
 from ..machine import TaskStatus
 from ..models import Task
 from ..services.actors import Actor
+from .backoff import backoff_s
 from .snapshot import TaskSnapshot
-from .step import _exhaust, backoff_s
+from .step import _exhaust
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,6 @@ are each one statement (`commits`); the rarer paths use the services.
 from __future__ import annotations
 
 import logging
-import random
 import time
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -37,6 +36,7 @@ from config.errors import DomainError, ErrorKind
 from config.logs import bind_log
 from config.metrics import count_late_result
 from config.tracing import tool_span
+from tools_app.breakers import retry_delay_s
 from tools_app.executor import (
     OutcomeKind,
     ToolCall,
@@ -64,6 +64,8 @@ from ..services.events import event_append
 from ..services.spend import spend_of_reply
 from ..services.transitions import KnownTask, task_transition, task_update_guarded
 from ..vault.lookup import model_keys
+from . import breaker_waits
+from .backoff import backoff_s, model_failure_count
 from .budgets import exhausted_budget, past_deadline
 from .commits import commit_decision, commit_final, commit_outcome
 from .lease import heartbeat
@@ -149,11 +151,11 @@ def advance_one_step(*, task_id: int, owner: str, memo: SliceMemo | None = None)
             memo.output_hashes.update({s.step_no: s.output_hash for s in sources.recent})
             context = build_context(snap, tools=specs, sources=sources)
             if scripted:
-                reply = _decide(snap, context)
+                reply = _decide(snap, context, owner=owner)
             else:
                 # A real model may take long (retries, fallback): keep the lease alive.
                 with heartbeat(task_id=task_id, owner=owner):
-                    reply = _decide(snap, context)
+                    reply = _decide(snap, context, owner=owner)
             if isinstance(reply, StepResult):
                 return reply
             charged = spend_of_reply(task_id=snap.id, tenant_id=snap.tenant_id,
@@ -169,7 +171,8 @@ def advance_one_step(*, task_id: int, owner: str, memo: SliceMemo | None = None)
                 "queued": [d.as_dict() for d in reply.decisions[1:]],
                 **charged.model_log,
             }
-            spent = Spent(model_calls=1, tokens=reply.tokens)
+            # every request sent counts: the failed attempts before the reply too
+            spent = Spent(model_calls=max(1, reply.attempts), tokens=reply.tokens)
         try:
             recorded = _record_decision(snap, decision, model_log, spent, specs, owner=owner,
                                         actor=actor)
@@ -233,16 +236,25 @@ class Spent:
 # --- asking the model --------------------------------------------------------
 
 
-def _decide(snap: TaskSnapshot, context: ContextSnapshot) -> ModelReply | StepResult:
+def _decide(snap: TaskSnapshot, context: ContextSnapshot, *,
+            owner: str) -> ModelReply | StepResult:
     started = time.monotonic()
+    guard = breaker_waits.ModelGuard(snap, owner=owner)
     try:
         model = snap.agent.get("model") or {}
         keys = model_keys(tenant_id=snap.tenant_id, model=model)  # this task's tenant only
-        reply = get_backend(model, keys).decide(context)
+        reply = get_backend(model, keys, guard).decide(context)
     except GatewayError as exc:
+        Spent(model_calls=exc.calls).charge(snap.id)  # every request sent counts
+        if exc.held:  # a breaker is open: wait for it, no retry spent
+            return StepResult(Next.LATER, breaker_waits.model_wait(snap, guard,
+                                                                   exc.retry_after_s or 0.0),
+                              f"model: {exc}")
         if exc.retryable:
-            Spent(model_calls=1).charge(snap.id)  # asked, and asked again later: it counts
-            return StepResult(Next.LATER, exc.retry_after_s or backoff_s(1), f"model: {exc}")
+            # The backoff grows with the failures in a row, counted on the task.
+            attempt = model_failure_count(snap)
+            return StepResult(Next.LATER, backoff_s(attempt, exc.retry_after_s, full_jitter=True),
+                              f"model: {exc}")
         return _fail(snap, "model_unavailable", Actor.worker("gateway"),
                      detail={"message": str(exc)})
     if not reply.latency_ms:
@@ -472,12 +484,16 @@ def _execute(snap: TaskSnapshot, step: Step, *, owner: str, actor: Actor, memo: 
     with hold:  # the resource lease is released once the outcome is written (or on error)
         call = hold.fenced(call)
         claim = replace(claim, call=call) if claim is not None else None
+        gate = breaker_waits.tool_admit(snap, spec, owner=owner)
+        if not gate.allowed:  # its breaker is open: no call, no retry spent; come back later
+            return StepResult(Next.LATER, breaker_waits.tool_wait(snap, gate, claim), "breaker")
         if spec.timeout_s < settings.TETHER["LEASE_TTL_S"] / 3:
             # The call ends (or times out) well within the lease: no heartbeat needed.
             outcome = _run(call, claim, owner=owner, step_no=step.step_no)
         else:
             with heartbeat(task_id=snap.id, owner=owner):
                 outcome = _run(call, claim, owner=owner, step_no=step.step_no)
+        breaker_waits.tool_record(snap, gate, outcome, owner=owner)
         if outcome.kind is OutcomeKind.UNCERTAIN and claim is not None:
             # Recorded before the status query is asked (it may take long or fail).
             ledger.record(claim, outcome)
@@ -494,16 +510,6 @@ def _run(call: ToolCall, claim: ledger.Claim | None, *, owner: str, step_no: int
                    else ledger.call_claimed(claim))
         traced.outcome(outcome.kind.value, error=outcome.error, from_ledger=outcome.from_ledger)
     return outcome
-
-
-def backoff_s(attempt: int, retry_after: float | None = None, *,
-              full_jitter: bool = False) -> float:
-    """Exponential backoff with jitter (the upper half of the ceiling, or all of it
-    with `full_jitter`), bounded; `Retry-After` wins when larger."""
-    cfg = settings.TETHER
-    ceiling = min(cfg["BACKOFF_MAX_S"], cfg["BACKOFF_BASE_S"] * (2 ** max(0, attempt - 1)))
-    delay = random.uniform(0.0 if full_jitter else ceiling / 2, ceiling)
-    return max(delay, retry_after or 0.0)
 
 
 def _known(snap: TaskSnapshot) -> KnownTask:
@@ -572,7 +578,9 @@ def _commit_failure(snap: TaskSnapshot, step: Step, spec: ToolSpec | None, outco
     if outcome.kind is OutcomeKind.TRANSIENT:
         max_retries = spec.max_retries if spec else 0
         if step.attempt < max_retries:
-            delay = backoff_s(step.attempt + 1, outcome.retry_after_s)
+            delay = (retry_delay_s(spec.retry_delays_s, step.attempt + 1, outcome.retry_after_s)
+                     if spec and spec.retry_delays_s
+                     else backoff_s(step.attempt + 1, outcome.retry_after_s))
             task_transition(task_id=snap.id, event="retryable_error", actor=actor,
                             expected_version=snap.version, known=known,
                             payload={"step_no": step.step_no, "attempt": step.attempt + 1,

@@ -171,6 +171,7 @@ MATRIX: dict[str, tuple[set[str], Setup, int]] = {
     ),
     "reconciliations_requery": ({REV, ADM}, _reconciliation("/requery", "post"), 200),
     "tools_list": ({ADM}, _const("get", "/api/v1/tools"), 200),
+    "breakers_list": ({OP, ADM}, _const("get", "/api/v1/breakers"), 200),
     "tools_create": (
         {ADM},
         _const(

@@ -8,7 +8,9 @@ tenant-scoped: another tenant's tool is a 404 and never listed.
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
+from typing import Any
+
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -17,9 +19,10 @@ from config.api_base import TenantAPIView
 from config.api_errors import error_responses
 from config.errors import not_found
 
-from ..models import Risk, SideEffect, ToolKind
+from ..models import Risk, SideEffect, Tool, ToolKind
 from ..selectors import tool_of_tenant, tools_of_tenant
 from ..services import tool_create, tool_update
+from .breakers import BreakerStateSerializer, tool_breaker_states
 
 TAGS = ["tools"]
 
@@ -52,6 +55,10 @@ class ToolSerializer(serializers.Serializer):
     requires_approval = serializers.BooleanField()
     timeout_s = serializers.FloatField()
     max_retries = serializers.IntegerField()
+    retry_delays_s = serializers.ListField(child=serializers.FloatField())
+    breaker = serializers.DictField(child=serializers.JSONField(),
+                                    help_text="The breaker's thresholds ({} for the defaults).")
+    breaker_state = serializers.SerializerMethodField()
     enabled = serializers.BooleanField()
     mcp_server = serializers.CharField(source="mcp_server.name", read_only=True, allow_null=True,
                                        default=None,
@@ -63,6 +70,14 @@ class ToolSerializer(serializers.Serializer):
         '"gone" until then (a new tool is a plain write that needs approval; saving confirms).')
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
+
+    @extend_schema_field(BreakerStateSerializer(allow_null=True))
+    def get_breaker_state(self, tool: Tool) -> dict[str, Any] | None:
+        """The state of an http tool's breaker (null for other tools)."""
+        states = self.context.get("breaker_states")
+        if states is None:
+            states = tool_breaker_states([tool])
+        return states.get(tool.name)
 
 
 class ToolWriteSerializer(serializers.Serializer):
@@ -95,6 +110,12 @@ class ToolWriteSerializer(serializers.Serializer):
     requires_approval = serializers.BooleanField(required=False)
     timeout_s = serializers.FloatField(min_value=0.001, max_value=600, required=False)
     max_retries = serializers.IntegerField(min_value=0, max_value=20, required=False)
+    retry_delays_s = serializers.JSONField(
+        required=False, help_text="Seconds before each retry in turn, the last repeated up to "
+        "max_retries: [0, 30] retries at once, then every 30 s. [] for exponential backoff.")
+    breaker = serializers.JSONField(
+        required=False, help_text='Circuit breaker thresholds: {"failures": 5, "cooldown_s": '
+        '10, "max_cooldown_s": 300, "enabled": true}; missing keys take the defaults.')
     enabled = serializers.BooleanField(required=False)
 
 
@@ -110,7 +131,9 @@ class ToolListView(TenantAPIView):
         responses={200: ToolSerializer(many=True), **error_responses()},
     )
     def get(self, request: Request) -> Response:
-        return Response(ToolSerializer(tools_of_tenant(self.access.tenant_id), many=True).data)
+        tools = list(tools_of_tenant(self.access.tenant_id))
+        context = {"breaker_states": tool_breaker_states(tools)}
+        return Response(ToolSerializer(tools, many=True, context=context).data)
 
     @extend_schema(
         operation_id="tools_create",

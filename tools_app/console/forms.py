@@ -45,6 +45,25 @@ class JSONObjectField(forms.CharField):
         return parsed
 
 
+class DelaysField(forms.CharField):
+    """Seconds separated by commas ("0, 30"); blank means none. The service checks
+    the bounds (`tools_app.breakers.policy`)."""
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, list | tuple):
+            return ", ".join(f"{d:g}" if isinstance(d, int | float) else str(d) for d in value)
+        return value
+
+    def clean(self, value: Any) -> Any:
+        text = (super().clean(value) or "").strip()
+        if not text:
+            return []
+        try:
+            return [float(part) for part in text.split(",")]
+        except ValueError:
+            raise forms.ValidationError("seconds separated by commas, e.g. 0, 30")
+
+
 class ToolForm(forms.Form):
     name = forms.CharField(
         max_length=64, help_text="Letters, digits, _ and -. Cannot change later."
@@ -96,6 +115,14 @@ class ToolForm(forms.Form):
     )
     timeout_s = forms.FloatField(min_value=0.1, max_value=600, label="Timeout (s)")
     max_retries = forms.IntegerField(min_value=0, max_value=20, label="Max retries")
+    retry_delays_s = DelaysField(
+        required=False, max_length=400, label="Retry delays (s)",
+        help_text="Before each retry in turn, the last repeated: 0, 30 retries at once, then "
+        "every 30 s. Blank: exponential backoff.")
+    breaker = JSONObjectField(
+        required=False, rows=3, label="Circuit breaker",
+        help_text='{"failures": 5, "cooldown_s": 10, "max_cooldown_s": 300}: any key left out '
+        "takes the deployment's default; {} for all defaults (http tools only).")
     enabled = forms.BooleanField(required=False)
 
     def __init__(self, *args: Any, editing: bool = False, mcp: bool = False,
@@ -131,6 +158,8 @@ class ToolForm(forms.Form):
             out[text] = (out[text] or "").strip()
         out["secret_headers"] = out["secret_headers"] or {}
         out["result_schema"] = out["result_schema"] or {}
+        out["retry_delays_s"] = out["retry_delays_s"] or []
+        out["breaker"] = out["breaker"] or {}
         out["requires_approval"] = bool(out["requires_approval"])
         out["enabled"] = bool(out["enabled"])
         return out

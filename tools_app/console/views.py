@@ -12,6 +12,7 @@ from config.errors import DomainError
 from tasks_app.console.access import ADMINS, ConsoleUser, console_view
 from tasks_app.console.errors import error_message, field_errors
 
+from ..breakers.selectors import tool_breakers
 from ..models import LedgerStatus, ToolExecution, ToolKind
 from ..selectors import tool_of_tenant, tools_of_tenant
 from ..services import tool_create, tool_update
@@ -25,9 +26,10 @@ def _cu(request: HttpRequest) -> ConsoleUser:
 @console_view()
 def tool_list(request: HttpRequest) -> HttpResponse:
     cu = _cu(request)
-    return render(
-        request, "tools/list.html", {"nav": "tools", "tools": tools_of_tenant(cu.tenant_id)}
-    )
+    tools = list(tools_of_tenant(cu.tenant_id))
+    breakers = tool_breakers(tools)
+    rows = [(t, breakers.get(t.name)) for t in tools]
+    return render(request, "tools/list.html", {"nav": "tools", "tools": rows})
 
 
 @console_view()
@@ -45,6 +47,7 @@ def tool_detail(request: HttpRequest, name: str) -> HttpResponse:
         {
             "nav": "tools",
             "tool": tool,
+            "breaker": tool_breakers([tool]).get(tool.name),
             "recent": recent,
             "ledger_counts": [(s, by_status.get(s, 0)) for s in LedgerStatus.values],
         },

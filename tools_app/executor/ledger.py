@@ -146,6 +146,16 @@ def settle_by_human(key: str, *, succeeded: bool, result: Any = None, error: Any
         _settle(row, LedgerStatus.FAILED_FINAL, error=error, answer=row.status_answer)
 
 
+def release(claim: Claim, *, error: dict[str, Any]) -> None:
+    """Give back a claim whose call was not made (a circuit breaker held it): the
+    key stays claimable, as after a retryable failure, with no attempt logged."""
+    ToolExecution.objects.filter(
+        idempotency_key=claim.call.context.idempotency_key, claimed_by=claim.owner,
+        status=LedgerStatus.IN_PROGRESS,
+    ).update(status=LedgerStatus.FAILED_RETRYABLE, error=error, attempts=claim.attempts[:-1],
+             claimed_by="", claimed_until=None, updated_at=timezone.now())
+
+
 def reopen_for_retry(key: str) -> None:
     """A reviewer chose "retry with the same key" (only for tools that honour keys)."""
     ToolExecution.objects.filter(idempotency_key=key).update(

@@ -30,6 +30,8 @@ class ToolSpec:
     # name (`target` is then the tool's name on the server, `url` the server's).
     mcp_server: str = ""
     mcp_stdio: str = ""
+    retry_delays_s: tuple[float, ...] = ()  # per-tool retry policy (`tools_app.breakers.policy`)
+    breaker: dict[str, Any] = field(default_factory=dict)  # per-tool breaker thresholds
 
     @property
     def honours_keys(self) -> bool:
