@@ -6,6 +6,7 @@ from .agents import AgentProfile, OnExhaustion
 from .context import ContextSummary
 from .events import Event
 from .secrets import TenantSecret
+from .sweeps import SweepRun
 from .tasks import Step, StepKind, StepStatus, Task
 from .tenancy import ApiKey, Membership, Role, Tenant
 from .versions import AgentReleaseEntry, AgentVersion, ReleaseAction, VersionKind
@@ -24,6 +25,7 @@ __all__ = [
     "Step",
     "StepKind",
     "StepStatus",
+    "SweepRun",
     "Task",
     "TaskStatus",
     "TenantSecret",

@@ -124,10 +124,10 @@ def _compensate(task_id: int) -> None:
 
 
 def _sweep() -> None:
-    from .recovery import recovery_sweep
+    from .sweeper import locked_sweep
 
     close_old_connections()
-    recovery_sweep()
+    locked_sweep()  # one sweep at a time, with workers or other servers on PostgreSQL
 
 
 def _unleased_running() -> list[int]:
