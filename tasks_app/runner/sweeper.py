@@ -99,13 +99,17 @@ class Sweeper:
         # together spread their knocks over it.
         delay = random.uniform(0, self.interval_s)  # noqa: S311 - jitter, not a secret
         while not self._stop.wait(delay):
+            delay = self.interval_s * random.uniform(0.9, 1.1)  # noqa: S311
+            # Nothing may end this thread: the database or the broker may be
+            # restarting (even giving the connections back can fail then).
             try:
                 locked_sweep()
-            except Exception:  # noqa: BLE001 - the database may be restarting; try next turn
+            except Exception:  # noqa: BLE001 - try again next turn
                 log.warning("recovery sweep failed; the next turn tries again", exc_info=True)
-            finally:
+            try:
                 connections.close_all()  # this thread's connections back to the pool
-            delay = self.interval_s * random.uniform(0.9, 1.1)  # noqa: S311
+            except Exception:  # noqa: BLE001
+                log.warning("could not close the sweeper's connections", exc_info=True)
 
 
 _process_sweeper: Sweeper | None = None
