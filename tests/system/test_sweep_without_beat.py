@@ -2,7 +2,8 @@
 under a PostgreSQL advisory lock (tasks_app/runner/sweeper.py).
 
 Real worker processes, no beat. A task whose message was lost (RUNNING, its
-lease expired, nothing in the broker) is finished; sweeps never overlap
+lease expired, nothing in the broker) is finished; an approval past its SLA
+expires; sweeps never overlap
 (`SweepRun`, database clock); while somebody else holds the lock, the workers
 knock and none sweeps.
 """
@@ -16,6 +17,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from approvals_app.models import Approval, Decision
 from tasks_app.machine import TaskStatus
 from tasks_app.models import SweepRun, Task
 from tasks_app.runner.sweeper import SWEEP_LOCK_KEY
@@ -27,6 +29,9 @@ from tests.system.history import assert_history_intact
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
 SCRIPT = [{"tool": "lookup_order", "args": {"order_id": "A-1"}}, {"final": {"ok": True}}]
+REFUND = [{"tool": "issue_refund", "args": {"order_id": "A-1", "amount_cents": 100,
+                                            "reason": "damaged"}},
+          {"final": {"refunded": 100}}]
 
 
 def _lost_task(world, celery_workers):  # type: ignore[no-untyped-def]
@@ -62,6 +67,18 @@ def test_a_lost_task_is_finished_by_the_workers_own_sweepers(world, celery_worke
         "owner", flat=True)}) >= 2, timeout=60, message="sweeps by two processes")
     _assert_no_overlap()
     assert SweepRun.objects.filter(requeued__gte=1).exists()
+
+    # Approvals expire without beat too.
+    waiting = submit(world.tenant, REFUND)
+    wait_for(lambda: Approval.objects.filter(task_id=waiting.pk).exists(), timeout=60,
+             message="the refund to ask for approval")
+    Approval.objects.filter(task_id=waiting.pk).update(
+        expires_at=timezone.now() - timedelta(seconds=1))
+    wait_for(lambda: Approval.objects.get(task_id=waiting.pk).status == Decision.EXPIRED,
+             timeout=60, message="the approval to expire")
+    # (the sweep's record is written after its work commits)
+    wait_for(lambda: SweepRun.objects.filter(approvals_expired__gte=1).exists(), timeout=30,
+             message="the sweep that expired it to be recorded")
 
 
 def test_no_worker_sweeps_while_the_lock_is_held(world, celery_workers):
