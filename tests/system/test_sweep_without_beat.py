@@ -55,10 +55,13 @@ def _assert_no_overlap() -> None:
         assert earlier.finished_at <= later.started_at, (earlier.owner, later.owner)
 
 
+def _sweeper_pids() -> set[int]:
+    return {int(owner.split(":")[1]) for owner in SweepRun.objects.values_list("owner", flat=True)}
+
+
 def test_a_lost_task_is_finished_by_the_workers_own_sweepers(world, celery_workers):
     task = _lost_task(world, celery_workers)
-    celery_workers.start(concurrency=2)
-    celery_workers.start(concurrency=2)
+    mains = {celery_workers.start(concurrency=2).pid, celery_workers.start(concurrency=2).pid}
 
     wait_for(lambda: _succeeded(task.pk), timeout=60, message="the lost task to finish")
     assert_history_intact(Task.objects.get(pk=task.pk))
@@ -67,6 +70,7 @@ def test_a_lost_task_is_finished_by_the_workers_own_sweepers(world, celery_worke
         "owner", flat=True)}) >= 2, timeout=60, message="sweeps by two processes")
     _assert_no_overlap()
     assert SweepRun.objects.filter(requeued__gte=1).exists()
+    assert not _sweeper_pids() & mains  # prefork: the pool processes sweep, not the main one
 
     # Approvals expire without beat too.
     waiting = submit(world.tenant, REFUND)
@@ -79,6 +83,13 @@ def test_a_lost_task_is_finished_by_the_workers_own_sweepers(world, celery_worke
     # (the sweep's record is written after its work commits)
     wait_for(lambda: SweepRun.objects.filter(approvals_expired__gte=1).exists(), timeout=30,
              message="the sweep that expired it to be recorded")
+
+
+def test_a_solo_worker_sweeps_in_its_main_process(world, celery_workers):
+    task = _lost_task(world, celery_workers)
+    main = celery_workers.start(pool="solo", concurrency=1).pid
+    wait_for(lambda: _succeeded(task.pk), timeout=60, message="the lost task to finish")
+    assert _sweeper_pids() == {main}
 
 
 def test_no_worker_sweeps_while_the_lock_is_held(world, celery_workers):
