@@ -7,6 +7,13 @@ Its signals keep the worker's and beat's logging and metrics Tether's own:
   would make them; `celeryd_init`: no banner in JSON (it is not a log line);
 - `worker_process_shutdown`: a pool child that exits is marked dead in the
   multiprocess metrics directory;
+- the recovery sweeper (`tasks_app.runner.sweeper`): with the prefork pool, one
+  thread per pool process, started after the fork (`worker_process_init`): a
+  thread started in the main process would be copied half-way into every
+  child the pool forks later (a lock held mid-fork stays held in the child),
+  and the main process runs no tasks, so it has no connections of its own to
+  keep healthy. Other pools (solo, threads) do not fork: the main process
+  starts it when the worker is ready. The advisory lock makes them one sweep;
 - without `PROMETHEUS_MULTIPROC_DIR`, `TETHER_WORKER_METRICS_PORT` makes each
   worker process serve its own figures: the main process on PORT, a prefork
   pool's children on PORT+1, PORT+2, ... (the child's index in the pool);
@@ -31,6 +38,7 @@ from celery.signals import (
     worker_init,
     worker_process_init,
     worker_process_shutdown,
+    worker_ready,
     worker_shutdown,
 )
 from celery.utils.log import current_process_index
@@ -82,6 +90,25 @@ def _serve_child_metrics(**_: Any) -> None:
 @beat_init.connect
 def _beat_traces(**_: Any) -> None:
     tracing.setup("beat")
+
+
+@worker_process_init.connect
+def _sweep_in_child(**_: Any) -> None:
+    from tasks_app.runner.sweeper import start_process_sweeper
+
+    start_process_sweeper()
+
+
+@worker_ready.connect
+def _sweep_in_main_unless_prefork(sender: Any = None, **_: Any) -> None:
+    from celery.concurrency.prefork import TaskPool as PreforkPool
+
+    pool_cls = getattr(getattr(sender, "controller", None), "pool_cls", None)
+    if isinstance(pool_cls, type) and issubclass(pool_cls, PreforkPool):
+        return  # each pool process sweeps (above)
+    from tasks_app.runner.sweeper import start_process_sweeper
+
+    start_process_sweeper()
 
 
 @worker_process_shutdown.connect
