@@ -107,7 +107,11 @@ def test_the_holder_killed_mid_call_is_settled_through_the_ledger(
     key = Step.objects.get(task=holder, step_no=1).idempotency_key
     row = ToolExecution.objects.get(idempotency_key=key)
     assert Task.objects.get(pk=waiter.pk).status == TaskStatus.SUCCEEDED, celery_workers.logs()
-    assert Event.objects.filter(task=holder, type="lease_expired").exists()
+    # Either the waiter found the dead holder's lease expired and settled its call
+    # first, or the holder's own task came back (the sweep in every worker) before
+    # its resource lease expired and took it again under the same key.
+    assert (Event.objects.filter(task=holder, type="lease_expired").exists()
+            or Event.objects.filter(task=holder, type="lease_acquired").count() >= 2)
     assert shop.max_in_flight["7"] == 1
     holder = Task.objects.get(pk=holder.pk)
     if side_effect == "idempotent_write":
