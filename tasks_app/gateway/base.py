@@ -207,3 +207,7 @@ class ModelBackend(Protocol):
     name: str
 
     def decide(self, context: ContextSnapshot) -> ModelReply: ...
+
+    async def adecide(self, context: ContextSnapshot) -> ModelReply:
+        """The same, awaited on the I/O loop (the runner's way: no thread waits)."""
+        ...

@@ -7,9 +7,12 @@ are bounded, logged and deterministic:
 
 - every call has the profile's `timeout_s`, which bounds the whole call
   (connect to last byte);
-- the SDK client of a base URL is built once per process, on the long-lived
-  httpx2 client of `tools_app.outbound` (the outbound-address policy, no
-  redirects); an address the policy refuses is not retried;
+- calls are async (`adecide`; the runner awaits them on the process's I/O
+  loop, holding no thread); the SDK client of a base URL is built once per
+  loop and shard, on the long-lived httpx2 async client of
+  `tools_app.outbound` (the outbound-address policy, no redirects, the total
+  deadline); an address the policy refuses is not retried;
+- the waits between retries are `asyncio.sleep`: they hold no thread either;
 - transient errors (timeout, connection error, 408, 409, 429, 5xx, a reply
   with no choices) are retried up to `max_retries` times with exponential
   backoff and full jitter; `Retry-After` / `retry-after-ms` is honoured;
@@ -30,6 +33,7 @@ step's decision log.
 """
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import json
 import logging
@@ -43,7 +47,9 @@ import openai
 from django.conf import settings
 
 from config.metrics import observe_model_call
-from tools_app.outbound import REFUSED, EgressRefusedError, Registry, client_for
+from tools_app.outbound import REFUSED, EgressRefusedError, Registry, async_client_for
+from tools_app.outbound.clients import ASYNC_SHARDS, MAX_ENDPOINTS
+from tools_app.outbound.ioloop import run_io
 
 from ..vault.values import Resolved, Unresolved
 from .base import ContextSnapshot, GatewayError, ModelReply
@@ -97,11 +103,15 @@ class OpenAIBackend:
     # --- the backend interface ------------------------------------------------
 
     def decide(self, context: ContextSnapshot) -> ModelReply:
+        """`adecide` for a synchronous caller (it waits on the process's I/O loop)."""
+        return run_io(self.adecide(context))
+
+    async def adecide(self, context: ContextSnapshot) -> ModelReply:
         messages = build_messages(context)
         tools = tool_catalogue(context.tools)
         request: dict[str, Any] = {"messages": messages, "tools": tools}
         request.update(self._sampling())
-        done = self._complete(request)
+        done = await self._complete(request, shard=context.task_id)
         choice = (done.body.get("choices") or [{}])[0]
         decisions = decisions_from_message(choice.get("message") or {},
                                            finish_reason=choice.get("finish_reason"))
@@ -131,7 +141,7 @@ class OpenAIBackend:
         }
         if self.settings.temperature is not None:
             request["temperature"] = 0.0
-        done = self._complete(request)
+        done = run_io(self._complete(request, shard=0))
         choice = (done.body.get("choices") or [{}])[0]
         text = str((choice.get("message") or {}).get("content") or "").strip()
         if not text:
@@ -148,7 +158,7 @@ class OpenAIBackend:
             out["top_p"] = self.settings.top_p
         return out
 
-    def _complete(self, request: dict[str, Any]) -> _Completed:
+    async def _complete(self, request: dict[str, Any], *, shard: int) -> _Completed:
         s = self.settings
         targets = [s.primary] + ([s.fallback] if s.fallback else [])
         failures: list[dict[str, Any]] = []
@@ -159,7 +169,7 @@ class OpenAIBackend:
                 attempts += 1
                 started = time.monotonic()
                 try:
-                    body = self.keys.redact(self._call_once(target, request))
+                    body = self.keys.redact(await self._call_once(target, request, shard))
                 except _Failure as raw:
                     exc = last = _Failure(self.keys.redact(str(raw)), retryable=raw.retryable,
                                           retry_after_s=raw.retry_after_s, status=raw.status,
@@ -174,8 +184,8 @@ class OpenAIBackend:
                         break
                     delay = _backoff_s(attempt, exc.retry_after_s)
                     if delay > s.max_wait_s:
-                        break  # too long to hold a worker: the fallback, or come back later
-                    time.sleep(delay)
+                        break  # too long to wait in the step: the fallback, or come back later
+                    await asyncio.sleep(delay)  # holds no thread
                     continue
                 observe_model_call(model=target.name, seconds=time.monotonic() - started,
                                    usage=body.get("usage"))
@@ -189,20 +199,21 @@ class OpenAIBackend:
                            retry_after_s=max(last.retry_after_s or 0.0,
                                              _backoff_s(s.max_retries + 1)))
 
-    def _call_once(self, target: ModelTarget, request: dict[str, Any]) -> dict[str, Any]:
+    async def _call_once(self, target: ModelTarget, request: dict[str, Any],
+                         shard: int) -> dict[str, Any]:
         try:
             key = self.keys.get(target.key_ref) if target.key_ref else NO_KEY
         except Unresolved as exc:
             raise _Failure(f"no API key for {target.name}: {exc}", retryable=False,
                            kind="no_api_key")
         try:
-            client = sdk_client(target.base_url).with_options(api_key=key,
+            client = sdk_client(target.base_url, shard).with_options(api_key=key,
                                                               timeout=self.settings.timeout_s)
         except (httpx2.InvalidURL, httpx2.UnsupportedProtocol):
             raise _Failure(f"{target.base_url!r} is not an http(s) URL", retryable=False,
                            kind="invalid_url")
         try:
-            completion = client.chat.completions.create(model=target.name, **request)
+            completion = await client.chat.completions.create(model=target.name, **request)
         except openai.APITimeoutError:
             raise _Failure(f"no reply within {self.settings.timeout_s:g}s", retryable=True,
                            kind="timeout")
@@ -223,16 +234,17 @@ class OpenAIBackend:
         return body
 
 
-_sdk_clients: Registry[openai.OpenAI] = Registry()
+_sdk_clients: Registry[openai.AsyncOpenAI] = Registry(MAX_ENDPOINTS * ASYNC_SHARDS)
 
 
-def sdk_client(base_url: str) -> openai.OpenAI:
-    """The process's SDK client of `base_url`, on the outbound HTTP client of its
-    endpoint (a new one when that client was replaced). A key and a timeout are
-    given per call with `with_options`, which costs microseconds. The SDK's own
-    retries are off: ours are bounded, logged and deterministic."""
-    http = client_for(base_url)
-    return _sdk_clients.get((base_url, http), lambda: openai.OpenAI(
+def sdk_client(base_url: str, shard: int = 0) -> openai.AsyncOpenAI:
+    """The SDK client of `base_url` on the running loop, on the outbound async
+    client of its endpoint and `shard` (a new one when that client was
+    replaced). A key and a timeout are given per call with `with_options`, which
+    costs microseconds. The SDK's own retries are off: ours are bounded, logged
+    and deterministic."""
+    http = async_client_for(base_url, shard=shard)
+    return _sdk_clients.get((base_url, http), lambda: openai.AsyncOpenAI(
         base_url=base_url, api_key=NO_KEY, max_retries=0, http_client=http))
 
 
