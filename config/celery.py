@@ -5,8 +5,10 @@ Its signals keep the worker's and beat's logging and metrics Tether's own:
   `LOGGING` (text or JSON, `config.logs`) stays, at the level of `-l`, and
   stray writes to stdout and stderr become log lines, as Celery's own setup
   would make them; `celeryd_init`: no banner in JSON (it is not a log line);
-- `worker_process_shutdown`: a pool child that exits is marked dead in the
-  multiprocess metrics directory;
+- `worker_process_shutdown`: a pool child that exits first lets the slices its
+  driver runs end (`tasks_app.runner.driver`, up to `TETHER_DRIVER_DRAIN_S`), and
+  is marked dead in the multiprocess metrics directory; `worker_shutdown` does
+  the same for a threads or solo pool (the driver is in the main process);
 - without `PROMETHEUS_MULTIPROC_DIR`, `TETHER_WORKER_METRICS_PORT` makes each
   worker process serve its own figures: the main process on PORT, a prefork
   pool's children on PORT+1, PORT+2, ... (the child's index in the pool).
@@ -23,6 +25,7 @@ from celery.signals import (
     worker_init,
     worker_process_init,
     worker_process_shutdown,
+    worker_shutdown,
 )
 from celery.utils.log import current_process_index
 
@@ -67,7 +70,22 @@ def _serve_child_metrics(**_: Any) -> None:
 
 @worker_process_shutdown.connect
 def _child_exited(pid: int | None = None, **_: Any) -> None:
+    _drain_driver()
     process_exited(pid or os.getpid())
+
+
+@worker_shutdown.connect
+def _worker_exited(**_: Any) -> None:
+    _drain_driver()
+
+
+def _drain_driver() -> None:
+    from tasks_app.runner.driver import driver
+
+    left = driver.drain()
+    if left:
+        logging.getLogger(__name__).warning(
+            "%s slices still running at exit: their leases expire, the sweep resumes them", left)
 
 
 def _serve_metrics(*, offset: int) -> None:
