@@ -2,7 +2,8 @@
 
 The call itself is awaited on the I/O loop (`execute`): an http tool on the
 async client of its endpoint, a python tool in a pooled thread; the slice's
-lease is kept alive meanwhile by the process's batched heartbeat (`beats`).
+lease is kept alive meanwhile by the process's batched heartbeat (`beats`),
+and the wait does not count against the slice's time (`memo.waited_s`).
 Around it, database phases: `open_call` (a resumed or retried step: its
 spec, and the ledger's claim or stored answer), the ledger's record before a
 status query, and `commit_outcome_of` (the outcome with the version check; a
@@ -13,6 +14,7 @@ the outcome; a cancel that committed meanwhile fences the result.
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -37,7 +39,6 @@ from ..models import Step, StepStatus, Task
 from ..services.actors import Actor
 from ..services.events import event_append
 from ..services.transitions import KnownTask, task_transition
-from .beats import beats
 from .commits import commit_outcome
 from .hops import Hop
 from .memo import SliceMemo
@@ -84,16 +85,17 @@ async def execute(snap: TaskSnapshot, step: Step, *, owner: str, actor: Actor, m
     else:
         spec, claim = decided.spec, decided.claim
     call = call_of(snap, step, spec)
-    async with beats.holding(snap.id, owner):  # the lease holds while the call is out
-        if claim is None:
-            outcome = await _settle(hop, call, prepared, first_error=None)
-        else:
-            outcome = await ledger.acall_claimed(claim, prepared)
-            if outcome.kind is OutcomeKind.UNCERTAIN:
-                # Recorded before the status query is asked (it may take long or fail).
-                await hop(ledger.record, claim, outcome)
-                outcome, claim = await _settle(hop, call, prepared,
-                                               first_error=outcome.error), None
+    started = time.monotonic()  # the slice's lease is kept alive meanwhile (`beats`)
+    if claim is None:
+        outcome = await _settle(hop, call, prepared, first_error=None)
+    else:
+        outcome = await ledger.acall_claimed(claim, prepared)
+        if outcome.kind is OutcomeKind.UNCERTAIN:
+            # Recorded before the status query is asked (it may take long or fail).
+            await hop(ledger.record, claim, outcome)
+            outcome, claim = await _settle(hop, call, prepared,
+                                           first_error=outcome.error), None
+    memo.waited_s += time.monotonic() - started
     if outcome.kind is OutcomeKind.PROCESSING:
         return StepResult(Next.LATER, 0.5, "another executor holds this call")
     return await hop(commit_then, snap, step, spec, outcome, actor, memo=memo, claim=claim,

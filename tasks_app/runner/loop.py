@@ -29,8 +29,10 @@ from django.utils import timezone
 from config.logs import bind_log, log_scope
 from config.metrics import step_scope
 
+from ..models import Task
 from ..services.admission import handing_off_one
 from ..services.dispatch import schedule_advance
+from .beats import beats
 from .faults import step_fault
 from .hops import CallerHop, Hop
 from .lease import lease_release, lease_take
@@ -97,6 +99,15 @@ async def _advance(task_id: int, *, owner: str, until: float, hop: Hop) -> Slice
         return SliceReport(False, 0, "no_lease")
     bind_log(task_id=task_id, trace_id=leased.trace_id, tenant=leased.tenant_id,
              agent=(leased.agent_snapshot or {}).get("name", ""))
+    # The lease holds while this process runs the slice (`beats`), however long
+    # its calls take; a slice's time counts its own work, not its awaited calls:
+    # a task waiting on the network holds no worker, so it need not hand over.
+    async with beats.holding(task_id, owner):
+        return await _steps(task_id, owner=owner, until=until, leased=leased, hop=hop)
+
+
+async def _steps(task_id: int, *, owner: str, until: float, leased: Task, hop: Hop
+                 ) -> SliceReport:
     cfg = settings.TETHER
     steps = 0
     memo = SliceMemo(leased=leased)  # what each step leaves for the next one of this slice
@@ -112,7 +123,8 @@ async def _advance(task_id: int, *, owner: str, until: float, hop: Hop) -> Slice
             if result.next is Next.LATER:
                 await hop(_release_until, task_id, owner, result.delay_s)
                 return SliceReport(True, steps, "later")
-            if time.monotonic() >= until or steps >= cfg["SLICE_MAX_STEPS"]:
+            worked_until = time.monotonic() - memo.waited_s
+            if worked_until >= until or steps >= cfg["SLICE_MAX_STEPS"]:
                 await hop(_release_until, task_id, owner, None)
                 return SliceReport(True, steps, "slice")
     except Exception as exc:

@@ -26,6 +26,7 @@ manual runner): its phases run on the calling thread.
 from __future__ import annotations
 
 import functools
+import time
 
 from django.db import IntegrityError
 
@@ -33,15 +34,12 @@ from config.errors import DomainError, ErrorKind
 
 from ..gateway import GatewayError
 from ..services.actors import Actor
-from .beats import beats
 from .deciding import (
-    SCRIPTED,
     Ask,
     Recorded,
     Resume,
     after_step,
     ask_model,
-    backend_of,
     model_failed,
     plan_step,
     record_model_reply,
@@ -72,13 +70,9 @@ async def step(*, task_id: int, owner: str, memo: SliceMemo, hop: Hop) -> StepRe
             return await execute(plan.snap, plan.step, owner=owner, actor=Actor.worker(owner),
                                  memo=memo, hop=hop)
         if isinstance(plan, Ask):
-            # A real model may take long (retries, fallback): the lease is kept alive.
-            held = beats.holding(task_id, owner) if backend_of(plan.snap) != SCRIPTED else None
-            if held is not None:
-                async with held:
-                    reply = await ask_model(plan)
-            else:
-                reply = await ask_model(plan)
+            started = time.monotonic()
+            reply = await ask_model(plan)  # the slice's lease is kept alive meanwhile (`beats`)
+            memo.waited_s += time.monotonic() - started
             if isinstance(reply, GatewayError):
                 return await hop(model_failed, plan.snap, reply)
             plan = await hop(record_model_reply, plan, reply, owner=owner, memo=memo)
