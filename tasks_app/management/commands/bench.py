@@ -29,7 +29,8 @@ KNOBS = ("tasks", "steps", "rounds", "long_steps", "workers", "ws_steps", "conso
 
 
 class Command(BaseCommand):
-    help = "Measure Tether's overhead per step (runner, floor, long task, live latency, console)."
+    help = ("Measure Tether: the I/O workload first, then its overhead per step (runner, "
+            "floor, long task, live latency, console).")
     # The bench measures; the URL and model checks are the test suite's job.
     requires_system_checks: list[str] = []
 
@@ -58,6 +59,12 @@ class Command(BaseCommand):
         )
         parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
         parser.add_argument(
+            "--io-tasks", default="",
+            help="sizes of the I/O workload, comma-separated (200,1000)")
+        parser.add_argument(
+            "--only", choices=["io"], default="",
+            help="run only this phase (io: the I/O workload and its scripted comparison)")
+        parser.add_argument(
             "--database-url",
             default="",
             help=f"the bench's database (default $BENCH_DATABASE_URL or {DEFAULT_DATABASE_URL})",
@@ -70,7 +77,10 @@ class Command(BaseCommand):
             raise CommandError("the bench runs against PostgreSQL only")
         cfg = BenchConfig.quick_defaults() if opts["quick"] else BenchConfig()
         given = {k: opts[k] for k in KNOBS if opts.get(k) is not None}
-        cfg = replace(cfg, skip_console=opts["skip_console"], json_path=opts["json_path"], **given)
+        cfg = replace(cfg, skip_console=opts["skip_console"], json_path=opts["json_path"],
+                      only=opts["only"], **given)
+        if opts["io_tasks"]:
+            cfg = replace(cfg, io_tasks=tuple(int(n) for n in opts["io_tasks"].split(",")))
         call_command("migrate", verbosity=0, skip_checks=True)
 
         from tasks_app.bench.report import table
@@ -99,6 +109,9 @@ class Command(BaseCommand):
                 argv.append(f"--{flag.replace('_', '-')}")
         if opts["json_path"]:
             argv += ["--json", str(Path(opts["json_path"]).resolve())]
+        for name in ("io_tasks", "only"):
+            if opts[name]:
+                argv += [f"--{name.replace('_', '-')}", opts[name]]
         done = subprocess.run(argv, env=bench_env(url), cwd=settings.BASE_DIR, check=False)
         if done.returncode:
             raise CommandError(f"the bench failed (exit {done.returncode})")
