@@ -45,6 +45,7 @@ from typing import Any
 import httpx2
 import openai
 from django.conf import settings
+from openai._base_client import make_request_options
 
 from config.metrics import observe_model_call
 from tools_app.outbound import REFUSED, EgressRefusedError, Registry, async_client_for
@@ -213,7 +214,12 @@ class OpenAIBackend:
             raise _Failure(f"{target.base_url!r} is not an http(s) URL", retryable=False,
                            kind="invalid_url")
         try:
-            completion = await client.chat.completions.create(model=target.name, **request)
+            # The raw endpoint: `chat.completions.create` transforms the request
+            # against its TypedDicts and parses the reply into pydantic models,
+            # three times the CPU of the call itself (8.6 vs 2.8 ms measured, a
+            # 16-step context); the reply is wanted as plain data anyway.
+            body = await client.post("/chat/completions", body={"model": target.name, **request},
+                                     cast_to=object, options=_BEARER)
         except openai.APITimeoutError:
             raise _Failure(f"no reply within {self.settings.timeout_s:g}s", retryable=True,
                            kind="timeout")
@@ -228,10 +234,24 @@ class OpenAIBackend:
                            retry_after_s=_retry_after(exc.response.headers), status=status)
         except openai.APIError as exc:  # e.g. a body that is not a completion
             raise _Failure(f"bad reply: {_short(str(exc))}", retryable=True)
-        body = completion.model_dump(mode="json", exclude_none=True)
+        if not isinstance(body, dict):
+            raise _Failure("bad reply: not a JSON object", retryable=True)
+        body = _without_nulls(body)
         if not body.get("choices"):
             raise _Failure("the reply has no choices", retryable=True)
         return body
+
+
+_BEARER = make_request_options(security={"bearer_auth": True})  # the key as a bearer token
+
+
+def _without_nulls(value: Any) -> Any:
+    """The reply as the SDK's models dumped it (`exclude_none`): no null fields."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
 
 
 _sdk_clients: Registry[openai.AsyncOpenAI] = Registry(MAX_ENDPOINTS * ASYNC_SHARDS)
