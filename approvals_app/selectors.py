@@ -68,3 +68,11 @@ def open_request_of(*, task_id: int) -> dict[str, Any] | None:
     if rec is not None:
         return {"kind": "reconciliation", "id": rec.pk, "tool": rec.tool}
     return None
+
+
+def pending_approvals_with_sla(*, now: Any) -> QuerySet[Approval]:
+    """Pending approvals with an SLA that has not run out yet, the soonest to expire first."""
+    return (Approval.objects.filter(status="pending", expires_at__isnull=False,
+                                    expires_at__gt=now)
+            .only("id", "tenant_id", "task_id", "created_at", "expires_at")
+            .order_by("expires_at"))

@@ -14,16 +14,20 @@ task.cancel              requester, operator, admin            a requester: own 
 task.cancel_many         operator, admin                       bulk cancel by filter
 task.input               requester, reviewer, admin            a requester: own tasks only
 task.resume, task.fail   operator, admin                       escalated / waiting tasks
+task.retry               operator, admin                       FAILED/CANCELED, one or many
 task.summary_rollback    operator, admin                       restore a context summary
 question.read            requester, operator, reviewer, admin
 approval.read            operator, reviewer, admin
 approval.decide          reviewer, admin                       approve / reject / respond
 reconciliation.read      operator, reviewer, admin
 reconciliation.resolve   reviewer, admin                       resolve / re-run the query
+lease.read               operator, admin                       resource leases
 tool.*, agent.*          admin                                 read and write
 secret.*                 admin                                 names only; values write-only
+webhook.*                admin                                 webhooks, deliveries, e-mail
 agent.versions           operator, admin                       an agent's versions (read)
 agent.release            admin                                 release, promote, roll back
+audit.read               admin                                 the configuration audit log
 =======================  ====================================  ============================
 
 Separation of duties (a task's requester may not decide on its own task's
@@ -56,6 +60,8 @@ POLICY: dict[str, frozenset[str]] = {
     "task.input": frozenset({R.REQUESTER, R.REVIEWER, R.ADMIN}),
     "task.resume": frozenset({R.OPERATOR, R.ADMIN}),
     "task.fail": frozenset({R.OPERATOR, R.ADMIN}),
+    "task.retry": frozenset({R.OPERATOR, R.ADMIN}),
+    "lease.read": frozenset({R.OPERATOR, R.ADMIN}),
     "task.summary_rollback": frozenset({R.OPERATOR, R.ADMIN}),
     "question.read": ALL_ROLES,
     "approval.read": frozenset({R.OPERATOR, R.REVIEWER, R.ADMIN}),
@@ -63,13 +69,17 @@ POLICY: dict[str, frozenset[str]] = {
     "reconciliation.read": frozenset({R.OPERATOR, R.REVIEWER, R.ADMIN}),
     "reconciliation.resolve": frozenset({R.REVIEWER, R.ADMIN}),
     "tool.read": frozenset({R.ADMIN}),
+    "breaker.read": frozenset({R.OPERATOR, R.ADMIN}),
     "tool.write": frozenset({R.ADMIN}),
     "agent.read": frozenset({R.ADMIN}),
     "agent.write": frozenset({R.ADMIN}),
     "secret.read": frozenset({R.ADMIN}),
     "secret.write": frozenset({R.ADMIN}),
+    "webhook.read": frozenset({R.ADMIN}),
+    "webhook.write": frozenset({R.ADMIN}),
     "agent.versions": frozenset({R.OPERATOR, R.ADMIN}),
     "agent.release": frozenset({R.ADMIN}),
+    "audit.read": frozenset({R.ADMIN}),
 }
 # Actions a requester may take only on the tasks it submitted itself.
 OWN_TASKS_ONLY: dict[str, frozenset[str]] = {

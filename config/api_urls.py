@@ -1,5 +1,5 @@
 """REST API v1 routes, mounted at `/api/v1/`: tasks, human decisions, admin
-(tools, agents, secrets), the OpenAPI 3 schema and its browsable docs. Paths have no
+(tools, agents, secrets, webhooks), the OpenAPI 3 schema and its browsable docs. Paths have no
 trailing slash; anything unmatched is a JSON 404 in the API's error shape."""
 
 from __future__ import annotations
@@ -8,8 +8,12 @@ from django.urls import path, re_path, register_converter
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from approvals_app.api import views as decisions
-from tasks_app.api import agent_versions, agents, secrets
+from audit_app.api import AuditListView
+from notify_app.api import views as notify
+from tasks_app.api import agent_versions, agents, resource_leases, retries, secrets
 from tasks_app.api import views as tasks
+from tools_app.api import breakers
+from tools_app.api import mcp_views as mcp
 from tools_app.api import views as tools
 
 from . import api_schema  # noqa: F401 - registers the Token auth scheme with drf-spectacular
@@ -22,7 +26,10 @@ register_converter(NameConverter, "name")
 urlpatterns = [
     path("tasks", tasks.TaskListView.as_view(), name="api-tasks"),
     path("tasks/bulk-cancel", tasks.TaskBulkCancelView.as_view(), name="api-tasks-bulk-cancel"),
+    path("tasks/bulk-retry", retries.TaskBulkRetryView.as_view(), name="api-tasks-bulk-retry"),
     path("tasks/<id:task_id>", tasks.TaskDetailView.as_view(), name="api-task"),
+    path("tasks/<id:task_id>/retry", retries.TaskRetryView.as_view(), name="api-task-retry"),
+    path("leases", resource_leases.LeaseListView.as_view(), name="api-leases"),
     path("tasks/<id:task_id>/steps", tasks.TaskStepsView.as_view(), name="api-task-steps"),
     path("tasks/<id:task_id>/events", tasks.TaskEventsView.as_view(), name="api-task-events"),
     path(
@@ -73,6 +80,11 @@ urlpatterns = [
     path("questions", decisions.QuestionListView.as_view(), name="api-questions"),
     path("tools", tools.ToolListView.as_view(), name="api-tools"),
     path("tools/<name:name>", tools.ToolDetailView.as_view(), name="api-tool"),
+    path("mcp-servers", mcp.McpServerListView.as_view(), name="api-mcp-servers"),
+    path("mcp-servers/<name:name>", mcp.McpServerDetailView.as_view(), name="api-mcp-server"),
+    path("mcp-servers/<name:name>/refresh", mcp.McpServerRefreshView.as_view(),
+         name="api-mcp-server-refresh"),
+    path("breakers", breakers.BreakerListView.as_view(), name="api-breakers"),
     path("agents", agents.AgentListView.as_view(), name="api-agents"),
     path("agents/<name:name>", agents.AgentDetailView.as_view(), name="api-agent"),
     path("secrets", secrets.SecretListView.as_view(), name="api-secrets"),
@@ -102,6 +114,17 @@ urlpatterns = [
         agent_versions.AgentRollbackView.as_view(),
         name="api-agent-rollback",
     ),
+    path("webhooks", notify.WebhookListView.as_view(), name="api-webhooks"),
+    path("webhooks/<id:webhook_id>", notify.WebhookDetailView.as_view(), name="api-webhook"),
+    path(
+        "webhooks/<id:webhook_id>/deliveries",
+        notify.WebhookDeliveriesView.as_view(),
+        name="api-webhook-deliveries",
+    ),
+    path(
+        "notifications/email", notify.EmailSettingsView.as_view(), name="api-notifications-email"
+    ),
+    path("audit", AuditListView.as_view(), name="api-audit"),
     path("schema", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("redoc", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),

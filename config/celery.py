@@ -11,7 +11,12 @@ Its signals keep the worker's and beat's logging and metrics Tether's own:
   the same for a threads or solo pool (the driver is in the main process);
 - without `PROMETHEUS_MULTIPROC_DIR`, `TETHER_WORKER_METRICS_PORT` makes each
   worker process serve its own figures: the main process on PORT, a prefork
-  pool's children on PORT+1, PORT+2, ... (the child's index in the pool).
+  pool's children on PORT+1, PORT+2, ... (the child's index in the pool);
+- traces (`config.tracing`, when an OTLP endpoint is set) start in each process
+  that runs tasks: a prefork pool's children after the fork
+  (`worker_process_init`: an exporter's threads and gRPC channels do not
+  survive a fork), the worker itself with another pool, and beat; what is
+  queued is sent when a pool process or the worker ends.
 """
 import logging
 import logging.config
@@ -19,7 +24,10 @@ import os
 from typing import Any
 
 from celery import Celery
+from celery.concurrency import get_implementation
+from celery.concurrency.prefork import TaskPool as PreforkPool
 from celery.signals import (
+    beat_init,
     celeryd_init,
     setup_logging,
     worker_init,
@@ -29,6 +37,7 @@ from celery.signals import (
 )
 from celery.utils.log import current_process_index
 
+from . import tracing
 from .metrics import multiprocess_dir, process_exited, serve_worker_metrics
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
@@ -59,24 +68,35 @@ def _no_banner_in_json(instance: Any = None, **_: Any) -> None:
 
 
 @worker_init.connect
-def _serve_main_metrics(**_: Any) -> None:
+def _serve_main_metrics(sender: Any = None, **_: Any) -> None:
     _serve_metrics(offset=0)
+    pool = get_implementation(getattr(sender, "pool_cls", None) or "prefork")
+    if not (isinstance(pool, type) and issubclass(pool, PreforkPool)):
+        tracing.setup("worker")  # no fork follows: this process runs the tasks
 
 
 @worker_process_init.connect
 def _serve_child_metrics(**_: Any) -> None:
     _serve_metrics(offset=current_process_index(base=1) or 0)
+    tracing.setup("worker")
+
+
+@beat_init.connect
+def _beat_traces(**_: Any) -> None:
+    tracing.setup("beat")
 
 
 @worker_process_shutdown.connect
 def _child_exited(pid: int | None = None, **_: Any) -> None:
     _drain_driver()
     process_exited(pid or os.getpid())
+    tracing.shutdown()
 
 
 @worker_shutdown.connect
 def _worker_exited(**_: Any) -> None:
     _drain_driver()
+    tracing.shutdown()  # after the drain: the drained slices' spans are exported too
 
 
 def _drain_driver() -> None:

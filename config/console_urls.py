@@ -14,5 +14,7 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("inbox/", include("approvals_app.console.urls")),
     path("tools/", include("tools_app.console.urls")),
+    path("webhooks/", include("notify_app.console.urls")),
+    path("audit/", include("audit_app.urls")),
     path("", include("tasks_app.console.urls")),
 ]

@@ -10,7 +10,9 @@ process's current context (`structlog.contextvars`).
 The runner binds the context once per slice (`task_id`, `trace_id`, `tenant`,
 `agent`) and per step (`step_no`, `step_kind`) with `log_scope` and `bind_log`;
 nothing is passed by hand, and the scope restores what was bound before it on
-the way out, so no context leaks from one task to the next in a worker.
+the way out, so no context leaks from one task to the next in a worker. The
+task's `trace_id` is its OpenTelemetry trace id; with traces on, a line also
+carries the current span's `span_id` (`add_span`).
 `config.celery` stops Celery from replacing the root logger's handlers.
 """
 from __future__ import annotations
@@ -21,12 +23,27 @@ from contextlib import contextmanager
 from typing import Any
 
 import structlog
+from opentelemetry import trace
 
 PLAIN_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
-# Added to every record: the bound context, the level, the logger's name, a UTC time.
+
+def add_span(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    """The current OpenTelemetry span's ids (`config.tracing`): `span_id` when it
+    belongs to the bound `trace_id` (a task's step), both when none is bound (a
+    request, a Celery message). Without traces there is no current span."""
+    context = trace.get_current_span().get_span_context()
+    if context.is_valid:
+        trace_id = format(context.trace_id, "032x")
+        if event_dict.setdefault("trace_id", trace_id) == trace_id:
+            event_dict.setdefault("span_id", format(context.span_id, "016x"))
+    return event_dict
+
+
+# Added to every record: the bound context, the span, the level, the logger's name, a UTC time.
 _PRE_CHAIN: list[Any] = [
     structlog.contextvars.merge_contextvars,
+    add_span,
     structlog.stdlib.add_log_level,
     structlog.stdlib.add_logger_name,
     structlog.stdlib.ExtraAdder(),
@@ -49,6 +66,8 @@ def logging_config(*, fmt: str, level: str) -> dict[str, Any]:
             # the openai SDK's HTTP client logs every request at INFO
             "httpx": {"level": "WARNING"},
             "httpx2": {"level": "WARNING"},
+            # the MCP SDK logs every session it opens and closes at INFO
+            "mcp": {"level": "WARNING"},
         },
     }
 

@@ -42,6 +42,7 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 from prometheus_client.registry import Collector
 
 from .logs import log_context, log_scope
+from .tracing import step_span
 
 step_log = logging.getLogger("tether.step")
 
@@ -71,6 +72,9 @@ MODEL_CALL_DURATION = Histogram(
 MODEL_TOKENS = Counter(
     "tether_model_tokens", "Tokens reported in model replies' usage, by direction "
     "(input, output).", ["model", "direction"])
+MODEL_COST = Counter(
+    "tether_model_cost_dollars", "Cost of model calls at the agent profiles' prices, in "
+    "dollars (an unpriced model costs 0).", ["model"])
 MODEL_ERRORS = Counter(
     "tether_model_errors", "Failed model requests, by error (timeout, connection, http_4xx, "
     "http_5xx, bad_reply, no_api_key).", ["model", "error"])
@@ -92,6 +96,9 @@ RECOVERIES = Counter(
 LATE_RESULTS = Counter(
     "tether_late_results_discarded",
     "Tool results that arrived after the task was canceled or moved on: kept, not applied.")
+BREAKER_CHANGES = Counter(
+    "tether_breaker_transitions", "Circuit breakers' changes of state, by what they guard "
+    "(tool, model) and change (opened, half_open, reopened, closed).", ["kind", "change"])
 
 
 class _BoundedNames:
@@ -132,11 +139,13 @@ class StepScope:
 
 
 @contextmanager
-def step_scope() -> Iterator[StepScope]:
-    """One runner step: its own log context (the step binds `step_no` and
-    `step_kind` in it), then one count, one duration and one log line."""
+def step_scope(*, trace_id: str = "", task_id: int = 0) -> Iterator[StepScope]:
+    """One runner step of task `task_id`: its own log context (the step binds
+    `step_no` and `step_kind` in it) and its span in the task's trace
+    (`config.tracing.step_span`), then one count, one duration and one log line
+    (within the span: the line carries its id)."""
     scope, started = StepScope(), time.monotonic()
-    with log_scope():
+    with log_scope(), step_span(trace_id=trace_id, task_id=task_id) as traced:
         try:
             yield scope
         finally:
@@ -147,6 +156,7 @@ def step_scope() -> Iterator[StepScope]:
             step_log.info("task %s step %s (%s): %s in %d ms", context.get("task_id"),
                           context.get("step_no"), kind, scope.outcome, seconds * 1000,
                           extra={"outcome": scope.outcome, "duration_ms": int(seconds * 1000)})
+            traced.outcome = scope.outcome
 
 
 def observe_model_call(*, model: str, seconds: float, usage: Any = None, error: str = "") -> None:
@@ -161,6 +171,12 @@ def observe_model_call(*, model: str, seconds: float, usage: Any = None, error: 
         tokens = _count(usage.get(key))
         if tokens:
             MODEL_TOKENS.labels(model=name, direction=direction).inc(tokens)
+
+
+def count_spend(*, model: str, dollars: float) -> None:
+    """A priced model call, after its cost committed (exact amounts live in the database)."""
+    if dollars > 0:
+        MODEL_COST.labels(model=model_label(model)).inc(dollars)
 
 
 def _count(value: Any) -> int:
@@ -187,6 +203,10 @@ def count_task_event(type: str, *, final_status: str = "") -> None:
 def count_recoveries(n: int) -> None:
     if n:
         RECOVERIES.inc(n)
+
+
+def count_breaker_change(*, kind: str, change: str) -> None:
+    BREAKER_CHANGES.labels(kind=kind, change=change).inc()
 
 
 def count_late_result() -> None:

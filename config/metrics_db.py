@@ -13,7 +13,9 @@ queries, each served by an index:
   README "Operations: metrics and logs" has a scrape timed on a big table);
 - pending approvals, open questions and open reconciliations by tenant, with
   their oldest: the `*_inbox` indexes (tenant, status, -id);
-- the admission queue (CREATED tasks) and its oldest: `task_status_fifo`.
+- the admission queue (CREATED tasks) and its oldest: `task_status_fifo`;
+- each tenant's spend on model calls today (UTC), from the `DailySpend` rollup
+  (`daily_spend_day`: today's rows only).
 
 Agent names are the tenants' own: each tenant shows at most `MAX_AGENTS` of
 them by name, the rest as "other". A database that does not answer makes
@@ -27,18 +29,23 @@ from collections import defaultdict
 from collections.abc import Iterator
 
 from django.db import DatabaseError
-from django.db.models import Count, Min
+from django.db.models import Count, F, Min, Sum
 from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from approvals_app.models import Approval, Question, Reconciliation
 from tasks_app.machine import NON_TERMINAL, TaskStatus
-from tasks_app.models import AgentProfile, Task, Tenant
+from tasks_app.models import AgentProfile, DailySpend, Task, Tenant
+from tasks_app.pricing import PICO
+from tools_app.models import Breaker, BreakerState
 
 log = logging.getLogger(__name__)
 
 MAX_AGENTS = 20
+MAX_BREAKERS = 200  # label sets per scrape, the most recently changed first
+BREAKER_VALUES: dict[str, float] = {BreakerState.CLOSED: 0.0, BreakerState.HALF_OPEN: 1.0,
+                                    BreakerState.OPEN: 2.0}
 OTHER = "other"
 
 # kind -> (model, the status that means "waiting for a person")
@@ -129,6 +136,26 @@ def _families() -> Iterator[Metric]:
                          .values_list("tenant_id").annotate(n=Count("id")).order_by()):
         breached.add_metric([tenants.get(tenant_id, str(tenant_id))], n)
     yield breached
+
+    spend = GaugeMetricFamily(
+        "tether_tenant_spend_today_dollars",
+        "Dollars spent on model calls today (UTC day) at the agents' prices, by tenant.",
+        labels=["tenant"])
+    for tenant_id, pico in (DailySpend.objects.filter(day=now.date(), tenant_id__in=ids)
+                            .values_list("tenant_id").annotate(c=Sum("cost_pico")).order_by()):
+        spend.add_metric([tenants.get(tenant_id, str(tenant_id))], int(pico or 0) / PICO)
+    yield spend
+
+    breakers = GaugeMetricFamily(
+        "tether_breaker_state", "Circuit breakers by tenant, kind (tool, model) and name: "
+        "0 closed, 1 half-open, 2 open (a breaker whose downstream never failed is not listed).",
+        labels=["tenant", "kind", "name"])
+    for tenant_id, kind, name, state in (
+            Breaker.objects.filter(tenant_id__in=ids).order_by(F("changed_at").desc(nulls_last=True))
+            .values_list("tenant_id", "kind", "name", "state")[:MAX_BREAKERS]):
+        breakers.add_metric([tenants.get(tenant_id, str(tenant_id)), kind, name],
+                            BREAKER_VALUES.get(state, 0.0))
+    yield breakers
 
 
 def _agent_names(rows: list[tuple[int, int, str, int]]) -> dict[int, str]:

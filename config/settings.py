@@ -39,11 +39,14 @@ INSTALLED_APPS = [
     "tasks_app",
     "tools_app",
     "approvals_app",
+    "notify_app",
+    "audit_app",
     "axes",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "audit_app.request_ids.RequestIdMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -193,6 +196,12 @@ TETHER = {
     "BACKOFF_MAX_S": env.float("TETHER_BACKOFF_MAX_S", default=30.0),
     # a step that raises an unexpected error is tried again this many times, then the task fails
     "STEP_ERROR_RETRIES": env.int("TETHER_STEP_ERROR_RETRIES", default=5),
+    # circuit breakers (tools_app/breakers): open after this many transient failures
+    # in a row, admit one probe after the cool-down, which doubles (up to the max)
+    # each time a probe fails; a tool's or an agent model's `breaker` overrides them
+    "BREAKER_FAILURES": env.int("TETHER_BREAKER_FAILURES", default=5),
+    "BREAKER_COOLDOWN_S": env.float("TETHER_BREAKER_COOLDOWN_S", default=10.0),
+    "BREAKER_MAX_COOLDOWN_S": env.float("TETHER_BREAKER_MAX_COOLDOWN_S", default=300.0),
     "MAX_TOOL_RESULT_BYTES": env.int("TETHER_MAX_TOOL_RESULT_BYTES", default=256 * 1024),
     "CONTEXT_WINDOW_STEPS": env.int("TETHER_CONTEXT_WINDOW_STEPS", default=8),
     "CONTEXT_RESULT_CHARS": env.int("TETHER_CONTEXT_RESULT_CHARS", default=2000),
@@ -201,6 +210,9 @@ TETHER = {
     "SUMMARY_THRESHOLD_CHARS": env.int("TETHER_SUMMARY_THRESHOLD_CHARS", default=16000),
     "SUMMARY_MAX_CHARS": env.int("TETHER_SUMMARY_MAX_CHARS", default=4000),
     "LEDGER_CLAIM_GRACE_S": env.float("TETHER_LEDGER_CLAIM_GRACE_S", default=10.0),
+    # a call waiting for a resource lease looks again at least this often (a release
+    # wakes it at once; this bounds the cost of a lost wake-up)
+    "LEASE_WAIT_RECHECK_S": env.float("TETHER_LEASE_WAIT_RECHECK_S", default=30.0),
     # live events queued within this window of the first go out together (0: no wait)
     "PUBLISH_WINDOW_MS": env.float("TETHER_PUBLISH_WINDOW_MS", default=10.0),
     "DEMO_NOTIFY_DELAY_S": env.float("TETHER_DEMO_NOTIFY_DELAY_S", default=3.0),
@@ -230,6 +242,34 @@ TETHER_EGRESS_ALLOW = env.list(
 )
 # A PEM file of extra CAs trusted by outbound calls (internal services with a private CA).
 TETHER_EGRESS_CA_BUNDLE = env.str("TETHER_EGRESS_CA_BUNDLE", default="")
+# stdio MCP servers tenants may register by name: a JSON object, name -> command
+# (a string or an argv list), started by Tether on the server (tools_app/mcp/connections.py).
+TETHER_MCP_STDIO_SERVERS = env.str("TETHER_MCP_STDIO_SERVERS", default="{}")
+
+# --- notifications (notify_app) ------------------------------------------------
+# Where links in notifications point: the console's public address.
+TETHER_PUBLIC_URL = env.str("TETHER_PUBLIC_URL", default="http://localhost:8000").rstrip("/")
+# Webhook deliveries: each attempt's whole call is bounded by TIMEOUT_S; a failed
+# attempt (no answer, 5xx, 408, 429) is retried after BACKOFF_BASE_S * 2**(n-1)
+# seconds (at most BACKOFF_MAX_S, with jitter) until the delivery is MAX_AGE_S old.
+TETHER_WEBHOOK_TIMEOUT_S = env.float("TETHER_WEBHOOK_TIMEOUT_S", default=10.0)
+TETHER_WEBHOOK_BACKOFF_BASE_S = env.float("TETHER_WEBHOOK_BACKOFF_BASE_S", default=10.0)
+TETHER_WEBHOOK_BACKOFF_MAX_S = env.float("TETHER_WEBHOOK_BACKOFF_MAX_S", default=3600.0)
+TETHER_WEBHOOK_MAX_AGE_S = env.float("TETHER_WEBHOOK_MAX_AGE_S", default=24 * 3600.0)
+# Finished notifications (and their deliveries and attempts) are kept this long.
+TETHER_WEBHOOK_RETENTION_DAYS = env.float("TETHER_WEBHOOK_RETENTION_DAYS", default=30.0)
+# The SLA warning fires when this fraction of an approval's SLA has passed.
+TETHER_APPROVAL_SLA_WARNING_AT = env.float("TETHER_APPROVAL_SLA_WARNING_AT", default=0.8)
+# E-mail (for tenants that turn reviewer e-mail on): Django's backend and SMTP settings.
+EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = env.str("EMAIL_HOST", default="localhost")
+EMAIL_PORT = env.int("EMAIL_PORT", default=25)
+EMAIL_HOST_USER = env.str("EMAIL_HOST_USER", default="")
+EMAIL_HOST_PASSWORD = env.str("EMAIL_HOST_PASSWORD", default="")
+EMAIL_USE_TLS = env.bool("EMAIL_USE_TLS", default=False)
+EMAIL_USE_SSL = env.bool("EMAIL_USE_SSL", default=False)
+EMAIL_TIMEOUT = env.float("EMAIL_TIMEOUT", default=10.0)
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="tether@localhost")
 
 # The cache holds the API throttles' counters: a shared Redis cache makes a
 # limit hold across processes (CACHE_URL=redis://...); the default is per process.

@@ -28,10 +28,10 @@ from .models import (
     Task,
     Tenant,
 )
-from .services.accounts import membership_revoke
+from .services.accounts import membership_audit, membership_revoke
 from .services.actors import Actor
 from .services.agent_versions import version_record
-from .services.agents import agent_errors
+from .services.agents import agent_audit, agent_audited, agent_errors
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -60,13 +60,25 @@ class MembershipAdmin(admin.ModelAdmin):
     search_fields = ("user__username",)
     autocomplete_fields = ("user",)
 
-    # Through the service, so the member's live sockets close at once.
+    def save_model(self, request: HttpRequest, obj: Membership, form: Any, change: bool) -> None:
+        with transaction.atomic():  # the audit entry commits with the change
+            before = (Membership.objects.select_related("tenant").filter(pk=obj.pk).first()
+                      if change else None)
+            super().save_model(request, obj, form, change)
+            membership_audit(obj, actor=_operator(request), before=before)
+
+    # Through the service, so the member's live sockets close at once (and it is audited).
     def delete_model(self, request: HttpRequest, obj: Membership) -> None:
-        membership_revoke(user_id=obj.user_id)
+        membership_revoke(user_id=obj.user_id, actor=_operator(request))
 
     def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
         for user_id in list(queryset.values_list("user_id", flat=True)):
-            membership_revoke(user_id=user_id)
+            membership_revoke(user_id=user_id, actor=_operator(request))
+
+
+def _operator(request: HttpRequest) -> Actor:
+    """A superuser of the Django admin, as audit entries name them."""
+    return Actor(name=request.user.get_username(), role="django-admin", user_id=request.user.pk)
 
 
 @admin.register(ApiKey)
@@ -100,6 +112,7 @@ class AgentProfileForm(forms.ModelForm):
             "max_duration_s",
             "per_tool",
             "max_concurrent_tasks",
+            "max_cost",
             "on_exhaustion",
             "no_progress_repeats",
             "no_progress_window",
@@ -135,13 +148,15 @@ class AgentProfileAdmin(admin.ModelAdmin):
     readonly_fields = ("current_version", "latest_version", "release_candidate", "release_percent")
 
     def save_model(self, request: HttpRequest, obj: AgentProfile, form: Any, change: bool) -> None:
-        actor = Actor(
-            name=request.user.get_username(), role="django-admin", user_id=request.user.pk
-        )
+        actor = _operator(request)
         with transaction.atomic():
+            old = AgentProfile.objects.select_for_update().filter(pk=obj.pk).first()
+            before = agent_audited(old) if change and old is not None else None
             super().save_model(request, obj, form, change)
             locked = AgentProfile.objects.select_for_update().get(pk=obj.pk)
             version_record(agent=locked, actor=actor)
+            agent_audit(locked, actor=actor, action="updated" if before else "created",
+                        before=before)
 
 
 @admin.register(AgentVersion)

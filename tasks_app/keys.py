@@ -21,3 +21,8 @@ def idempotency_key(*, task_id: int, step_id: int, tool: str, args: dict[str, An
 
 def call_fingerprint(tool: str, args: dict[str, Any]) -> str:
     return sha256_hex(f"{tool}|{canonical_json(args)}")
+
+
+def compensation_key(original_key: str) -> str:
+    """The ledger key of the compensation of the call keyed `original_key`."""
+    return sha256_hex(f"compensate|{original_key}")

@@ -52,6 +52,9 @@ TRANSITIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "task_canceled": (NON_TERMINAL, S.CANCELED),
 }
 EVENTS = tuple(TRANSITIONS)
+# transition event -> the final status it reaches (the events that end a task)
+FINAL_STATUS_OF = {event: target for event, (_from, target) in TRANSITIONS.items()
+                   if target in TERMINAL}
 
 
 def target_of(status: str, event: str) -> str | None:

@@ -7,10 +7,13 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
+from django.db import transaction
 from django.http import HttpRequest
 
+from tasks_app.services.actors import Actor
+
 from .models import DemoNotification, DemoOrder, DemoRefund, Tool, ToolExecution
-from .services import EDITABLE, tool_errors
+from .services import EDITABLE, tool_audit, tool_audited, tool_errors
 
 
 class ToolForm(forms.ModelForm):
@@ -41,6 +44,15 @@ class ToolAdmin(admin.ModelAdmin):
     list_display = ("name", "tenant", "kind", "side_effect", "risk", "requires_approval", "enabled")
     list_filter = ("tenant", "kind", "side_effect", "risk", "enabled")
     search_fields = ("name", "description")
+
+    def save_model(self, request: HttpRequest, obj: Tool, form: Any, change: bool) -> None:
+        actor = Actor(name=request.user.get_username(), role="django-admin",
+                      user_id=request.user.pk)
+        with transaction.atomic():  # the audit entry commits with the change
+            old = Tool.objects.select_for_update().filter(pk=obj.pk).first() if change else None
+            super().save_model(request, obj, form, change)
+            tool_audit(obj, actor=actor, action="updated" if old else "created",
+                       before=tool_audited(old) if old else None)
 
 
 @admin.register(ToolExecution)

@@ -14,6 +14,7 @@ from django.db import models
 class ToolKind(models.TextChoices):
     PYTHON = "python"
     HTTP = "http"
+    MCP = "mcp"
 
 
 class SideEffect(models.TextChoices):
@@ -28,18 +29,63 @@ class Risk(models.TextChoices):
     HIGH = "high"
 
 
+class McpServer(models.Model):
+    """An MCP server registered by a tenant's admin: its tools become tools of kind
+    `mcp` named `{server}__{tool}` (`tools_app.mcp`)."""
+
+    tenant = models.ForeignKey("tasks_app.Tenant", on_delete=models.CASCADE,
+                               related_name="mcp_servers")
+    name = models.CharField(max_length=30)
+    url = models.URLField(max_length=500, blank=True, help_text="Streamable HTTP endpoint.")
+    stdio = models.CharField(max_length=64, blank=True,
+                             help_text="A stdio server the operator configured, by name.")
+    # {header name: template naming secrets of the tenant}, as an http tool's
+    secret_headers = models.JSONField(default=dict, blank=True)
+    enabled = models.BooleanField(default=True)
+    refreshed_at = models.DateTimeField(null=True, blank=True)
+    last_changes = models.JSONField(default=dict, blank=True,
+                                    help_text="What the last refresh found.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="mcp_server_unique_name")
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Review(models.TextChoices):
+    """Why an mcp tool waits for an admin: its settings are the server's hints until saved."""
+
+    CONFIRMED = ""
+    NEW = "new"
+    SCHEMA_CHANGED = "schema_changed"
+    GONE = "gone"
+
+
 class Tool(models.Model):
     tenant = models.ForeignKey("tasks_app.Tenant", on_delete=models.CASCADE, related_name="tools")
     name = models.CharField(max_length=100)
     description = models.TextField(blank=True)
     kind = models.CharField(max_length=8, choices=ToolKind.choices, default=ToolKind.PYTHON)
-    target = models.CharField(max_length=255, blank=True, help_text="Dotted path of a python tool.")
+    target = models.CharField(max_length=255, blank=True,
+                              help_text="A python tool's dotted path; an mcp tool's remote name.")
     url = models.URLField(max_length=500, blank=True)
     status_url = models.CharField(
         max_length=500, blank=True, help_text="GET, with {key} substituted."
     )
     status_tool = models.CharField(max_length=100, blank=True, help_text="A python status query.")
     compensation_tool = models.CharField(max_length=100, blank=True)
+    # The resource a call touches, a template over its arguments ("order:{order_id}"):
+    # calls on one resource never run at the same time (`tasks_app.leases`).
+    resource = models.CharField(max_length=200, blank=True, default="", db_default="")
+    # The resource a call touches, a template over its arguments ("order:{order_id}"):
+    # calls on one resource never run at the same time (`tasks_app.leases`).
+    resource = models.CharField(max_length=200, blank=True, default="", db_default="")
     # {header name: template naming secrets of the tenant, e.g. "Bearer {secret:payments}"}
     secret_headers = models.JSONField(default=dict, blank=True)
     args_schema = models.JSONField(default=dict)
@@ -51,7 +97,19 @@ class Tool(models.Model):
         max_length=20, choices=SideEffect.choices, default=SideEffect.READ
     )
     max_retries = models.PositiveIntegerField(default=3)
+    # Seconds before each retry of a transient error, in turn, the last repeated
+    # (`[0, 30]`: at once, then every 30 s); empty: exponential backoff.
+    retry_delays_s = models.JSONField(default=list, blank=True, db_default=[])
+    # This tool's circuit breaker: {failures, cooldown_s, max_cooldown_s}; {}: defaults.
+    breaker = models.JSONField(default=dict, blank=True, db_default={})
     enabled = models.BooleanField(default=True)
+    # mcp tools: the server (`target` is the tool's name there), its annotations
+    # as listed, and whether an admin has confirmed the settings.
+    mcp_server = models.ForeignKey(McpServer, null=True, blank=True, on_delete=models.CASCADE,
+                                   related_name="tools")
+    mcp_hints = models.JSONField(default=dict, blank=True)
+    review = models.CharField(max_length=16, choices=Review.choices, default=Review.CONFIRMED,
+                              blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -95,6 +153,60 @@ class ToolExecution(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool} {self.idempotency_key[:12]}… {self.status}"
+
+
+# --- circuit breakers (tools_app.breakers) -----------------------------------------
+
+
+class BreakerState(models.TextChoices):
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open"
+
+
+class Breaker(models.Model):
+    """One circuit breaker, shared by every worker: a tenant's HTTP tool or model
+    endpoint. A row exists once its downstream failed; no row reads as closed.
+    Every change is a conditional UPDATE (`tools_app.breakers.store`)."""
+
+    key = models.CharField(max_length=100)  # unique: Meta
+    tenant_id = models.BigIntegerField()
+    kind = models.CharField(max_length=8)  # "tool" or "model"
+    name = models.CharField(max_length=200)  # the tool's name, or the model's
+    target = models.CharField(max_length=500, blank=True)  # the URL or base URL
+    state = models.CharField(max_length=10, choices=BreakerState.choices,
+                             default=BreakerState.CLOSED)
+    failures = models.PositiveIntegerField(default=0)  # transient failures in a row
+    cooldown_s = models.FloatField(default=0.0)  # the current cool-down (grows on a failed probe)
+    open_until = models.DateTimeField(null=True, blank=True)  # a probe is admitted from then
+    probe_owner = models.CharField(max_length=128, blank=True)
+    probe_until = models.DateTimeField(null=True, blank=True)  # the probe's lease
+    opened_count = models.PositiveIntegerField(default=0)
+    last_error = models.JSONField(null=True, blank=True)
+    changed_at = models.DateTimeField(null=True, blank=True)  # the last change of state
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["key"], name="breaker_key")]
+        indexes = [models.Index(fields=["tenant_id", "kind", "name"], name="breaker_tenant")]
+
+    def __str__(self) -> str:
+        return f"breaker of {self.kind} {self.name}: {self.state}"
+
+
+class BreakerWaiter(models.Model):
+    """A task waiting for a breaker to close; woken (and the row deleted) when it does."""
+
+    breaker = models.ForeignKey(Breaker, on_delete=models.CASCADE, related_name="waiters")
+    task_id = models.BigIntegerField(db_index=True)
+    since = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["breaker", "task_id"],
+                                               name="breaker_waiter_once")]
+
+    def __str__(self) -> str:
+        return f"task {self.task_id} waits for breaker {self.breaker_id}"
 
 
 # --- the demo downstream store --------------------------------------------------

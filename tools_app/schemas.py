@@ -15,23 +15,33 @@ the metaschema:
   turn takes a smaller part of the value. At most `MAX_IN_PLACE` subschemas
   apply to one value;
 - every `pattern` and `patternProperties` key compiles with RE2, a linear-time
-  engine (no backreferences, no lookaround); `unevaluatedProperties` is
-  refused beside `patternProperties`, since jsonschema matches those patterns
-  with Python's backtracking `re` there.
+  engine (no backreferences, no lookaround);
+- an `enum` lists at most `MAX_ENUM` values;
+- no `unevaluatedProperties` or `unevaluatedItems`: jsonschema evaluates them
+  outside its keyword checks (unmetered, quadratic in the value's size, and
+  with Python's backtracking `re` for patternProperties).
 
 `schema_errors` applies a schema with `TenantValidator`: Draft 2020-12 whose
-regex keywords match with RE2 and whose keyword checks are metered, at most
-`MAX_EVALUATIONS` per validation. A value that exhausts the meter, or is
-nested too deep to validate, is invalid. A stored schema that breaks the rules
-above (written before they existed) is never applied: `SchemaRefused`.
+regex keywords match with RE2, whose `enum`, `const` and `uniqueItems`
+compare canonical JSON by hashing (jsonschema compares unsortable items
+pairwise: quadratic), and whose work is metered: every keyword check costs a
+unit, plus a unit per item, key or subschema it walks and per
+`BYTES_PER_UNIT` of text it matches, encodes or prints, at most
+`MAX_EVALUATIONS` units per validation. A value larger than
+`MAX_VALUE_BYTES`, one that exhausts the meter, or one nested too deep to
+validate, is invalid (a final verdict, never an exception to retry). Only the
+first few errors are produced. A stored schema that breaks the rules above
+(written before they existed) is never applied: `SchemaRefused`.
 """
 from __future__ import annotations
 
+import itertools
 import json
+import reprlib
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import re2
 from jsonschema import Draft202012Validator, ValidationError, validators
@@ -46,7 +56,10 @@ from config.errors import DomainError
 MAX_SCHEMA_BYTES = 64 * 1024
 MAX_SCHEMA_DEPTH = 32
 MAX_IN_PLACE = 1000
-MAX_EVALUATIONS = 100_000
+MAX_ENUM = 1000
+MAX_EVALUATIONS = 100_000  # cost units (see the module's docstring) per validation
+BYTES_PER_UNIT = 256
+MAX_VALUE_BYTES = 1024 * 1024
 MAX_MESSAGE_CHARS = 300
 
 # Where each keyword's subschemas sit, and whether they apply to the value
@@ -59,7 +72,8 @@ DESCENDING = {"properties": _MAP, "patternProperties": _MAP, "additionalProperti
               "prefixItems": _LIST, "contains": _ONE, "unevaluatedItems": _ONE,
               "contentSchema": _ONE}
 CONTAINERS = {"$defs": _MAP, "definitions": _MAP}  # applied only through a $ref
-REFUSED = ("$dynamicRef", "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor")
+REFUSED = ("$dynamicRef", "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor",
+           "unevaluatedProperties", "unevaluatedItems")
 
 
 class SchemaRefused(DomainError):
@@ -146,11 +160,11 @@ def _structure_problems(schema: dict[str, Any]) -> list[str]:
         if at != "#" and "$id" in node:
             problems.append(f"{at}: $id is allowed only at the root")
         problems += _pattern_problems(at, node)
+        if isinstance(node.get("enum"), list) and len(node["enum"]) > MAX_ENUM:
+            problems.append(f"{at}/enum: {len(node['enum'])} values; at most {MAX_ENUM} "
+                            "are allowed")
         for table in (IN_PLACE, DESCENDING, CONTAINERS):
             stack.extend((f"{at}/{suffix}", sub) for suffix, sub in _subschemas(node, table))
-    if (any("patternProperties" in node for _, node in nodes)
-            and any("unevaluatedProperties" in node for _, node in nodes)):
-        problems.append("unevaluatedProperties cannot be used in a schema with patternProperties")
 
     resolver = Registry().resolver_with_root(DRAFT202012.create_resource(schema))
     where = {id(node): at for at, node in nodes}  # the nodes keep these ids valid
@@ -228,6 +242,7 @@ def _regex(pattern: str) -> Any:
 
 
 def _search(pattern: str, text: str) -> bool:
+    _charge(1 + len(text) // BYTES_PER_UNIT)
     try:
         return _regex(pattern).search(text) is not None
     except UnicodeEncodeError:
@@ -285,9 +300,15 @@ def _additional_properties(validator: Any, additional: Any, instance: Any,
         yield ValidationError(f"Additional properties are not allowed ({names} unexpected)")
 
 
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxdict, _REPR.maxlist, _REPR.maxstring, _REPR.maxother = 3, 6, 6, 60, 60
+
+
 def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else f"{text[:60]}... ({len(text)} chars)"
+    """A value in a message: its first characters (never the repr of all of it)."""
+    if isinstance(value, str) and len(value) > 80:
+        return f"{value[:60]!r}... ({len(value)} chars)"
+    return _REPR.repr(value)
 
 
 # --- applying a schema ------------------------------------------------------------
@@ -297,59 +318,193 @@ class _TooCostly(Exception):
     pass
 
 
-_meter: ContextVar[list[int] | None] = ContextVar("tether_schema_meter", default=None)
+class _Run:
+    """One validation's meter, and the canonical forms of the schema's `enum` and
+    `const` values (kept with the cached validator, whose schema owns those values,
+    so the ids stay valid)."""
+
+    def __init__(self, memo: dict[tuple[str, int], Any]) -> None:
+        self.left = MAX_EVALUATIONS
+        self.memo = memo
 
 
-def _metered(keyword: Callable[..., Any]) -> Callable[..., Any]:
-    def check(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
-        left = _meter.get()
-        if left is not None:
-            left[0] -= 1
-            if left[0] < 0:
-                raise _TooCostly
-        return keyword(validator, value, instance, schema)
+_run: ContextVar[_Run | None] = ContextVar("tether_schema_run", default=None)
 
-    return check
+
+def _charge(units: int) -> None:
+    run = _run.get()
+    if run is not None:
+        run.left -= units
+        if run.left < 0:
+            raise _TooCostly
+
+
+def _width(value: Any) -> int:
+    return len(value) if isinstance(value, list | dict) else 0
+
+
+# What a keyword walks besides what it charges itself (RE2 searches, canonical
+# JSON): the items or keys of the value it checks (each may descend into an
+# empty schema, which costs jsonschema nothing to apply, yet is work), or the
+# entries of its own schema value. Charged only for the type it applies to.
+_WALKS_ITEMS = ("items", "contains")
+_WALKS_KEYS = ("propertyNames", "additionalProperties")
+_WALKS_ITS_VALUE: dict[str, type | None] = {
+    "required": dict, "properties": dict, "dependentSchemas": dict, "prefixItems": list,
+    "allOf": None, "anyOf": None, "oneOf": None, "type": None}
+
+
+def _walked(keyword: str, value: Any, instance: Any) -> int:
+    if keyword in _WALKS_ITEMS:
+        return len(instance) if isinstance(instance, list) else 0
+    if keyword in _WALKS_KEYS:
+        return len(instance) if isinstance(instance, dict) else 0
+    if keyword == "dependentRequired" and isinstance(value, dict) and isinstance(instance, dict):
+        return len(value) + sum(_width(v) for v in value.values())
+    if keyword in _WALKS_ITS_VALUE:
+        applies_to = _WALKS_ITS_VALUE[keyword]
+        return _width(value) if applies_to is None or isinstance(instance, applies_to) else 0
+    return 0
+
+
+def _canonical(value: Any) -> str:
+    """`value` as canonical JSON, equal for values JSON Schema calls equal (an
+    integral float is its integer; true is not 1). Charged by its length."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=repr)
+    if any(c in text for c in ".eE"):  # maybe a float: 1.0 must read as 1
+        text = json.dumps(json.loads(text, parse_float=_number), sort_keys=True,
+                          separators=(",", ":"))
+    _charge(1 + len(text) // BYTES_PER_UNIT)
+    return text
+
+
+def _number(text: str) -> float | int:
+    number = float(text)
+    return int(number) if number.is_integer() else number
+
+
+def _memo(keyword: str, value: Any, build: Callable[[], Any]) -> Any:
+    """`build()`, once per value of the schema's `keyword` (of the cached validator)."""
+    run = _run.get()
+    if run is None:
+        return build()
+    key = (keyword, id(value))
+    found = run.memo.get(key)
+    if found is None:
+        found = run.memo[key] = build()
+    return found
+
+
+def _enum(validator: Any, enums: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    allowed = _memo("enum", enums, lambda: frozenset(_canonical(e) for e in enums))
+    if _canonical(instance) not in allowed:
+        yield ValidationError(f"{_short(instance)} is not one of {_short(enums)}")
+
+
+def _const(validator: Any, const: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    if _canonical(instance) != _memo("const", const, lambda: _canonical(const)):
+        yield ValidationError(f"{_short(const)} was expected")
+
+
+def _unique_items(validator: Any, unique: Any, instance: Any,
+                  schema: Any) -> Iterator[ValidationError]:
+    if not unique or not validator.is_type(instance, "array"):
+        return
+    seen: set[str] = set()
+    for item in instance:  # one hash per item: linear, where jsonschema may go pairwise
+        text = _canonical(item)
+        if text in seen:
+            yield ValidationError(f"{_short(instance)} has non-unique elements")
+            return
+        seen.add(text)
+
+
+def _metered(keyword: str, check: Callable[..., Any]) -> Callable[..., Any]:
+    def metered(validator: Any, value: Any, instance: Any,
+                schema: Any) -> Iterator[ValidationError]:
+        _charge(1 + _walked(keyword, value, instance))
+        for error in check(validator, value, instance, schema) or ():
+            if not getattr(error, "_tether_charged", False):
+                # jsonschema's messages print the value: a cost like any other
+                _charge(1 + len(error.message) // BYTES_PER_UNIT)
+                error._tether_charged = True  # type: ignore[attr-defined]
+            yield error
+
+    return metered
 
 
 TenantValidator: type[Validator] = validators.extend(Draft202012Validator, validators={
-    keyword: _metered(check) for keyword, check in {
+    keyword: _metered(keyword, check) for keyword, check in {
         **Draft202012Validator.VALIDATORS, "pattern": _pattern,
         "patternProperties": _pattern_properties, "additionalProperties": _additional_properties,
+        "enum": _enum, "const": _const, "uniqueItems": _unique_items,
     }.items()
 })
 
 
+class _Compiled(NamedTuple):
+    validator: Validator | None
+    memo: dict[tuple[str, int], Any]
+    problems: tuple[str, ...]
+
+
 @lru_cache(maxsize=1024)
-def _validator(key: str) -> Validator | tuple[str, ...]:
+def _validator(key: str) -> _Compiled:
     """The validator of the schema whose canonical JSON is `key`, or why it is refused."""
     schema = json.loads(key)
     problems = check_schema(schema)
     if problems:
-        return tuple(problems)
-    return TenantValidator(schema, registry=Registry())  # nothing but the schema itself
+        return _Compiled(None, {}, tuple(problems))
+    # nothing but the schema itself to resolve references in
+    return _Compiled(TenantValidator(schema, registry=Registry()), {}, ())
+
+
+def _larger_than(value: Any, limit: int) -> bool:
+    """Whether `value`'s JSON is (about) more than `limit` characters, walking at
+    most that much of it."""
+    size, stack = 0, [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            size += len(item) + 3
+        elif isinstance(item, dict | list):
+            size += 2 + 2 * len(item)
+            if size <= limit:
+                stack.extend(item)
+                if isinstance(item, dict):
+                    stack.extend(item.values())
+        else:
+            size += 5
+        if size > limit:
+            return True
+    return False
 
 
 def schema_errors(schema: dict[str, Any], instance: Any, *, limit: int = 10) -> list[str]:
     """Readable validation errors of `instance` against a tenant's `schema` (empty
-    when valid). Raises `SchemaRefused` for a stored schema the rules refuse."""
+    when valid; at most `limit`). Raises `SchemaRefused` for a stored schema the
+    rules refuse."""
     if not schema:
         return []
     try:
         key = json.dumps(schema, sort_keys=True, separators=(",", ":"))
     except (RecursionError, ValueError, TypeError):
         raise SchemaRefused(["the schema is not storable JSON or is nested too deep"]) from None
-    validator = _validator(key)
-    if isinstance(validator, tuple):
-        raise SchemaRefused(list(validator))
-    token = _meter.set([MAX_EVALUATIONS])
+    validator, memo, problems = _validator(key)
+    if validator is None:
+        raise SchemaRefused(list(problems))
+    if _larger_than(instance, MAX_VALUE_BYTES):
+        return [f"(root): the value is larger than {MAX_VALUE_BYTES} bytes of JSON, the most "
+                "a schema is applied to"]
+    token = _run.set(_Run(memo))
     try:
-        errors = sorted(validator.iter_errors(instance), key=lambda e: list(e.path))
+        errors = list(itertools.islice(validator.iter_errors(instance), limit))
     except _TooCostly:
         return [f"(root): validating this value took more than {MAX_EVALUATIONS} schema checks"]
     except RecursionError:
         return ["(root): the value is nested too deep to validate"]
     finally:
-        _meter.reset(token)
+        _run.reset(token)
+    errors.sort(key=lambda e: [(isinstance(p, str), p) for p in e.path])
     return [f"{'/'.join(map(str, e.path)) or '(root)'}: {e.message}"[:MAX_MESSAGE_CHARS]
-            for e in errors[:limit]]
+            for e in errors]

@@ -6,15 +6,23 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from .models import Tool, ToolExecution
+from .models import McpServer, Tool, ToolExecution
 
 
 def tools_of_tenant(tenant_id: int) -> QuerySet[Tool]:
-    return Tool.objects.filter(tenant_id=tenant_id).order_by("name")
+    return Tool.objects.filter(tenant_id=tenant_id).select_related("mcp_server").order_by("name")
 
 
 def tool_of_tenant(tenant_id: int, name: str) -> Tool | None:
     return tools_of_tenant(tenant_id).filter(name=name).first()
+
+
+def mcp_servers_of_tenant(tenant_id: int) -> QuerySet[McpServer]:
+    return McpServer.objects.filter(tenant_id=tenant_id).order_by("name")
+
+
+def mcp_server_of_tenant(tenant_id: int, name: str) -> McpServer | None:
+    return mcp_servers_of_tenant(tenant_id).filter(name=name).first()
 
 
 def ledger_attempts(*, tenant_id: int, keys: list[str]) -> dict[str, list[dict[str, Any]]]:

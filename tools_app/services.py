@@ -5,6 +5,9 @@
   happen?"), secret headers as templates naming secrets of the tool's own
   tenant (`{"Authorization": "Bearer {secret:payments}"}`; values are never
   stored on the tool), schemas, side effect, risk, timeout and retries.
+- Retries and the circuit breaker: `max_retries` with `retry_delays_s` (the
+  wait before each retry, the last repeated: `[0, 30]` is "at once, then
+  cool down") and `breaker` thresholds (`tools_app.breakers.policy`).
 - A `python` tool names a dotted path to server code. Registering one loads
   that code, so its module must sit under a prefix the setting
   `TETHER_PYTHON_TOOL_MODULES` grants to the tool's tenant: `prefix` for
@@ -13,11 +16,17 @@
   read and write global tables (the demo store), not a tenant's own data.
 - `url` and `status_url` must pass the outbound-address policy
   (`tools_app.outbound`): resolved now, and checked again at every call.
+- `resource` (optional) names what a call touches, a template over its
+  arguments (`tools_app.resources`); calls on one resource never overlap.
 - `args_schema` and `result_schema` are JSON Schema 2020-12, checked against
   the metaschema and bounded (`tools_app.schemas`); arguments are always an
   object.
+- An `mcp` tool comes from a registered MCP server (`tools_app.mcp`), never
+  from here; saving its settings confirms them (`Tool.review`), and what the
+  server owns (its name there, schemas, address) cannot be changed here.
 
 Every refusal is a `DomainError` with field errors; nothing is written then.
+Every change is an audit entry (`audit_app`) in its own transaction.
 A tool's name is its identity (agent profiles and steps refer to it) and
 cannot change; names that are console routes (`/tools/new/`) are reserved.
 """
@@ -33,13 +42,17 @@ from django.core.validators import URLValidator
 from django.db import IntegrityError, transaction
 from django.utils.module_loading import import_string
 
+from audit_app.services import audit_record
 from config.errors import conflict, invalid, not_found
 from tasks_app.models import Tenant
 from tasks_app.selectors import missing_secret_names
+from tasks_app.services.actors import SYSTEM, Actor
 from tasks_app.vault.references import EXAMPLE, header_secret_names, template_errors
 
-from .models import Risk, SideEffect, Tool, ToolKind
+from .breakers import breaker_errors, retry_delays_errors
+from .models import Review, Risk, SideEffect, Tool, ToolKind
 from .outbound import url_problem
+from .resources import resource_template_errors
 from .schemas import check_schema
 
 NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
@@ -60,6 +73,7 @@ EDITABLE = (
     "status_url",
     "status_tool",
     "compensation_tool",
+    "resource",
     "secret_headers",
     "args_schema",
     "result_schema",
@@ -68,17 +82,25 @@ EDITABLE = (
     "timeout_s",
     "side_effect",
     "max_retries",
+    "retry_delays_s",
+    "breaker",
     "enabled",
 )
+# What an mcp tool's server decides; an admin's save may repeat it, not change it.
+MCP_SERVER_OWNED = ("kind", "target", "url", "status_url", "secret_headers", "args_schema",
+                    "result_schema")
 # Names a tool cannot take: its console page would be a route of the console.
-RESERVED_NAMES = frozenset({"new"})
+RESERVED_NAMES = frozenset({"new", "mcp"})
 MAX_TIMEOUT_S = 600.0
 MAX_RETRIES = 20
 _http_url = URLValidator(schemes=["http", "https"])
 
 
-def tool_create(*, tenant_id: int, name: str, **fields: Any) -> Tool:
+def tool_create(*, tenant_id: int, name: str, actor: Actor = SYSTEM, **fields: Any) -> Tool:
     _refuse_unknown(fields)
+    if fields.get("kind") == ToolKind.MCP:
+        raise invalid("invalid", "The request is not valid.", kind=[
+            "mcp tools come from a registered MCP server: POST /api/v1/mcp-servers"])
     tool = Tool(tenant_id=tenant_id, name=name, args_schema={"type": "object"})
     for key, value in fields.items():
         setattr(tool, key, value)
@@ -96,12 +118,14 @@ def tool_create(*, tenant_id: int, name: str, **fields: Any) -> Tool:
     try:
         with transaction.atomic():
             tool.save()
+            tool_audit(tool, actor=actor, action="created", before=None)
     except IntegrityError:  # a concurrent create of the same name won
         raise conflict("tool_exists", f"a tool named {name!r} already exists", name=name)
     return tool
 
 
-def tool_update(*, tenant_id: int, name: str, changes: dict[str, Any]) -> Tool:
+def tool_update(*, tenant_id: int, name: str, changes: dict[str, Any],
+                actor: Actor = SYSTEM) -> Tool:
     """Change some fields; the merged registration is checked as a whole."""
     changes = dict(changes)
     if "name" in changes and changes.pop("name") != name:
@@ -115,17 +139,51 @@ def tool_update(*, tenant_id: int, name: str, changes: dict[str, Any]) -> Tool:
         tool = Tool.objects.select_for_update().filter(tenant_id=tenant_id, name=name).first()
         if tool is None:
             raise not_found("Tool")
+        before = tool_audited(tool)
+        if tool.kind == ToolKind.MCP:
+            _confirm_mcp_tool(tool, changes)
         for key, value in changes.items():
             setattr(tool, key, value)
         errors = tool_errors(tool)
         if errors:
             raise invalid("invalid", "The request is not valid.", **errors)
         tool.save()
+        tool_audit(tool, actor=actor, action="updated", before=before)
     return tool
 
 
-def tool_set_enabled(*, tenant_id: int, name: str, enabled: bool) -> Tool:
-    return tool_update(tenant_id=tenant_id, name=name, changes={"enabled": enabled})
+def tool_set_enabled(*, tenant_id: int, name: str, enabled: bool,
+                     actor: Actor = SYSTEM) -> Tool:
+    return tool_update(tenant_id=tenant_id, name=name, changes={"enabled": enabled}, actor=actor)
+
+
+def tool_audited(tool: Tool) -> dict[str, Any]:
+    """A registration as the audit log shows it (secret headers name secrets, never values)."""
+    return {field: getattr(tool, field) for field in EDITABLE}
+
+
+def tool_audit(tool: Tool, *, actor: Actor, action: str, before: dict[str, Any] | None) -> None:
+    """The audit entry of a change to `tool` (as it now stands), in the caller's transaction."""
+    audit_record(actor=actor, tenant_id=tool.tenant_id, kind="tool", name=tool.name,
+                 action=action, before=before, after=tool_audited(tool), object_id=tool.pk)
+
+
+def _confirm_mcp_tool(tool: Tool, changes: dict[str, Any]) -> None:
+    """Saving an mcp tool's settings is the admin's word on them: it is confirmed
+    (a tool disabled by a changed schema is enabled again unless the save says
+    otherwise). What the server owns (its name, schemas, address) cannot change here."""
+    owned = [f for f in MCP_SERVER_OWNED if f in changes and changes[f] != getattr(tool, f)]
+    if owned:
+        raise invalid("invalid", "The request is not valid.", **{
+            f: ["set by the MCP server: refresh the server to change it"] for f in owned})
+    if tool.review == Review.GONE:
+        if changes.get("enabled"):
+            raise invalid("invalid", "The request is not valid.", enabled=[
+                "the MCP server no longer lists this tool"])
+        return
+    if tool.review == Review.SCHEMA_CHANGED and "enabled" not in changes:
+        tool.enabled = True
+    tool.review = Review.CONFIRMED
 
 
 def _refuse_unknown(fields: dict[str, Any]) -> None:
@@ -146,7 +204,7 @@ def tool_errors(tool: Tool) -> dict[str, list[str]]:
     if tool.kind == ToolKind.HTTP:
         if not tool.url:
             add("url", "an http tool needs the URL it is POSTed to")
-        elif not _is_http_url(tool.url):
+        elif not is_http_url(tool.url):
             add("url", "an http(s) URL")
         elif problem := url_problem(tool.url):
             add("url", problem)
@@ -161,13 +219,18 @@ def tool_errors(tool: Tool) -> dict[str, list[str]]:
                 add("target", problem)
         if tool.url:
             add("url", "only http tools have a URL")
+    elif tool.kind == ToolKind.MCP:
+        if tool.mcp_server_id is None or not tool.target:
+            add("kind", "mcp tools come from a registered MCP server")
+        if tool.url or tool.status_url:
+            add("url", "an mcp tool is reached through its server")
     else:
         add("kind", f"one of {', '.join(ToolKind.values)}")
 
     if tool.status_url:
         if "{key}" not in tool.status_url:
             add("status_url", "must contain {key}, where the idempotency key goes")
-        elif not _is_http_url(tool.status_url.replace("{key}", "k")):
+        elif not is_http_url(tool.status_url.replace("{key}", "k")):
             add("status_url", "an http(s) URL")
         elif problem := url_problem(tool.status_url.replace("{key}", "k")):
             add("status_url", problem)
@@ -185,17 +248,8 @@ def tool_errors(tool: Tool) -> dict[str, list[str]]:
         ).exists():
             add("compensation_tool", f"no tool named {tool.compensation_tool!r} in this tenant")
 
-    if not isinstance(tool.secret_headers, dict):
-        add("secret_headers", f"an object {{header name: template, e.g. {EXAMPLE!r}}}")
-    else:
-        for header, template in tool.secret_headers.items():
-            if not HEADER.fullmatch(str(header)) or str(header).lower() in RESERVED_HEADERS:
-                add("secret_headers", f"{header!r} is not a header name Tether lets you set")
-            for problem in template_errors(template):
-                add("secret_headers", f"{header}: {problem}")
-        missing = missing_secret_names(tool.tenant_id, header_secret_names(tool.secret_headers))
-        for name in missing:
-            add("secret_headers", f"no secret named {name!r} in this tenant")
+    for problem in secret_header_errors(tool.tenant_id, tool.secret_headers):
+        add("secret_headers", problem)
 
     schema_problems = check_schema(tool.args_schema)
     if schema_problems:
@@ -208,6 +262,10 @@ def tool_errors(tool: Tool) -> dict[str, list[str]]:
             errors["result_schema"] = problems
     if tool.result_schema is None:
         tool.result_schema = {}
+
+    if not schema_problems:
+        for problem in resource_template_errors(tool.resource, tool.args_schema):
+            add("resource", problem)
 
     if tool.side_effect not in SideEffect.values:
         add("side_effect", f"one of {', '.join(SideEffect.values)}")
@@ -225,6 +283,14 @@ def tool_errors(tool: Tool) -> dict[str, list[str]]:
         or not 0 <= tool.max_retries <= MAX_RETRIES
     ):
         add("max_retries", f"an integer from 0 to {MAX_RETRIES}")
+    for problem in retry_delays_errors(tool.retry_delays_s):
+        add("retry_delays_s", problem)
+    for problem in breaker_errors(tool.breaker):
+        add("breaker", problem)
+    if tool.retry_delays_s is None:
+        tool.retry_delays_s = []
+    if tool.breaker is None:
+        tool.breaker = {}
     for flag in ("requires_approval", "enabled"):
         if not isinstance(getattr(tool, flag), bool):
             add(flag, "true or false")
@@ -237,7 +303,22 @@ def tool_errors(tool: Tool) -> dict[str, list[str]]:
     return errors
 
 
-def _is_http_url(value: str) -> bool:
+def secret_header_errors(tenant_id: int, headers: Any,
+                         reserved: frozenset[str] | set[str] = RESERVED_HEADERS) -> list[str]:
+    """Problems of `{header: template naming the tenant's secrets}` (http tools, MCP servers)."""
+    if not isinstance(headers, dict):
+        return [f"an object {{header name: template, e.g. {EXAMPLE!r}}}"]
+    problems = []
+    for header, template in headers.items():
+        if not HEADER.fullmatch(str(header)) or str(header).lower() in reserved:
+            problems.append(f"{header!r} is not a header name Tether lets you set")
+        problems.extend(f"{header}: {problem}" for problem in template_errors(template))
+    missing = missing_secret_names(tenant_id, header_secret_names(headers))
+    problems.extend(f"no secret named {name!r} in this tenant" for name in missing)
+    return problems
+
+
+def is_http_url(value: str) -> bool:
     try:
         _http_url(value)
     except DjangoValidationError:

@@ -21,8 +21,10 @@ from config.api_access import may
 from config.api_base import TenantAPIView
 from config.api_errors import error_responses
 from config.errors import forbidden, not_found
+from tools_app.api.breakers import BreakerStateSerializer, model_breaker_states
 
 from ..models import AgentProfile, OnExhaustion
+from ..pricing import MAX_BUDGET
 from ..selectors import agent_of_tenant, agents_of_tenant
 from ..services.agents import agent_create
 from ..services.releases import KEEP, agent_change
@@ -39,9 +41,21 @@ MODEL_KEYS = (
     "system_prompt",
     "timeout_s",
     "max_retries",
+    "prices",
     "fallback",
+    "breaker",
 )
 TAGS = ["agents"]
+
+
+class PricesSerializer(serializers.Serializer):
+    """Documentation only: the service checks prices (`tasks_app.pricing`)."""
+
+    input_per_mtok = serializers.DecimalField(max_digits=12, decimal_places=6, min_value=0)
+    output_per_mtok = serializers.DecimalField(max_digits=12, decimal_places=6, min_value=0)
+    cached_input_per_mtok = serializers.DecimalField(
+        max_digits=12, decimal_places=6, min_value=0, required=False,
+        help_text="Input tokens served from the provider's cache (default: the input price).")
 
 
 class FallbackSerializer(serializers.Serializer):
@@ -82,7 +96,15 @@ class ModelSettingsSerializer(serializers.Serializer):
     max_retries = serializers.IntegerField(
         min_value=0, max_value=10, allow_null=True, required=False
     )
+    prices = PricesSerializer(
+        allow_null=True, required=False,
+        help_text="Dollars per million tokens; a model without prices costs 0. When set, "
+        "the fallback needs its own.")
     fallback = FallbackSerializer(allow_null=True, required=False)
+    breaker = serializers.JSONField(
+        required=False, allow_null=True,
+        help_text='The circuit breakers of the model endpoints: {"failures": 5, "cooldown_s": '
+        '10, "max_cooldown_s": 300, "enabled": true}; missing keys take the defaults.')
 
 
 @extend_schema_field(ModelSettingsSerializer)
@@ -104,6 +126,9 @@ class BudgetSerializer(serializers.Serializer):
         help_text="{tool name: max calls per task}",
     )
     max_concurrent_tasks = serializers.IntegerField(min_value=1, max_value=MAX_INT, required=False)
+    max_cost = serializers.DecimalField(
+        max_digits=16, decimal_places=6, min_value=0, max_value=MAX_BUDGET, required=False,
+        allow_null=True, help_text="Dollars a task may spend on model calls (null: no limit).")
 
 
 class ReleaseSerializer(serializers.Serializer):
@@ -157,6 +182,7 @@ class BudgetOutSerializer(serializers.Serializer):
     max_duration_s = serializers.IntegerField()
     per_tool = serializers.DictField(child=serializers.IntegerField())
     max_concurrent_tasks = serializers.IntegerField()
+    max_cost = serializers.CharField(allow_null=True, help_text="Dollars, exact; null: no limit.")
 
 
 class ModelOutSerializer(serializers.Serializer):
@@ -170,7 +196,14 @@ class ModelOutSerializer(serializers.Serializer):
     system_prompt = serializers.CharField(allow_null=True, allow_blank=True)
     timeout_s = serializers.FloatField(allow_null=True)
     max_retries = serializers.IntegerField(allow_null=True)
+    prices = serializers.DictField(child=serializers.CharField(), allow_null=True)
     fallback = serializers.DictField(child=serializers.JSONField(), allow_null=True)
+    breaker = serializers.DictField(child=serializers.JSONField(), allow_null=True)
+
+
+class ModelBreakersSerializer(serializers.Serializer):
+    primary = BreakerStateSerializer(required=False)
+    fallback = BreakerStateSerializer(required=False)
 
 
 class AgentSerializer(serializers.Serializer):
@@ -194,6 +227,12 @@ class AgentSerializer(serializers.Serializer):
     )
     latest_version = serializers.IntegerField(help_text="The last saved version.")
     release = serializers.SerializerMethodField()
+    breaker_state = serializers.SerializerMethodField()
+
+    @extend_schema_field(ModelBreakersSerializer)
+    def get_breaker_state(self, agent: AgentProfile) -> dict[str, Any]:
+        """The circuit breakers of the model's endpoints ({} for a scripted model)."""
+        return model_breaker_states(agent.tenant_id, dict(agent.model or {}))
 
     @extend_schema_field(ReleaseSerializer(allow_null=True))
     def get_release(self, agent: AgentProfile) -> dict[str, Any] | None:
@@ -210,7 +249,7 @@ class AgentSerializer(serializers.Serializer):
 
     @extend_schema_field(BudgetOutSerializer)
     def get_budget(self, agent: AgentProfile) -> dict[str, Any]:
-        return agent.budget()
+        return {"max_cost": None, **agent.budget()}
 
 
 def _profile_fields(data: dict[str, Any]) -> dict[str, Any]:

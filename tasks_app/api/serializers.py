@@ -6,6 +6,7 @@ Every decision about what is allowed is the services' (`tasks_app.services`).
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from drf_spectacular.utils import extend_schema_field
@@ -14,6 +15,7 @@ from rest_framework import serializers
 from config.api_base import ExpectedVersionMixin
 from tasks_app.machine import NON_TERMINAL, TaskStatus
 from tasks_app.models import Step, StepStatus, Task
+from tasks_app.pricing import money, money_text, pico_text
 
 MAX_GOAL = 10_000
 MAX_TEXT = 10_000
@@ -28,9 +30,20 @@ class UsageSerializer(serializers.Serializer):
     model_calls = serializers.IntegerField()
     tool_calls = serializers.IntegerField()
     tokens = serializers.IntegerField()
+    input_tokens = serializers.IntegerField(help_text="Prompt tokens of every model call.")
+    output_tokens = serializers.IntegerField(help_text="Completion tokens of every model call.")
+    cached_input_tokens = serializers.IntegerField(
+        help_text="Of the input tokens, those the provider served from its cache.")
+    cost = serializers.CharField(
+        help_text="Dollars spent on model calls at the agent's prices, exact (a decimal string).")
     per_tool = serializers.DictField(
         child=serializers.IntegerField(), help_text="{tool name: calls}"
     )
+
+
+class RetryOfSerializer(serializers.Serializer):
+    task = serializers.IntegerField(help_text="The task this one retries.")
+    step_no = serializers.IntegerField(help_text="The step it retried from.")
 
 
 class TaskSerializer(serializers.Serializer):
@@ -57,6 +70,7 @@ class TaskSerializer(serializers.Serializer):
     updated_at = serializers.DateTimeField()
     started_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)
+    retry_of = serializers.SerializerMethodField()
 
     def get_agent(self, task: Task) -> str:
         return task.agent.name
@@ -65,6 +79,12 @@ class TaskSerializer(serializers.Serializer):
     def get_requester(self, task: Task) -> str | None:
         return task.requester.get_username() if task.requester_id and task.requester else None
 
+    @extend_schema_field(RetryOfSerializer(allow_null=True))
+    def get_retry_of(self, task: Task) -> dict[str, int] | None:
+        if task.retry_of_id is None:
+            return None
+        return {"task": task.retry_of_id, "step_no": task.retry_from_step or 1}
+
     @extend_schema_field(UsageSerializer)
     def get_usage(self, task: Task) -> dict[str, Any]:
         return {
@@ -72,6 +92,10 @@ class TaskSerializer(serializers.Serializer):
             "model_calls": task.model_calls,
             "tool_calls": task.tool_calls,
             "tokens": task.tokens,
+            "input_tokens": task.input_tokens,
+            "output_tokens": task.output_tokens,
+            "cached_input_tokens": task.cached_input_tokens,
+            "cost": pico_text(task.cost_pico),
             "per_tool": dict(task.per_tool or {}),
         }
 
@@ -86,6 +110,9 @@ class TaskSerializer(serializers.Serializer):
         for key, extra in (task.budget_extension or {}).items():
             if isinstance(budget.get(key), int):
                 budget[key] += extra
+            elif key == "max_cost" and budget.get(key) is not None:
+                zero = Decimal(0)
+                budget[key] = money_text((money(budget[key]) or zero) + (money(extra) or zero))
         return budget
 
 
@@ -100,6 +127,12 @@ class OpenRequestSerializer(serializers.Serializer):
 
 class TaskDetailSerializer(TaskSerializer):
     open_request = serializers.SerializerMethodField()
+    retried_by = serializers.SerializerMethodField()
+
+    @extend_schema_field(serializers.ListField(
+        child=serializers.IntegerField(), help_text="The retries of this task, oldest first."))
+    def get_retried_by(self, task: Task) -> list[int]:
+        return list(task.retried_by.order_by("id").values_list("id", flat=True))
 
     @extend_schema_field(OpenRequestSerializer(allow_null=True))
     def get_open_request(self, task: Task) -> dict[str, Any] | None:
@@ -131,6 +164,14 @@ class DecisionSerializer(serializers.Serializer):
     )
 
 
+class StepUsageSerializer(serializers.Serializer):
+    input_tokens = serializers.IntegerField()
+    output_tokens = serializers.IntegerField()
+    cached_input_tokens = serializers.IntegerField()
+    cost = serializers.CharField(help_text="Dollars, exact.")
+    priced = serializers.BooleanField()
+
+
 class ModelLogSerializer(serializers.Serializer):
     """The model call behind a step; a step taken from an earlier reply (several tool
     calls in one response) has only `from_reply_of_step` and `queued`."""
@@ -149,6 +190,10 @@ class ModelLogSerializer(serializers.Serializer):
         required=False, help_text="The fallback model answered."
     )
     attempts = serializers.IntegerField(required=False)
+    usage = StepUsageSerializer(
+        required=False, help_text="The call's tokens by direction and its cost (priced: the "
+        "model had prices)."
+    )
     from_reply_of_step = serializers.IntegerField(required=False)
     queued = DecisionSerializer(
         many=True, required=False, help_text="Decisions of the same reply still to be taken."
@@ -298,6 +343,9 @@ class BudgetExtensionSerializer(serializers.Serializer):
     max_tool_calls = serializers.IntegerField(min_value=0, max_value=10**6, required=False)
     max_tokens = serializers.IntegerField(min_value=0, max_value=10**9, required=False)
     max_duration_s = serializers.IntegerField(min_value=0, max_value=10**7, required=False)
+    max_cost = serializers.DecimalField(max_digits=16, decimal_places=6, min_value=0,
+                                        max_value=10**7, required=False,
+                                        help_text="Dollars to add to the cost budget.")
 
 
 class ResumeSerializer(ExpectedVersionMixin):

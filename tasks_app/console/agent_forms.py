@@ -31,7 +31,21 @@ SERVICE_FIELD = {
     "model.fallback.api_key_env": "fallback_api_key_env",
     "model.fallback.api_key_secret": "fallback_api_key_secret",
     "budget.per_tool": "per_tool",
+    "model.prices": "input_price",
+    "model.prices.input_per_mtok": "input_price",
+    "model.prices.output_per_mtok": "output_price",
+    "model.prices.cached_input_per_mtok": "cached_input_price",
+    "model.fallback.prices": "fallback_input_price",
+    "model.fallback.prices.input_per_mtok": "fallback_input_price",
+    "model.fallback.prices.output_per_mtok": "fallback_output_price",
+    "model.fallback.prices.cached_input_per_mtok": "fallback_cached_input_price",
 }
+# form field prefix -> price key (dollars per million tokens; checked by the service)
+PRICE_FIELDS = (
+    ("input_price", "input_per_mtok"),
+    ("output_price", "output_per_mtok"),
+    ("cached_input_price", "cached_input_per_mtok"),
+)
 BUDGET = (
     "max_steps",
     "max_model_calls",
@@ -58,6 +72,23 @@ class JSONObjectField(ToolsJSONObjectField):
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("required", False)
         super().__init__(rows=4, **kwargs)
+
+
+def _price_field(label: str) -> forms.CharField:
+    return forms.CharField(required=False, max_length=40, label=label)
+
+
+def _prices(d: dict[str, Any], prefix: str) -> dict[str, str] | None:
+    """The prices typed in (None: none at all)."""
+    given = {key: str(d.get(prefix + field) or "").strip() for field, key in PRICE_FIELDS}
+    given = {k: v for k, v in given.items() if v}
+    return given or None
+
+
+def _price_initial(model: dict[str, Any], prefix: str) -> dict[str, Any]:
+    raw = model.get("prices")
+    prices: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    return {prefix + field: prices.get(key, "") for field, key in PRICE_FIELDS}
 
 
 class AgentForm(forms.Form):
@@ -104,6 +135,13 @@ class AgentForm(forms.Form):
     fallback_api_key_env = forms.CharField(
         required=False, max_length=128, label="Fallback API key variable"
     )
+    # prices, dollars per million tokens (text: money is never a float)
+    input_price = _price_field("Input $ / M tokens")
+    output_price = _price_field("Output $ / M tokens")
+    cached_input_price = _price_field("Cached input $ / M tokens")
+    fallback_input_price = _price_field("Fallback input $ / M tokens")
+    fallback_output_price = _price_field("Fallback output $ / M tokens")
+    fallback_cached_input_price = _price_field("Fallback cached input $ / M tokens")
     # tools and budget
     tools = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple)
     max_steps = forms.IntegerField(min_value=1, label="Steps")
@@ -112,6 +150,9 @@ class AgentForm(forms.Form):
     max_tokens = forms.IntegerField(min_value=1, label="Tokens")
     max_duration_s = forms.IntegerField(min_value=1, label="Duration (s)")
     max_concurrent_tasks = forms.IntegerField(min_value=1, label="Concurrent tasks")
+    max_cost = forms.CharField(
+        required=False, max_length=40, label="Cost ($)",
+        help_text="Dollars a task may spend on model calls; empty: no limit.")
     per_tool = JSONObjectField(label="Per-tool limits", help_text='{"tool name": max calls}')
     on_exhaustion = forms.ChoiceField(
         choices=[("fail", "fail the task"), ("escalate", "escalate to an operator")],
@@ -185,8 +226,11 @@ class AgentForm(forms.Form):
             "fallback_base_url": fallback.get("base_url", ""),
             "fallback_api_key_env": fallback.get("api_key_env", ""),
             "fallback_api_key_secret": fallback.get("api_key_secret", ""),
+            **_price_initial(model, ""),
+            **_price_initial(fallback, "fallback_"),
             "tools": list(agent.tools or []),
             **{k: getattr(agent, k) for k in BUDGET},
+            "max_cost": agent.budget().get("max_cost", ""),
             "per_tool": agent.per_tool or {},
             "on_exhaustion": agent.on_exhaustion,
             "no_progress_repeats": agent.no_progress_repeats,
@@ -226,17 +270,24 @@ class AgentForm(forms.Form):
                     "base_url": d.get("fallback_base_url") or "",
                     "api_key_env": d.get("fallback_api_key_env") or "",
                     "api_key_secret": d.get("fallback_api_key_secret") or "",
+                    "prices": _prices(d, "fallback_"),
                 }.items()
                 if v
             }
         else:
             model.pop("fallback", None)
+        prices = _prices(d, "")
+        if prices:
+            model["prices"] = prices
+        else:
+            model.pop("prices", None)
         return {
             "description": d.get("description") or "",
             "enabled": bool(d.get("enabled")),
             "model": model,
             "tools": list(d.get("tools") or []),
             **{k: d[k] for k in BUDGET},
+            "max_cost": (d.get("max_cost") or "").strip() or None,
             "per_tool": d.get("per_tool") or {},
             "on_exhaustion": d["on_exhaustion"],
             "no_progress_repeats": d["no_progress_repeats"],

@@ -16,6 +16,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from config.errors import DomainError
+from tools_app.breakers.selectors import model_breakers
 from tools_app.selectors import tools_of_tenant
 
 from ..models import AgentProfile
@@ -45,9 +46,9 @@ def _cu(request: HttpRequest) -> ConsoleUser:
 @console_view()
 def agent_list(request: HttpRequest) -> HttpResponse:
     cu = _cu(request)
-    return render(
-        request, "agents/list.html", {"nav": "agents", "agents": agents_of_tenant(cu.tenant_id)}
-    )
+    rows = [(a, model_breakers(cu.tenant_id, dict(a.model or {})).get("primary"))
+            for a in agents_of_tenant(cu.tenant_id)]
+    return render(request, "agents/list.html", {"nav": "agents", "agents": rows})
 
 
 def _agent_or_404(cu: ConsoleUser, name: str) -> AgentProfile:
@@ -70,6 +71,7 @@ def _detail_page(
             "agent": agent,
             "recent": recent,
             "model": dict(agent.model or {}),
+            "breakers": model_breakers(cu.tenant_id, dict(agent.model or {})),
             "versions": agent_versions_of(agent.pk)[:VERSIONS_SHOWN],
             "version_numbers": range(agent.latest_version, 0, -1),
             "release_log": release_log_of(agent.pk)[:RELEASE_LOG_SHOWN],

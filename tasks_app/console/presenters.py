@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from django.utils import timezone
 
 from ..context.refs import parse_cite
 from ..machine import TaskStatus
+from ..pricing import money, pico_text
 
 S = TaskStatus
 
@@ -59,6 +61,9 @@ TONE_OF_EVENT = {
     "result_discarded": "neutral",
     "context_summarized": "neutral",
     "summary_rolled_back": "info",
+    "breaker_opened": "danger",
+    "breaker_waiting": "warning",
+    "breaker_closed": "success",
 }
 
 
@@ -183,21 +188,34 @@ def _describe(kind: str, p: dict[str, Any], actor: str) -> tuple[str, str]:
         return f"Summary rolled back {where} by {actor}", _short(p.get("comment") or "")
     if kind == "result_discarded":
         return f"{step}: a late result was discarded", str(p.get("reason", "")).replace("_", " ")
+    if kind.startswith("breaker_"):
+        return _breaker_summary(kind, p)
     return kind.replace("_", " ").capitalize(), ""
+
+
+def _breaker_summary(kind: str, p: dict[str, Any]) -> tuple[str, str]:
+    what = f"{p.get('kind', '')} {p.get('name', '')}".strip()
+    until = str(p.get("until") or "")[11:19]  # HH:MM:SS of the ISO time (UTC)
+    if kind == "breaker_opened":
+        again = "opened again (the probe failed)" if p.get("reopened") else "opened"
+        return f"Breaker of {what} {again}", f"until {until} UTC" if until else ""
+    if kind == "breaker_waiting":
+        return f"Waiting: breaker of {what} open", f"until {until} UTC" if until else ""
+    return f"Breaker of {what} closed", "a probe succeeded; the task goes on"
 
 
 @dataclass(frozen=True)
 class Meter:
     label: str
-    used: float
-    limit: float | None
+    used: float | Decimal
+    limit: float | Decimal | None
     unit: str = ""
 
     @property
     def percent(self) -> int:
         if not self.limit:
             return 0
-        return max(0, min(100, int(round(100 * self.used / self.limit))))
+        return max(0, min(100, int(round(100 * float(self.used) / float(self.limit)))))
 
     @property
     def step_class(self) -> str:
@@ -228,6 +246,11 @@ def budget_meters(task: Any, *, now: datetime | None = None) -> list[Meter]:
         Meter("Tool calls", task.tool_calls, limit("max_tool_calls")),
         Meter("Tokens", task.tokens, limit("max_tokens")),
     ]
+    if task.cost_pico or budget.get("max_cost") is not None:
+        cap = money(budget.get("max_cost"))
+        extra = money(ext.get("max_cost")) or Decimal(0)
+        meters.append(Meter("Cost", Decimal(pico_text(task.cost_pico)),
+                            None if cap is None else cap + extra, unit="USD"))
     if task.started_at:
         end = task.finished_at or now or timezone.now()
         meters.append(

@@ -6,10 +6,10 @@ scopes its queries by it; a task of another tenant simply is not found.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Q, QuerySet, Sum
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
@@ -18,7 +18,8 @@ from tools_app.models import ToolExecution
 
 from ..context.summaries import summary_list
 from ..machine import NON_TERMINAL, TERMINAL, WAITING, TaskStatus
-from ..models import AgentProfile, ContextSummary, Event, Step, Task
+from ..models import AgentProfile, ContextSummary, DailySpend, Event, Step, Task
+from ..pricing import pico_text
 from ..selectors import tasks_of_tenant
 from .presenters import CiteChip, EventView, bar_class, cite_chips, present_event, status_label
 
@@ -176,7 +177,41 @@ def dashboard(tenant_id: int, *, now: datetime | None = None, hours: int = 12) -
         "recent_failures": list(
             tasks_of_tenant(tenant_id).filter(status=S.FAILED).order_by("-finished_at")[:5]
         ),
+        "spend": spend_summary(tenant_id, today=now.date()),
     }
+
+
+@dataclass(frozen=True)
+class SpendRow:
+    label: str
+    calls: int
+    input_tokens: int
+    output_tokens: int
+    cost: str  # dollars, exact
+
+
+def spend_summary(tenant_id: int, *, today: date, days: int = 7) -> dict[str, Any]:
+    """The tenant's model spend from the daily rollup (UTC days): each of the last
+    `days` days, and today by agent and model."""
+    since = today - timedelta(days=days - 1)
+    rows = DailySpend.objects.filter(tenant_id=tenant_id, day__gte=since).order_by()
+    sums = {"calls": Sum("calls"), "input": Sum("input_tokens"), "output": Sum("output_tokens"),
+            "cost": Sum("cost_pico")}
+    per_day: dict[date, Any] = {r["day"]: r for r in rows.values("day").annotate(**sums)}
+
+    def row(label: str, r: Any) -> SpendRow:
+        r = r or {}
+        return SpendRow(label, int(r.get("calls") or 0), int(r.get("input") or 0),
+                        int(r.get("output") or 0), pico_text(int(r.get("cost") or 0)))
+
+    by_day = [row(d.isoformat(), per_day.get(d)) for d in
+              (today - timedelta(days=i) for i in range(days))]
+    todays: list[Any] = list(rows.filter(day=today).values("agent", "model").annotate(**sums))
+    todays.sort(key=lambda r: (-int(r["cost"] or 0), r["agent"], r["model"]))
+    today_rows = [row(f"{r['agent']} · {r['model']}", r) for r in todays[:10]]
+    week = sum(int(r.get("cost") or 0) for r in per_day.values())
+    return {"today": by_day[0].cost, "week": pico_text(week), "by_day": by_day,
+            "today_by_agent": today_rows}
 
 
 # --- the task page -----------------------------------------------------------------------
@@ -233,7 +268,8 @@ def step_views(task_id: int, *, limit: int = STEPS_SHOWN) -> tuple[list[StepView
     keys = [s.idempotency_key for s in steps if s.idempotency_key]
     ledger = {
         row.idempotency_key: row
-        for row in ToolExecution.objects.filter(task_id=task_id, idempotency_key__in=keys)
+        # by key only: a retry's inherited or reused keys have the original task's rows
+        for row in ToolExecution.objects.filter(idempotency_key__in=keys)
     }
     shown = frozenset(s.step_no for s in steps)
     versions = (

@@ -15,6 +15,7 @@ urlpatterns = [
     path("tasks/<int:task_id>/cancel/", views.task_cancel_view, name="task-cancel"),
     path("tasks/<int:task_id>/resume/", views.task_resume_view, name="task-resume"),
     path("tasks/<int:task_id>/fail/", views.task_fail_view, name="task-fail"),
+    path("tasks/<int:task_id>/retry/", views.task_retry_view, name="task-retry"),
     path(
         "tasks/<int:task_id>/summaries/rollback/",
         views.task_summary_rollback_view,

@@ -15,6 +15,7 @@ from django.db.models import Avg, Count, Q
 
 from ..machine import NON_TERMINAL, TaskStatus
 from ..models import AgentProfile, AgentVersion, Event, Task
+from ..pricing import pico_text
 
 # The transition event that opens each kind of human intervention.
 HUMAN_EVENTS = {
@@ -35,11 +36,17 @@ class VersionStats:
     avg_model_calls: float | None = None
     avg_tool_calls: float | None = None
     avg_tokens: float | None = None
+    avg_cost_pico: float | None = None
     human: dict[str, int] = field(default_factory=lambda: dict.fromkeys(HUMAN_EVENTS.values(), 0))
 
     @property
     def success_rate(self) -> float | None:
         return self.succeeded / self.finished if self.finished else None
+
+    @property
+    def cost_per_task(self) -> str | None:
+        """Mean dollars per finished task (rounded to a whole pico-dollar)."""
+        return None if self.avg_cost_pico is None else pico_text(round(self.avg_cost_pico))
 
     @property
     def interventions(self) -> int:
@@ -72,6 +79,7 @@ def versions_compared(agent: AgentProfile, numbers: list[int]) -> list[VersionSt
             avg_model_calls=Avg("model_calls", filter=finished),
             avg_tool_calls=Avg("tool_calls", filter=finished),
             avg_tokens=Avg("tokens", filter=finished),
+            avg_cost_pico=Avg("cost_pico", filter=finished),
         )
     )
     for outcome in rows:

@@ -1,6 +1,6 @@
 """Console pages for tasks: the dashboard, the task list, the live task page and
-the operator's actions (cancel, bulk cancel, resume, fail, roll the context
-summary back).
+the operator's actions (cancel, bulk cancel, resume, fail, retry from a step,
+roll the context summary back).
 
 Thin: role checks through `access`, reads through `selectors`, writes through
 `tasks_app.services.tasks`. An action that succeeds redirects back (303) with a
@@ -21,10 +21,12 @@ from django.views.decorators.http import require_GET, require_POST
 
 from approvals_app.console.selectors import inbox_count, open_card_for_task
 from config.errors import DomainError
+from tools_app.breakers.selectors import waits_of_task
 
 from ..context.summaries import summary_count, summary_rollback
 from ..machine import NON_TERMINAL, WAITING, TaskStatus
 from ..models import Task
+from ..retries.services import task_retry
 from ..selectors import task_of_tenant
 from ..services.tasks import task_cancel, task_cancel_many, task_fail_by_operator, task_resume
 from . import selectors as sel
@@ -41,6 +43,7 @@ from .forms import (
 )
 from .paging import cursor, keyset_page
 from .presenters import WAITING_LABELS, budget_meters
+from .retries import RetryForm, retry_panel
 
 PAGE_SIZE = 25
 RESUME_FIELDS = [
@@ -218,7 +221,9 @@ def _panels(cu: ConsoleUser, task: Task) -> dict[str, Any]:
         "can_cancel": cu.can_cancel(task) and task.status in NON_TERMINAL,
         "can_resume": cu.can_resume(task) and task.status == TaskStatus.WAITING_FOR_HUMAN,
         "can_fail": cu.can_operate and task.status in WAITING,
+        "breaker_waits": (waits_of_task(task.pk) if task.status == TaskStatus.RUNNING else []),
         "resume_fields": RESUME_FIELDS,
+        **retry_panel(cu, task),
     }
 
 
@@ -366,6 +371,27 @@ def task_resume_view(request: HttpRequest, task_id: int) -> HttpResponse:
     )
     messages.success(request, f"Task #{task.pk} resumed{more}.")
     return redirect("console:task-detail", task_id=task.pk)
+
+
+@require_POST
+@console_view(roles=OPERATORS)
+def task_retry_view(request: HttpRequest, task_id: int) -> HttpResponse:
+    cu = _cu(request)
+    task = _task_or_404(cu, task_id)
+    form = RetryForm(request.POST)
+    if not form.is_valid():
+        return _refused(request, cu, task_id, "Not applied: please correct the fields below.",
+                        400, form_errors(form), "retry")
+    try:
+        done = task_retry(tenant_id=cu.tenant_id, task_id=task.pk, actor=cu.actor,
+                          from_step=form.cleaned_data["from_step"],
+                          comment=form.cleaned_data.get("comment") or "")
+    except DomainError as exc:
+        return _refused(request, cu, task_id, error_message(exc), error_status(exc),
+                        field_errors(exc), action="retry")
+    messages.success(request, f"Task #{task.pk} retried from step {done.from_step} "
+                              f"as task #{done.task.pk}.")
+    return redirect("console:task-detail", task_id=done.task.pk)
 
 
 @require_POST

@@ -39,6 +39,7 @@ from ..machine import TERMINAL
 from ..models import ContextSummary, Event, Role, Step, Task
 from ..services.actors import SYSTEM, Actor
 from ..services.events import event_append
+from ..services.spend import spend_of_call
 from ..vault.lookup import model_keys
 from .builder import ContextSources, active_summary, context_limits, step_chars, step_view
 
@@ -126,9 +127,13 @@ def _maybe_create(task_id: int) -> ContextSummary | None:
         try:
             keys = model_keys(tenant_id=task.tenant_id, model=model)  # the task's tenant only
             backend: Any = get_backend(model, keys)
-            text, tokens, model_name = backend.summarize(
+            notes = backend.summarize(
                 goal=task.goal, previous=previous, steps=views, max_chars=limits["summary_chars"])
-            method = "model"
+            text, tokens, model_name, method = notes.text, notes.tokens, notes.model, "model"
+            if notes.usage is not None:  # priced and rolled up like a decision's call
+                spend_of_call(task_id=task.pk, tenant_id=task.tenant_id,
+                              agent=task.agent_snapshot or {}, model=notes.model,
+                              usage=notes.usage, used_fallback=notes.used_fallback)
         except GatewayError as exc:
             error = str(exc)
         # A model call, answered or not, kept or not: it counts against the budget.

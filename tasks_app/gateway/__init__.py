@@ -3,6 +3,7 @@
 The gateway never touches the database; the runner persists what it returns.
 """
 from .base import (
+    CallGuard,
     ContextSnapshot,
     Decision,
     GatewayError,
@@ -14,6 +15,7 @@ from .base import (
 from .registry import get_backend
 
 __all__ = [
+    "CallGuard",
     "ContextSnapshot",
     "Decision",
     "GatewayError",

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from ..pricing import TokenUsage
+
 DecisionKind = Literal["tool_call", "final", "ask_user", "invalid"]
 
 
@@ -189,18 +191,50 @@ class ModelReply:
     input_summary: str = ""
     used_fallback: bool = False
     attempts: int = 1
+    # the reply's usage split by direction; None when the backend reports none (scripted)
+    usage: TokenUsage | None = None
+
+
+@dataclass(frozen=True)
+class Summarized:
+    """A model's running notes of a task (`summarize`) and what the call used."""
+
+    text: str
+    tokens: int
+    model: str
+    usage: TokenUsage | None = None
+    used_fallback: bool = False
 
 
 class GatewayError(Exception):
     """The model could not be reached or kept failing; `retryable` says whether
-    trying again later may help."""
+    trying again later may help. `calls`: the requests actually sent (each counts
+    against the budget); `held`: the last word was a circuit breaker's, come
+    back after `retry_after_s` without having called."""
 
     def __init__(
-        self, message: str, *, retryable: bool, retry_after_s: float | None = None
+        self, message: str, *, retryable: bool, retry_after_s: float | None = None,
+        calls: int = 1, held: bool = False,
     ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.retry_after_s = retry_after_s
+        self.calls = calls
+        self.held = held
+
+
+class CallGuard(Protocol):
+    """A circuit breaker around each model endpoint, supplied by the caller (the
+    gateway itself keeps no state): `admit` returns None to call now, else the
+    seconds to wait; `record` says what came of a call that was admitted:
+    `failed` True for an outage, False for an answer, None when nothing was sent.
+    Both are awaited on the I/O loop: a guard that needs the database hands that
+    part to a thread (the runner's, `tasks_app.runner.breaker_waits.ModelGuard`)."""
+
+    async def admit(self, base_url: str, model: str, *, timeout_s: float) -> float | None: ...
+
+    async def record(self, base_url: str, model: str, *, failed: bool | None,
+                     error: str) -> None: ...
 
 
 class ModelBackend(Protocol):

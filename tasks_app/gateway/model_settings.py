@@ -5,7 +5,17 @@ Shape (JSON on the profile, frozen into `task.agent_snapshot` at submission)::
     {"backend": "openai", "name": "qwen2.5:7b", "base_url": "http://127.0.0.1:11434/v1",
      "api_key_secret": "ollama", "temperature": 0.2, "top_p": 1.0,
      "system_prompt": "...", "timeout_s": 60, "max_retries": 2,
-     "fallback": {"name": "...", "base_url": "...", "api_key_secret": "..."}}
+     "prices": {"input_per_mtok": "0.15", "output_per_mtok": "0.60",
+                "cached_input_per_mtok": "0.075"},
+     "fallback": {"name": "...", "base_url": "...", "api_key_secret": "...",
+                  "prices": {...}},
+     "breaker": {"failures": 5, "cooldown_s": 10, "max_cooldown_s": 300}}
+
+`prices` (dollars per million tokens, `tasks_app.pricing`) are optional; a
+model without them costs nothing, so when the primary has prices its fallback
+must have its own (a different model has a different price).
+`breaker` sets the thresholds of the circuit breakers of the model's
+endpoints (primary and fallback each have their own; `tools_app.breakers`).
 
 Keys are never stored on a profile: it names a secret of its tenant
 (`api_key_secret`, see `tasks_app.vault`) or an environment variable the
@@ -20,8 +30,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tools_app.breakers import breaker_errors
 from tools_app.outbound import url_problem
 
+from ..pricing import prices_errors
 from ..vault.references import SECRET_NAME, SECRET_NAME_RULE, env_ref, secret_ref
 
 BACKENDS = ("scripted", "openai")
@@ -135,7 +147,11 @@ def model_settings_errors(model: Any) -> dict[str, list[str]]:
         add("max_retries", "an integer from 0 to 10")
     if "system_prompt" in model and not isinstance(model["system_prompt"], str):
         add("system_prompt", "a string")
+    for problem in breaker_errors(model.get("breaker")):
+        add("breaker", problem)
     _key_errors(model, "", add)
+    if model.get("prices") is not None:
+        errors.update(prices_errors(model["prices"]))
     fb = model.get("fallback")
     if fb is not None:
         if not isinstance(fb, dict):
@@ -152,6 +168,11 @@ def model_settings_errors(model: Any) -> dict[str, list[str]]:
                 elif problem := url_problem(fb["base_url"]):
                     add("fallback.base_url", problem)
             _key_errors(fb, "fallback.", add)
+            if fb.get("prices") is not None:
+                errors.update(prices_errors(fb["prices"], "fallback.prices"))
+            elif model.get("prices") is not None:
+                add("fallback.prices", "required when the model has prices: the fallback is "
+                                       "another model, with its own price")
     return errors
 
 

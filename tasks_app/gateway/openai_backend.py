@@ -20,7 +20,12 @@ are bounded, logged and deterministic:
 - when the primary model keeps failing (or asks to wait longer than
   `max_wait_s`), the profile's `fallback` model gets the same treatment;
 - when both fail, `GatewayError` tells the runner whether to come back later
-  (`retryable`, with `retry_after_s`) or to fail the task.
+  (`retryable`, with the server's `retry_after_s`; the runner's backoff grows
+  across slices) or to fail the task;
+- with a `guard` (the runner's circuit breakers, per endpoint and model), a
+  target whose breaker is open is not called (the fallback is tried instead)
+  and every call's outcome is reported to it; when the last word is a
+  breaker's, `GatewayError.held` says so.
 
 The API key of each model is resolved by the runner for the task's tenant
 (`tasks_app.vault.lookup.model_keys`) and handed in as `keys`; the gateway
@@ -48,12 +53,14 @@ from django.conf import settings
 from openai._base_client import make_request_options
 
 from config.metrics import observe_model_call
+from config.tracing import model_call_span
 from tools_app.outbound import REFUSED, EgressRefusedError, Registry, async_client_for
 from tools_app.outbound.clients import ASYNC_SHARDS, MAX_ENDPOINTS
 from tools_app.outbound.ioloop import run_io
 
+from ..pricing import TokenUsage
 from ..vault.values import Resolved, Unresolved
-from .base import ContextSnapshot, GatewayError, ModelReply
+from .base import CallGuard, ContextSnapshot, GatewayError, ModelReply, Summarized
 from .messages import build_messages, input_summary, tool_catalogue
 from .model_settings import NO_KEY, ModelSettings, ModelTarget, parse_model_settings
 from .replies import decisions_from_message
@@ -61,6 +68,9 @@ from .replies import decisions_from_message
 log = logging.getLogger(__name__)
 
 TRANSIENT_STATUS = frozenset({408, 409, 429})
+# What says the endpoint is down (a breaker counts it), and what never reached it.
+OUTAGE_KINDS = frozenset({"timeout", "connection"})
+NOT_SENT_KINDS = frozenset({"no_api_key", "invalid_url", "egress_refused"})
 SUMMARY_MAX_TOKENS = 800
 SUMMARY_SYSTEM = (
     "You keep the running notes of an agent working on a task. Merge the previous notes and the "
@@ -94,12 +104,14 @@ class _Failure(Exception):
 class OpenAIBackend:
     name = "openai"
 
-    def __init__(self, model: dict[str, Any], keys: Resolved | None = None) -> None:
+    def __init__(self, model: dict[str, Any], keys: Resolved | None = None,
+                 guard: CallGuard | None = None) -> None:
         self.settings: ModelSettings = parse_model_settings(model)
         self.keys = keys or Resolved()
+        self.guard = guard
         if not self.settings.primary.name or not self.settings.primary.base_url:
             raise GatewayError("the openai backend needs a model name and a base_url",
-                               retryable=False)
+                               retryable=False, calls=0)
 
     # --- the backend interface ------------------------------------------------
 
@@ -126,12 +138,13 @@ class OpenAIBackend:
             input_summary=input_summary(context, messages, tools),
             used_fallback=done.used_fallback,
             attempts=done.attempts,
+            usage=TokenUsage.from_openai(done.body.get("usage")),
         )
 
     def summarize(self, *, goal: str, previous: str, steps: list[dict[str, Any]],
-                  max_chars: int) -> tuple[str, int, str]:
-        """New running notes from the previous ones and older steps:
-        (text, tokens used, model name). Raises `GatewayError`."""
+                  max_chars: int) -> Summarized:
+        """New running notes from the previous ones and older steps, with the
+        call's usage. Raises `GatewayError`."""
         user = (f"Goal: {goal}\n\nPrevious notes:\n{previous or '(none)'}\n\n"
                 "New steps (JSON, one a line):\n"
                 + "\n".join(json.dumps(s, default=str) for s in steps))
@@ -147,7 +160,9 @@ class OpenAIBackend:
         text = str((choice.get("message") or {}).get("content") or "").strip()
         if not text:
             raise GatewayError("the model returned an empty summary", retryable=False)
-        return text[:max_chars], _tokens(done.body), done.target.name
+        return Summarized(text=text[:max_chars], tokens=_tokens(done.body), model=done.target.name,
+                          usage=TokenUsage.from_openai(done.body.get("usage")),
+                          used_fallback=done.used_fallback)
 
     # --- calling with retries and fallback ------------------------------------
 
@@ -165,12 +180,22 @@ class OpenAIBackend:
         failures: list[dict[str, Any]] = []
         attempts = 0
         last: _Failure | None = None
+        held_s: float | None = None  # set while the latest word is a breaker's
         for index, target in enumerate(targets):
             for attempt in range(1, s.max_retries + 2):
+                wait = await self._admit(target)
+                if wait is not None:
+                    held_s = wait if held_s is None else min(held_s, wait)
+                    break  # its breaker is open: the fallback, or come back later
+                held_s = None
                 attempts += 1
                 started = time.monotonic()
                 try:
-                    body = self.keys.redact(await self._call_once(target, request, shard))
+                    with model_call_span(provider=self.name, model=target.name,
+                                         base_url=target.base_url, request=request) as traced:
+                        body = self.keys.redact(
+                            await self._call_once(target, request, shard, traced.headers))
+                        traced.reply(body)
                 except _Failure as raw:
                     exc = last = _Failure(self.keys.redact(str(raw)), retryable=raw.retryable,
                                           retry_after_s=raw.retry_after_s, status=raw.status,
@@ -181,6 +206,7 @@ class OpenAIBackend:
                                      "status": exc.status,
                                      "latency_ms": int((time.monotonic() - started) * 1000)})
                     log.warning("model %s attempt %s failed: %s", target.name, attempt, exc)
+                    await self._record(target, exc)
                     if not exc.retryable or attempt > s.max_retries:
                         break
                     delay = _backoff_s(attempt, exc.retry_after_s)
@@ -190,18 +216,39 @@ class OpenAIBackend:
                     continue
                 observe_model_call(model=target.name, seconds=time.monotonic() - started,
                                    usage=body.get("usage"))
+                await self._record(target, None)
                 return _Completed(body=body, target=target, used_fallback=index > 0,
                                   attempts=attempts, failures=tuple(failures),
                                   latency_ms=int((time.monotonic() - started) * 1000))
-        assert last is not None
         names = " and ".join(t.name for t in targets)
+        if held_s is not None or last is None:
+            raise GatewayError(f"the circuit breaker of {names} is open", retryable=True,
+                               retry_after_s=held_s or 0.0, calls=attempts, held=True)
         raise GatewayError(f"{names} failed after {attempts} attempts: {last}",
-                           retryable=last.retryable,
-                           retry_after_s=max(last.retry_after_s or 0.0,
-                                             _backoff_s(s.max_retries + 1)))
+                           retryable=last.retryable, retry_after_s=last.retry_after_s,
+                           calls=attempts)
 
-    async def _call_once(self, target: ModelTarget, request: dict[str, Any],
-                         shard: int) -> dict[str, Any]:
+    async def _admit(self, target: ModelTarget) -> float | None:
+        if self.guard is None:
+            return None
+        return await self.guard.admit(target.base_url, target.name,
+                                      timeout_s=self.settings.timeout_s)
+
+    async def _record(self, target: ModelTarget, failure: _Failure | None) -> None:
+        if self.guard is None:
+            return
+        if failure is None:
+            await self.guard.record(target.base_url, target.name, failed=False, error="")
+            return
+        outage: bool | None = failure.kind in OUTAGE_KINDS or (
+            failure.status is not None and (failure.status in (408, 429) or failure.status >= 500))
+        if failure.kind in NOT_SENT_KINDS:
+            outage = None
+        await self.guard.record(target.base_url, target.name, failed=outage,
+                                error=str(failure)[:500])
+
+    async def _call_once(self, target: ModelTarget, request: dict[str, Any], shard: int,
+                         headers: dict[str, str]) -> dict[str, Any]:
         try:
             key = self.keys.get(target.key_ref) if target.key_ref else NO_KEY
         except Unresolved as exc:
@@ -218,8 +265,11 @@ class OpenAIBackend:
             # against its TypedDicts and parses the reply into pydantic models,
             # three times the CPU of the call itself (8.6 vs 2.8 ms measured, a
             # 16-step context); the reply is wanted as plain data anyway.
+            # `headers`: the trace context of the call's span (`traceparent`).
+            options = (make_request_options(security=_BEARER_AUTH, extra_headers=headers)
+                       if headers else _BEARER)
             body = await client.post("/chat/completions", body={"model": target.name, **request},
-                                     cast_to=object, options=_BEARER)
+                                     cast_to=object, options=options)
         except openai.APITimeoutError:
             raise _Failure(f"no reply within {self.settings.timeout_s:g}s", retryable=True,
                            kind="timeout")
@@ -242,7 +292,8 @@ class OpenAIBackend:
         return body
 
 
-_BEARER = make_request_options(security={"bearer_auth": True})  # the key as a bearer token
+_BEARER_AUTH: Any = {"bearer_auth": True}  # the key as a bearer token
+_BEARER = make_request_options(security=_BEARER_AUTH)
 
 
 def _without_nulls(value: Any) -> Any:
@@ -281,7 +332,7 @@ def _backoff_s(attempt: int, retry_after: float | None = None) -> float:
     cfg = settings.TETHER
     base, cap = float(cfg["BACKOFF_BASE_S"]), float(cfg["BACKOFF_MAX_S"])
     ceiling = min(cap, base * 2 ** max(0, attempt - 1))
-    return max(random.uniform(ceiling / 2, ceiling), retry_after or 0.0)
+    return max(random.uniform(0.0, ceiling), retry_after or 0.0)
 
 
 def _retry_after(headers: Any) -> float | None:

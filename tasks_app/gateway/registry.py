@@ -4,18 +4,20 @@ from __future__ import annotations
 from typing import Any
 
 from ..vault.values import Resolved
-from .base import GatewayError, ModelBackend
+from .base import CallGuard, GatewayError, ModelBackend
 from .scripted import ScriptedBackend
 
 
-def get_backend(model: dict[str, Any], keys: Resolved | None = None) -> ModelBackend:
+def get_backend(model: dict[str, Any], keys: Resolved | None = None,
+                guard: CallGuard | None = None) -> ModelBackend:
     """The backend of a profile's `model`; `keys` are its API keys, resolved by
-    the runner for the task's tenant (`tasks_app.vault.lookup.model_keys`)."""
+    the runner for the task's tenant (`tasks_app.vault.lookup.model_keys`);
+    `guard` the circuit breakers around its endpoints."""
     backend = model.get("backend", "scripted")
     if backend == "scripted":
         return ScriptedBackend()
     if backend == "openai":
         from .openai_backend import OpenAIBackend
 
-        return OpenAIBackend(model, keys)
-    raise GatewayError(f"unknown model backend {backend!r}", retryable=False)
+        return OpenAIBackend(model, keys, guard)
+    raise GatewayError(f"unknown model backend {backend!r}", retryable=False, calls=0)

@@ -22,7 +22,7 @@ class ScriptedBackend:
         if index >= len(script):
             raise GatewayError(
                 f"the script has {len(script)} entries and model call {index + 1} was asked for",
-                retryable=False,
+                retryable=False, calls=0,
             )
         entry = script[index]
         decision: Decision = parse_decision(entry)

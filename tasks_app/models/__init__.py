@@ -1,11 +1,13 @@
-"""Storage for tenants, agent profiles, tasks, steps, events, context summaries and
-tenant secrets."""
+"""Storage for tenants, agent profiles, tasks, steps, events, context summaries,
+tenant secrets and daily spend."""
 
 from ..machine import TaskStatus
 from .agents import AgentProfile, OnExhaustion
 from .context import ContextSummary
 from .events import Event
+from .leases import LeaseWaiter, ResourceLease
 from .secrets import TenantSecret
+from .spend import DailySpend
 from .tasks import Step, StepKind, StepStatus, Task
 from .tenancy import ApiKey, Membership, Role, Tenant
 from .versions import AgentReleaseEntry, AgentVersion, ReleaseAction, VersionKind
@@ -16,10 +18,13 @@ __all__ = [
     "AgentVersion",
     "ApiKey",
     "ContextSummary",
+    "DailySpend",
     "Event",
+    "LeaseWaiter",
     "Membership",
     "OnExhaustion",
     "ReleaseAction",
+    "ResourceLease",
     "Role",
     "Step",
     "StepKind",

@@ -7,10 +7,12 @@ the latest saved configuration; which version new tasks get is
 """
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from django.db import models
 
+from ..pricing import money_text
 from .tenancy import Tenant
 
 
@@ -38,6 +40,8 @@ class AgentProfile(models.Model):
     max_duration_s = models.PositiveIntegerField(default=3600)
     per_tool = models.JSONField(default=dict, blank=True, help_text="{tool name: max calls}")
     max_concurrent_tasks = models.PositiveIntegerField(default=20)
+    # dollars a task may spend on model calls (`tasks_app.pricing`); null: no limit
+    max_cost = models.DecimalField(max_digits=16, decimal_places=6, null=True, blank=True)
     on_exhaustion = models.CharField(
         max_length=8, choices=OnExhaustion.choices, default=OnExhaustion.FAIL
     )
@@ -69,7 +73,7 @@ class AgentProfile(models.Model):
         return self.name
 
     def budget(self) -> dict[str, Any]:
-        return {
+        budget: dict[str, Any] = {
             "max_steps": self.max_steps,
             "max_model_calls": self.max_model_calls,
             "max_tool_calls": self.max_tool_calls,
@@ -78,6 +82,11 @@ class AgentProfile(models.Model):
             "per_tool": dict(self.per_tool or {}),
             "max_concurrent_tasks": self.max_concurrent_tasks,
         }
+        if self.max_cost is not None:
+            # dollars as canonical text (JSON has no exact decimals); absent when
+            # unset, so profiles without a cost budget keep their versions' shape
+            budget["max_cost"] = money_text(Decimal(self.max_cost))
+        return budget
 
     def snapshot(self) -> dict[str, Any]:
         """Everything a task needs from its profile, frozen at submission."""

@@ -48,6 +48,12 @@ class Task(models.Model):
     model_calls = models.PositiveIntegerField(default=0)
     tool_calls = models.PositiveIntegerField(default=0)
     tokens = models.PositiveIntegerField(default=0)
+    # Usage split by direction and its cost (`tasks_app.pricing`: integer pico-dollars,
+    # 1e-12 USD, exact), counted by `services.spend` as each model reply arrives.
+    input_tokens = models.BigIntegerField(default=0, db_default=0)
+    output_tokens = models.BigIntegerField(default=0, db_default=0)
+    cached_input_tokens = models.BigIntegerField(default=0, db_default=0)
+    cost_pico = models.BigIntegerField(default=0, db_default=0)
     per_tool = models.JSONField(default=dict, blank=True)
     budget_extension = models.JSONField(default=dict, blank=True)
     # no-progress detection: fingerprint of the last tool call and how often it repeated,
@@ -59,6 +65,10 @@ class Task(models.Model):
     # bounded by TETHER_STEP_ERROR_RETRIES (`runner.faults`)
     fault_attempts = models.PositiveIntegerField(default=0, db_default=0)
     fault_at = models.CharField(max_length=40, blank=True, default="", db_default="")
+    # a model's failures in a row, where the task stands ("version/steps"): the
+    # backoff grows with them across slices (runner.backoff)
+    model_failures = models.PositiveIntegerField(default=0, db_default=0)
+    model_failure_at = models.CharField(max_length=40, blank=True, default="", db_default="")
 
     deadline_at = models.DateTimeField(null=True, blank=True)
     lease_owner = models.CharField(max_length=128, blank=True)
@@ -73,6 +83,13 @@ class Task(models.Model):
 
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)
     request_hash = models.CharField(max_length=64, blank=True)
+
+    # A retry (`tasks_app.retries`): the task it continues, from which step, and the
+    # root of its retry chain, whose calls its keys may reuse (`retries.lineage`).
+    retry_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL,
+                                 related_name="retried_by")
+    retry_from_step = models.PositiveIntegerField(null=True, blank=True)
+    key_lineage = models.BigIntegerField(null=True, blank=True)
 
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -101,6 +118,9 @@ class Task(models.Model):
             # entries written), not an insert into each of the table's indexes.
             models.Index(fields=["status", "id"], name="task_status_fifo"),
             models.Index(fields=["trace_id"], name="task_trace"),  # exact lookups only
+            # the tasks of one retry chain (few rows; most tasks have none)
+            models.Index(fields=["key_lineage"], name="task_key_lineage",
+                         condition=models.Q(key_lineage__isnull=False)),
         ]
 
     def __str__(self) -> str:
@@ -219,10 +239,16 @@ class Step(models.Model):
     started_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     latency_ms = models.PositiveIntegerField(null=True, blank=True)
+    # A step a retry inherited (copied, never run again): the original step.
+    inherited_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL,
+                                       related_name="+", db_index=False)
 
     class Meta:
         ordering = ["step_no"]
         constraints = [models.UniqueConstraint(fields=["task", "step_no"], name="step_unique_no")]
+        # Partial: the steps the runner inserts (inherited_from NULL) pay for no index entry.
+        indexes = [models.Index(fields=["inherited_from"], name="step_inherited_from",
+                                condition=models.Q(inherited_from__isnull=False))]
 
     def __str__(self) -> str:
         return f"step {self.step_no} of task {self.task_id} ({self.status})"

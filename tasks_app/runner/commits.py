@@ -80,7 +80,8 @@ WITH task AS (
                                 args, idempotency_key, attempt, output_hash, started_at)
     SELECT new_step.id, %(task_id)s, %(step_no)s, %(kind)s, %(step_status)s, %(decision)s,
            %(model_log)s, %(tool)s, %(args)s,
-           encode(sha256(convert_to(%(key_head)s || new_step.id || %(key_tail)s, 'UTF8')), 'hex'),
+           COALESCE(%(reused_key)s::text, encode(sha256(convert_to(
+               %(key_head)s || new_step.id || %(key_tail)s, 'UTF8')), 'hex')),
            0, '', %(now)s
       FROM new_step
  RETURNING id, idempotency_key
@@ -98,7 +99,7 @@ WITH task AS (
                                          created_at, updated_at)
     SELECT step.idempotency_key, %(tenant_id)s, %(task_id)s, step.id, %(tool)s, %(ledger_args)s,
            %(ledger_status)s, %(attempts)s, %(owner)s, %(claimed_until)s, %(now)s, %(now)s
-      FROM step
+      FROM step WHERE %(reused_key)s::text IS NULL
 )
 SELECT step.id, step.idempotency_key, event.id FROM step, event
 """
@@ -157,14 +158,18 @@ class _Refused(Exception):
 @dataclass(frozen=True)
 class DecisionCommitted:
     step: Step  # as written (the memo's current step from now on)
-    claim: Claim
+    claim: Claim | None  # None: a reused key, whose ledger row exists (ask the ledger)
 
 
 def commit_decision(snap: TaskSnapshot, *, decision: dict[str, Any], model_log: dict[str, Any],
                     tool: str, args: dict[str, Any], reason: str, spec: ToolSpec,
-                    model_calls: int, tokens: int, owner: str,
-                    actor: Actor) -> DecisionCommitted | None:
-    """Record a tool-call decision and claim its key; None when the version moved on."""
+                    model_calls: int, tokens: int, owner: str, actor: Actor,
+                    reused_key: str | None = None) -> DecisionCommitted | None:
+    """Record a tool-call decision and claim its key; None when the version moved on.
+
+    With `reused_key` (a retried task's call the chain already made,
+    `retries.lineage`) the step takes that key and nothing is claimed: its
+    ledger row exists, and the call asks it first."""
     now = timezone.now()
     step = Step(task_id=snap.id, step_no=snap.steps_count + 1, kind=StepKind.TOOL,
                 status=StepStatus.RUNNING, decision=decision, model_log=model_log, tool=tool,
@@ -173,6 +178,7 @@ def commit_decision(snap: TaskSnapshot, *, decision: dict[str, Any], model_log: 
     claimed_until = now + timedelta(
         seconds=spec.timeout_s + settings.TETHER["LEDGER_CLAIM_GRACE_S"])
     payload = {"step_no": step.step_no, "tool": tool, "args": args, "reason": reason}
+    step.idempotency_key = reused_key or ""
     write = _decision_in_one_statement if _one_statement() else _decision_with_orm
     event_id = write(snap, step, payload=payload, model_calls=model_calls, tokens=tokens,
                      owner=owner, attempts=attempts, claimed_until=claimed_until, actor=actor,
@@ -186,7 +192,8 @@ def commit_decision(snap: TaskSnapshot, *, decision: dict[str, Any], model_log: 
     call = ToolCall(spec=spec, args=dict(args), context=ToolContext(
         idempotency_key=step.idempotency_key, task_id=snap.id, step_id=step.pk,
         tenant_id=snap.tenant_id, trace_id=snap.trace_id))
-    return DecisionCommitted(step=step, claim=Claim(call=call, owner=owner, attempts=attempts))
+    claim = None if reused_key else Claim(call=call, owner=owner, attempts=attempts)
+    return DecisionCommitted(step=step, claim=claim)
 
 
 def _decision_in_one_statement(snap: TaskSnapshot, step: Step, *, payload: dict[str, Any],
@@ -202,6 +209,7 @@ def _decision_in_one_statement(snap: TaskSnapshot, step: Step, *, payload: dict[
         "model_log": _json(Step, "model_log", step.model_log),
         "tool": step.tool, "args": _json(Step, "args", step.args),
         "key_head": f"{snap.id}|", "key_tail": f"|{step.tool}|{canonical_json(step.args)}",
+        "reused_key": step.idempotency_key or None,
         "payload": _json(Event, "payload", payload),
         "actor": actor.name, "actor_role": actor.role,
         "ledger_args": _json(ToolExecution, "args", step.args or {}),
@@ -227,15 +235,19 @@ def _decision_with_orm(snap: TaskSnapshot, step: Step, *, payload: dict[str, Any
                               tokens=F("tokens") + tokens)
             if not task_update_guarded(task_id=snap.id, version=snap.version, **fields):
                 raise _Refused()
+            reused = step.idempotency_key
             step.save(force_insert=True)
-            step.idempotency_key = idempotency_key(task_id=snap.id, step_id=step.pk,
-                                                   tool=step.tool, args=step.args or {})
-            Step.objects.filter(pk=step.pk).update(idempotency_key=step.idempotency_key)
+            if not reused:
+                step.idempotency_key = idempotency_key(task_id=snap.id, step_id=step.pk,
+                                                       tool=step.tool, args=step.args or {})
+                Step.objects.filter(pk=step.pk).update(idempotency_key=step.idempotency_key)
             event = Event.objects.create(
                 task_id=snap.id, tenant_id=snap.tenant_id, trace_id=snap.trace_id,
                 task_version=snap.version, type="decision_recorded",
                 payload={**payload, "idempotency_key": step.idempotency_key},
                 actor=actor.name, actor_role=actor.role, created_at=now)
+            if reused:
+                return event.pk  # the key's ledger row exists: nothing to claim
             ToolExecution.objects.create(
                 idempotency_key=step.idempotency_key, tenant_id=snap.tenant_id, task_id=snap.id,
                 step_id=step.pk, tool=step.tool, args=step.args or {},

@@ -10,26 +10,32 @@ compensates twice. Each outcome is an event on the task's timeline
 left for a person, it is not retried blindly.
 
 Runs after the FAILED transition commits, outside any transaction.
+
+Retries (`tasks_app.retries`): a step a retry inherited is not compensated,
+neither by the retry (it did not make the call) nor by the original once a
+retry continues from it. Which steps are compensated is decided once, under
+the original's row lock that `retries.services.task_retry` also takes, and
+recorded (`compensating`): a retry never inherits a step whose effect
+is being undone.
 """
 
 from __future__ import annotations
 
 import logging
 
+from django.db import transaction
+
 from tools_app.executor import OutcomeKind, ToolCall, ToolContext, execute_through_ledger
+from tools_app.executor.types import ToolSpec
 from tools_app.registry import tool_specs
 
-from ..keys import sha256_hex
+from ..keys import compensation_key
 from ..machine import TaskStatus
-from ..models import Step, StepKind, StepStatus, Task
+from ..models import Event, Step, StepKind, StepStatus, Task
 from ..services.actors import SYSTEM
 from ..services.events import event_append
 
 log = logging.getLogger(__name__)
-
-
-def compensation_key(original_key: str) -> str:
-    return sha256_hex(f"compensate|{original_key}")
 
 
 def compensate_task(task_id: int) -> int:
@@ -37,12 +43,8 @@ def compensate_task(task_id: int) -> int:
     task = Task.objects.filter(pk=task_id).only("id", "tenant_id", "trace_id", "status").first()
     if task is None or task.status != TaskStatus.FAILED:
         return 0
-    steps = list(
-        Step.objects.filter(task_id=task_id, kind=StepKind.TOOL, status=StepStatus.SUCCEEDED)
-        .exclude(tool="")
-        .order_by("-step_no")
-    )
     specs = tool_specs(tenant_id=task.tenant_id)
+    steps = compensable_steps(task, specs)
     made = 0
     for step in steps:
         spec = specs.get(step.tool)
@@ -89,6 +91,34 @@ def compensate_task(task_id: int) -> int:
                 {**payload, "outcome": outcome.kind.value, "error": outcome.error},
             )
     return made
+
+
+def compensable_steps(task: Task, specs: dict[str, ToolSpec]) -> list[Step]:
+    """The steps to compensate, newest first; decided once, under the task's row lock."""
+    with transaction.atomic():
+        # Serialises with a retry of this task taking its steps (`retries.services`).
+        Task.objects.select_for_update().filter(pk=task.pk).values_list("id").first()
+        steps = list(
+            Step.objects.filter(task_id=task.pk, kind=StepKind.TOOL, status=StepStatus.SUCCEEDED,
+                                inherited_from__isnull=True)  # inherited: not this task's call
+            .exclude(tool="")
+            .order_by("-step_no")
+        )
+        taken = dict(Step.objects.filter(inherited_from__in=[s.pk for s in steps])
+                     .values_list("inherited_from_id", "task_id"))
+        for step in steps:
+            if step.pk in taken:
+                _event(task, "compensation_skipped", {
+                    "step_no": step.step_no, "tool": step.tool,
+                    "reason": f"retry task {taken[step.pk]} continues from this step"})
+        steps = [s for s in steps if s.pk not in taken]
+        chosen = [s.step_no for s in steps
+                  if (spec := specs.get(s.tool)) is not None and spec.compensation_tool
+                  and spec.side_effect != "read"]
+        if chosen and not Event.objects.filter(task_id=task.pk,
+                                               type="compensating").exists():
+            _event(task, "compensating", {"step_nos": chosen})
+    return steps
 
 
 def _event(task: Task, type: str, payload: dict) -> None:  # type: ignore[type-arg]

@@ -8,7 +8,9 @@ and says what comes next:
 - `Resume`: the current tool step is still open (resumed or retried): run it;
 - `Ask`: the model must be asked, with this context (and the tenant's keys,
   read here, where the ORM may run); the slice awaits `ask_model` on the I/O
-  loop, holding no thread, then records what it said;
+  loop, holding no thread (the model's circuit breakers, `ModelGuard`, hand
+  their database work to the slice's hop), then records what it said (its
+  cost, `services.spend`, committed first on its own);
 - `Decided`: the decision cost no call (the scripted backend, or the next
   decision queued from a multi-call reply): it was asked and recorded in this
   same phase.
@@ -16,7 +18,7 @@ and says what comes next:
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.utils import timezone
@@ -31,10 +33,13 @@ from ..gateway import ContextSnapshot, Decision, GatewayError, ModelReply, get_b
 from ..machine import TaskStatus
 from ..models import Step, StepKind, StepStatus, Task
 from ..services.actors import Actor
+from ..services.spend import spend_of_reply
 from ..vault.lookup import model_keys
 from ..vault.values import Resolved
+from .backoff import backoff_s, model_failure_count
+from .breaker_waits import ModelGuard, model_wait
 from .budgets import exhausted_budget, past_deadline
-from .executing import backoff_s, prepare_call
+from .executing import prepare_call
 from .memo import SliceMemo
 from .progress import stalled
 from .recording import Decided, record_decision
@@ -141,11 +146,12 @@ def plan_step(*, task_id: int, owner: str, memo: SliceMemo) -> StepResult | Resu
     return record_model_reply(ask, completed(reply, context, started), owner=owner, memo=memo)
 
 
-async def ask_model(ask: Ask) -> ModelReply | GatewayError:
-    """Ask the task's model, awaited on the I/O loop (no database here)."""
+async def ask_model(ask: Ask, guard: ModelGuard) -> ModelReply | GatewayError:
+    """Ask the task's model, awaited on the I/O loop (no database here but the
+    breakers', which `guard` hands to a database thread)."""
     started = time.monotonic()
     try:
-        backend = get_backend(ask.snap.agent.get("model") or {}, ask.keys)
+        backend = get_backend(ask.snap.agent.get("model") or {}, ask.keys, guard)
         reply = await backend.adecide(ask.context)
     except GatewayError as exc:
         return exc
@@ -162,18 +168,28 @@ def completed(reply: ModelReply, context: ContextSnapshot, started: float) -> Mo
     return reply
 
 
-def model_failed(snap: TaskSnapshot, exc: GatewayError) -> StepResult:
-    """The model could not answer: come back later, or fail the task."""
+def model_failed(snap: TaskSnapshot, exc: GatewayError,
+                 guard: ModelGuard | None = None) -> StepResult:
+    """The model could not answer: come back later, or fail the task (a
+    database phase)."""
+    Spent(model_calls=exc.calls).charge(snap.id)  # every request sent counts
+    if exc.held and guard is not None:  # a breaker is open: wait for it, no retry spent
+        return StepResult(Next.LATER, model_wait(snap, guard, exc.retry_after_s or 0.0),
+                          f"model: {exc}")
     if exc.retryable:
-        Spent(model_calls=1).charge(snap.id)  # asked, and asked again later: it counts
-        return StepResult(Next.LATER, exc.retry_after_s or backoff_s(1), f"model: {exc}")
+        # The backoff grows with the failures in a row, counted on the task.
+        attempt = model_failure_count(snap)
+        return StepResult(Next.LATER, backoff_s(attempt, exc.retry_after_s, full_jitter=True),
+                          f"model: {exc}")
     return fail(snap, "model_unavailable", Actor.worker("gateway"), detail={"message": str(exc)})
 
 
 def record_model_reply(ask: Ask, reply: ModelReply, *, owner: str,
                        memo: SliceMemo) -> Recorded:
-    """Record what the model said (a database phase)."""
-    snap = ask.snap
+    """Record what the model said (a database phase), its cost first."""
+    charged = spend_of_reply(task_id=ask.snap.id, tenant_id=ask.snap.tenant_id,
+                             agent=ask.snap.agent, reply=reply)  # committed on its own
+    snap = replace(ask.snap, cost_pico=ask.snap.cost_pico + charged.cost_pico)
     decision = reply.decisions[0] if reply.decisions else Decision(
         kind="invalid", raw=reply.raw, error="the model returned no decision")
     model_log: dict[str, Any] = {
@@ -182,8 +198,11 @@ def record_model_reply(ask: Ask, reply: ModelReply, *, owner: str,
         "input_summary": reply.input_summary, "raw": reply.raw[:8000],
         "used_fallback": reply.used_fallback, "attempts": reply.attempts,
         "queued": [d.as_dict() for d in reply.decisions[1:]],
+        **charged.model_log,
     }
-    return record_reply(snap, decision, model_log, Spent(model_calls=1, tokens=reply.tokens),
+    # every request sent counts: the failed attempts before the reply too
+    spent = Spent(model_calls=max(1, reply.attempts), tokens=reply.tokens)
+    return record_reply(snap, decision, model_log, spent,
                         ask.specs, ask.sources, owner=owner, memo=memo,
                         free=backend_of(snap) == SCRIPTED)
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -79,6 +80,25 @@ class EmbeddedRunner:
             lambda: loop.create_task(sync_to_async(_compensate, thread_sensitive=False)(task_id))
         )
 
+    def submit_job(self, fn: Callable[..., object], *args: object, delay_s: float = 0.0) -> bool:
+        """Run `fn(*args)` in a worker thread, from the server's loop, after
+        `delay_s`: other apps' background work (notify_app's deliveries). False
+        outside the server process (the work's own sweep picks it up later)."""
+        loop = self.loop
+        if loop is None or loop.is_closed():
+            return False
+        loop.call_soon_threadsafe(lambda: loop.create_task(self._job(fn, args, delay_s)))
+        return True
+
+    async def _job(self, fn: Callable[..., object], args: tuple[object, ...],
+                   delay_s: float) -> None:
+        if delay_s > 0:
+            await asyncio.sleep(delay_s)
+        try:
+            await sync_to_async(_call, thread_sensitive=False)(fn, args)
+        except Exception:  # noqa: BLE001 - keep the loop alive; the job's sweep retries
+            log.exception("embedded job %s failed", getattr(fn, "__qualname__", fn))
+
     async def _sweep_forever(self, *, resume_first: bool) -> None:
         interval = settings.TETHER.get("EMBEDDED_SWEEP_S", 2.0)
         if resume_first:
@@ -104,6 +124,14 @@ def _compensate(task_id: int) -> None:
             compensate_task(task_id)
     except Exception:  # noqa: BLE001 - logged; a person sees the failed task
         log.exception("compensating task %s failed", task_id)
+    finally:
+        close_old_connections()
+
+
+def _call(fn: Callable[..., object], args: tuple[object, ...]) -> None:
+    close_old_connections()
+    try:
+        fn(*args)
     finally:
         close_old_connections()
 

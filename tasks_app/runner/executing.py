@@ -10,17 +10,24 @@ status query, and `commit_outcome_of` (the outcome with the version check; a
 failed check means the result is DISCARDED: recorded for audit, never
 applied). A claim taken in the decision's commit is recorded by the commit of
 the outcome; a cancel that committed meanwhile fences the result.
+
+Before the call, one more database phase (`admit_call`): the resource lease
+of a tool that declares a resource (`tasks_app.leases`; busy: the claim is
+given back and the task comes back later) and the tool's circuit breaker
+(`breaker_waits`; open: the same). The resource lease is held for the whole
+awaited call and released once the outcome committed, or on any failure or
+cancellation (a phase of its own). The call runs in its `execute_tool` span
+(`config.tracing`), opened on the loop so an http tool's `traceparent` is
+the span's.
 """
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
@@ -29,16 +36,22 @@ from approvals_app.services import opening
 from config.errors import DomainError, ErrorKind
 from config.logs import bind_log
 from config.metrics import count_late_result
+from config.tracing import tool_span
+from tools_app.breakers import retry_delay_s
 from tools_app.executor import OutcomeKind, StatusAnswer, ToolCall, ToolContext, ToolOutcome, ledger
 from tools_app.executor.dispatch import Prepared, ask_status, prepare
 from tools_app.executor.types import ToolSpec
 from tools_app.registry import tool_specs
 
+from ..gateway.messages import call_id
 from ..keys import call_fingerprint, canonical_json, sha256_hex
+from ..leases import ResourceHold, lease_for_call
 from ..models import Step, StepStatus, Task
 from ..services.actors import Actor
 from ..services.events import event_append
 from ..services.transitions import KnownTask, task_transition
+from . import breaker_waits
+from .backoff import backoff_s
 from .commits import commit_outcome
 from .hops import Hop
 from .memo import SliceMemo
@@ -69,37 +82,101 @@ class _Open:
     prepared: Prepared | ToolOutcome
 
 
+@dataclass(frozen=True)
+class _Admitted:
+    """The call may be made now: under `hold` (its resource lease, if any; the
+    call and claim fenced with it) and past its breaker (`gate`)."""
+
+    hold: ResourceHold
+    gate: breaker_waits.ToolGate
+    call: ToolCall
+    claim: ledger.Claim | None
+    prepared: Prepared | ToolOutcome
+
+
 async def execute(snap: TaskSnapshot, step: Step, *, owner: str, actor: Actor, memo: SliceMemo,
                   hop: Hop, decided: Decided | None = None,
                   prepared: Prepared | ToolOutcome | None = None,
                   after: After = None) -> StepResult:
     """Run a decided tool step. With `decided` (its claim taken in the decision's
     commit) the outcome is recorded in the ledger by the commit of the outcome;
-    without, the ledger is asked first (a resumed or retried step)."""
+    without (a resumed or retried step, or a retried task's call that reuses
+    an earlier key: no claim was taken), the ledger is asked first."""
     claim: ledger.Claim | None
-    if decided is None or prepared is None:
+    if decided is None or decided.claim is None or prepared is None:
         opened = await hop(open_call, snap, step, owner=owner, actor=actor, memo=memo)
         if isinstance(opened, StepResult):
             return opened
         spec, claim, prepared = opened.spec, opened.claim, opened.prepared
     else:
         spec, claim = decided.spec, decided.claim
-    call = call_of(snap, step, spec)
+    admitted = await hop(admit_call, snap, step, spec, claim, prepared, owner=owner, actor=actor)
+    if isinstance(admitted, StepResult):
+        return admitted
+    hold = admitted.hold
+    try:
+        return await _call_and_commit(snap, step, spec, admitted, owner=owner, actor=actor,
+                                      memo=memo, hop=hop, after=after)
+    finally:
+        if hold.held:  # after the outcome committed, or on any failure or cancellation
+            await hop(_release, hold)
+
+
+async def _call_and_commit(snap: TaskSnapshot, step: Step, spec: ToolSpec, admitted: _Admitted,
+                           *, owner: str, actor: Actor, memo: SliceMemo, hop: Hop,
+                           after: After) -> StepResult:
+    call, claim, prepared = admitted.call, admitted.claim, admitted.prepared
     started = time.monotonic()  # the slice's lease is kept alive meanwhile (`beats`)
-    if claim is None:
-        outcome = await _settle(hop, call, prepared, first_error=None)
-    else:
-        outcome = await ledger.acall_claimed(claim, prepared)
-        if outcome.kind is OutcomeKind.UNCERTAIN:
-            # Recorded before the status query is asked (it may take long or fail).
-            await hop(ledger.record, claim, outcome)
-            outcome, claim = await _settle(hop, call, prepared,
-                                           first_error=outcome.error), None
+    with tool_span(tool=spec.name, call_id=call_id(step.step_no), kind=spec.kind,
+                   idempotency_key=call.context.idempotency_key) as traced:
+        if claim is None:
+            outcome = await _settle(hop, call, prepared, first_error=None)
+        else:
+            outcome = await ledger.acall_claimed(claim, prepared)
+        traced.outcome(outcome.kind.value, error=outcome.error, from_ledger=outcome.from_ledger)
+    if admitted.gate.target is not None:
+        await hop(breaker_waits.tool_record, snap, admitted.gate, outcome, owner=owner)
+    if claim is not None and outcome.kind is OutcomeKind.UNCERTAIN:
+        # Recorded before the status query is asked (it may take long or fail).
+        await hop(ledger.record, claim, outcome)
+        outcome, claim = await _settle(hop, call, prepared, first_error=outcome.error), None
     memo.waited_s += time.monotonic() - started
     if outcome.kind is OutcomeKind.PROCESSING:
         return StepResult(Next.LATER, 0.5, "another executor holds this call")
     return await hop(commit_then, snap, step, spec, outcome, actor, memo=memo, claim=claim,
                      after=after)
+
+
+def admit_call(snap: TaskSnapshot, step: Step, spec: ToolSpec, claim: ledger.Claim | None,
+               prepared: Prepared | ToolOutcome, *, owner: str,
+               actor: Actor) -> StepResult | _Admitted:
+    """May the call be made now (a database phase)? Its resource lease, then its
+    breaker; either one busy: the claim is given back (no attempt, no retry
+    spent) and the task comes back later, holding no worker."""
+    call = call_of(snap, step, spec)
+    hold = lease_for_call(spec=spec, call=call, step_no=step.step_no, owner=owner, actor=actor)
+    if hold.waiting:  # its resource is busy: back to the queue
+        if claim is not None:
+            ledger.unclaim(claim, reason=hold.note)
+        return StepResult(Next.LATER, hold.delay_s, hold.note)
+    admitted = False
+    try:
+        call = hold.fenced(call)
+        claim = replace(claim, call=call) if claim is not None else None
+        if isinstance(prepared, Prepared):
+            prepared = replace(prepared, call=hold.fenced(prepared.call))
+        gate = breaker_waits.tool_admit(snap, spec, owner=owner)
+        if not gate.allowed:  # its breaker is open: no call, no retry spent; come back later
+            return StepResult(Next.LATER, breaker_waits.tool_wait(snap, gate, claim), "breaker")
+        admitted = True
+        return _Admitted(hold, gate, call, claim, prepared)
+    finally:
+        if not admitted:
+            _release(hold)
+
+
+def _release(hold: ResourceHold) -> None:
+    hold.__exit__(None, None, None)
 
 
 async def _settle(hop: Hop, call: ToolCall, prepared: Prepared | ToolOutcome, *,
@@ -140,16 +217,6 @@ def commit_then(snap: TaskSnapshot, step: Step, spec: ToolSpec | None, outcome: 
     if after is not None:
         after()
     return result
-
-
-def backoff_s(attempt: int, retry_after: float | None = None, *,
-              full_jitter: bool = False) -> float:
-    """Exponential backoff with jitter (the upper half of the ceiling, or all of it
-    with `full_jitter`), bounded; `Retry-After` wins when larger."""
-    cfg = settings.TETHER
-    ceiling = min(cfg["BACKOFF_MAX_S"], cfg["BACKOFF_BASE_S"] * (2 ** max(0, attempt - 1)))
-    delay = random.uniform(0.0 if full_jitter else ceiling / 2, ceiling)
-    return max(delay, retry_after or 0.0)
 
 
 def commit_outcome_of(snap: TaskSnapshot, step: Step, spec: ToolSpec | None, outcome: ToolOutcome,
@@ -214,7 +281,9 @@ def _commit_failure(snap: TaskSnapshot, step: Step, spec: ToolSpec | None, outco
     if outcome.kind is OutcomeKind.TRANSIENT:
         max_retries = spec.max_retries if spec else 0
         if step.attempt < max_retries:
-            delay = backoff_s(step.attempt + 1, outcome.retry_after_s)
+            delay = (retry_delay_s(spec.retry_delays_s, step.attempt + 1, outcome.retry_after_s)
+                     if spec and spec.retry_delays_s
+                     else backoff_s(step.attempt + 1, outcome.retry_after_s))
             task_transition(task_id=snap.id, event="retryable_error", actor=actor,
                             expected_version=snap.version, known=known,
                             payload={"step_no": step.step_no, "attempt": step.attempt + 1,

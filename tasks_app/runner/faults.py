@@ -27,7 +27,7 @@ from tools_app.executor.jsonsafe import storable
 from ..machine import TaskStatus
 from ..models import Task
 from ..services.actors import Actor
-from .executing import backoff_s
+from .backoff import backoff_s
 from .snapshot import TaskSnapshot
 from .stopping import exhaust
 

@@ -113,7 +113,8 @@ async def _steps(task_id: int, *, owner: str, until: float, leased: Task, hop: H
     memo = SliceMemo(leased=leased)  # what each step leaves for the next one of this slice
     try:
         while True:
-            with step_scope() as observed:  # counted, timed and logged once per step
+            # counted, timed, logged and traced once per step
+            with step_scope(trace_id=leased.trace_id, task_id=task_id) as observed:
                 result = await step(task_id=task_id, owner=owner, memo=memo, hop=hop)
                 observed.outcome = result.next.value
             steps += 1

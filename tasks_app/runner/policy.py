@@ -2,8 +2,8 @@
 spec and the task snapshot. The model only proposes; this decides.
 
 Order: allow-list, registration, argument schema (all "invalid": fed back to
-the model), then the task's tool-call budgets ("budget": the task fails or
-escalates), then whether a person must approve.
+the model), then the task's tool-call and cost budgets ("budget": the task
+fails or escalates), then whether a person must approve.
 """
 from __future__ import annotations
 
@@ -14,7 +14,14 @@ from tools_app.executor.types import ToolSpec
 from tools_app.schemas import schema_errors
 
 from ..gateway.base import Decision
-from .budgets import per_tool_exhausted, per_tool_limit, tool_calls_exhausted
+from ..pricing import pico_text
+from .budgets import (
+    cost_exhausted,
+    cost_limit_pico,
+    per_tool_exhausted,
+    per_tool_limit,
+    tool_calls_exhausted,
+)
 from .snapshot import TaskSnapshot
 
 Verdict = Literal["run", "approve", "invalid", "budget"]
@@ -58,6 +65,11 @@ def check_tool_call(
             "type": "budget_exhausted", "budget": "per_tool_limit", "tool": tool,
             "used": snap.per_tool.get(tool, 0), "limit": per_tool_limit(snap, tool),
             "message": f"the task has used all its calls of {tool}"})
+    if cost_exhausted(snap):
+        return PolicyResult("budget", {
+            "type": "budget_exhausted", "budget": "max_cost", "tool": tool,
+            "used": pico_text(snap.cost_pico), "limit": pico_text(cost_limit_pico(snap) or 0),
+            "message": "the task has spent its cost budget"})
     if spec.requires_approval and tool not in always_allowed:
         return PolicyResult("approve")
     return PolicyResult("run")

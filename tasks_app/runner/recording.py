@@ -26,6 +26,7 @@ from tools_app.schemas import schema_errors
 from ..gateway import Decision
 from ..keys import call_fingerprint, canonical_json, idempotency_key, sha256_hex
 from ..models import Step, StepKind, StepStatus
+from ..retries.lineage import lineage_key
 from ..services.actors import Actor
 from ..services.events import event_append
 from ..services.transitions import task_transition, task_update_guarded
@@ -144,13 +145,16 @@ def record_decision(
         return _refuse(snap, decision, model_log, counters, actor,
                        reason=str(error.get("budget", "budget")), error=error, offer_again=True)
     assert spec is not None
+    # A retried task's call the chain already made takes that call's key (None: a fresh key).
+    reused = lineage_key(task_id=snap.id, key_lineage=snap.key_lineage, step_no=step_no,
+                         tool=decision.tool, args=decision.args)
     if verdict.verdict == "approve":
         with transaction.atomic():
             step = _new_step(snap, kind=StepKind.TOOL, status=StepStatus.PENDING_APPROVAL,
                              decision=decision, model_log=model_log, tool=decision.tool,
                              args=decision.args)
-            step.idempotency_key = idempotency_key(task_id=snap.id, step_id=step.pk,
-                                                   tool=decision.tool, args=decision.args)
+            step.idempotency_key = reused or idempotency_key(
+                task_id=snap.id, step_id=step.pk, tool=decision.tool, args=decision.args)
             Step.objects.filter(pk=step.pk).update(idempotency_key=step.idempotency_key)
             done = task_transition(task_id=snap.id, event="need_approval", actor=actor,
                                    expected_version=snap.version, known=known(snap),
@@ -167,7 +171,7 @@ def record_decision(
     committed = commit_decision(
         snap, decision=decision.as_dict(), model_log=model_log, tool=decision.tool,
         args=decision.args, reason=decision.reason, spec=spec, model_calls=spent.model_calls,
-        tokens=spent.tokens, owner=owner, actor=actor)
+        tokens=spent.tokens, owner=owner, actor=actor, reused_key=reused)
     if committed is None:
         raise Stale()
     return Decided(spent.applied_to(snap), committed.step, spec, committed.claim)

@@ -9,7 +9,8 @@ the embedded runner's own timer).
 - tasks waiting for an answer or an approval past their deadline fail
   (`deadline_exceeded`): the deadline holds while nobody runs them. Tasks
   waiting for a reconciliation (the outside world's state is unknown) or for an
-  operator (escalated: the operator decides) are left to their person.
+  operator (escalated: the operator decides) are left to their person;
+- then the hooks other apps registered (`services.hooks.on_sweep`).
 
 What happens to a step left mid-call is decided by the ledger when the task
 runs again: same key for tools that honour keys, UNCERTAIN (status query,
@@ -32,6 +33,7 @@ from ..models import Task
 from ..services.actors import SYSTEM
 from ..services.admission import admit_created_tasks
 from ..services.dispatch import schedule_advance
+from ..services.hooks import run_sweep_hooks
 from ..services.transitions import task_transition
 
 DEADLINE_WAITS = (TaskStatus.WAITING_FOR_INPUT, TaskStatus.WAITING_FOR_APPROVAL)
@@ -70,8 +72,10 @@ def recovery_sweep(*, batch: int = 500) -> SweepReport:
         requeued += 1
     count_recoveries(requeued)
     expired = approvals_expire()
+    failed = fail_waiting_past_deadline(batch=batch)
+    run_sweep_hooks()  # other apps' periodic work (notify_app: SLA warnings, stuck deliveries)
     return SweepReport(admitted=len(admitted), requeued=requeued, approvals_expired=expired,
-                       deadlines_failed=fail_waiting_past_deadline(batch=batch))
+                       deadlines_failed=failed)
 
 
 def fail_waiting_past_deadline(*, batch: int = 500) -> int:

@@ -32,6 +32,8 @@ class TaskSnapshot:
     stale_steps: int
     started_at: datetime | None
     deadline_at: datetime | None
+    key_lineage: int | None = None  # the root of its retry chain (`retries.lineage`)
+    cost_pico: int = 0  # spent on model calls so far (`tasks_app.pricing`)
 
     @classmethod
     def of(cls, task: Task) -> TaskSnapshot:
@@ -57,6 +59,8 @@ class TaskSnapshot:
             stale_steps=task.stale_steps,
             started_at=task.started_at,
             deadline_at=task.deadline_at,
+            key_lineage=task.key_lineage,
+            cost_pico=task.cost_pico,
         )
 
     def limit(self, name: str) -> int:

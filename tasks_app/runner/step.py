@@ -34,6 +34,7 @@ from config.errors import DomainError, ErrorKind
 
 from ..gateway import GatewayError
 from ..services.actors import Actor
+from .breaker_waits import ModelGuard
 from .deciding import (
     Ask,
     Recorded,
@@ -71,10 +72,12 @@ async def step(*, task_id: int, owner: str, memo: SliceMemo, hop: Hop) -> StepRe
                                  memo=memo, hop=hop)
         if isinstance(plan, Ask):
             started = time.monotonic()
-            reply = await ask_model(plan)  # the slice's lease is kept alive meanwhile (`beats`)
+            guard = ModelGuard(plan.snap, owner=owner, hop=hop)  # the model's breakers
+            # the slice's lease is kept alive meanwhile (`beats`)
+            reply = await ask_model(plan, guard)
             memo.waited_s += time.monotonic() - started
             if isinstance(reply, GatewayError):
-                return await hop(model_failed, plan.snap, reply)
+                return await hop(model_failed, plan.snap, reply, guard)
             plan = await hop(record_model_reply, plan, reply, owner=owner, memo=memo)
         return await _after_recording(plan, owner=owner, memo=memo, hop=hop)
     except (Stale, IntegrityError):

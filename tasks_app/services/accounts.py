@@ -2,7 +2,9 @@
 
 A tenant's admin is not Django staff: the Django admin is for the operator's
 superusers only (`config.admin_site`). A member who loses access (membership
-revoked, user deactivated) has their live sockets closed once that commits."""
+revoked, user deactivated) has their live sockets closed once that commits.
+Every change of a membership, and every new API key, is an audit entry of the
+member's tenant (`audit_app`)."""
 
 from __future__ import annotations
 
@@ -12,10 +14,12 @@ import secrets
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from audit_app.services import audit_record
 from config.errors import invalid
 
 from ..live.publish import end_user_sockets
 from ..models import ApiKey, Membership, Role, Tenant
+from .actors import SYSTEM, Actor
 
 KEY_PREFIX = "tth_"
 
@@ -29,7 +33,8 @@ def tenant_create(*, name: str) -> Tenant:
     return tenant
 
 
-def user_ensure(*, tenant: Tenant, username: str, role: str, password: str | None = None):  # type: ignore[no-untyped-def]
+def user_ensure(*, tenant: Tenant, username: str, role: str, password: str | None = None,  # type: ignore[no-untyped-def]
+                actor: Actor = SYSTEM):
     """Create the user (or update its role); a user belongs to one tenant only."""
     if role not in Role.values:
         raise invalid(
@@ -45,31 +50,65 @@ def user_ensure(*, tenant: Tenant, username: str, role: str, password: str | Non
                 "The request is not valid.",
                 username=[f"{username} already belongs to tenant {membership.tenant.name}"],
             )
+        before = None if membership is None else {"role": membership.role}
         Membership.objects.update_or_create(user=user, defaults={"tenant": tenant, "role": role})
+        audit_record(actor=actor, tenant_id=tenant.pk, kind="membership", name=username,
+                     action="created" if before is None else "updated", before=before,
+                     after={"role": role}, object_id=user.pk)
         if password:
             user.set_password(password)
         user.save()
     return user
 
 
-def api_key_create(*, user) -> str:  # type: ignore[no-untyped-def]
+def api_key_create(*, user, actor: Actor = SYSTEM) -> str:  # type: ignore[no-untyped-def]
     """A new API key for `user`; only its hash is stored, the key is returned once."""
     raw = KEY_PREFIX + secrets.token_urlsafe(32)
-    ApiKey.objects.create(user=user, prefix=raw[:12], key_hash=hash_key(raw))
+    with transaction.atomic():
+        key = ApiKey.objects.create(user=user, prefix=raw[:12], key_hash=hash_key(raw))
+        membership = Membership.objects.filter(user=user).first()
+        if membership is not None:  # the audit log is per tenant
+            audit_record(actor=actor, tenant_id=membership.tenant_id, kind="api_key",
+                         name=user.get_username(), action="created",
+                         after={"prefix": key.prefix}, object_id=key.pk)
     return raw
 
 
-def membership_revoke(*, user_id: int) -> bool:
+def membership_revoke(*, user_id: int, actor: Actor = SYSTEM) -> bool:
     """Take the user out of their tenant; False when they had no membership."""
     with transaction.atomic():
+        membership = Membership.objects.select_related("user").filter(user_id=user_id).first()
+        if membership is not None:
+            audit_record(actor=actor, tenant_id=membership.tenant_id, kind="membership",
+                         name=membership.user.get_username(), action="revoked",
+                         before={"role": membership.role}, object_id=user_id)
         deleted, _ = Membership.objects.filter(user_id=user_id).delete()
         transaction.on_commit(lambda: end_user_sockets(user_id))
     return bool(deleted)
 
 
-def user_deactivate(*, user_id: int) -> bool:
+def user_deactivate(*, user_id: int, actor: Actor = SYSTEM) -> bool:
     """The user can no longer sign in, use an API key or keep a live socket."""
     with transaction.atomic():
         changed = get_user_model().objects.filter(pk=user_id).update(is_active=False)
+        membership = Membership.objects.select_related("user").filter(user_id=user_id).first()
+        if changed and membership is not None:
+            audit_record(actor=actor, tenant_id=membership.tenant_id, kind="membership",
+                         name=membership.user.get_username(), action="deactivated",
+                         before={"active": True}, after={"active": False}, object_id=user_id)
         transaction.on_commit(lambda: end_user_sockets(user_id))
     return bool(changed)
+
+
+def membership_audit(membership: Membership, *, actor: Actor,
+                     before: Membership | None) -> None:
+    """The audit entry of a membership saved outside `user_ensure` (the Django admin),
+    in the caller's transaction, in the member's (new) tenant."""
+    def shown(m: Membership) -> dict[str, str]:
+        return {"role": m.role, "tenant": m.tenant.name}
+
+    audit_record(actor=actor, tenant_id=membership.tenant_id, kind="membership",
+                 name=membership.user.get_username(),
+                 action="created" if before is None else "updated",
+                 before=None if before is None else shown(before), after=shown(membership),
+                 object_id=membership.user_id)

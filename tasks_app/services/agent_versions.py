@@ -19,30 +19,12 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-import dictdiffer
 from django.db import transaction
+
+from audit_app.diffs import config_diff
 
 from ..models import AgentProfile, AgentVersion, VersionKind
 from .actors import SYSTEM, Actor
-
-
-def config_diff(old: dict[str, Any] | None, new: dict[str, Any]) -> list[dict[str, Any]]:
-    """What changed from `old` to `new`: `[{path, change, old, new}]`, `change`
-    one of changed, added, removed; `path` dotted (`model.temperature`, `tools.1`)."""
-    out: list[dict[str, Any]] = []
-    for change, where, detail in dictdiffer.diff(old or {}, new, dot_notation=False):
-        parent = [str(p) for p in (where if isinstance(where, list) else [where])]
-        if change == "change":
-            before, after = detail
-            out.append({"path": ".".join(parent), "change": "changed", "old": before, "new": after})
-            continue
-        for key, value in detail:
-            path = ".".join([*parent, str(key)])
-            if change == "add":
-                out.append({"path": path, "change": "added", "old": None, "new": value})
-            else:
-                out.append({"path": path, "change": "removed", "old": value, "new": None})
-    return out
 
 
 def config_apply(agent: AgentProfile, config: dict[str, Any]) -> None:
@@ -50,6 +32,7 @@ def config_apply(agent: AgentProfile, config: dict[str, Any]) -> None:
     snapshot's keys are the profile's fields, the budget's flattened."""
     fields = {f.name for f in AgentProfile._meta.concrete_fields} - {"id", "tenant", "name"}
     flat = {**{k: v for k, v in config.items() if k != "budget"}, **(config.get("budget") or {})}
+    flat.setdefault("max_cost", None)  # a version recorded without a cost budget has none
     for key, value in flat.items():
         if key in fields:
             setattr(agent, key, value)

@@ -8,7 +8,8 @@ them; the key a model names must be a secret of the same tenant
 (`api_key_secret`) or an environment variable the operator granted it
 (`api_key_env`, see `tasks_app.vault.grants`). Tasks copy their profile at
 submission: an update never changes a task that is already under way. Names
-that are console routes (`new`) are reserved.
+that are console routes (`new`) are reserved. Every change is an audit entry
+(`audit_app`) in the change's transaction.
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ from typing import Any
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
 
+from audit_app.services import audit_record
 from config.errors import conflict, invalid, not_found
 from tools_app.models import Tool
 from tools_app.schemas import check_schema
 
 from ..gateway.model_settings import model_settings_errors
 from ..models import AgentProfile, OnExhaustion, Tenant
+from ..pricing import MAX_BUDGET, money, money_problem
 from ..selectors import missing_secret_names
 from ..vault.grants import env_granted, not_granted_message
 from ..vault.references import model_env_names, model_secret_names
@@ -48,6 +51,7 @@ EDITABLE = (
     "model",
     "tools",
     *BUDGET_FIELDS,
+    "max_cost",
     "per_tool",
     "on_exhaustion",
     "no_progress_repeats",
@@ -81,6 +85,7 @@ def agent_create(
         with transaction.atomic():
             agent.save()
             version_record(agent=agent, actor=actor)
+            agent_audit(agent, actor=actor, action="created", before=None)
     except IntegrityError:  # a concurrent create of the same name won
         raise conflict("agent_exists", f"an agent named {name!r} already exists", name=name)
     return agent
@@ -106,6 +111,7 @@ def agent_update(
         )
         if agent is None:
             raise not_found("Agent")
+        before = agent_audited(agent)
         for key, value in changes.items():
             setattr(agent, key, value)
         errors = agent_errors(agent)
@@ -113,7 +119,27 @@ def agent_update(
             raise invalid("invalid", "The request is not valid.", **errors)
         agent.save()
         version_record(agent=agent, actor=actor)
+        agent_audit(agent, actor=actor, action="updated", before=before)
     return agent
+
+
+def agent_audited(agent: AgentProfile) -> dict[str, Any]:
+    """A profile as the audit log shows it: its configuration, description and
+    switch, and which versions new tasks get."""
+    return {**agent.snapshot(), "description": agent.description, "enabled": agent.enabled,
+            "current_version": agent.current_version, "latest_version": agent.latest_version,
+            "release": None if agent.release_candidate is None else {
+                "candidate": agent.release_candidate, "percent": agent.release_percent}}
+
+
+def agent_audit(agent: AgentProfile, *, actor: Actor, action: str,
+                before: dict[str, Any] | None) -> None:
+    """The audit entry of a change to `agent` (as it now stands), in the caller's
+    transaction. The row is re-read for the version fields `version_record` wrote."""
+    agent.refresh_from_db(fields=["current_version", "latest_version", "release_candidate",
+                                  "release_percent"])
+    audit_record(actor=actor, tenant_id=agent.tenant_id, kind="agent", name=agent.name,
+                 action=action, before=before, after=agent_audited(agent), object_id=agent.pk)
 
 
 def _refuse_unknown(fields: dict[str, Any]) -> None:
@@ -155,6 +181,13 @@ def agent_errors(agent: AgentProfile) -> dict[str, list[str]]:
         value = getattr(agent, field)
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_INT:
             add(f"budget.{field}", f"an integer from 1 to {MAX_INT}")
+    if agent.max_cost is not None:  # dollars, or null for no cost budget
+        if problem := money_problem(agent.max_cost, maximum=MAX_BUDGET):
+            add("budget.max_cost", problem)
+        elif money(agent.max_cost) == 0:  # would stop every task before its first call
+            add("budget.max_cost", "more than 0 dollars, or null for no limit")
+        else:
+            agent.max_cost = money(agent.max_cost)
     per_tool = agent.per_tool
     if not isinstance(per_tool, dict):
         add("budget.per_tool", "an object {tool name: max calls}")

@@ -1,10 +1,12 @@
 """Appending events. `event_append` writes an event row and schedules its
 publication; the runner's one-statement commits (`runner.commits`) write
 theirs in SQL and schedule it with `event_announce`. Nothing else publishes.
+Hooks other apps registered (`services.hooks`) run inside `event_append`.
 
 Publication happens in `transaction.on_commit`, so a rolled-back event is
 never shown to anybody, and a subscriber never sees an event the database
-does not have.
+does not have. Metrics count it and the task's trace shows it
+(`task_traces`) at the same moment.
 """
 from __future__ import annotations
 
@@ -15,13 +17,11 @@ from django.db import transaction
 
 from config.metrics import count_task_event
 
-from ..machine import TERMINAL, TRANSITIONS
+from ..machine import FINAL_STATUS_OF
 from ..models import Event
 from .actors import Actor
-
-# transition event -> the final status it reaches (for the metrics of finished tasks)
-FINAL_STATUS_OF = {event: target for event, (_from, target) in TRANSITIONS.items()
-                   if target in TERMINAL}
+from .hooks import run_event_hooks
+from .task_traces import trace_event
 
 # In one-statement commits (PostgreSQL): the event of a transition whose
 # version-checked `UPDATE` is the CTE named `task`, returning the new version.
@@ -56,6 +56,7 @@ def event_append(
         actor=actor.name,
         actor_role=actor.role,
     )
+    run_event_hooks(event)  # same transaction: what a hook writes commits with the event
     event_announce(event)
     return event
 
@@ -79,4 +80,5 @@ def _publish(event: Event) -> None:
     from ..live.publish import publish_event
 
     count_task_event(event.type, final_status=FINAL_STATUS_OF.get(event.type, ""))
+    trace_event(event)
     publish_event(event)

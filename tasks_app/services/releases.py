@@ -11,7 +11,8 @@
 - Tasks already submitted keep their version and snapshot, whatever happens here.
 
 Every change takes the profile's row lock for its one short transaction and
-appends an `AgentReleaseEntry` (who, when, what): the release log.
+appends an `AgentReleaseEntry` (who, when, what): the release log; and an
+audit entry (`audit_app`) with the diff of the profile's versions and release.
 """
 
 from __future__ import annotations
@@ -25,10 +26,17 @@ from config.errors import invalid, not_found
 from ..models import AgentProfile, AgentReleaseEntry, AgentVersion, ReleaseAction, VersionKind
 from .actors import SYSTEM, Actor
 from .agent_versions import config_apply, version_record
-from .agents import agent_errors, agent_update
+from .agents import agent_audit, agent_audited, agent_errors, agent_update
 
 MAX_INT = 2**31 - 1
 KEEP = object()  # `agent_change(release=KEEP)`: the request says nothing about the release
+AUDIT_ACTIONS: dict[str, str] = {
+    ReleaseAction.STARTED: "release_started",
+    ReleaseAction.CHANGED: "release_changed",
+    ReleaseAction.ENDED: "release_ended",
+    ReleaseAction.PROMOTED: "promoted",
+    ReleaseAction.ROLLED_BACK: "rolled_back",
+}
 
 
 def _locked(tenant_id: int, name: str) -> AgentProfile:
@@ -62,12 +70,14 @@ def _version_problems(agent: AgentProfile, number: Any) -> list[str]:
 
 
 def _log(agent: AgentProfile, action: str, *, before: int, actor: Actor,
-         candidate: int | None, percent: int | None) -> None:
+         candidate: int | None, percent: int | None, was: dict[str, Any]) -> None:
+    """The release log's entry and the audit log's (`was`: `agent_audited` before)."""
     AgentReleaseEntry.objects.create(
         agent=agent, action=action, current_before=before, current_after=agent.current_version,
         candidate=candidate, percent=percent,
         actor=actor.name, actor_role=actor.role, user_id=actor.user_id,
     )
+    agent_audit(agent, actor=actor, action=AUDIT_ACTIONS[action], before=was)
 
 
 def _set_release(agent: AgentProfile, candidate: int | None, percent: int | None) -> None:
@@ -82,6 +92,7 @@ def release_set(*, tenant_id: int, name: str, candidate: Any, percent: Any,
     (default: the latest version)."""
     with transaction.atomic():
         agent = _locked(tenant_id, name)
+        was = agent_audited(agent)
         candidate = agent.latest_version if candidate is None else candidate
         errors: dict[str, list[str]] = {f"release.{k}": ["unknown field"] for k in unknown}
         if isinstance(percent, bool) or not isinstance(percent, int) or not 0 <= percent <= 100:
@@ -95,7 +106,7 @@ def release_set(*, tenant_id: int, name: str, candidate: Any, percent: Any,
         action = ReleaseAction.STARTED if agent.release_candidate is None else ReleaseAction.CHANGED
         _set_release(agent, candidate, percent)
         _log(agent, action, before=agent.current_version, actor=actor, candidate=candidate,
-             percent=percent)
+             percent=percent, was=was)
     return agent
 
 
@@ -103,11 +114,12 @@ def release_end(*, tenant_id: int, name: str, actor: Actor = SYSTEM) -> AgentPro
     """End the release in progress (if any): every new task gets the current version."""
     with transaction.atomic():
         agent = _locked(tenant_id, name)
+        was = agent_audited(agent)
         if agent.release_candidate is not None:
             candidate, percent = agent.release_candidate, agent.release_percent
             _set_release(agent, None, None)
             _log(agent, ReleaseAction.ENDED, before=agent.current_version, actor=actor,
-                 candidate=candidate, percent=percent)
+                 candidate=candidate, percent=percent, was=was)
     return agent
 
 
@@ -136,11 +148,15 @@ def agent_seed(*, tenant_id: int, name: str, defaults: dict[str, Any],
     """Create or overwrite a profile and make it live at once, whatever was
     released: for seeds (the demo, the benchmark), never for admins' edits."""
     with transaction.atomic():
+        existing = AgentProfile.objects.select_for_update().filter(
+            tenant_id=tenant_id, name=name).first()
+        was = agent_audited(existing) if existing is not None else None
         row, _ = AgentProfile.objects.update_or_create(
             tenant_id=tenant_id, name=name, defaults=defaults
         )
         agent = AgentProfile.objects.select_for_update().get(pk=row.pk)
         version_record(agent=agent, actor=actor)
+        agent_audit(agent, actor=actor, action="created" if was is None else "updated", before=was)
         if agent.current_version != agent.latest_version:
             agent = agent_promote(tenant_id=tenant_id, name=name, version=agent.latest_version,
                                   actor=actor)
@@ -152,6 +168,7 @@ def agent_promote(*, tenant_id: int, name: str, version: int | None = None,
     """Make `version` (default: the release's candidate) current; the release ends."""
     with transaction.atomic():
         agent = _locked(tenant_id, name)
+        was = agent_audited(agent)
         if version is None:
             version = agent.release_candidate
             if version is None:
@@ -162,7 +179,7 @@ def agent_promote(*, tenant_id: int, name: str, version: int | None = None,
         agent.current_version = version  # type: ignore[assignment]
         _set_release(agent, None, None)
         _log(agent, ReleaseAction.PROMOTED, before=before, actor=actor,
-             candidate=candidate if candidate is not None else version, percent=percent)
+             candidate=candidate if candidate is not None else version, percent=percent, was=was)
     return agent
 
 
@@ -172,6 +189,7 @@ def agent_rollback(*, tenant_id: int, name: str, version: int | None = None,
     configuration, recorded as a new version that is current at once."""
     with transaction.atomic():
         agent = _locked(tenant_id, name)
+        was = agent_audited(agent)
         before, candidate, percent = (
             agent.current_version, agent.release_candidate, agent.release_percent)
         if version is None:
@@ -189,5 +207,5 @@ def agent_rollback(*, tenant_id: int, name: str, version: int | None = None,
             agent.current_version = recorded.number
             _set_release(agent, None, None)
         _log(agent, ReleaseAction.ROLLED_BACK, before=before, actor=actor, candidate=candidate,
-             percent=percent)
+             percent=percent, was=was)
     return agent

@@ -12,6 +12,7 @@ Besides status and version, the log also yields:
   `invalid_decision`, `need_input`, `need_approval`, `final_accepted`, and the
   failure or escalation that refuses a call), so the highest `step_no` seen is
   the number of steps;
+- a retry's inherited steps and tool calls, from its `retry_created` event;
 - tool calls: a tool outcome committed (`step_succeeded`), an approval answered
   with the reviewer's response, a reconciliation marking the call succeeded or
   failed.
@@ -61,6 +62,11 @@ def task_replay(task_id: int) -> ReplayedState:
         step_no = payload.get("step_no")
         if isinstance(step_no, int) and step_no > steps:
             steps = step_no
+        if event.type == "retry_created":
+            # a retry starts with the steps (and their tool calls) it inherited
+            inherited = payload.get("inherited") or {}
+            steps = max(steps, int(inherited.get("steps") or 0))
+            tool_calls += int(inherited.get("tool_calls") or 0)
         if event.type not in TRANSITIONS:
             continue
         transitions += 1

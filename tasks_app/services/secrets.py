@@ -9,18 +9,23 @@ still refers to is refused (409, with their names), so a reference never
 dangles by accident; a task already under way that uses it fails its next call
 with a permission error naming the secret.
 
+Every change is an audit entry (`audit_app`) with the secret's name and who
+set it, never its value.
+
 Values are 1 to `MAX_VALUE_CHARS` printable ASCII characters: they are sent as
 HTTP header values and API keys, where nothing else is safely valid.
 """
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from audit_app.services import audit_record
 from config.errors import DomainError, conflict, invalid, not_found
-from tools_app.models import Tool
+from tools_app.models import McpServer, Tool
 
 from ..models import AgentProfile, TenantSecret
 from ..vault.keyring import seal
@@ -48,6 +53,7 @@ def secret_create(*, tenant_id: int, name: str, value: str, actor: Actor) -> Ten
     try:
         with transaction.atomic():
             secret.save()
+            _audit(secret, actor, "created", before=None, after=_audited(secret))
     except IntegrityError:  # a concurrent create of the same name won
         raise _exists(name)
     log.info("secret %s of tenant %s created by %s", name, tenant_id, actor.name)
@@ -65,10 +71,12 @@ def secret_rotate(*, tenant_id: int, name: str, value: str, actor: Actor) -> Ten
                   .filter(tenant_id=tenant_id, name=name).first())
         if secret is None:
             raise not_found("Secret")
+        before = _audited(secret)
         secret.ciphertext = ciphertext
         secret.rotated_at = timezone.now()
         secret.rotated_by = actor.name
         secret.save(update_fields=["ciphertext", "rotated_at", "rotated_by"])
+        _audit(secret, actor, "rotated", before=before, after=_audited(secret))
     log.info("secret %s of tenant %s rotated by %s", name, tenant_id, actor.name)
     return secret
 
@@ -87,15 +95,32 @@ def secret_delete(*, tenant_id: int, name: str, actor: Actor) -> None:
                 tools=tools,
                 agents=agents,
             )
+        _audit(secret, actor, "deleted", before=_audited(secret), after=None)
         secret.delete()
     log.info("secret %s of tenant %s deleted by %s", name, tenant_id, actor.name)
 
 
+def _audited(secret: TenantSecret) -> dict[str, Any]:
+    """A secret as the audit log shows it: its name and who set it, never its value."""
+    return {"name": secret.name, "created_by": secret.created_by,
+            "rotated_at": secret.rotated_at, "rotated_by": secret.rotated_by}
+
+
+def _audit(secret: TenantSecret, actor: Actor, action: str, *, before: dict[str, Any] | None,
+           after: dict[str, Any] | None) -> None:
+    audit_record(actor=actor, tenant_id=secret.tenant_id, kind="secret", name=secret.name,
+                 action=action, before=before, after=after, object_id=secret.pk)
+
+
 def secret_references(*, tenant_id: int, name: str) -> tuple[list[str], list[str]]:
-    """Names of the tenant's tools and agent profiles that refer to the secret."""
+    """Names of the tenant's tools (MCP servers among them) and agent profiles
+    that refer to the secret."""
     tools = [t.name for t in Tool.objects.filter(tenant_id=tenant_id).exclude(secret_headers={})
              .only("name", "secret_headers").order_by("name")
              if name in header_secret_names(t.secret_headers)]
+    tools += [f"{s.name} (MCP server)" for s in McpServer.objects.filter(tenant_id=tenant_id)
+              .exclude(secret_headers={}).only("name", "secret_headers").order_by("name")
+              if name in header_secret_names(s.secret_headers)]
     agents = [a.name for a in AgentProfile.objects.filter(tenant_id=tenant_id)
               .only("name", "model").order_by("name")
               if name in model_secret_names(a.model).values()]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -13,6 +14,7 @@ from config.errors import DomainError, conflict, invalid, not_found
 from ..keys import canonical_json, sha256_hex
 from ..machine import NON_TERMINAL, TaskStatus
 from ..models import AgentProfile, Step, StepStatus, Task
+from ..pricing import MAX_BUDGET, money, money_problem, money_text
 from .actors import Actor
 from .admission import admission_after_commit
 from .agent_versions import version_for_submission
@@ -172,13 +174,14 @@ EXTENDABLE_BUDGETS = ("max_steps", "max_model_calls", "max_tool_calls", "max_tok
 MAX_EXTENSION = 10**9
 
 
-def _budget_extension(extend: Any) -> dict[str, Any]:
+def budget_extension_checked(extend: Any, *, field: str = "extend") -> dict[str, Any]:
     """Check a budget extension: {budget: n} and optionally {"per_tool": {tool: n}},
     every n a non-negative integer."""
     if extend is None:
         return {}
     if not isinstance(extend, dict):
-        raise invalid("invalid", "The request is not valid.", extend=["an object {budget name: n}"])
+        raise invalid("invalid", "The request is not valid.",
+                      **{field: ["an object {budget name: n}"]})
     problems: list[str] = []
 
     def amount(name: str, value: Any) -> int:
@@ -196,30 +199,43 @@ def _budget_extension(extend: Any) -> dict[str, Any]:
             clean["per_tool"] = {str(t): amount(f"per_tool.{t}", n) for t, n in value.items()}
         elif key in EXTENDABLE_BUDGETS:
             clean[key] = amount(key, value)
+        elif key == "max_cost":  # dollars, kept as exact text (`tasks_app.pricing`)
+            if problem := money_problem(value, maximum=MAX_BUDGET):
+                problems.append(f"max_cost: {problem}")
+            else:
+                clean[key] = money_text(money(value) or Decimal(0))
         else:
             names = ", ".join(EXTENDABLE_BUDGETS)
-            problems.append(f"{key}: not a budget; one of {names}, per_tool")
+            problems.append(f"{key}: not a budget; one of {names}, max_cost, per_tool")
     if problems:
-        raise invalid("invalid", "The request is not valid.", extend=problems)
+        raise invalid("invalid", "The request is not valid.", **{field: problems})
     return clean
+
+
+def budget_extension_merged(current: dict[str, Any], extend: dict[str, Any]) -> dict[str, Any]:
+    """`extend` (checked) added to the extensions a task already has."""
+    merged = dict(current)
+    for k, v in extend.items():
+        if k == "per_tool":
+            tools = dict(merged.get("per_tool") or {})
+            for tool, n in v.items():
+                tools[tool] = tools.get(tool, 0) + n
+            merged["per_tool"] = tools
+        elif k == "max_cost":  # exact dollars as text (`tasks_app.pricing`)
+            merged[k] = money_text((money(merged.get(k)) or Decimal(0)) + Decimal(v))
+        else:
+            merged[k] = merged.get(k, 0) + v
+    return merged
 
 
 def task_resume(*, task_id: int, actor: Actor, expected_version: int | None = None,
                 extend: dict[str, Any] | None = None, comment: str = "") -> Transitioned:
     """Resume an escalated task, optionally extending its budget (recorded):
     `extend` = {budget name: n, "per_tool": {tool: n}}, added to earlier extensions."""
-    extend = _budget_extension(extend)
+    extend = budget_extension_checked(extend)
     with transaction.atomic():
         task = Task.objects.get(pk=task_id)
-        merged = dict(task.budget_extension or {})
-        for k, v in extend.items():
-            if k == "per_tool":
-                tools = dict(merged.get("per_tool") or {})
-                for tool, n in v.items():
-                    tools[tool] = tools.get(tool, 0) + n
-                merged["per_tool"] = tools
-            else:
-                merged[k] = merged.get(k, 0) + v
+        merged = budget_extension_merged(task.budget_extension or {}, extend)
         fields: dict[str, Any] = {"budget_extension": merged, "repeat_count": 0, "stale_steps": 0}
         if "max_duration_s" in extend and task.deadline_at:
             from datetime import timedelta

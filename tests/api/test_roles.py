@@ -14,13 +14,17 @@ from typing import Any
 import pytest
 
 from approvals_app.models import Approval, Question, Reconciliation
+from notify_app.models import NotificationSettings, WebhookSubscription
+from notify_app.services.subscriptions import webhook_create
 from tasks_app.models import AgentProfile, ContextSummary, Event, Role, Task, TenantSecret
 from tasks_app.services.actors import SYSTEM
 from tasks_app.services.agents import agent_update
 from tasks_app.services.releases import release_set
 from tasks_app.services.secrets import secret_create
+from tasks_app.services.tasks import task_cancel
 from tests.factories import make_user
-from tools_app.models import Tool
+from tools_app.mcp.services import mcp_server_create
+from tools_app.models import McpServer, Tool
 
 from .conftest import Tenancy, client_for
 
@@ -80,6 +84,15 @@ def _secret(method: str = "get", body: Any = None) -> Setup:
     return setup
 
 
+def _webhook(suffix: str = "", method: str = "get", body: Any = None) -> Setup:
+    def setup(t: Tenancy, role: str) -> tuple[str, str, Any]:
+        created = webhook_create(tenant_id=t.tenant.pk, url="http://127.0.0.1:9/hook",
+                                 events=["task_failed"], actor=SYSTEM)
+        return method, f"/api/v1/webhooks/{created.subscription.pk}{suffix}", body
+
+    return setup
+
+
 def _second_version(released: bool) -> Setup:
     """`support` with a version 2 (saved, not current), released to half of new tasks or not."""
 
@@ -89,6 +102,26 @@ def _second_version(released: bool) -> Setup:
             release_set(tenant_id=t.tenant.pk, name="support", candidate=2, percent=50)
             return "post", "/api/v1/agents/support/rollback", {}
         return "post", "/api/v1/agents/support/promote", {"version": 2}
+
+    return setup
+
+
+def _retry(t: Tenancy, role: str) -> tuple[str, str, Any]:
+    task = t.created_task()
+    task_cancel(task_id=task.pk, actor=SYSTEM, reason="to retry")
+    return "post", f"/api/v1/tasks/{task.pk}/retry", {"comment": "again"}
+# The live MCP test server of the current test (set by the test for mcp operations).
+MCP_URL: dict[str, str] = {}
+
+
+def _mcp_create(t: Tenancy, role: str) -> tuple[str, str, Any]:
+    return "post", "/api/v1/mcp-servers", {"name": "shop", "url": MCP_URL["url"]}
+
+
+def _mcp(suffix: str = "", method: str = "get", body: Any = None) -> Setup:
+    def setup(t: Tenancy, role: str) -> tuple[str, str, Any]:
+        mcp_server_create(tenant_id=t.tenant.pk, name="shop", url=MCP_URL["url"])
+        return method, f"/api/v1/mcp-servers/shop{suffix}", body
 
     return setup
 
@@ -115,6 +148,10 @@ MATRIX: dict[str, tuple[set[str], Setup, int]] = {
         _const("post", "/api/v1/tasks/bulk-cancel", {"status": ["CREATED"]}),
         200,
     ),
+    "tasks_retry": ({OP, ADM}, _retry, 201),
+    "tasks_bulk_retry": (
+        {OP, ADM}, _const("post", "/api/v1/tasks/bulk-retry", {"agent": "support"}), 200),
+    "leases_list": ({OP, ADM}, _const("get", "/api/v1/leases"), 200),
     "questions_list": (ALL, _const("get", "/api/v1/questions?status=open"), 200),
     "approvals_list": ({OP, REV, ADM}, _const("get", "/api/v1/approvals?status=pending"), 200),
     "approvals_retrieve": ({OP, REV, ADM}, _approval(), 200),
@@ -134,6 +171,7 @@ MATRIX: dict[str, tuple[set[str], Setup, int]] = {
     ),
     "reconciliations_requery": ({REV, ADM}, _reconciliation("/requery", "post"), 200),
     "tools_list": ({ADM}, _const("get", "/api/v1/tools"), 200),
+    "breakers_list": ({OP, ADM}, _const("get", "/api/v1/breakers"), 200),
     "tools_create": (
         {ADM},
         _const(
@@ -175,6 +213,30 @@ MATRIX: dict[str, tuple[set[str], Setup, int]] = {
     "agents_release_log": ({OP, ADM}, _const("get", "/api/v1/agents/support/releases"), 200),
     "agents_promote": ({ADM}, _second_version(released=False), 200),
     "agents_rollback": ({ADM}, _second_version(released=True), 200),
+    "webhooks_list": ({ADM}, _const("get", "/api/v1/webhooks"), 200),
+    "webhooks_create": (
+        {ADM},
+        _const("post", "/api/v1/webhooks",
+               {"url": "http://127.0.0.1:9/hook", "events": ["task_failed"]}),
+        201,
+    ),
+    "webhooks_retrieve": ({ADM}, _webhook(), 200),
+    "webhooks_update": ({ADM}, _webhook("", "patch", {"active": False}), 200),
+    "webhooks_destroy": ({ADM}, _webhook("", "delete"), 204),
+    "webhooks_deliveries": ({ADM}, _webhook("/deliveries"), 200),
+    "notifications_email_retrieve": ({ADM}, _const("get", "/api/v1/notifications/email"), 200),
+    "notifications_email_update": (
+        {ADM},
+        _const("put", "/api/v1/notifications/email", {"email_reviewers": True}),
+        200,
+    ),
+    "audit_list": ({ADM}, _const("get", "/api/v1/audit"), 200),
+    "mcp_servers_list": ({ADM}, _const("get", "/api/v1/mcp-servers"), 200),
+    "mcp_servers_create": ({ADM}, _mcp_create, 201),
+    "mcp_servers_retrieve": ({ADM}, _mcp(), 200),
+    "mcp_servers_update": ({ADM}, _mcp("", "patch", {"enabled": False}), 200),
+    "mcp_servers_delete": ({ADM}, _mcp("", "delete"), 204),
+    "mcp_servers_refresh": ({ADM}, _mcp("/refresh", "post"), 200),
 }
 
 
@@ -191,12 +253,18 @@ def fingerprint() -> tuple[Any, ...]:
         sorted(AgentProfile.objects.values_list("id", "current_version", "release_candidate")),
         sorted(ContextSummary.objects.values_list("id", "active")),
         sorted(TenantSecret.objects.values_list("id", "ciphertext")),
+        sorted(WebhookSubscription.objects.values_list("id", "active", "events")),
+        sorted(NotificationSettings.objects.values_list("id", "email_reviewers")),
+        sorted(McpServer.objects.values_list("id", "url", "enabled", "refreshed_at")),
     )
 
 
 @pytest.mark.parametrize("role", sorted(ALL))
 @pytest.mark.parametrize("operation", sorted(MATRIX))
-def test_every_endpoint_with_every_role(main: Tenancy, operation: str, role: str) -> None:
+def test_every_endpoint_with_every_role(main: Tenancy, operation: str, role: str,
+                                        request: pytest.FixtureRequest) -> None:
+    if operation.startswith("mcp_servers"):
+        MCP_URL["url"] = request.getfixturevalue("mcp_server").url
     allowed, setup, success = MATRIX[operation]
     method, url, body = setup(main, role)
     before = fingerprint()

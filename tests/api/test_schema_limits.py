@@ -10,11 +10,13 @@ from typing import Any
 
 import pytest
 
+from approvals_app.models import Approval
 from tasks_app.machine import TaskStatus
-from tasks_app.models import AgentProfile, Event, Role
+from tasks_app.models import AgentProfile, Event, Role, Step, Task
 from tools_app.models import Tool
+from tools_app.schemas import MAX_EVALUATIONS
 
-from .conftest import Tenancy
+from .conftest import REFUND_ARGS, Tenancy
 
 ADM = Role.ADMIN
 
@@ -68,6 +70,12 @@ HOSTILE = [
     pytest.param({"type": "object", "$ref": "#/properties",
                   "properties": {"allOf": {"type": "string"}}}, "does not point at a subschema",
                  id="ref-into-a-map"),
+    # every value of an enum is a comparison at every check
+    pytest.param({"type": "object", "properties": {"s": {"enum": list(range(5_000))}}},
+                 "5000 values; at most 1000 are allowed", id="huge-enum"),
+    # jsonschema evaluates it outside its keyword checks, quadratic in the value
+    pytest.param({"type": "object", "properties": {"l": {"unevaluatedItems": False}}},
+                 "unevaluatedItems is not supported", id="unevaluated-items"),
 ]
 
 
@@ -148,3 +156,53 @@ def test_a_catastrophic_pattern_is_accepted_and_matched_in_linear_time(main: Ten
     assert "does not match '^(a+)+$'" in text
     assert "Additional properties are not allowed" in text  # the b...! key matched no pattern
     assert all(len(e) <= 300 for e in error["errors"])  # the value is not echoed whole
+
+
+# --- values too costly to validate ------------------------------------------------------------
+
+COSTLY = f"(root): validating this value took more than {MAX_EVALUATIONS} schema checks"
+DISTINCT = [{"k": i} for i in range(30_000)]
+# jsonschema compared unsortable items pairwise (30,000 took minutes); linear now, so
+# the attack needs the check applied over and over, which the meter stops
+REPEATED_UNIQUE = {"type": "array", "allOf": [{"uniqueItems": True}] * 10}
+
+
+def test_arguments_too_costly_to_validate_are_a_final_invalid_decision(main: Tenancy) -> None:
+    schema = {"type": "object", "properties": {"ids": REPEATED_UNIQUE}}
+    response = main.client(ADM).patch(
+        "/api/v1/tools/lookup_order", {"args_schema": schema}, format="json")
+    assert response.status_code == 200, response.content
+
+    task = main.finished_task([
+        {"tool": "lookup_order", "args": {"ids": DISTINCT}},
+        {"final": {"ok": True}},
+    ])
+
+    assert task.status == TaskStatus.SUCCEEDED
+    (event,) = Event.objects.filter(task=task, type="invalid_decision")
+    assert event.payload["error"]["type"] == "invalid_arguments"
+    assert event.payload["error"]["errors"] == [COSTLY]
+    # decided once: no unexpected error retried, no retry of the step
+    assert task.fault_attempts == 0
+    assert not Event.objects.filter(task=task, type="retryable_error").exists()
+    assert Step.objects.filter(task=task).count() == 2
+
+
+def test_edited_arguments_too_costly_to_validate_are_a_400(main: Tenancy) -> None:
+    """A reviewer's edit is validated in the web request: bounded like any other."""
+    schema = {"type": "object", "properties": {
+        "order_id": {"type": "string"}, "amount_cents": {"type": "integer"},
+        "reason": {"type": "string"}, "lines": REPEATED_UNIQUE}}
+    response = main.client(ADM).patch(
+        "/api/v1/tools/issue_refund", {"args_schema": schema}, format="json")
+    assert response.status_code == 200, response.content
+    task, approval = main.waiting_for_approval()
+
+    response = main.client(Role.REVIEWER).post(
+        f"/api/v1/approvals/{approval.pk}/approve",
+        {"args": {**REFUND_ARGS, "lines": DISTINCT}}, format="json")
+
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["details"]["args"] == [COSTLY]
+    assert Approval.objects.get(pk=approval.pk).status == "pending"
+    assert Task.objects.get(pk=task.pk).version == task.version

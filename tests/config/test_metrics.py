@@ -164,3 +164,17 @@ def test_the_dashboard_plots_only_series_that_metrics_exposes(client):
     assert used and used <= exposed, used - exposed
     assert {"tether_tasks", "tether_steps", "tether_model_call_duration_seconds",
             "tether_tool_calls", "tether_human_requests_pending"} <= used
+
+
+def test_breaker_states_and_transitions(world, client):
+    from tools_app.breakers import Target, admit, breaker_policy, record
+
+    target = Target.tool(tenant_id=world.tenant.pk, name="lookup")
+    policy = breaker_policy({"failures": 2, "cooldown_s": 60})
+    for owner in ("a", "b"):
+        record(target, owner=owner, failed=True, policy=policy,
+               seen=admit(target, owner=owner, probe_ttl_s=5))
+    samples = _scrape(client)
+    labels = frozenset({"tenant": world.tenant.name, "kind": "tool", "name": "lookup"}.items())
+    assert samples.get(("tether_breaker_state", labels)) == 2  # open
+    assert _value(samples, "tether_breaker_transitions_total", kind="tool", change="opened") >= 1

@@ -327,3 +327,25 @@ def test_a_preview_against_a_stored_schema_the_rules_refuse_says_so(world, pendi
     assert preview.status_code == 400
     assert "The stored schema is refused" in preview.content.decode()
     assert Approval.objects.get(pk=pending["approval"].pk).status == "pending"
+
+
+def test_edited_arguments_too_costly_to_validate_are_refused_not_a_frozen_page(world, pending):
+    """The preview and the approval validate a reviewer's edit in the web request:
+    the same bounded validator, a 400 naming the limit, nothing decided."""
+    Tool.objects.filter(tenant=world.tenant, name="issue_refund").update(args_schema={
+        "type": "object",
+        "properties": {"lines": {"type": "array", "allOf": [{"uniqueItems": True}] * 20}},
+    })
+    # under the form's 100,000 characters, and still 160,000 item checks
+    edited = json.dumps({"order_id": "A-1", "amount_cents": 900, "lines": list(range(8_000))})
+    c = client_for(world.users[Role.REVIEWER])
+
+    preview = c.post(pending["url"] + "/preview/", {"args": edited}, **HTMX)
+    approve = c.post(pending["url"] + "/approve/",
+                     {"expected_version": pending["version"], "args": edited}, **HTMX)
+
+    for answer in (preview, approve):
+        assert answer.status_code == 400
+        assert "validating this value took more than 100000 schema checks" in (
+            answer.content.decode())
+    assert Approval.objects.get(pk=pending["approval"].pk).status == "pending"

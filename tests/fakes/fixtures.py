@@ -39,4 +39,5 @@ def openai_agent(tenant: Any, server: FakeOpenAI, *, name: str = "llm",
         "temperature": 0.2, "top_p": 0.9, "system_prompt": "You are a careful support agent.",
         "timeout_s": 5, "max_retries": 2, **(model or {}),
     }
-    return demo_agent_ensure(tenant, name=name, model=settings, on_exhaustion="fail", **fields)
+    fields = {"on_exhaustion": "fail", **fields}
+    return demo_agent_ensure(tenant, name=name, model=settings, **fields)

@@ -36,9 +36,10 @@ class Scripted:
 
 def reply(content: str | None = None, *, tool_calls: list[tuple[str, Any]] | None = None,
           usage: tuple[int, int] = (10, 5), finish_reason: str | None = None,
-          model: str = "") -> Scripted:
+          model: str = "", cached: int | None = None) -> Scripted:
     """A completion. A tool call's arguments may be a dict (sent as JSON) or a
-    raw string (sent as is, e.g. malformed JSON)."""
+    raw string (sent as is, e.g. malformed JSON). `usage` is (prompt, completion)
+    tokens; `cached`, the prompt tokens served from the cache."""
     calls = [
         {"id": f"call_{i}", "type": "function",
          "function": {"name": name,
@@ -54,7 +55,9 @@ def reply(content: str | None = None, *, tool_calls: list[tuple[str, Any]] | Non
         "choices": [{"index": 0, "message": message,
                      "finish_reason": finish_reason or ("tool_calls" if calls else "stop")}],
         "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1],
-                  "total_tokens": usage[0] + usage[1]},
+                  "total_tokens": usage[0] + usage[1],
+                  **({} if cached is None
+                     else {"prompt_tokens_details": {"cached_tokens": cached}})},
     })
 
 

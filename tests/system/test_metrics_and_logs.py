@@ -187,8 +187,13 @@ def test_without_a_shared_directory_each_worker_process_serves_its_own_figures(
 
     # The prefork pool's only child ran the task and serves on PORT+1; the main
     # process (which ran no step) on PORT.
-    child = _samples(wait_for(lambda: _get(f"http://127.0.0.1:{port + 1}/metrics")[1],
-                              message="the pool child's metrics"))
+    # The step is counted just after its commit settles the task: poll until it is.
+    def child_figures() -> dict | None:
+        samples = _samples(_get(f"http://127.0.0.1:{port + 1}/metrics")[1])
+        counted = _value(samples, "tether_steps_total", kind="final", outcome="stop")
+        return samples if counted is not None else None
+
+    child = wait_for(child_figures, message="the pool child's count of the final step")
     assert _value(child, "tether_steps_total", kind="tool_call", outcome="continue") == 1
     assert _value(child, "tether_steps_total", kind="final", outcome="stop") == 1
     assert _value(child, "tether_tool_calls_total", tool="lookup_order", outcome="ok") == 1

@@ -19,7 +19,7 @@ from tasks_app.models import Step, StepStatus, Task
 from tests.factories import submit
 from tests.fakes.http_tool_server import Reply
 from tests.fakes.listeners import DripServer, Listener
-from tests.fakes.runtime import add_agent, assert_log_consistent, events_of
+from tests.fakes.runtime import add_agent, add_tool, assert_log_consistent, events_of
 from tests.helpers import drive, wait_for
 from tools_app.outbound import (
     REFUSED,
@@ -29,6 +29,7 @@ from tools_app.outbound import (
     current_policy,
     url_problem,
 )
+from tools_app.outbound import policy as policy_module
 from tools_app.outbound.policy import Allowed, is_public, parse_entry
 from tools_app.services import tool_create
 
@@ -291,3 +292,61 @@ def test_the_async_client_keeps_the_same_policy_and_deadline(settings, attacker)
         assert attacker.connections == 0
     finally:
         server.close()
+
+
+# --- names that do not resolve ---------------------------------------------------------
+
+GONE = "gone.invalid"  # .invalid never resolves (RFC 2606)
+
+
+def test_a_name_that_does_not_resolve_is_refused_like_a_private_address(settings):
+    with pytest.raises(EgressRefusedError) as refused:
+        current_policy().resolve(GONE, 80)
+    assert str(refused.value) == REFUSED
+    # the operator's own name: a connection error (retried), not a tenant's refusal
+    settings.TETHER_EGRESS_ALLOW = [GONE]
+    with pytest.raises(OSError) as failed:
+        current_policy().resolve(GONE, 80)
+    assert not isinstance(failed.value, EgressRefusedError)
+
+
+def test_the_async_path_refuses_a_name_that_does_not_resolve():
+    async def scenario() -> None:
+        with pytest.raises(EgressRefusedError):
+            await async_client_for(f"http://{GONE}/").get(f"http://{GONE}/", timeout=2)
+
+    asyncio.run(scenario())
+
+
+def test_host_name_lookups_in_flight_are_bounded(settings):
+    """A lookup waits at most DNS_TIMEOUT_S; names that never answer cannot pile
+    up threads: past MAX_LOOKUPS in flight, a lookup is a timeout at once."""
+    taken = 0
+    try:
+        while policy_module._lookups.acquire(blocking=False):
+            taken += 1
+        assert taken == policy_module.MAX_LOOKUPS
+        with pytest.raises(TimeoutError):
+            policy_module.lookup("localhost", 80, timeout=5.0)
+        assert url_problem("http://localhost:9/x") == REFUSED
+    finally:
+        for _ in range(taken):
+            policy_module._lookups.release()
+    assert policy_module.lookup("localhost", 80, timeout=5.0)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_tool_whose_name_stopped_resolving_fails_as_refused_and_is_not_retried(world):
+    """Registered while its name resolved (written here directly: registration
+    refuses a name that does not resolve); at call time the same permission error
+    as any refusal, never a retried connect_error that tells resolvable from not."""
+    add_tool(world.tenant, "exfil", kind="http", url=f"http://{GONE}:8080/steal",
+             side_effect="read", max_retries=3)
+    add_agent(world.tenant, "exfil-agent", ["exfil"])
+    task = _run(world)
+
+    assert task.status == TaskStatus.FAILED and task.failure_reason == "permission_denied"
+    step = Step.objects.get(task=task, step_no=1)
+    assert step.error == {"type": "egress_refused", "message": REFUSED}
+    assert step.attempt == 0 and events_of(task.pk, "retryable_error") == []
+    assert_log_consistent(task.pk)

@@ -8,7 +8,9 @@ tenant-scoped: another tenant's tool is a 404 and never listed.
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
+from typing import Any
+
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -17,9 +19,10 @@ from config.api_base import TenantAPIView
 from config.api_errors import error_responses
 from config.errors import not_found
 
-from ..models import Risk, SideEffect, ToolKind
+from ..models import Risk, SideEffect, Tool, ToolKind
 from ..selectors import tool_of_tenant, tools_of_tenant
 from ..services import tool_create, tool_update
+from .breakers import BreakerStateSerializer, tool_breaker_states
 
 TAGS = ["tools"]
 
@@ -37,6 +40,9 @@ class ToolSerializer(serializers.Serializer):
     status_url = serializers.CharField(allow_blank=True, help_text="GET with {key} substituted.")
     status_tool = serializers.CharField(allow_blank=True)
     compensation_tool = serializers.CharField(allow_blank=True)
+    resource = serializers.CharField(
+        allow_blank=True, help_text='What a call touches, e.g. "order:{order_id}": calls on '
+        'one resource never run at the same time.')
     secret_headers = serializers.DictField(
         child=serializers.CharField(),
         help_text='{header: template naming secrets of the tenant, e.g. '
@@ -49,9 +55,29 @@ class ToolSerializer(serializers.Serializer):
     requires_approval = serializers.BooleanField()
     timeout_s = serializers.FloatField()
     max_retries = serializers.IntegerField()
+    retry_delays_s = serializers.ListField(child=serializers.FloatField())
+    breaker = serializers.DictField(child=serializers.JSONField(),
+                                    help_text="The breaker's thresholds ({} for the defaults).")
+    breaker_state = serializers.SerializerMethodField()
     enabled = serializers.BooleanField()
+    mcp_server = serializers.CharField(source="mcp_server.name", read_only=True, allow_null=True,
+                                       default=None,
+                                       help_text="mcp tools: the server they come from.")
+    mcp_hints = serializers.DictField(child=serializers.BooleanField(),
+                                      help_text="mcp tools: the server's annotations, as hints.")
+    review = serializers.CharField(
+        help_text='mcp tools: "" once an admin saved the settings; "new", "schema_changed" or '
+        '"gone" until then (a new tool is a plain write that needs approval; saving confirms).')
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
+
+    @extend_schema_field(BreakerStateSerializer(allow_null=True))
+    def get_breaker_state(self, tool: Tool) -> dict[str, Any] | None:
+        """The state of an http tool's breaker (null for other tools)."""
+        states = self.context.get("breaker_states")
+        if states is None:
+            states = tool_breaker_states([tool])
+        return states.get(tool.name)
 
 
 class ToolWriteSerializer(serializers.Serializer):
@@ -63,6 +89,10 @@ class ToolWriteSerializer(serializers.Serializer):
     status_url = serializers.CharField(max_length=500, allow_blank=True, required=False)
     status_tool = serializers.CharField(max_length=100, allow_blank=True, required=False)
     compensation_tool = serializers.CharField(max_length=100, allow_blank=True, required=False)
+    resource = serializers.CharField(
+        max_length=200, allow_blank=True, required=False, trim_whitespace=False,
+        help_text='A template over the arguments, e.g. "order:{order_id}"; each placeholder a '
+        "required argument.")
     secret_headers = serializers.DictField(
         child=serializers.CharField(max_length=1024),
         required=False,
@@ -80,6 +110,12 @@ class ToolWriteSerializer(serializers.Serializer):
     requires_approval = serializers.BooleanField(required=False)
     timeout_s = serializers.FloatField(min_value=0.001, max_value=600, required=False)
     max_retries = serializers.IntegerField(min_value=0, max_value=20, required=False)
+    retry_delays_s = serializers.JSONField(
+        required=False, help_text="Seconds before each retry in turn, the last repeated up to "
+        "max_retries: [0, 30] retries at once, then every 30 s. [] for exponential backoff.")
+    breaker = serializers.JSONField(
+        required=False, help_text='Circuit breaker thresholds: {"failures": 5, "cooldown_s": '
+        '10, "max_cooldown_s": 300, "enabled": true}; missing keys take the defaults.')
     enabled = serializers.BooleanField(required=False)
 
 
@@ -95,7 +131,9 @@ class ToolListView(TenantAPIView):
         responses={200: ToolSerializer(many=True), **error_responses()},
     )
     def get(self, request: Request) -> Response:
-        return Response(ToolSerializer(tools_of_tenant(self.access.tenant_id), many=True).data)
+        tools = list(tools_of_tenant(self.access.tenant_id))
+        context = {"breaker_states": tool_breaker_states(tools)}
+        return Response(ToolSerializer(tools, many=True, context=context).data)
 
     @extend_schema(
         operation_id="tools_create",
@@ -107,7 +145,8 @@ class ToolListView(TenantAPIView):
     def post(self, request: Request) -> Response:
         data = self.validated(ToolWriteSerializer)
         name = data.pop("name")
-        tool = tool_create(tenant_id=self.access.tenant_id, name=name, **data)
+        tool = tool_create(tenant_id=self.access.tenant_id, name=name, actor=self.access.actor,
+                           **data)
         return Response(ToolSerializer(tool).data, status=status.HTTP_201_CREATED)
 
 
@@ -137,5 +176,6 @@ class ToolDetailView(TenantAPIView):
     )
     def patch(self, request: Request, name: str) -> Response:
         data = self.validated(ToolWriteSerializer, partial=True)
-        tool = tool_update(tenant_id=self.access.tenant_id, name=name, changes=data)
+        tool = tool_update(tenant_id=self.access.tenant_id, name=name, changes=data,
+                           actor=self.access.actor)
         return Response(ToolSerializer(tool).data)

@@ -10,7 +10,7 @@ from typing import Any
 from django import forms
 
 from ..models import Risk, SideEffect, Tool, ToolKind
-from ..services import EDITABLE
+from ..services import EDITABLE, MCP_SERVER_OWNED
 
 FIELDS = EDITABLE  # the fields the tool services accept, in form order
 
@@ -31,6 +31,8 @@ class JSONObjectField(forms.CharField):
         return value
 
     def clean(self, value: Any) -> Any:
+        if isinstance(value, dict):  # a disabled field: its initial value
+            return value
         text = (super().clean(value) or "").strip()
         if not text:
             return {}
@@ -41,6 +43,25 @@ class JSONObjectField(forms.CharField):
         if not isinstance(parsed, dict):
             raise forms.ValidationError("a JSON object")
         return parsed
+
+
+class DelaysField(forms.CharField):
+    """Seconds separated by commas ("0, 30"); blank means none. The service checks
+    the bounds (`tools_app.breakers.policy`)."""
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, list | tuple):
+            return ", ".join(f"{d:g}" if isinstance(d, int | float) else str(d) for d in value)
+        return value
+
+    def clean(self, value: Any) -> Any:
+        text = (super().clean(value) or "").strip()
+        if not text:
+            return []
+        try:
+            return [float(part) for part in text.split(",")]
+        except ValueError:
+            raise forms.ValidationError("seconds separated by commas, e.g. 0, 30")
 
 
 class ToolForm(forms.Form):
@@ -70,6 +91,10 @@ class ToolForm(forms.Form):
     )
     status_tool = forms.CharField(required=False, max_length=100, label="Status query (python)")
     compensation_tool = forms.CharField(required=False, max_length=100, label="Compensation tool")
+    resource = forms.CharField(
+        required=False, max_length=200, label="Resource",
+        help_text="What a call touches, e.g. order:{order_id}: calls on one resource never "
+        "run at the same time.")
     secret_headers = JSONObjectField(
         required=False,
         label="Secret headers",
@@ -90,13 +115,26 @@ class ToolForm(forms.Form):
     )
     timeout_s = forms.FloatField(min_value=0.1, max_value=600, label="Timeout (s)")
     max_retries = forms.IntegerField(min_value=0, max_value=20, label="Max retries")
+    retry_delays_s = DelaysField(
+        required=False, max_length=400, label="Retry delays (s)",
+        help_text="Before each retry in turn, the last repeated: 0, 30 retries at once, then "
+        "every 30 s. Blank: exponential backoff.")
+    breaker = JSONObjectField(
+        required=False, rows=3, label="Circuit breaker",
+        help_text='{"failures": 5, "cooldown_s": 10, "max_cooldown_s": 300}: any key left out '
+        "takes the deployment's default; {} for all defaults (http tools only).")
     enabled = forms.BooleanField(required=False)
 
-    def __init__(self, *args: Any, editing: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, editing: bool = False, mcp: bool = False,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if editing:
             self.fields["name"].disabled = True
             self.fields["name"].required = False
+        if mcp:  # what the MCP server decides is shown, not edited
+            for name in MCP_SERVER_OWNED:
+                self.fields[name].disabled = True
+                self.fields[name].required = False
 
     @staticmethod
     def initial_of(tool: Tool | None) -> dict[str, Any]:
@@ -115,10 +153,13 @@ class ToolForm(forms.Form):
             "status_url",
             "status_tool",
             "compensation_tool",
+            "resource",
         ):
             out[text] = (out[text] or "").strip()
         out["secret_headers"] = out["secret_headers"] or {}
         out["result_schema"] = out["result_schema"] or {}
+        out["retry_delays_s"] = out["retry_delays_s"] or []
+        out["breaker"] = out["breaker"] or {}
         out["requires_approval"] = bool(out["requires_approval"])
         out["enabled"] = bool(out["enabled"])
         return out

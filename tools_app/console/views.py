@@ -12,7 +12,8 @@ from config.errors import DomainError
 from tasks_app.console.access import ADMINS, ConsoleUser, console_view
 from tasks_app.console.errors import error_message, field_errors
 
-from ..models import LedgerStatus, ToolExecution
+from ..breakers.selectors import tool_breakers
+from ..models import LedgerStatus, ToolExecution, ToolKind
 from ..selectors import tool_of_tenant, tools_of_tenant
 from ..services import tool_create, tool_update
 from .forms import ToolForm
@@ -25,9 +26,10 @@ def _cu(request: HttpRequest) -> ConsoleUser:
 @console_view()
 def tool_list(request: HttpRequest) -> HttpResponse:
     cu = _cu(request)
-    return render(
-        request, "tools/list.html", {"nav": "tools", "tools": tools_of_tenant(cu.tenant_id)}
-    )
+    tools = list(tools_of_tenant(cu.tenant_id))
+    breakers = tool_breakers(tools)
+    rows = [(t, breakers.get(t.name)) for t in tools]
+    return render(request, "tools/list.html", {"nav": "tools", "tools": rows})
 
 
 @console_view()
@@ -45,6 +47,7 @@ def tool_detail(request: HttpRequest, name: str) -> HttpResponse:
         {
             "nav": "tools",
             "tool": tool,
+            "breaker": tool_breakers([tool]).get(tool.name),
             "recent": recent,
             "ledger_counts": [(s, by_status.get(s, 0)) for s in LedgerStatus.values],
         },
@@ -65,6 +68,7 @@ def tool_create_view(request: HttpRequest) -> HttpResponse:
             tool = tool_create(
                 tenant_id=cu.tenant_id,
                 name=form.cleaned_data["name"].strip(),
+                actor=cu.actor,
                 **form.registration(),
             )
         except DomainError as exc:
@@ -82,13 +86,15 @@ def tool_edit_view(request: HttpRequest, name: str) -> HttpResponse:
     if tool is None:
         raise Http404("No such tool")
     ctx = {"nav": "tools", "creating": False, "tool": tool}
+    mcp = tool.kind == ToolKind.MCP
     if request.method != "POST":
-        form = ToolForm(initial=ToolForm.initial_of(tool), editing=True)
+        form = ToolForm(initial=ToolForm.initial_of(tool), editing=True, mcp=mcp)
         return render(request, "tools/form.html", {**ctx, "form": form})
-    form = ToolForm(request.POST, initial={"name": tool.name}, editing=True)
+    form = ToolForm(request.POST, initial=ToolForm.initial_of(tool), editing=True, mcp=mcp)
     if form.is_valid():
         try:
-            tool_update(tenant_id=cu.tenant_id, name=tool.name, changes=form.registration())
+            tool_update(tenant_id=cu.tenant_id, name=tool.name, changes=form.registration(),
+                        actor=cu.actor)
         except DomainError as exc:
             form.add_service_errors(field_errors(exc) or {"__all__": [error_message(exc)]})
         else:

@@ -1,4 +1,4 @@
-"""Calls one tool once, by kind, and classifies what happened into an error layer.
+"""Calls one tool once, by kind (python, http, mcp), and classifies what happened.
 
 A call has a database part (`prepare`: its secrets) and an I/O part (`send`,
 `ask_status`: awaited on the I/O loop, no database), so the runner can run the
@@ -8,8 +8,9 @@ Every call has a timeout. A result must be JSON, within the size limit and
 valid against the tool's result schema (`schemas.schema_errors`); otherwise
 it is a business error.
 
-An http tool's secret headers are rendered here, for the call's own tenant
-(`tasks_app.vault.lookup`), and exist only for the call: a secret that cannot
+An http or mcp tool's secret headers (an mcp tool's are its server's) are
+rendered here, for the call's own tenant (`tasks_app.vault.lookup`), and
+exist only for the call: a secret that cannot
 be resolved is a permission error and nothing is sent. The downstream may echo
 them back, so its answer (result, error, status answer) is redacted of every
 resolved value before anything stores it.
@@ -27,14 +28,14 @@ from tasks_app.vault.values import Resolved, Unresolved
 
 from ..outbound.ioloop import run_io
 from ..schemas import SchemaRefused, schema_errors
-from . import http_kind, python_kind
+from . import http_kind, mcp_kind, python_kind
 from .jsonsafe import has_unstorable, storable
 from .types import OutcomeKind, StatusAnswer, ToolCall, ToolOutcome
 
 
 @dataclass(frozen=True)
 class Prepared:
-    """A call ready to be sent: its secret headers rendered (an http tool), and
+    """A call ready to be sent: its secret headers rendered (an http or mcp tool), and
     the values to redact from whatever comes back."""
 
     call: ToolCall
@@ -44,7 +45,7 @@ class Prepared:
 def prepare(call: ToolCall) -> Prepared | ToolOutcome:
     """The database part of a call (secrets are rows): run it where the ORM may
     run; a refusal is the call's outcome, nothing is sent."""
-    if call.spec.kind != "http" or not (call.spec.secret_headers or {}):
+    if call.spec.kind not in ("http", "mcp") or not (call.spec.secret_headers or {}):
         return Prepared(call, Resolved())
     try:
         call, resolved = _with_secrets(call)
@@ -55,11 +56,13 @@ def prepare(call: ToolCall) -> Prepared | ToolOutcome:
 
 async def send(prepared: Prepared) -> ToolOutcome:
     """Make the call, awaited on the I/O loop: an http tool on the async client of
-    its endpoint, a python tool in a pooled thread (`threads`); the loop waits,
-    no thread does. Pure CPU and network: no database."""
+    its endpoint, an mcp tool on its server's pooled session (awaited from the
+    sessions' own loop), a python tool in a pooled thread (`threads`); the loop
+    waits, no thread does. Pure CPU and network: no database."""
     call, resolved = prepared.call, prepared.resolved
-    if call.spec.kind == "http":
-        outcome = await http_kind.acall(call)
+    if call.spec.kind in ("http", "mcp"):
+        outcome = await (mcp_kind.call_async(call) if call.spec.kind == "mcp"
+                         else http_kind.acall(call))
         outcome = replace(outcome, result=resolved.redact(outcome.result),
                           error=resolved.redact(outcome.error))
     else:

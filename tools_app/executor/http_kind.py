@@ -1,6 +1,8 @@
 """HTTP tools (DESIGN.md "HTTP tools"): ``POST {url}`` with the arguments as JSON.
 
-Headers: ``Idempotency-Key``, ``X-Tether-Task`` and a W3C ``traceparent``;
+Headers: ``Idempotency-Key``, ``X-Tether-Task``, a W3C ``traceparent`` (the
+call's `execute_tool` span when traces are on, `config.tracing`) and, for a
+tool that declares a resource, ``X-Tether-Fence: resource#token``;
 secret headers are the tool's `secret_headers` templates rendered with its
 tenant's secrets by the dispatcher (`call.resolved_headers`), never stored in
 clear. Classification of the answer:
@@ -26,13 +28,14 @@ to the last byte. Bodies are read up to
 from __future__ import annotations
 
 import json
-import secrets
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx2
 from django.conf import settings
+
+from config.tracing import outgoing_headers
 
 from ..outbound import REFUSED, EgressRefusedError, async_client_for
 from .ledger_answers import status_answer_from
@@ -44,13 +47,15 @@ ERROR_BODY_BYTES = 16 * 1024
 
 
 def _headers(call: ToolCall) -> dict[str, str]:
-    trace = (call.context.trace_id + "0" * 32)[:32]
     headers = {
         "Idempotency-Key": call.context.idempotency_key,
         "X-Tether-Task": str(call.context.task_id),
-        "traceparent": f"00-{trace}-{secrets.token_hex(8)}-01",
+        # the `execute_tool` span of this call (config.tracing)
+        **outgoing_headers(call.context.trace_id),
         "Accept": "application/json",
     }
+    if call.context.fence:
+        headers["X-Tether-Fence"] = call.context.fence  # "resource#token" (`tasks_app.leases`)
     headers.update(call.resolved_headers)
     return headers
 

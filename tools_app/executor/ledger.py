@@ -159,11 +159,57 @@ def settle_by_human(key: str, *, succeeded: bool, result: Any = None, error: Any
         _settle(row, LedgerStatus.FAILED_FINAL, error=error, answer=row.status_answer)
 
 
+def release(claim: Claim, *, error: dict[str, Any]) -> None:
+    """Give back a claim whose call was not made (a circuit breaker held it): the
+    key stays claimable, as after a retryable failure, with no attempt logged."""
+    ToolExecution.objects.filter(
+        idempotency_key=claim.call.context.idempotency_key, claimed_by=claim.owner,
+        status=LedgerStatus.IN_PROGRESS,
+    ).update(status=LedgerStatus.FAILED_RETRYABLE, error=error, attempts=claim.attempts[:-1],
+             claimed_by="", claimed_until=None, updated_at=timezone.now())
+
+
 def reopen_for_retry(key: str) -> None:
     """A reviewer chose "retry with the same key" (only for tools that honour keys)."""
     ToolExecution.objects.filter(idempotency_key=key).update(
         status=LedgerStatus.FAILED_RETRYABLE, claimed_by="", claimed_until=None
     )
+
+
+def unclaim(claim: Claim, *, reason: str) -> bool:
+    """Give back a claimed key whose call was never made (its resource was busy):
+    recorded as an attempt that did not call, and callable again later (for a
+    plain write too: nothing happened). False when the claim no longer held."""
+    attempts = list(claim.attempts)
+    if attempts:
+        attempts[-1] = {**attempts[-1], "outcome": "not_called", "reason": reason}
+    return bool(
+        ToolExecution.objects.filter(idempotency_key=claim.call.context.idempotency_key,
+                                     claimed_by=claim.owner, status=LedgerStatus.IN_PROGRESS)
+        .update(status=LedgerStatus.FAILED_RETRYABLE, attempts=attempts, claimed_by="",
+                claimed_until=None, updated_at=timezone.now()))
+
+
+def interrupted_call(key: str) -> ToolExecution | None:
+    """The ledger row of key K when its call was interrupted: IN_PROGRESS and its
+    claim expired (its executor died mid-call). None when K settled, or is live."""
+    row = ToolExecution.objects.filter(idempotency_key=key).first()
+    if row is None or row.status != LedgerStatus.IN_PROGRESS:
+        return None
+    if row.claimed_until is not None and row.claimed_until > timezone.now():
+        return None
+    return row
+
+
+def mark_interrupted(key: str) -> bool:
+    """An interrupted plain write: its outcome is unknown (UNCERTAIN), never replayed;
+    the status query, else a reconciliation, settles it (as `_claim` would)."""
+    return bool(
+        ToolExecution.objects.filter(idempotency_key=key, status=LedgerStatus.IN_PROGRESS)
+        .update(status=LedgerStatus.UNCERTAIN, claimed_by="", claimed_until=None,
+                error={"type": "interrupted",
+                       "message": "the call was interrupted; its outcome is unknown"},
+                updated_at=timezone.now()))
 
 
 def _claim(call: ToolCall, *, owner: str) -> Claim | ToolOutcome:

@@ -16,6 +16,7 @@ class ToolSpec:
     status_url: str = ""
     status_tool: str = ""
     compensation_tool: str = ""
+    resource: str = ""  # a template over the arguments (`tools_app.resources`)
     secret_headers: dict[str, str] = field(default_factory=dict)
     args_schema: dict[str, Any] = field(default_factory=dict)
     result_schema: dict[str, Any] = field(default_factory=dict)
@@ -25,6 +26,12 @@ class ToolSpec:
     side_effect: str = "read"
     max_retries: int = 3
     description: str = ""
+    # mcp tools: the server's name and, for a stdio server, the operator's command
+    # name (`target` is then the tool's name on the server, `url` the server's).
+    mcp_server: str = ""
+    mcp_stdio: str = ""
+    retry_delays_s: tuple[float, ...] = ()  # per-tool retry policy (`tools_app.breakers.policy`)
+    breaker: dict[str, Any] = field(default_factory=dict)  # per-tool breaker thresholds
 
     @property
     def honours_keys(self) -> bool:
@@ -41,6 +48,9 @@ class ToolContext:
     step_id: int
     tenant_id: int
     trace_id: str
+    # "resource#token" while the call holds its resource's lease (`tasks_app.leases`):
+    # a downstream that keeps the highest token seen can refuse a stale holder.
+    fence: str = ""
 
 
 @dataclass(frozen=True)

@@ -4,13 +4,14 @@
   when a URL is registered (`url_problem`) and again at connect time;
 - `transport`: httpx2 transports that connect only to checked addresses and
   make a request's timeout the whole call's;
-- `clients`: one long-lived client per endpoint per process (sync and async).
+- `clients`: one long-lived client per endpoint per process (sync and async),
+  and clients a caller owns (`owned_async_client`, the MCP connections').
 
 A refusal is `EgressRefusedError`: a permission error for a tool step, a
 non-retryable error for a model call, never a hint about the target.
 """
 
-from .clients import Registry, async_client_for, client_for
+from .clients import Registry, async_client_for, client_for, owned_async_client
 from .policy import REFUSED, EgressRefusedError, current_policy, endpoint_of, url_problem
 
 __all__ = [
@@ -21,5 +22,6 @@ __all__ = [
     "client_for",
     "current_policy",
     "endpoint_of",
+    "owned_async_client",
     "url_problem",
 ]

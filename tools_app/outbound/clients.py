@@ -129,3 +129,18 @@ def async_client_for(url: str, *, shard: int = 0) -> httpx2.AsyncClient:
         transport=AsyncPolicyTransport(process.policy, ssl_context=process.ssl_context,
                                        limits=ASYNC_LIMITS),
         follow_redirects=False, trust_env=False, timeout=DEFAULT_TIMEOUT))
+
+
+def owned_async_client(*, headers: dict[str, str], timeout: httpx2.Timeout,
+                       wrap: Callable[[httpx2.AsyncBaseTransport], httpx2.AsyncBaseTransport]
+                       | None = None) -> httpx2.AsyncClient:
+    """A new async client the caller owns and closes (a long-lived MCP connection
+    keeps one per server), under the same policy, TLS and no-redirect rules as
+    the shared clients. `wrap` may observe the policy transport's requests."""
+    process = _process()
+    transport: httpx2.AsyncBaseTransport = AsyncPolicyTransport(
+        process.policy, ssl_context=process.ssl_context, limits=LIMITS)
+    if wrap is not None:
+        transport = wrap(transport)
+    return httpx2.AsyncClient(transport=transport, headers=headers, follow_redirects=False,
+                              trust_env=False, timeout=timeout)

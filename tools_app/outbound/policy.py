@@ -18,7 +18,15 @@ first, so the check always sees the address the connection would use.
 A host resolving to several addresses is refused when any of them is
 refused (a mixed answer is how a rebinding attack starts). A refusal says
 the same whatever the target (no address, no port state, no "does not
-resolve"): it must not be an oracle of the server's network.
+resolve"): it must not be an oracle of the server's network. So a name that
+does not resolve is refused like a private address (a permission error, not
+retried), unless the operator allowed that very name (then it is a
+connection error, retried: the operator's own DNS had a bad moment).
+
+The system resolver has no timeout of its own, so `lookup` runs it in a
+thread and waits at most `DNS_TIMEOUT_S` (less when the call's deadline is
+nearer); at most `MAX_LOOKUPS` lookups are in flight, so names that never
+answer cannot pile up threads. A lookup that times out is a timeout.
 """
 
 from __future__ import annotations
@@ -26,7 +34,9 @@ from __future__ import annotations
 import functools
 import ipaddress
 import socket
+import threading
 from dataclasses import dataclass
+from typing import Any
 
 import httpx2
 from django.conf import settings
@@ -40,6 +50,8 @@ REFUSED = (
     "unless the operator allows it in TETHER_EGRESS_ALLOW"
 )
 SCHEMES = {"http": 80, "https": 443}
+DNS_TIMEOUT_S = 5.0
+MAX_LOOKUPS = 64
 # Ranges Python's `is_global` lets through that are no place for a tenant's call.
 _EXTRA_REFUSED = tuple(
     ipaddress.ip_network(n) for n in ("192.88.99.0/24", "fec0::/10")  # 6to4 relays, site-local
@@ -84,11 +96,31 @@ class Policy:
     def allows_address(self, address: IPAddress, port: int) -> bool:
         return is_public(address) or any(a.allows_address(address, port) for a in self.allowed)
 
-    def resolve(self, host: str, port: int) -> list[str]:
+    def resolve(self, host: str, port: int, timeout: float | None = None) -> list[str]:
         """The addresses to connect to for `host:port`, every one of them checked.
-        Raises `EgressRefusedError`; a name that does not resolve raises `OSError`."""
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
-        return self.checked(host, port, [str(info[4][0]) for info in infos])
+        Raises `EgressRefusedError`, `TimeoutError`, or `OSError` for a name the
+        operator allowed that does not resolve or for a temporary resolver failure."""
+        try:
+            addresses = lookup(host, port, DNS_TIMEOUT_S if timeout is None
+                               else min(timeout, DNS_TIMEOUT_S))
+        except TimeoutError:
+            raise
+        except socket.gaierror as exc:
+            # A resolver that failed for now (EAI_AGAIN) says nothing of the name:
+            # a retried connection error. A name that does not exist is refused.
+            if exc.errno != socket.EAI_AGAIN:
+                self.refuse_unresolved(host, port)
+            raise
+        except OSError:
+            self.refuse_unresolved(host, port)
+            raise
+        return self.checked(host, port, addresses)
+
+    def refuse_unresolved(self, host: str, port: int) -> None:
+        """A name that does not resolve: refused like any other target, unless the
+        operator allowed that name (then the caller's connection error stands)."""
+        if not self.allows_host(host, port):
+            raise EgressRefusedError() from None
 
     def checked(self, host: str, port: int, addresses: list[str]) -> list[str]:
         """`addresses` (what `host` resolved to) when the policy allows them all."""
@@ -100,6 +132,36 @@ class Policy:
             if not self.allows_address(ipaddress.ip_address(text.split("%", 1)[0]), port):
                 raise EgressRefusedError()
         return _unique(addresses)
+
+
+_lookups = threading.BoundedSemaphore(MAX_LOOKUPS)
+
+
+def lookup(host: str, port: int, timeout: float) -> list[str]:
+    """The system resolver's addresses for `host:port`, waited for at most
+    `timeout` seconds (the lookup itself cannot be cancelled: its thread ends
+    when the resolver gives up). Raises `OSError` or `TimeoutError`."""
+    if not _lookups.acquire(blocking=False):
+        raise TimeoutError("too many host name lookups in flight")
+    answer: list[Any] = []
+    done = threading.Event()
+
+    def work() -> None:
+        try:
+            answer.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                             proto=socket.IPPROTO_TCP))
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            answer.append(exc)
+        finally:
+            _lookups.release()
+            done.set()
+
+    threading.Thread(target=work, name="tether-dns", daemon=True).start()
+    if not done.wait(max(timeout, 0.0)):
+        raise TimeoutError("the host did not resolve in time")
+    if isinstance(answer[0], BaseException):
+        raise answer[0]
+    return [str(info[4][0]) for info in answer[0]]
 
 
 def is_public(address: IPAddress) -> bool:

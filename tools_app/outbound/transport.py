@@ -34,7 +34,7 @@ import anyio
 import httpcore2
 import httpx2
 
-from .policy import SCHEMES, EgressRefusedError, Policy
+from .policy import DNS_TIMEOUT_S, SCHEMES, EgressRefusedError, Policy
 
 _deadline: ContextVar[float | None] = ContextVar("tether_outbound_deadline", default=None)
 
@@ -154,10 +154,12 @@ class PolicyBackend(httpcore2.NetworkBackend):
     def connect_tcp(self, host: str, port: int, timeout: float | None = None,
                     local_address: str | None = None,
                     socket_options: Iterable[Any] | None = None) -> httpcore2.NetworkStream:
-        # The system resolver has no timeout of its own; the deadline bounds the rest.
         try:
-            addresses = self._policy.resolve(host, port)
-        except OSError as exc:
+            addresses = self._policy.resolve(host, port,
+                                             _left(timeout, httpcore2.ConnectTimeout))
+        except TimeoutError:
+            raise httpcore2.ConnectTimeout("the host did not resolve in time") from None
+        except OSError as exc:  # a name the operator allowed (any other is refused)
             raise httpcore2.ConnectError(f"cannot resolve the host: {exc.strerror or exc}")
         last: Exception | None = None
         for address in addresses:
@@ -253,13 +255,15 @@ class AsyncPolicyBackend(httpcore2.AsyncNetworkBackend):
                           local_address: str | None = None,
                           socket_options: Iterable[Any] | None = None
                           ) -> httpcore2.AsyncNetworkStream:
+        left = _left(timeout, httpcore2.ConnectTimeout)
         try:
-            with anyio.fail_after(_left(timeout, httpcore2.ConnectTimeout)):
+            with anyio.fail_after(DNS_TIMEOUT_S if left is None else min(left, DNS_TIMEOUT_S)):
                 infos = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM,
                                                 proto=socket.IPPROTO_TCP)
         except TimeoutError:
-            raise httpcore2.ConnectTimeout("the host did not resolve in time")
+            raise httpcore2.ConnectTimeout("the host did not resolve in time") from None
         except OSError as exc:
+            self._policy.refuse_unresolved(host, port)
             raise httpcore2.ConnectError(f"cannot resolve the host: {exc.strerror or exc}")
         addresses = self._policy.checked(host, port, [str(info[4][0]) for info in infos])
         last: Exception | None = None

@@ -62,8 +62,11 @@ class Command(BaseCommand):
             "--io-tasks", default="",
             help="sizes of the I/O workload, comma-separated (200,1000)")
         parser.add_argument(
-            "--only", choices=["io"], default="",
-            help="run only this phase (io: the I/O workload and its scripted comparison)")
+            "--only", choices=["io", "breaker"], default="",
+            help="one workload only: `io` (the I/O workload and its scripted comparison), "
+            "`breaker` (a downstream outage under running tasks; --tasks (100), "
+            "--outage-s (20), --workers)")
+        parser.add_argument("--outage-s", type=float, help="the breaker workload's outage (20)")
         parser.add_argument(
             "--database-url",
             default="",
@@ -82,6 +85,8 @@ class Command(BaseCommand):
         if opts["io_tasks"]:
             cfg = replace(cfg, io_tasks=tuple(int(n) for n in opts["io_tasks"].split(",")))
         call_command("migrate", verbosity=0, skip_checks=True)
+        if opts["only"] == "breaker":
+            return self._breaker(opts, cfg)
 
         from tasks_app.bench.report import table
         from tasks_app.bench.run import bench_run
@@ -97,6 +102,22 @@ class Command(BaseCommand):
         self.stdout.write("")
         self.stdout.write(table(doc))
 
+    def _breaker(self, opts: dict, cfg: BenchConfig) -> None:
+        from tasks_app.bench.breaker import breaker_table, run_breaker
+
+        log_dir = Path(tempfile.mkdtemp(prefix="tether-bench-breaker-"))
+        doc = run_breaker(
+            tasks=opts["tasks"] or (10 if cfg.quick else 100),
+            outage_s=opts["outage_s"] or (4.0 if cfg.quick else 20.0),
+            workers=cfg.workers, log_dir=log_dir, say=lambda line: self.stdout.write(line))
+        if cfg.json_path:
+            Path(cfg.json_path).write_text(json.dumps(doc, indent=2, default=str))
+            self.stdout.write(f"figures written to {cfg.json_path}")
+        self.stdout.write("")
+        self.stdout.write(breaker_table(doc))
+        if not doc["target_met"]:
+            raise CommandError("the breaker target was not met")
+
     def _in_bench_environment(self, opts: dict) -> None:
         url = opts["database_url"] or os.environ.get("BENCH_DATABASE_URL") or DEFAULT_DATABASE_URL
         _database_ensure(url)
@@ -109,10 +130,19 @@ class Command(BaseCommand):
                 argv.append(f"--{flag.replace('_', '-')}")
         if opts["json_path"]:
             argv += ["--json", str(Path(opts["json_path"]).resolve())]
-        for name in ("io_tasks", "only"):
-            if opts[name]:
-                argv += [f"--{name.replace('_', '-')}", opts[name]]
-        done = subprocess.run(argv, env=bench_env(url), cwd=settings.BASE_DIR, check=False)
+        extra: dict[str, str] = {}
+        if opts["io_tasks"]:
+            argv += ["--io-tasks", opts["io_tasks"]]
+        if opts["only"]:
+            argv += ["--only", opts["only"]]
+        if opts["only"] == "breaker":
+            from tasks_app.bench.breaker import ENV
+
+            extra = ENV
+        if opts["outage_s"] is not None:
+            argv += ["--outage-s", str(opts["outage_s"])]
+        done = subprocess.run(argv, env=bench_env(url, **extra), cwd=settings.BASE_DIR,
+                              check=False)
         if done.returncode:
             raise CommandError(f"the bench failed (exit {done.returncode})")
 

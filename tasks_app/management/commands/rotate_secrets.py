@@ -1,4 +1,5 @@
-"""`python manage.py rotate_secrets`: re-encrypt every tenant secret with the first key.
+"""`python manage.py rotate_secrets`: re-encrypt every tenant secret (and every other
+sealed value, `tasks_app.vault.stores`) with the first key.
 
 Key rotation: put a new Fernet key first in TETHER_SECRETS_KEY (keeping the old
 ones after it), run this, then remove the old keys. A value no configured key
@@ -13,8 +14,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from config.errors import DomainError
-from tasks_app.models import TenantSecret
 from tasks_app.vault.keyring import Undecryptable, require_keys, reseal
+from tasks_app.vault.stores import SealedColumn, sealed_columns
 
 BATCH = 200
 
@@ -28,19 +29,29 @@ class Command(BaseCommand):
         except DomainError as exc:
             raise CommandError(exc.message)
         rotated, failed = 0, []
-        ids = list(TenantSecret.objects.order_by("id").values_list("id", flat=True))
-        for start in range(0, len(ids), BATCH):
-            with transaction.atomic():
-                rows = (TenantSecret.objects.select_for_update(of=("self",))
-                        .select_related("tenant").filter(id__in=ids[start:start + BATCH]))
-                for row in rows:
-                    try:
-                        row.ciphertext = reseal(row.ciphertext)
-                    except Undecryptable:
-                        failed.append(f"{row.tenant.name}/{row.name}")
-                        continue
-                    row.save(update_fields=["ciphertext"])
-                    rotated += 1
+        for column in sealed_columns():
+            done, problems = _rotate(column)
+            rotated += done
+            failed += problems
         self.stdout.write(f"re-encrypted {rotated} secret(s) with the first key")
         if failed:
             raise CommandError("no key of TETHER_SECRETS_KEY opens: " + ", ".join(failed))
+
+
+def _rotate(column: SealedColumn) -> tuple[int, list[str]]:
+    model, field = column.model, column.field
+    rotated, failed = 0, []
+    ids = list(model._default_manager.order_by("pk").values_list("pk", flat=True))
+    for start in range(0, len(ids), BATCH):
+        with transaction.atomic():
+            rows = (model._default_manager.select_for_update(of=("self",))
+                    .select_related("tenant").filter(pk__in=ids[start:start + BATCH]))
+            for row in rows:
+                try:
+                    setattr(row, field, reseal(getattr(row, field)))
+                except Undecryptable:
+                    failed.append(column.label(row))
+                    continue
+                row.save(update_fields=[field])
+                rotated += 1
+    return rotated, failed

@@ -1,0 +1,1 @@
+"""Writes of notify_app: subscriptions, the outbox, delivery, the sweep."""

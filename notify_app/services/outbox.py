@@ -1,0 +1,56 @@
+"""Writing the outbox: a notification and its deliveries, in the caller's transaction.
+
+`notification_emit` is called where the event happens (the task-event hook,
+`events.on_task_event`, inside the transaction that appends the event; the SLA
+sweep), so the rows commit with their cause or not at all. Deliveries are
+dispatched after commit (`dispatch.schedule_on_commit`); one that is never
+dispatched (the broker was down, the process died) is found by the sweep.
+
+Recipients are fixed when the event happens: the tenant's active subscriptions
+that want its type, and, when the tenant e-mails its reviewers, the reviewers'
+and admins' addresses. Nobody to tell: nothing is written.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils import timezone
+
+from tasks_app.models import Membership, Role
+
+from ..dispatch import schedule_on_commit
+from ..models import Channel, Delivery, Notification, NotificationSettings, WebhookSubscription
+
+EMAIL_ROLES = (Role.REVIEWER, Role.ADMIN)
+
+
+def notification_emit(*, tenant_id: int, task_id: int, type: str, event_id: int | None = None,
+                      context: dict[str, Any] | None = None) -> Notification | None:
+    """Write the notification and its deliveries (None: nobody to tell)."""
+    hooks = [s for s in WebhookSubscription.objects.filter(tenant_id=tenant_id, active=True)
+             .only("id", "events") if type in (s.events or [])]
+    emails = _email_recipients(tenant_id, type)
+    if not hooks and not emails:
+        return None
+    notification = Notification.objects.create(
+        tenant_id=tenant_id, task_id=task_id, type=type, event_id=event_id,
+        context=context or {})
+    now = timezone.now()
+    rows = [Delivery(tenant_id=tenant_id, notification=notification, subscription_id=s.pk,
+                     channel=Channel.WEBHOOK, next_attempt_at=now) for s in hooks]
+    if emails:
+        rows.append(Delivery(tenant_id=tenant_id, notification=notification,
+                             channel=Channel.EMAIL, recipients=emails, next_attempt_at=now))
+    created = Delivery.objects.bulk_create(rows)
+    schedule_on_commit(d.pk for d in created)
+    return notification
+
+
+def _email_recipients(tenant_id: int, type: str) -> list[str]:
+    prefs = NotificationSettings.objects.filter(tenant_id=tenant_id).first()
+    if prefs is None or not prefs.email_reviewers or (
+            prefs.email_events and type not in prefs.email_events):
+        return []
+    return sorted({
+        email for email in Membership.objects.filter(tenant_id=tenant_id, role__in=EMAIL_ROLES)
+        .values_list("user__email", flat=True) if email})
