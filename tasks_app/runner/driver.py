@@ -36,6 +36,7 @@ from concurrent.futures import Future
 
 from django.conf import settings
 
+from config import tracing
 from config.logs import log_scope
 from tools_app.outbound.ioloop import io_loop
 
@@ -50,6 +51,8 @@ def spawn(task_id: int, *, delay_s: float = 0.0, hand_off: bool = False,
     """Start a slice of `task_id` on `loop` (this process's I/O loop), from any
     thread; its phases run in the database threads."""
     ctx = contextvars.Context()  # the slice's own: nothing of the caller's logs
+    # ... but the caller's trace context (a Celery message's span), which its steps link to
+    ctx.run(tracing.adopt_context, tracing.carried_context())
     return start(_slice(task_id, delay_s=delay_s, hand_off=hand_off), ctx, loop)
 
 
