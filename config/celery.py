@@ -9,6 +9,13 @@ Its signals keep the worker's and beat's logging and metrics Tether's own:
   driver runs end (`tasks_app.runner.driver`, up to `TETHER_DRIVER_DRAIN_S`), and
   is marked dead in the multiprocess metrics directory; `worker_shutdown` does
   the same for a threads or solo pool (the driver is in the main process);
+- the recovery sweeper (`tasks_app.runner.sweeper`): with the prefork pool, one
+  thread per pool process, started after the fork (`worker_process_init`): a
+  thread started in the main process would be copied half-way into every
+  child the pool forks later (a lock held mid-fork stays held in the child),
+  and the main process runs no tasks, so it has no connections of its own to
+  keep healthy. Other pools (solo, threads) do not fork: the main process
+  starts it when the worker is ready. The advisory lock makes them one sweep;
 - without `PROMETHEUS_MULTIPROC_DIR`, `TETHER_WORKER_METRICS_PORT` makes each
   worker process serve its own figures: the main process on PORT, a prefork
   pool's children on PORT+1, PORT+2, ... (the child's index in the pool);
@@ -33,6 +40,7 @@ from celery.signals import (
     worker_init,
     worker_process_init,
     worker_process_shutdown,
+    worker_ready,
     worker_shutdown,
 )
 from celery.utils.log import current_process_index
@@ -84,6 +92,25 @@ def _serve_child_metrics(**_: Any) -> None:
 @beat_init.connect
 def _beat_traces(**_: Any) -> None:
     tracing.setup("beat")
+
+
+@worker_process_init.connect
+def _sweep_in_child(**_: Any) -> None:
+    from tasks_app.runner.sweeper import start_process_sweeper
+
+    start_process_sweeper()
+
+
+@worker_ready.connect
+def _sweep_in_main_unless_prefork(sender: Any = None, **_: Any) -> None:
+    from celery.concurrency.prefork import TaskPool as PreforkPool
+
+    pool_cls = getattr(getattr(sender, "controller", None), "pool_cls", None)
+    if isinstance(pool_cls, type) and issubclass(pool_cls, PreforkPool):
+        return  # each pool process sweeps (above)
+    from tasks_app.runner.sweeper import start_process_sweeper
+
+    start_process_sweeper()
 
 
 @worker_process_shutdown.connect

@@ -155,10 +155,14 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "socket_connect_timeout": TETHER_BROKER_TIMEOUT_S,
     "socket_timeout": TETHER_BROKER_TIMEOUT_S,
 }
+# Every worker process sweeps on its own timer under an advisory lock
+# (tasks_app/runner/sweeper.py): beat is optional. Its entry stays for
+# deployments that run it; it takes the same lock, so it adds no second sweep.
+TETHER_SWEEP_INTERVAL_S = env.float("TETHER_SWEEP_INTERVAL_S", default=5.0)
 CELERY_BEAT_SCHEDULE = {
     "tether-recovery-sweep": {
         "task": "tasks_app.tasks.recovery_sweep",
-        "schedule": env.float("TETHER_SWEEP_INTERVAL_S", default=5.0),
+        "schedule": TETHER_SWEEP_INTERVAL_S,
     },
 }
 # "celery" when a broker is configured, else the in-process embedded runner.
@@ -182,6 +186,9 @@ else:
 # Runtime knobs (seconds unless named otherwise).
 TETHER = {
     "LEASE_TTL_S": env.float("TETHER_LEASE_TTL_S", default=30.0),
+    "SWEEP_INTERVAL_S": TETHER_SWEEP_INTERVAL_S,
+    # each Celery worker process runs the recovery sweep itself (false: beat only)
+    "WORKER_SWEEP": env.bool("TETHER_WORKER_SWEEP", default=True),
     "SLICE_S": env.float("TETHER_SLICE_S", default=2.0),
     "SLICE_MAX_STEPS": env.int("TETHER_SLICE_MAX_STEPS", default=50),
     # The driver (tasks_app/runner/driver.py): slices one process drives at once,

@@ -12,7 +12,7 @@ from celery import shared_task
 
 from .runner.compensation import compensate_task as _compensate
 from .runner.driver import driver
-from .runner.recovery import recovery_sweep as _sweep
+from .runner.sweeper import locked_sweep
 
 
 @shared_task(name="tasks_app.tasks.advance_task", ignore_result=True)
@@ -23,7 +23,9 @@ def advance_task(task_id: int) -> str:
 
 @shared_task(name="tasks_app.tasks.recovery_sweep", ignore_result=True)
 def recovery_sweep() -> dict[str, int]:
-    report = _sweep()
+    report = locked_sweep()
+    if report is None:  # a worker's own sweeper is sweeping right now
+        return {}
     return {"admitted": report.admitted, "requeued": report.requeued,
             "approvals_expired": report.approvals_expired}
 

@@ -258,7 +258,14 @@ class CeleryWorkers:
         def answers() -> bool:
             if not proc.alive():
                 raise AssertionError(f"celery worker {name} exited early:\n{proc.log_tail()}")
-            return bool(self.app.control.ping(destination=[hostname], timeout=0.5))
+            # A connection of its own each time: a broker restarted by the test
+            # (tests/system/test_chaos.py) leaves pooled connections dead.
+            with self.app.connection_for_write() as conn:
+                try:
+                    return bool(self.app.control.ping(destination=[hostname], timeout=0.5,
+                                                      connection=conn))
+                except conn.connection_errors:
+                    return False
 
         try:
             wait_for(

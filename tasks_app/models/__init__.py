@@ -8,6 +8,7 @@ from .events import Event
 from .leases import LeaseWaiter, ResourceLease
 from .secrets import TenantSecret
 from .spend import DailySpend
+from .sweeps import SweepRun
 from .tasks import Step, StepKind, StepStatus, Task
 from .tenancy import ApiKey, Membership, Role, Tenant
 from .versions import AgentReleaseEntry, AgentVersion, ReleaseAction, VersionKind
@@ -29,6 +30,7 @@ __all__ = [
     "Step",
     "StepKind",
     "StepStatus",
+    "SweepRun",
     "Task",
     "TaskStatus",
     "TenantSecret",

@@ -71,8 +71,9 @@ FREE = ToolGate(None, None, Admission(allowed=True))
 
 
 def tool_admit(snap: TaskSnapshot, spec: ToolSpec, *, owner: str) -> ToolGate:
-    """Before a tool call: may it be made now?"""
-    if spec.kind != "http":
+    """Before a tool call: may it be made now? (http and mcp tools: a python tool
+    is the deployment's own code, with no downstream to protect)"""
+    if spec.kind not in ("http", "mcp"):
         return FREE
     policy = breaker_policy(spec.breaker)
     if not policy.enabled:

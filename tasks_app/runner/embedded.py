@@ -137,10 +137,10 @@ def _call(fn: Callable[..., object], args: tuple[object, ...]) -> None:
 
 
 def _sweep() -> None:
-    from .recovery import recovery_sweep
+    from .sweeper import locked_sweep
 
     close_old_connections()
-    recovery_sweep()
+    locked_sweep()  # one sweep at a time, with workers or other servers on PostgreSQL
 
 
 def _unleased_running() -> list[int]:

@@ -11,7 +11,9 @@ from django.utils import timezone
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Step, StepStatus, Task
 from tasks_app.runner.backoff import backoff_s
+from tasks_app.runner.breaker_waits import tool_admit, tool_record
 from tasks_app.runner.loop import run_slice
+from tasks_app.runner.snapshot import TaskSnapshot
 from tasks_app.services.admission import admit_created_tasks
 from tasks_app.services.dispatch import MANUAL_QUEUE
 from tests.factories import submit
@@ -21,6 +23,8 @@ from tests.fakes.openai_server import error, reply
 from tests.fakes.runtime import add_agent, add_tool, fake_http  # noqa: F401 - fixture
 from tests.helpers import drive, wait_for
 from tests.system.history import assert_history_intact
+from tools_app.executor import OutcomeKind, ToolOutcome
+from tools_app.executor.types import ToolSpec
 from tools_app.models import Breaker, BreakerState, BreakerWaiter, LedgerStatus, ToolExecution
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -211,6 +215,21 @@ def test_the_model_backoff_grows_across_slices(world, openai_server, settings): 
     for n, delay in enumerate(delays, start=1):
         assert delay <= min(cfg["BACKOFF_MAX_S"], cfg["BACKOFF_BASE_S"] * 2 ** (n - 1))
     assert Task.objects.get(pk=task.pk).model_calls == 4
+
+
+def test_an_mcp_tool_has_a_breaker_like_an_http_tool(world):  # type: ignore[no-untyped-def]
+    task = submit(world.tenant, [FINAL])
+    snap = TaskSnapshot.of(task)
+    spec = ToolSpec(name="shop__record", kind="mcp", target="record",
+                    url="http://127.0.0.1:9/mcp", breaker={"failures": 2, "cooldown_s": 60})
+    for _ in range(2):
+        gate = tool_admit(snap, spec, owner="w1")
+        assert gate.allowed
+        tool_record(snap, gate, ToolOutcome(kind=OutcomeKind.TRANSIENT,
+                                            error={"type": "connect_error"}), owner="w1")
+
+    assert not tool_admit(snap, spec, owner="w1").allowed  # open: no call is made
+    assert Breaker.objects.get(kind="tool", name="shop__record").state == BreakerState.OPEN
 
 
 def test_backoff_with_full_jitter_grows_then_stays_under_the_cap(settings):

@@ -15,6 +15,7 @@ from rest_framework.test import APIClient
 
 from approvals_app.models import Approval
 from approvals_app.services.decisions import approval_decide
+from audit_app.models import AuditEntry
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Step, StepStatus, Task
 from tasks_app.services.accounts import api_key_create
@@ -283,6 +284,20 @@ def test_what_the_server_owns_cannot_be_changed_on_the_tool(world, mcp_server):
     response = _admin(world).post("/api/v1/tools", {"name": "mine", "kind": "mcp"},
                                   format="json")
     assert response.status_code == 400 and "kind" in response.json()["error"]["details"]
+
+
+def test_server_changes_are_audit_entries_by_the_admin_who_made_them(world, mcp_server):
+    _register(world, mcp_server)
+    client = _admin(world)
+    assert client.patch("/api/v1/mcp-servers/shop", {"enabled": False},
+                        format="json").status_code == 200
+    assert client.delete("/api/v1/mcp-servers/shop").status_code == 204
+
+    entries = list(AuditEntry.objects.filter(tenant=world.tenant, kind="mcp_server", name="shop")
+                   .order_by("id"))
+    assert [e.action for e in entries] == ["created", "updated", "deleted"]
+    assert {e.actor for e in entries} == {world.users["admin"].username}
+    assert {d["path"] for d in entries[1].diff} == {"enabled"}
 
 
 def test_a_server_at_a_refused_address_cannot_be_registered(world, mcp_server):

@@ -100,7 +100,8 @@ class McpServerListView(TenantAPIView):
     def post(self, request: Request) -> Response:
         data = _changes(self.validated(McpServerWriteSerializer))
         data.pop("enabled", None)
-        server, changes = mcp_server_create(tenant_id=self.access.tenant_id, **data)
+        server, changes = mcp_server_create(
+            tenant_id=self.access.tenant_id, actor=self.access.actor, **data)
         return Response({"server": McpServerSerializer(server).data, "changes": changes},
                         status=status.HTTP_201_CREATED)
 
@@ -127,14 +128,15 @@ class McpServerDetailView(TenantAPIView):
         if data.pop("name", name) != name:
             raise invalid("invalid", "The request is not valid.",
                           name=["a server cannot be renamed: register a new one instead"])
-        server = mcp_server_update(tenant_id=self.access.tenant_id, name=name, changes=data)
+        server = mcp_server_update(tenant_id=self.access.tenant_id, name=name, changes=data,
+                                   actor=self.access.actor)
         return Response(McpServerSerializer(server).data)
 
     @extend_schema(operation_id="mcp_servers_delete", tags=TAGS,
                    summary="Delete an MCP server and its tools",
                    responses={204: None, **error_responses()})
     def delete(self, request: Request, name: str) -> Response:
-        mcp_server_delete(tenant_id=self.access.tenant_id, name=name)
+        mcp_server_delete(tenant_id=self.access.tenant_id, name=name, actor=self.access.actor)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -147,5 +149,6 @@ class McpServerRefreshView(TenantAPIView):
                    summary="Refresh an MCP server's tools", request=None,
                    responses={200: McpChangesSerializer, **error_responses()})
     def post(self, request: Request, name: str) -> Response:
-        server, changes = mcp_server_refresh(tenant_id=self.access.tenant_id, name=name)
+        server, changes = mcp_server_refresh(tenant_id=self.access.tenant_id, name=name,
+                                             actor=self.access.actor)
         return Response({"server": McpServerSerializer(server).data, "changes": changes})

@@ -67,7 +67,7 @@ def mcp_server_list(request: HttpRequest) -> HttpResponse:
         server, changes = mcp_server_create(
             tenant_id=_cu(request).tenant_id, name=data["name"].strip(),
             url=data["url"].strip(), stdio=data["stdio"] or "",
-            secret_headers=data["secret_headers"] or {})
+            secret_headers=data["secret_headers"] or {}, actor=_cu(request).actor)
     except DomainError as exc:
         for field, problems in (field_errors(exc) or {"__all__": [error_message(exc)]}).items():
             for problem in problems:
@@ -92,18 +92,18 @@ def mcp_server_detail(request: HttpRequest, name: str) -> HttpResponse:
 def mcp_server_action(request: HttpRequest, name: str, action: str) -> HttpResponse:
     if request.method != "POST":
         return redirect("tools:mcp-detail", name=name)
-    tenant_id = _cu(request).tenant_id
+    tenant_id, actor = _cu(request).tenant_id, _cu(request).actor
     try:
         if action == "refresh":
-            _, changes = mcp_server_refresh(tenant_id=tenant_id, name=name)
+            _, changes = mcp_server_refresh(tenant_id=tenant_id, name=name, actor=actor)
             messages.success(request, "Refreshed: " + ", ".join(
                 f"{len(changes[k])} {k}" for k in ("new", "changed", "gone", "skipped")) + ".")
         elif action in ("enable", "disable"):
             mcp_server_update(tenant_id=tenant_id, name=name,
-                              changes={"enabled": action == "enable"})
+                              changes={"enabled": action == "enable"}, actor=actor)
             messages.success(request, f"MCP server {name} {action}d.")
         elif action == "delete":
-            mcp_server_delete(tenant_id=tenant_id, name=name)
+            mcp_server_delete(tenant_id=tenant_id, name=name, actor=actor)
             messages.success(request, f"MCP server {name} and its tools deleted.")
             return redirect("tools:mcp-list")
         else:

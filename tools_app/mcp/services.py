@@ -27,7 +27,9 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from mcp.shared.exceptions import MCPError
 
+from audit_app.services import audit_record
 from config.errors import conflict, invalid, not_found
+from tasks_app.services.actors import SYSTEM, Actor
 from tasks_app.vault.lookup import tool_headers
 from tasks_app.vault.values import Resolved, Unresolved
 
@@ -47,7 +49,8 @@ EDITABLE = ("url", "stdio", "secret_headers", "enabled")
 
 
 def mcp_server_create(*, tenant_id: int, name: str, url: str = "", stdio: str = "",
-                      secret_headers: dict[str, str] | None = None) -> tuple[McpServer, dict]:
+                      secret_headers: dict[str, str] | None = None,
+                      actor: Actor = SYSTEM) -> tuple[McpServer, dict]:
     server = McpServer(tenant_id=tenant_id, name=name, url=url or "", stdio=stdio or "",
                        secret_headers=secret_headers or {})
     errors = server_errors(server)
@@ -63,12 +66,14 @@ def mcp_server_create(*, tenant_id: int, name: str, url: str = "", stdio: str = 
         with transaction.atomic():
             server.save()
             report = _apply(server, listed, skipped)
+            _audit(actor, server, "created", after=_audited(server) | {"tools": report})
     except IntegrityError:  # a concurrent registration of the same name won
         raise conflict("mcp_server_exists", f"an MCP server named {name!r} exists", name=name)
     return server, report
 
 
-def mcp_server_update(*, tenant_id: int, name: str, changes: dict[str, Any]) -> McpServer:
+def mcp_server_update(*, tenant_id: int, name: str, changes: dict[str, Any],
+                      actor: Actor = SYSTEM) -> McpServer:
     """Change the address, headers or `enabled`; the tools follow at the next refresh."""
     unknown = sorted(set(changes) - set(EDITABLE))
     if unknown:
@@ -76,22 +81,27 @@ def mcp_server_update(*, tenant_id: int, name: str, changes: dict[str, Any]) -> 
                       **{k: ["unknown field"] for k in unknown})
     with transaction.atomic():
         server = _locked(tenant_id, name)
+        before = _audited(server)
         for key, value in changes.items():
             setattr(server, key, value)
         errors = server_errors(server)
         if errors:
             raise invalid("invalid", "The request is not valid.", **errors)
         server.save()
+        _audit(actor, server, "updated", before=before, after=_audited(server))
     return server
 
 
-def mcp_server_delete(*, tenant_id: int, name: str) -> None:
+def mcp_server_delete(*, tenant_id: int, name: str, actor: Actor = SYSTEM) -> None:
     """The server and its tools go; steps that called them keep their history."""
     with transaction.atomic():
-        _locked(tenant_id, name).delete()
+        server = _locked(tenant_id, name)
+        _audit(actor, server, "deleted", before=_audited(server))
+        server.delete()
 
 
-def mcp_server_refresh(*, tenant_id: int, name: str) -> tuple[McpServer, dict]:
+def mcp_server_refresh(*, tenant_id: int, name: str,
+                       actor: Actor = SYSTEM) -> tuple[McpServer, dict]:
     server = McpServer.objects.filter(tenant_id=tenant_id, name=name).first()
     if server is None:
         raise not_found("MCP server")
@@ -99,7 +109,22 @@ def mcp_server_refresh(*, tenant_id: int, name: str) -> tuple[McpServer, dict]:
     with transaction.atomic():
         server = _locked(tenant_id, name)
         report = _apply(server, listed, skipped)
+        if report["new"] or report["changed"] or report["gone"]:
+            _audit(actor, server, "refreshed", after={"tools": {
+                k: report[k] for k in ("new", "changed", "gone")}})
     return server, report
+
+
+def _audited(server: McpServer) -> dict[str, Any]:
+    """What the audit log keeps of a server (header templates name secrets, never values)."""
+    return {"url": server.url, "stdio": server.stdio, "secret_headers": server.secret_headers,
+            "enabled": server.enabled}
+
+
+def _audit(actor: Actor, server: McpServer, action: str, *,
+           before: dict[str, Any] | None = None, after: dict[str, Any] | None = None) -> None:
+    audit_record(actor=actor, tenant_id=server.tenant_id, kind="mcp_server", name=server.name,
+                 object_id=server.pk, action=action, before=before, after=after)
 
 
 def server_errors(server: McpServer) -> dict[str, list[str]]:
