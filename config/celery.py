@@ -5,8 +5,10 @@ Its signals keep the worker's and beat's logging and metrics Tether's own:
   `LOGGING` (text or JSON, `config.logs`) stays, at the level of `-l`, and
   stray writes to stdout and stderr become log lines, as Celery's own setup
   would make them; `celeryd_init`: no banner in JSON (it is not a log line);
-- `worker_process_shutdown`: a pool child that exits is marked dead in the
-  multiprocess metrics directory;
+- `worker_process_shutdown`: a pool child that exits first lets the slices its
+  driver runs end (`tasks_app.runner.driver`, up to `TETHER_DRIVER_DRAIN_S`), and
+  is marked dead in the multiprocess metrics directory; `worker_shutdown` does
+  the same for a threads or solo pool (the driver is in the main process);
 - the recovery sweeper (`tasks_app.runner.sweeper`): with the prefork pool, one
   thread per pool process, started after the fork (`worker_process_init`): a
   thread started in the main process would be copied half-way into every
@@ -113,13 +115,24 @@ def _sweep_in_main_unless_prefork(sender: Any = None, **_: Any) -> None:
 
 @worker_process_shutdown.connect
 def _child_exited(pid: int | None = None, **_: Any) -> None:
+    _drain_driver()
     process_exited(pid or os.getpid())
     tracing.shutdown()
 
 
 @worker_shutdown.connect
 def _worker_exited(**_: Any) -> None:
-    tracing.shutdown()
+    _drain_driver()
+    tracing.shutdown()  # after the drain: the drained slices' spans are exported too
+
+
+def _drain_driver() -> None:
+    from tasks_app.runner.driver import driver
+
+    left = driver.drain()
+    if left:
+        logging.getLogger(__name__).warning(
+            "%s slices still running at exit: their leases expire, the sweep resumes them", left)
 
 
 def _serve_metrics(*, offset: int) -> None:

@@ -5,6 +5,7 @@ runner on the ASGI server's own event loop and the in-memory channel layer.
 Production sets DATABASE_URL, CELERY_BROKER_URL and CHANNEL_LAYER_URL.
 """
 
+import os
 from datetime import timedelta
 from pathlib import Path
 
@@ -128,6 +129,12 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True  # a killed worker's message is delivered again
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# `celery -A config worker` with no flags: one pool process per CPU, each driving
+# up to TETHER_DRIVER_MAX_TASKS tasks on its own event loop (tasks_app/runner/driver.py).
+# The pool processes only hand messages over: a task waiting on the network holds
+# none of them. Change with TETHER_WORKER_POOL / TETHER_WORKER_CONCURRENCY (or -P / -c).
+CELERY_WORKER_POOL = env.str("TETHER_WORKER_POOL", default="prefork")
+CELERY_WORKER_CONCURRENCY = env.int("TETHER_WORKER_CONCURRENCY", default=os.cpu_count() or 1)
 # Celery's Django fixup closes the DB connection around every task unless told
 # to reuse it: a new connection per slice costs more than a step.
 CELERY_DB_REUSE_MAX = env.int("CELERY_DB_REUSE_MAX", default=1000)
@@ -184,6 +191,12 @@ TETHER = {
     "WORKER_SWEEP": env.bool("TETHER_WORKER_SWEEP", default=True),
     "SLICE_S": env.float("TETHER_SLICE_S", default=2.0),
     "SLICE_MAX_STEPS": env.int("TETHER_SLICE_MAX_STEPS", default=50),
+    # The driver (tasks_app/runner/driver.py): slices one process drives at once,
+    # the threads its database phases run in, the threads python tools run in.
+    "DRIVER_MAX_TASKS": env.int("TETHER_DRIVER_MAX_TASKS", default=500),
+    "DRIVER_DB_THREADS": env.int("TETHER_DRIVER_DB_THREADS", default=6),
+    "DRIVER_DRAIN_S": env.float("TETHER_DRIVER_DRAIN_S", default=10.0),
+    "TOOL_THREADS": env.int("TETHER_TOOL_THREADS", default=64),
     "MAX_RUNNING_TASKS": env.int("TETHER_MAX_RUNNING_TASKS", default=200),
     "MAX_RUNNING_PER_TENANT": env.int("TETHER_MAX_RUNNING_PER_TENANT", default=50),
     "BACKOFF_BASE_S": env.float("TETHER_BACKOFF_BASE_S", default=0.5),

@@ -389,6 +389,26 @@ def outgoing_headers(trace_id: str) -> dict[str, str]:
     return headers
 
 
+def carried_context() -> Context | None:
+    """The caller's trace context (None when traces are off), for work it hands to
+    a context of its own (a runner slice started from a Celery message: its step
+    spans link to the message's span, `_link_to_current`)."""
+    if _provider is None:
+        return None
+    from opentelemetry import context
+
+    return context.get_current()
+
+
+def adopt_context(carried: Context | None) -> None:
+    """Make `carried` (`carried_context`) current in the running context; never
+    detached: call it in a context made for the work."""
+    if carried is not None:
+        from opentelemetry import context
+
+        context.attach(carried)
+
+
 def task_submitted(*, trace_id: str) -> None:
     """The span that submitted a task (a request's, usually) links to the task's
     trace: from the request, a backend leads to the task's spans."""

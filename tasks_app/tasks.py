@@ -1,21 +1,24 @@
 """Celery entry points: ids in, call a service, nothing else.
 
-`advance_task` is acknowledged late and rejected when its worker is lost, so a
-killed worker's message is delivered again; the lease makes a duplicate
-delivery harmless.
+`advance_task` hands the task to this worker process's driver
+(`runner.driver`), which advances it on the process's event loop; the message
+is done once handed over (the pool process blocks only while the driver is
+full). A slice lost with its process is found by the recovery sweep once its
+lease expires; the lease makes a duplicate delivery harmless.
 """
 from __future__ import annotations
 
 from celery import shared_task
 
 from .runner.compensation import compensate_task as _compensate
-from .runner.loop import run_slice
+from .runner.driver import driver
 from .runner.sweeper import locked_sweep
 
 
 @shared_task(name="tasks_app.tasks.advance_task", ignore_result=True)
 def advance_task(task_id: int) -> str:
-    return run_slice(int(task_id), hand_off=True).ended
+    driver.submit(int(task_id), hand_off=True)
+    return "driven"
 
 
 @shared_task(name="tasks_app.tasks.recovery_sweep", ignore_result=True)

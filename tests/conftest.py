@@ -59,6 +59,8 @@ def _end_tool_threads(django_db_setup, django_db_blocker):  # type: ignore[no-un
     """Pooled tool threads keep a database connection; end them before the test
     database is dropped."""
     yield
+    from tasks_app.runner.hops import db_threads_shutdown
     from tools_app.executor.threads import tool_threads
 
     tool_threads.shutdown()
+    db_threads_shutdown()  # the runner's database threads keep theirs too

@@ -41,6 +41,10 @@ class BenchConfig:
     skip_console: bool = False
     json_path: str = ""
     quick: bool = False
+    # The I/O workload (`io_load`), reported first: its sizes, and "io" in `only`
+    # to run nothing else.
+    io_tasks: tuple[int, ...] = (200, 1000)
+    only: str = ""
 
     @classmethod
     def quick_defaults(cls, **overrides: Any) -> BenchConfig:
@@ -56,6 +60,7 @@ class BenchConfig:
             console_events=20_000,
             console_requests=3,
             waiting_tasks=3,
+            io_tasks=(20,),
             quick=True,
         )
         return replace(base, **overrides)
@@ -99,6 +104,8 @@ def bench_env(database_url: str, **extra: str) -> dict[str, str]:
             "DEBUG": "false",
             "TETHER_HTTPS": "false",  # its daphne serves plain HTTP on loopback
             "LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "WARNING"),
+            # the I/O workload's fake model and tool listen on loopback
+            "TETHER_EGRESS_ALLOW": "127.0.0.1",
             CHILD_FLAG: "1",
         }
     )

@@ -99,12 +99,16 @@ def table(doc: dict[str, Any]) -> str:
     m = doc.get("machine", {})
     r, f = doc.get("runner", {}), doc.get("floor", {})
     lt, ws, c = doc.get("long_task", {}), doc.get("ws_latency", {}), doc.get("console") or {}
+    machine = (
+        "machine",
+        f"{m.get('cpus')} CPUs ({m.get('cpu')}), {m.get('memory_gb')} GB, "
+        f"PostgreSQL {m.get('postgresql')}",
+    )
+    if doc.get("config", {}).get("only") == "io":
+        return _rows_text([machine, *_io_rows(doc)], doc)
     rows = [
-        (
-            "machine",
-            f"{m.get('cpus')} CPUs ({m.get('cpu')}), {m.get('memory_gb')} GB, "
-            f"PostgreSQL {m.get('postgresql')}",
-        ),
+        machine,
+        *_io_rows(doc),
         (
             "runner",
             f"{_fmt(r.get('steps_per_s'))} steps/s, {_fmt(r.get('tasks_per_s'))} tasks/s "
@@ -189,6 +193,35 @@ def table(doc: dict[str, Any]) -> str:
                 f"{w.get('db_connections_while_waiting')}",
             )
         )
+    return _rows_text(rows, doc)
+
+
+def _io_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    io = doc.get("io") or {}
+    rows = []
+    for run in io.get("runs") or []:
+        cpu = run.get("cpu_ms_per_step") or {}
+        rows.append((
+            f"I/O {run.get('tasks')} tasks",
+            f"wall {_fmt(run.get('wall_s'), ' s')} vs ideal {_fmt(run.get('ideal_s'), ' s')}: "
+            f"ratio {_fmt(run.get('ratio_to_ideal'))}; peak in flight "
+            f"{run.get('peak_model_calls_in_flight')} model / "
+            f"{run.get('peak_tool_calls_in_flight')} tool calls; "
+            f"{_fmt(run.get('steps_per_s'))} steps/s; {run.get('succeeded')} succeeded; "
+            f"worker RSS {_fmt(run.get('worker_rss_mb_max'), ' MB')}; CPU/step: "
+            + ", ".join(f"{k} {_fmt(v, ' ms')}" for k, v in cpu.items()),
+        ))
+    if io.get("scripted"):
+        rows.append((
+            "I/O vs scripted",
+            f"{_fmt(io['runs'][-1].get('steps_per_s') if io.get('runs') else None)} steps/s "
+            f"(I/O, largest run) vs {_fmt(io['scripted'].get('steps_per_s'))} steps/s "
+            f"(scripted-instant, same worker): {_fmt(io.get('io_to_scripted_steps_ratio'))}",
+        ))
+    return rows
+
+
+def _rows_text(rows: list[tuple[str, str]], doc: dict[str, Any]) -> str:
     load = doc.get("loadavg_1m")
     if load:
         rows.append(("load avg (1m)", ", ".join(f"{k} {v}" for k, v in load.items())))

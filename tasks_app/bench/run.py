@@ -1,5 +1,7 @@
 """The bench's phases, in order, against the database Django is connected to.
 
+0. the I/O workload (`io_load`): tasks waiting on a model and an HTTP tool,
+   through the worker started as the README says (alone with `only="io"`);
 1. console history (unless skipped), so every later phase runs on big tables;
 2. Celery workers: warm-up, then `rounds` times the runner throughput and the
    psycopg floor (the workers idle meanwhile), alternately, so both see the
@@ -29,6 +31,7 @@ from .config import BenchConfig, bench_env, database_url_of, psycopg_dsn
 from .console import run_console
 from .datagen import console_data_ensure, sample_generated_task
 from .floor import run_floor
+from .io_load import run_io_phase
 from .long_task import run_long_tasks
 from .procs import celery_workers, daphne_server, purge_queue
 from .report import check_targets, machine_info
@@ -67,6 +70,15 @@ def bench_run(cfg: BenchConfig, *, log_dir: Path, say: Callable[[str], None]) ->
 
     world = world_ensure()
     purge_queue()
+
+    phase("io", f"I/O workload: {', '.join(str(n) for n in cfg.io_tasks)} tasks ...")
+    doc["io"] = run_io_phase(world, env, sizes=list(cfg.io_tasks), scripted_tasks=cfg.tasks,
+                             scripted_steps=cfg.steps, log_dir=log_dir, say=say)
+    purge_queue()
+    if cfg.only == "io":
+        load["end"] = round(os.getloadavg()[0], 2)
+        doc["duration_s"] = round(time.monotonic() - started, 1)
+        return doc
 
     if not cfg.skip_console:
         phase(

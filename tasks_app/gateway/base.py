@@ -227,14 +227,21 @@ class CallGuard(Protocol):
     """A circuit breaker around each model endpoint, supplied by the caller (the
     gateway itself keeps no state): `admit` returns None to call now, else the
     seconds to wait; `record` says what came of a call that was admitted:
-    `failed` True for an outage, False for an answer, None when nothing was sent."""
+    `failed` True for an outage, False for an answer, None when nothing was sent.
+    Both are awaited on the I/O loop: a guard that needs the database hands that
+    part to a thread (the runner's, `tasks_app.runner.breaker_waits.ModelGuard`)."""
 
-    def admit(self, base_url: str, model: str, *, timeout_s: float) -> float | None: ...
+    async def admit(self, base_url: str, model: str, *, timeout_s: float) -> float | None: ...
 
-    def record(self, base_url: str, model: str, *, failed: bool | None, error: str) -> None: ...
+    async def record(self, base_url: str, model: str, *, failed: bool | None,
+                     error: str) -> None: ...
 
 
 class ModelBackend(Protocol):
     name: str
 
     def decide(self, context: ContextSnapshot) -> ModelReply: ...
+
+    async def adecide(self, context: ContextSnapshot) -> ModelReply:
+        """The same, awaited on the I/O loop (the runner's way: no thread waits)."""
+        ...

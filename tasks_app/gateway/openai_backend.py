@@ -7,9 +7,12 @@ are bounded, logged and deterministic:
 
 - every call has the profile's `timeout_s`, which bounds the whole call
   (connect to last byte);
-- the SDK client of a base URL is built once per process, on the long-lived
-  httpx2 client of `tools_app.outbound` (the outbound-address policy, no
-  redirects); an address the policy refuses is not retried;
+- calls are async (`adecide`; the runner awaits them on the process's I/O
+  loop, holding no thread); the SDK client of a base URL is built once per
+  loop and shard, on the long-lived httpx2 async client of
+  `tools_app.outbound` (the outbound-address policy, no redirects, the total
+  deadline); an address the policy refuses is not retried;
+- the waits between retries are `asyncio.sleep`: they hold no thread either;
 - transient errors (timeout, connection error, 408, 409, 429, 5xx, a reply
   with no choices) are retried up to `max_retries` times with exponential
   backoff and full jitter; `Retry-After` / `retry-after-ms` is honoured;
@@ -35,6 +38,7 @@ step's decision log.
 """
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import json
 import logging
@@ -46,10 +50,13 @@ from typing import Any
 import httpx2
 import openai
 from django.conf import settings
+from openai._base_client import make_request_options
 
 from config.metrics import observe_model_call
 from config.tracing import model_call_span
-from tools_app.outbound import REFUSED, EgressRefusedError, Registry, client_for
+from tools_app.outbound import REFUSED, EgressRefusedError, Registry, async_client_for
+from tools_app.outbound.clients import ASYNC_SHARDS, MAX_ENDPOINTS
+from tools_app.outbound.ioloop import run_io
 
 from ..pricing import TokenUsage
 from ..vault.values import Resolved, Unresolved
@@ -109,11 +116,15 @@ class OpenAIBackend:
     # --- the backend interface ------------------------------------------------
 
     def decide(self, context: ContextSnapshot) -> ModelReply:
+        """`adecide` for a synchronous caller (it waits on the process's I/O loop)."""
+        return run_io(self.adecide(context))
+
+    async def adecide(self, context: ContextSnapshot) -> ModelReply:
         messages = build_messages(context)
         tools = tool_catalogue(context.tools)
         request: dict[str, Any] = {"messages": messages, "tools": tools}
         request.update(self._sampling())
-        done = self._complete(request)
+        done = await self._complete(request, shard=context.task_id)
         choice = (done.body.get("choices") or [{}])[0]
         decisions = decisions_from_message(choice.get("message") or {},
                                            finish_reason=choice.get("finish_reason"))
@@ -144,7 +155,7 @@ class OpenAIBackend:
         }
         if self.settings.temperature is not None:
             request["temperature"] = 0.0
-        done = self._complete(request)
+        done = run_io(self._complete(request, shard=0))
         choice = (done.body.get("choices") or [{}])[0]
         text = str((choice.get("message") or {}).get("content") or "").strip()
         if not text:
@@ -163,7 +174,7 @@ class OpenAIBackend:
             out["top_p"] = self.settings.top_p
         return out
 
-    def _complete(self, request: dict[str, Any]) -> _Completed:
+    async def _complete(self, request: dict[str, Any], *, shard: int) -> _Completed:
         s = self.settings
         targets = [s.primary] + ([s.fallback] if s.fallback else [])
         failures: list[dict[str, Any]] = []
@@ -172,7 +183,7 @@ class OpenAIBackend:
         held_s: float | None = None  # set while the latest word is a breaker's
         for index, target in enumerate(targets):
             for attempt in range(1, s.max_retries + 2):
-                wait = self._admit(target)
+                wait = await self._admit(target)
                 if wait is not None:
                     held_s = wait if held_s is None else min(held_s, wait)
                     break  # its breaker is open: the fallback, or come back later
@@ -182,7 +193,8 @@ class OpenAIBackend:
                 try:
                     with model_call_span(provider=self.name, model=target.name,
                                          base_url=target.base_url, request=request) as traced:
-                        body = self.keys.redact(self._call_once(target, request, traced.headers))
+                        body = self.keys.redact(
+                            await self._call_once(target, request, shard, traced.headers))
                         traced.reply(body)
                 except _Failure as raw:
                     exc = last = _Failure(self.keys.redact(str(raw)), retryable=raw.retryable,
@@ -194,17 +206,17 @@ class OpenAIBackend:
                                      "status": exc.status,
                                      "latency_ms": int((time.monotonic() - started) * 1000)})
                     log.warning("model %s attempt %s failed: %s", target.name, attempt, exc)
-                    self._record(target, exc)
+                    await self._record(target, exc)
                     if not exc.retryable or attempt > s.max_retries:
                         break
                     delay = _backoff_s(attempt, exc.retry_after_s)
                     if delay > s.max_wait_s:
-                        break  # too long to hold a worker: the fallback, or come back later
-                    time.sleep(delay)
+                        break  # too long to wait in the step: the fallback, or come back later
+                    await asyncio.sleep(delay)  # holds no thread
                     continue
                 observe_model_call(model=target.name, seconds=time.monotonic() - started,
                                    usage=body.get("usage"))
-                self._record(target, None)
+                await self._record(target, None)
                 return _Completed(body=body, target=target, used_fallback=index > 0,
                                   attempts=attempts, failures=tuple(failures),
                                   latency_ms=int((time.monotonic() - started) * 1000))
@@ -216,39 +228,48 @@ class OpenAIBackend:
                            retryable=last.retryable, retry_after_s=last.retry_after_s,
                            calls=attempts)
 
-    def _admit(self, target: ModelTarget) -> float | None:
+    async def _admit(self, target: ModelTarget) -> float | None:
         if self.guard is None:
             return None
-        return self.guard.admit(target.base_url, target.name, timeout_s=self.settings.timeout_s)
+        return await self.guard.admit(target.base_url, target.name,
+                                      timeout_s=self.settings.timeout_s)
 
-    def _record(self, target: ModelTarget, failure: _Failure | None) -> None:
+    async def _record(self, target: ModelTarget, failure: _Failure | None) -> None:
         if self.guard is None:
             return
         if failure is None:
-            self.guard.record(target.base_url, target.name, failed=False, error="")
+            await self.guard.record(target.base_url, target.name, failed=False, error="")
             return
         outage: bool | None = failure.kind in OUTAGE_KINDS or (
             failure.status is not None and (failure.status in (408, 429) or failure.status >= 500))
         if failure.kind in NOT_SENT_KINDS:
             outage = None
-        self.guard.record(target.base_url, target.name, failed=outage, error=str(failure)[:500])
+        await self.guard.record(target.base_url, target.name, failed=outage,
+                                error=str(failure)[:500])
 
-    def _call_once(self, target: ModelTarget, request: dict[str, Any],
-                   headers: dict[str, str]) -> dict[str, Any]:
+    async def _call_once(self, target: ModelTarget, request: dict[str, Any], shard: int,
+                         headers: dict[str, str]) -> dict[str, Any]:
         try:
             key = self.keys.get(target.key_ref) if target.key_ref else NO_KEY
         except Unresolved as exc:
             raise _Failure(f"no API key for {target.name}: {exc}", retryable=False,
                            kind="no_api_key")
         try:
-            client = sdk_client(target.base_url).with_options(api_key=key,
+            client = sdk_client(target.base_url, shard).with_options(api_key=key,
                                                               timeout=self.settings.timeout_s)
         except (httpx2.InvalidURL, httpx2.UnsupportedProtocol):
             raise _Failure(f"{target.base_url!r} is not an http(s) URL", retryable=False,
                            kind="invalid_url")
         try:
-            completion = client.chat.completions.create(model=target.name, extra_headers=headers,
-                                                        **request)
+            # The raw endpoint: `chat.completions.create` transforms the request
+            # against its TypedDicts and parses the reply into pydantic models,
+            # three times the CPU of the call itself (8.6 vs 2.8 ms measured, a
+            # 16-step context); the reply is wanted as plain data anyway.
+            # `headers`: the trace context of the call's span (`traceparent`).
+            options = (make_request_options(security=_BEARER_AUTH, extra_headers=headers)
+                       if headers else _BEARER)
+            body = await client.post("/chat/completions", body={"model": target.name, **request},
+                                     cast_to=object, options=options)
         except openai.APITimeoutError:
             raise _Failure(f"no reply within {self.settings.timeout_s:g}s", retryable=True,
                            kind="timeout")
@@ -263,22 +284,38 @@ class OpenAIBackend:
                            retry_after_s=_retry_after(exc.response.headers), status=status)
         except openai.APIError as exc:  # e.g. a body that is not a completion
             raise _Failure(f"bad reply: {_short(str(exc))}", retryable=True)
-        body = completion.model_dump(mode="json", exclude_none=True)
+        if not isinstance(body, dict):
+            raise _Failure("bad reply: not a JSON object", retryable=True)
+        body = _without_nulls(body)
         if not body.get("choices"):
             raise _Failure("the reply has no choices", retryable=True)
         return body
 
 
-_sdk_clients: Registry[openai.OpenAI] = Registry()
+_BEARER_AUTH: Any = {"bearer_auth": True}  # the key as a bearer token
+_BEARER = make_request_options(security=_BEARER_AUTH)
 
 
-def sdk_client(base_url: str) -> openai.OpenAI:
-    """The process's SDK client of `base_url`, on the outbound HTTP client of its
-    endpoint (a new one when that client was replaced). A key and a timeout are
-    given per call with `with_options`, which costs microseconds. The SDK's own
-    retries are off: ours are bounded, logged and deterministic."""
-    http = client_for(base_url)
-    return _sdk_clients.get((base_url, http), lambda: openai.OpenAI(
+def _without_nulls(value: Any) -> Any:
+    """The reply as the SDK's models dumped it (`exclude_none`): no null fields."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
+_sdk_clients: Registry[openai.AsyncOpenAI] = Registry(MAX_ENDPOINTS * ASYNC_SHARDS)
+
+
+def sdk_client(base_url: str, shard: int = 0) -> openai.AsyncOpenAI:
+    """The SDK client of `base_url` on the running loop, on the outbound async
+    client of its endpoint and `shard` (a new one when that client was
+    replaced). A key and a timeout are given per call with `with_options`, which
+    costs microseconds. The SDK's own retries are off: ours are bounded, logged
+    and deterministic."""
+    http = async_client_for(base_url, shard=shard)
+    return _sdk_clients.get((base_url, http), lambda: openai.AsyncOpenAI(
         base_url=base_url, api_key=NO_KEY, max_retries=0, http_client=http))
 
 

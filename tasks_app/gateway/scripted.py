@@ -13,6 +13,9 @@ from .base import ContextSnapshot, Decision, GatewayError, ModelReply, parse_dec
 class ScriptedBackend:
     name = "scripted"
 
+    async def adecide(self, context: ContextSnapshot) -> ModelReply:
+        return self.decide(context)
+
     def decide(self, context: ContextSnapshot) -> ModelReply:
         script = context.script or ()
         index = context.model_calls_so_far

@@ -3,7 +3,7 @@
 A tool that declares `resource` (a template over its arguments,
 `tools_app.resources`) takes the lease of the rendered resource, within its
 tenant, before each call and gives it back after. The runner's hook is two
-calls around a tool call (`tasks_app.runner.step._execute`):
+calls around a tool call (`tasks_app.runner.executing.admit_call` and `execute`):
 
     hold = lease_for_call(...)          # before: take it, or wait
     if hold.waiting: ... return LATER   # the task goes back to the queue

@@ -48,6 +48,7 @@ from ..models import Task
 from ..services.actors import Actor
 from ..services.dispatch import schedule_advance_on_commit
 from ..services.events import event_append
+from .hops import Hop
 from .snapshot import TaskSnapshot
 
 BREAKER_ACTOR = Actor.worker("breaker")
@@ -102,10 +103,12 @@ def tool_record(snap: TaskSnapshot, gate: ToolGate, outcome: ToolOutcome, *, own
 
 
 class ModelGuard:
-    """The breakers of a task's model endpoints, for the gateway (`CallGuard`)."""
+    """The breakers of a task's model endpoints, for the gateway (`CallGuard`):
+    awaited by the model call on the I/O loop, their database work handed to
+    the slice's `hop`."""
 
-    def __init__(self, snap: TaskSnapshot, *, owner: str) -> None:
-        self.snap, self.owner = snap, owner
+    def __init__(self, snap: TaskSnapshot, *, owner: str, hop: Hop) -> None:
+        self.snap, self.owner, self.hop = snap, owner, hop
         self.policy = breaker_policy((snap.agent.get("model") or {}).get("breaker"))
         self.seen: dict[str, Admission] = {}
         self.held: list[tuple[Target, Admission]] = []
@@ -113,25 +116,27 @@ class ModelGuard:
     def _target(self, base_url: str, model: str) -> Target:
         return Target.model(tenant_id=self.snap.tenant_id, base_url=base_url, name=model)
 
-    def admit(self, base_url: str, model: str, *, timeout_s: float) -> float | None:
+    async def admit(self, base_url: str, model: str, *, timeout_s: float) -> float | None:
         if not self.policy.enabled:
             return None
         target = self._target(base_url, model)
         ttl = timeout_s + float(settings.TETHER["LEDGER_CLAIM_GRACE_S"])
-        admission = admit(target, owner=self.owner, probe_ttl_s=ttl)
+        admission = await self.hop(admit, target, owner=self.owner, probe_ttl_s=ttl)
         if admission.allowed:
             self.seen[target.key] = admission
             return None
         self.held.append((target, admission))
         return admission.wait_s(self.policy.cooldown_s)
 
-    def record(self, base_url: str, model: str, *, failed: bool | None, error: str) -> None:
+    async def record(self, base_url: str, model: str, *, failed: bool | None,
+                     error: str) -> None:
         if not self.policy.enabled:
             return
         target = self._target(base_url, model)
         seen = self.seen.pop(target.key, Admission(allowed=True))
-        record(target, owner=self.owner, failed=failed, policy=self.policy, seen=seen,
-               error={"message": error} if error else None, task_id=self.snap.id)
+        await self.hop(record, target, owner=self.owner, failed=failed, policy=self.policy,
+                       seen=seen, error={"message": error} if error else None,
+                       task_id=self.snap.id)
 
 
 def model_wait(snap: TaskSnapshot, guard: ModelGuard, delay_s: float) -> float:

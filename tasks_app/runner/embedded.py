@@ -1,11 +1,11 @@
 """The embedded runner: slices run on the ASGI server's own event loop.
 
-Each slice runs in a worker thread through `sync_to_async`, and the channel
-layer's pushes are made from the loop (asgiref hands an `async_to_sync` call
-made in such a thread back to the loop that spawned it), so the in-memory
-layer delivers live events at once; a push from a foreign thread would wait
-until the loop happened to wake up. A periodic sweep admits and recovers
-tasks, as Celery beat does in production.
+The server's loop is the process's I/O loop (`tools_app.outbound.ioloop.bind`),
+and each slice is the driver's (`driver.spawn`): the same coroutine as in a
+Celery worker, its calls awaited on the loop and its database phases in the
+database threads. Live events reach the loop through the publisher's outbox
+(`live.publish`), so the in-memory layer delivers them at once. A periodic
+sweep admits and recovers tasks, as Celery beat does in production.
 
 When the runner gets the server's loop (the choice, and why):
 - uvicorn and hypercorn send the ASGI lifespan startup: `config.asgi` binds
@@ -40,6 +40,9 @@ from django.conf import settings
 from django.db import close_old_connections
 
 from config.logs import log_scope
+from tools_app.outbound.ioloop import bind as bind_io_loop
+
+from .driver import spawn
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +60,7 @@ class EmbeddedRunner:
             if self.loop is loop:
                 return
             self.loop = loop
+            bind_io_loop(loop)
             self._sweeper = loop.create_task(self._sweep_forever(resume_first=True))
 
     def submit(self, task_id: int, *, delay_s: float = 0.0) -> None:
@@ -66,7 +70,7 @@ class EmbeddedRunner:
             # server's sweep picks the task up; running it here would die with
             # this process mid-step.
             return
-        loop.call_soon_threadsafe(lambda: loop.create_task(self._run(task_id, delay_s)))
+        spawn(task_id, delay_s=delay_s, loop=loop)
 
     def submit_compensation(self, task_id: int) -> None:
         loop = self.loop
@@ -95,20 +99,12 @@ class EmbeddedRunner:
         except Exception:  # noqa: BLE001 - keep the loop alive; the job's sweep retries
             log.exception("embedded job %s failed", getattr(fn, "__qualname__", fn))
 
-    async def _run(self, task_id: int, delay_s: float) -> None:
-        if delay_s > 0:
-            await asyncio.sleep(delay_s)
-        try:
-            await sync_to_async(_slice, thread_sensitive=False)(task_id)
-        except Exception:  # noqa: BLE001 - run_slice logs its own failures; keep the loop alive
-            log.exception("embedded slice of task %s failed", task_id)
-
     async def _sweep_forever(self, *, resume_first: bool) -> None:
         interval = settings.TETHER.get("EMBEDDED_SWEEP_S", 2.0)
         if resume_first:
             try:
                 for task_id in await sync_to_async(_unleased_running, thread_sensitive=False)():
-                    asyncio.get_running_loop().create_task(self._run(task_id, 0.0))
+                    spawn(task_id, loop=asyncio.get_running_loop())
             except Exception:  # noqa: BLE001 - the periodic sweep recovers them later
                 log.exception("embedded runner could not resume running tasks")
         while True:
@@ -117,17 +113,6 @@ class EmbeddedRunner:
             except Exception:  # noqa: BLE001 - keep sweeping; the next pass may succeed
                 log.exception("embedded recovery sweep failed")
             await asyncio.sleep(interval)
-
-
-def _slice(task_id: int) -> None:
-    from .loop import run_slice
-
-    close_old_connections()
-    try:
-        with log_scope(task_id=task_id):  # the slice binds the rest
-            run_slice(task_id)
-    finally:
-        close_old_connections()
 
 
 def _compensate(task_id: int) -> None:

@@ -29,7 +29,7 @@ from ..models import Task
 from ..services.actors import Actor
 from .backoff import backoff_s
 from .snapshot import TaskSnapshot
-from .step import _exhaust
+from .stopping import exhaust
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def step_fault(*, task_id: int, owner: str, exc: Exception) -> float | None:
         attempt = task.fault_attempts + 1 if task.fault_at == at else 1
         if attempt > retries:
             _log(task_id, exc, f"attempt {attempt} of {retries + 1}: the task stops")
-            _exhaust(TaskSnapshot.of(task), "step_error", Actor.worker(owner),
+            exhaust(TaskSnapshot.of(task), "step_error", Actor.worker(owner),
                      detail={"type": "step_error", "error": error, "attempts": attempt})
             return None
         Task.objects.filter(pk=task_id, lease_owner=owner).update(

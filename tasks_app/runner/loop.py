@@ -2,9 +2,16 @@
 task waits, ends, or the slice is used up, then hand the task back.
 
 Re-enqueueing at the end of a slice lets tasks share workers fairly; a waiting
-task is not re-enqueued and holds no worker. A Celery worker whose task ends
-or waits within the slice goes on, for what is left of it, with the task that
-admission starts in the freed slot (`hand_off`, once per message).
+task is not re-enqueued and holds no worker.
+
+A slice is a coroutine (`slice_of`) on the process's I/O loop: the driver
+(`driver`) runs hundreds at once, the embedded runner runs them on the
+server's loop, and `run_slice` runs one for a synchronous caller (the tests,
+the manual runner), its database phases on the calling thread (`hops`).
+
+A slice whose task ends or waits within the slice goes on, for what is left
+of it, with the task that admission starts in the freed slot (`hand_off`,
+once per message).
 """
 from __future__ import annotations
 
@@ -22,12 +29,16 @@ from django.utils import timezone
 from config.logs import bind_log, log_scope
 from config.metrics import step_scope
 
+from ..models import Task
 from ..services.admission import handing_off_one
 from ..services.dispatch import schedule_advance
+from .beats import beats
 from .faults import step_fault
+from .hops import CallerHop, Hop
 from .lease import lease_release, lease_take
 from .memo import SliceMemo
-from .step import Next, advance_one_step
+from .results import Next
+from .step import step
 
 
 def new_owner() -> str:
@@ -51,6 +62,13 @@ HAND_ON_MAX = 1
 
 
 def run_slice(task_id: int, *, owner: str | None = None, hand_off: bool = False) -> SliceReport:
+    """`slice_of`, for a synchronous caller: it waits, and runs the phases."""
+    hop = CallerHop()
+    return hop.drive(slice_of(task_id, owner=owner, hand_off=hand_off, hop=hop))
+
+
+async def slice_of(task_id: int, *, hop: Hop, owner: str | None = None,
+                   hand_off: bool = False) -> SliceReport:
     """Advance `task_id` for a slice. With `hand_off` (the Celery worker), a task
     that admission starts because this one freed its slot is advanced next, in
     what is left of the slice, instead of through the broker (`HAND_ON_MAX`)."""
@@ -63,24 +81,33 @@ def run_slice(task_id: int, *, owner: str | None = None, hand_off: bool = False)
         slot: AbstractContextManager[list[int]] = (
             handing_off_one() if may_hand_on else nullcontext([]))
         with slot as handed, log_scope():  # the context of each task's slice, cleared after
-            report = _advance(task_id, owner=owner, until=until)
+            report = await _advance(task_id, owner=owner, until=until, hop=hop)
         first = first or report
         if not handed:
             return replace(first, handed_on=handed_on)
         task_id = handed[0]
         if time.monotonic() >= until:
-            schedule_advance(task_id)  # no time left here: its own slice, through the queue
+            await hop(schedule_advance, task_id)  # no time left: its own slice, through the queue
             return replace(first, handed_on=handed_on)
         handed_on += 1
 
 
-def _advance(task_id: int, *, owner: str, until: float) -> SliceReport:
-    leased = lease_take(task_id=task_id, owner=owner)
+async def _advance(task_id: int, *, owner: str, until: float, hop: Hop) -> SliceReport:
+    leased = await hop(lease_take, task_id=task_id, owner=owner)
     if leased is None:
         # Another executor holds it, or the task is not RUNNING: nothing to do.
         return SliceReport(False, 0, "no_lease")
     bind_log(task_id=task_id, trace_id=leased.trace_id, tenant=leased.tenant_id,
              agent=(leased.agent_snapshot or {}).get("name", ""))
+    # The lease holds while this process runs the slice (`beats`), however long
+    # its calls take; a slice's time counts its own work, not its awaited calls:
+    # a task waiting on the network holds no worker, so it need not hand over.
+    async with beats.holding(task_id, owner):
+        return await _steps(task_id, owner=owner, until=until, leased=leased, hop=hop)
+
+
+async def _steps(task_id: int, *, owner: str, until: float, leased: Task, hop: Hop
+                 ) -> SliceReport:
     cfg = settings.TETHER
     steps = 0
     memo = SliceMemo(leased=leased)  # what each step leaves for the next one of this slice
@@ -88,30 +115,37 @@ def _advance(task_id: int, *, owner: str, until: float) -> SliceReport:
         while True:
             # counted, timed, logged and traced once per step
             with step_scope(trace_id=leased.trace_id, task_id=task_id) as observed:
-                result = advance_one_step(task_id=task_id, owner=owner, memo=memo)
+                result = await step(task_id=task_id, owner=owner, memo=memo, hop=hop)
                 observed.outcome = result.next.value
             steps += 1
             if result.next is Next.STOP:
-                lease_release(task_id=task_id, owner=owner)
+                await hop(lease_release, task_id=task_id, owner=owner)
                 return SliceReport(True, steps, "stop")
             if result.next is Next.LATER:
-                lease_release(task_id=task_id, owner=owner,
-                              next_run_at=timezone.now() + timedelta(seconds=result.delay_s))
-                schedule_advance(task_id, delay_s=result.delay_s)
+                await hop(_release_until, task_id, owner, result.delay_s)
                 return SliceReport(True, steps, "later")
-            if time.monotonic() >= until or steps >= cfg["SLICE_MAX_STEPS"]:
-                lease_release(task_id=task_id, owner=owner)
-                schedule_advance(task_id)
+            worked_until = time.monotonic() - memo.waited_s
+            if worked_until >= until or steps >= cfg["SLICE_MAX_STEPS"]:
+                await hop(_release_until, task_id, owner, None)
                 return SliceReport(True, steps, "slice")
     except Exception as exc:
         # A bug or an outage must neither wedge the task nor spin on it: the step
         # that failed was not committed; the error is counted and the task comes
         # back after a growing backoff, or stops when the errors go on (`faults`).
-        delay = step_fault(task_id=task_id, owner=owner, exc=exc)
+        delay = await hop(step_fault, task_id=task_id, owner=owner, exc=exc)
         if delay is None:
-            lease_release(task_id=task_id, owner=owner)
+            await hop(lease_release, task_id=task_id, owner=owner)
             return SliceReport(True, steps, "error")
-        lease_release(task_id=task_id, owner=owner,
-                      next_run_at=timezone.now() + timedelta(seconds=delay))
-        schedule_advance(task_id, delay_s=delay)
+        await hop(_release_until, task_id, owner, delay)
         return SliceReport(True, steps, "error")
+
+
+def _release_until(task_id: int, owner: str, delay_s: float | None) -> None:
+    """Hand the task back and enqueue its next slice: now (`None`), or in `delay_s`."""
+    if delay_s is None:
+        lease_release(task_id=task_id, owner=owner)
+        schedule_advance(task_id)
+        return
+    lease_release(task_id=task_id, owner=owner,
+                  next_run_at=timezone.now() + timedelta(seconds=delay_s))
+    schedule_advance(task_id, delay_s=delay_s)

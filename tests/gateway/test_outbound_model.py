@@ -5,6 +5,8 @@ client of a base URL is built once per process."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tasks_app.gateway.base import GatewayError
@@ -16,7 +18,8 @@ from tests.fakes.fixtures import openai_agent
 from tests.fakes.listeners import DripServer, Listener
 from tests.fakes.openai_server import reply
 from tests.helpers import drive, wait_for
-from tools_app.outbound import REFUSED, client_for
+from tools_app.outbound import REFUSED, async_client_for
+from tools_app.outbound.ioloop import run_io
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ISSUE_HOLD_S = 27.0
@@ -61,10 +64,14 @@ def test_a_drip_fed_model_answer_is_cut_at_the_timeout():
 
 def test_the_sdk_client_of_a_base_url_is_built_once(world, openai_server):
     openai_agent(world.tenant, openai_server)
-    sdk = sdk_client(openai_server.base_url)
+
+    async def clients() -> tuple[Any, Any]:  # on the I/O loop, where the runner calls
+        return sdk_client(openai_server.base_url), async_client_for(openai_server.base_url)
+
+    sdk, http = run_io(clients())
     openai_server.push(reply('{"answer": 1}'), reply('{"answer": 2}'))
     for _ in range(2):
         assert drive(submit(world.tenant, None, agent="llm").pk).status == TaskStatus.SUCCEEDED
-    assert sdk_client(openai_server.base_url) is sdk
-    assert sdk._client is client_for(openai_server.base_url)  # the endpoint's outbound client
+    assert run_io(clients()) == (sdk, http)
+    assert sdk._client is http  # the endpoint's outbound client
     assert len(openai_server.requests) == 2

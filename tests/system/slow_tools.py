@@ -70,3 +70,10 @@ def slow_notify(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     )
     _wait_for_gate(args["gate"])
     return {"notification_id": f"nt_{note.pk}", "delivered": True}
+
+
+def blocking_lookup(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    """Blocks its thread until the gate file named by `EDGE_TEST_GATE` (the
+    worker's environment) appears: a python tool that blocks."""
+    _wait_for_gate(os.environ["EDGE_TEST_GATE"])
+    return {"looked_up": args.get("i")}

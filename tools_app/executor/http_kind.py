@@ -19,9 +19,10 @@ clear. Classification of the answer:
 - an address the outbound-address policy refuses: a permission error, the
   same whatever the target (the task stops; nothing was sent).
 
-Calls go through the process's long-lived client of the URL's endpoint
-(`tools_app.outbound`): redirects are not followed, and `timeout_s` bounds the
-whole call, connecting to the last byte. Bodies are read up to
+Calls are awaited on the process's I/O loop, through the long-lived async
+client of the URL's endpoint (`tools_app.outbound`, sharded by task):
+redirects are not followed, and `timeout_s` bounds the whole call, connecting
+to the last byte. Bodies are read up to
 ``MAX_TOOL_RESULT_BYTES``, never more.
 """
 from __future__ import annotations
@@ -36,7 +37,7 @@ from django.conf import settings
 
 from config.tracing import outgoing_headers
 
-from ..outbound import REFUSED, EgressRefusedError, client_for
+from ..outbound import REFUSED, EgressRefusedError, async_client_for
 from .ledger_answers import status_answer_from
 from .types import OutcomeKind, StatusAnswer, ToolCall, ToolOutcome
 
@@ -87,11 +88,11 @@ def _retry_after(response: httpx2.Response) -> float | None:
     return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
-def _read_capped(response: httpx2.Response, limit: int) -> tuple[bytes, bool]:
+async def _read_capped(response: httpx2.Response, limit: int) -> tuple[bytes, bool]:
     """Read at most `limit` bytes of the body; the flag says there was more."""
     chunks: list[bytes] = []
     size = 0
-    for chunk in response.iter_bytes():
+    async for chunk in response.aiter_bytes():
         chunks.append(chunk)
         size += len(chunk)
         if size > limit:
@@ -105,14 +106,14 @@ def _unavailable(call: ToolCall, exc: Exception) -> ToolOutcome:
         "type": "tool_unavailable", "message": f"cannot call {call.spec.url!r}: {exc}"})
 
 
-def call(call: ToolCall) -> ToolOutcome:
+async def acall(call: ToolCall) -> ToolOutcome:
     limit = settings.TETHER["MAX_TOOL_RESULT_BYTES"]
     ambiguous = OutcomeKind.TRANSIENT if call.spec.honours_keys else OutcomeKind.UNCERTAIN
     try:
-        with client_for(call.spec.url).stream("POST", call.spec.url, json=call.args,
-                                              headers=_headers(call),
-                                              timeout=call.spec.timeout_s) as response:
-            content, too_large = _read_capped(response, limit)
+        client = async_client_for(call.spec.url, shard=call.context.task_id)
+        async with client.stream("POST", call.spec.url, json=call.args, headers=_headers(call),
+                                 timeout=call.spec.timeout_s) as response:
+            content, too_large = await _read_capped(response, limit)
     except (httpx2.InvalidURL, httpx2.UnsupportedProtocol) as exc:
         return _unavailable(call, exc)
     except EgressRefusedError:
@@ -152,13 +153,14 @@ def call(call: ToolCall) -> ToolOutcome:
     return ToolOutcome(kind=OutcomeKind.BUSINESS, error=error)
 
 
-def query_status(call: ToolCall) -> StatusAnswer:
+async def aquery_status(call: ToolCall) -> StatusAnswer:
     url = call.spec.status_url.replace("{key}", call.context.idempotency_key)
     limit = settings.TETHER["MAX_TOOL_RESULT_BYTES"]
     try:
-        with client_for(url).stream("GET", url, headers=_headers(call),
-                                    timeout=max(call.spec.timeout_s, 5.0)) as response:
-            content, too_large = _read_capped(response, limit)
+        client = async_client_for(url, shard=call.context.task_id)
+        async with client.stream("GET", url, headers=_headers(call),
+                                 timeout=max(call.spec.timeout_s, 5.0)) as response:
+            content, too_large = await _read_capped(response, limit)
     except EgressRefusedError:
         return StatusAnswer(state="unknown", detail=f"status query: {REFUSED}")
     except (httpx2.HTTPError, httpx2.InvalidURL) as exc:

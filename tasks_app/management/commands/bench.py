@@ -29,7 +29,8 @@ KNOBS = ("tasks", "steps", "rounds", "long_steps", "workers", "ws_steps", "conso
 
 
 class Command(BaseCommand):
-    help = "Measure Tether's overhead per step (runner, floor, long task, live latency, console)."
+    help = ("Measure Tether: the I/O workload first, then its overhead per step (runner, "
+            "floor, long task, live latency, console).")
     # The bench measures; the URL and model checks are the test suite's job.
     requires_system_checks: list[str] = []
 
@@ -58,9 +59,13 @@ class Command(BaseCommand):
         )
         parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
         parser.add_argument(
-            "--only", choices=["breaker"], default="",
-            help="one workload only: `breaker` (a downstream outage under running tasks; "
-            "--tasks (100), --outage-s (20), --workers)")
+            "--io-tasks", default="",
+            help="sizes of the I/O workload, comma-separated (200,1000)")
+        parser.add_argument(
+            "--only", choices=["io", "breaker"], default="",
+            help="one workload only: `io` (the I/O workload and its scripted comparison), "
+            "`breaker` (a downstream outage under running tasks; --tasks (100), "
+            "--outage-s (20), --workers)")
         parser.add_argument("--outage-s", type=float, help="the breaker workload's outage (20)")
         parser.add_argument(
             "--database-url",
@@ -75,7 +80,10 @@ class Command(BaseCommand):
             raise CommandError("the bench runs against PostgreSQL only")
         cfg = BenchConfig.quick_defaults() if opts["quick"] else BenchConfig()
         given = {k: opts[k] for k in KNOBS if opts.get(k) is not None}
-        cfg = replace(cfg, skip_console=opts["skip_console"], json_path=opts["json_path"], **given)
+        cfg = replace(cfg, skip_console=opts["skip_console"], json_path=opts["json_path"],
+                      only=opts["only"], **given)
+        if opts["io_tasks"]:
+            cfg = replace(cfg, io_tasks=tuple(int(n) for n in opts["io_tasks"].split(",")))
         call_command("migrate", verbosity=0, skip_checks=True)
         if opts["only"] == "breaker":
             return self._breaker(opts, cfg)
@@ -123,10 +131,13 @@ class Command(BaseCommand):
         if opts["json_path"]:
             argv += ["--json", str(Path(opts["json_path"]).resolve())]
         extra: dict[str, str] = {}
+        if opts["io_tasks"]:
+            argv += ["--io-tasks", opts["io_tasks"]]
         if opts["only"]:
+            argv += ["--only", opts["only"]]
+        if opts["only"] == "breaker":
             from tasks_app.bench.breaker import ENV
 
-            argv += ["--only", opts["only"]]
             extra = ENV
         if opts["outage_s"] is not None:
             argv += ["--outage-s", str(opts["outage_s"])]

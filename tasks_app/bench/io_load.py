@@ -1,0 +1,225 @@
+"""The I/O workload: tasks that wait on a model and on an HTTP tool, as real
+agent work does, through the worker started exactly as the README says.
+
+Each task asks an OpenAI-compatible model (the `openai` backend) five times
+and calls an HTTP tool four times; both are the fake edge (`edge_server`, a
+process of its own) answering any number of calls at once after a set
+latency (0.5 s for the model, 0.2 s for the tool), with usage in every
+answer. The ideal wall time is one task's critical path: 5 x 0.5 + 4 x 0.2 =
+3.3 s, whatever the number of tasks.
+
+Per run (N tasks): the wall time (first task started to last finished), its
+ratio to the ideal, the model and tool calls in flight at the peak (counted
+by the edge), steps/s, CPU per step by process (the worker's pool processes
+and its consumer, PostgreSQL, Redis, the edge), and the worker's memory (the
+largest sum of its processes' RSS while the tasks ran). Then the scripted,
+instant-tools workload on the same worker, for its steps/s next to the I/O
+figure.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Max, Min, Sum
+
+from tools_app.models import Tool
+
+from ..machine import TaskStatus
+from ..models import Task
+from ..services.actors import SYSTEM
+from ..services.admission import admit_created_tasks
+from ..services.releases import agent_seed
+from ..services.tasks import task_submit
+from .procs import BASE_DIR, BIN, Workers, _spawn, cpu_by_process, server_cpu_s, stop
+from .throughput import wait_terminal
+from .world import BIG_BUDGET, World, cancel_open, step_script, submit
+
+IO_AGENT = "bench-io"
+IO_TOOL = "bench_io_call"
+MODEL_LATENCY_S = 0.5
+TOOL_LATENCY_S = 0.2
+TOOL_CALLS = 4
+ROOMY = 100_000  # admission limits out of the way: the bench measures the runner
+
+
+def ideal_s() -> float:
+    return (TOOL_CALLS + 1) * MODEL_LATENCY_S + TOOL_CALLS * TOOL_LATENCY_S
+
+
+@contextmanager
+def edge_process(log_dir: Any) -> Iterator[tuple[str, int]]:
+    """The fake edge in a process of its own; yields (base URL, pid)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tasks_app.bench.edge_server", "--port", "0",
+         "--model-latency", str(MODEL_LATENCY_S), "--tool-latency", str(TOOL_LATENCY_S),
+         "--tool-calls", str(TOOL_CALLS)],
+        cwd=BASE_DIR, stdout=subprocess.PIPE, stderr=open(log_dir / "edge.log", "wb"),  # noqa: SIM115
+        start_new_session=True, env={**os.environ, "PYTHONPATH": str(BASE_DIR)})
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline())
+        yield f"http://127.0.0.1:{port}", proc.pid
+    finally:
+        stop(proc)
+
+
+@contextmanager
+def readme_worker(env: dict[str, str], *, log_dir: Any) -> Iterator[Workers]:
+    """`celery -A config worker`, as the README starts it (a node name added, to
+    ping it): the pool and its concurrency come from the project's configuration."""
+    from config.celery import app
+
+    node = f"bench-io-{os.getpid()}@{socket.gethostname()}"
+    proc = _spawn([str(BIN / "celery"), "-A", "config", "worker", "-n", node,
+                   "--loglevel", "WARNING"], env, "celery-io-worker.log", log_dir)
+    try:
+        deadline = time.monotonic() + 60
+        while not app.control.ping(destination=[node], timeout=0.5):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the Celery worker did not start; see {log_dir}")
+        yield Workers(node=node, pgid=proc.pid)
+    finally:
+        stop(proc)
+
+
+def io_world_ensure(world: World, edge_url: str) -> None:
+    with transaction.atomic():
+        Tool.objects.update_or_create(tenant_id=world.tenant_id, name=IO_TOOL, defaults={
+            "kind": "http", "url": f"{edge_url}/tool/{IO_TOOL}", "target": "",
+            "args_schema": {"type": "object"}, "side_effect": "read", "timeout_s": 10.0,
+            "max_retries": 2, "description": "An HTTP call that takes 0.2 s."})
+        agent_seed(tenant_id=world.tenant_id, name=IO_AGENT, defaults={
+            "description": "Benchmark agent: a model and an HTTP tool that take their time.",
+            "model": {"backend": "openai", "name": "edge", "base_url": f"{edge_url}/v1",
+                      "timeout_s": 30, "max_retries": 2, "system_prompt": ""},
+            "tools": [IO_TOOL],
+            "max_steps": BIG_BUDGET, "max_model_calls": BIG_BUDGET,
+            "max_tool_calls": BIG_BUDGET, "max_tokens": 2_000_000_000,
+            "max_duration_s": 86_400, "max_concurrent_tasks": BIG_BUDGET,
+            "on_exhaustion": "fail"})
+
+
+def _rss_mb(pgid: int) -> float:
+    total = 0
+    for pid in cpu_by_process(lambda pid, pgrp, comm: pgrp == pgid):
+        try:
+            with open(f"/proc/{pid}/status") as fh:
+                total += next(int(line.split()[1]) for line in fh if line.startswith("VmRSS"))
+        except (OSError, StopIteration):
+            continue
+    return round(total / 1024, 1)
+
+
+def _admit_all() -> None:
+    """Admission starts 100 tasks per call: start the rest as the sweep would."""
+    while admit_created_tasks(limit=500):
+        pass
+
+
+def run_io(world: World, *, tasks: int, edge_url: str, edge_pid: int,
+           workers: Workers) -> dict[str, Any]:
+    httpx.post(f"{edge_url}/reset")
+    cpu = _cpu_now(workers, edge_pid)
+    with transaction.atomic():
+        ids = [task_submit(tenant_id=world.tenant_id, requester_id=world.user_id,
+                           agent=IO_AGENT, goal=f"bench io {i}", input={}, script=None,
+                           actor=SYSTEM).task.pk for i in range(tasks)]
+    _admit_all()
+    rss = 0.0
+    deadline = time.monotonic() + max(300.0, tasks * 0.5)
+    while Task.objects.filter(pk__in=ids, status__in=(TaskStatus.CREATED, TaskStatus.RUNNING)
+                              ).exists() and time.monotonic() < deadline:
+        rss = max(rss, _rss_mb(workers.pgid))
+        time.sleep(0.25)
+    spent = {k: v - cpu[k] for k, v in _cpu_now(workers, edge_pid).items()}
+    cancel_open(world, ids)
+    edge = httpx.get(f"{edge_url}/stats").json()
+    agg = Task.objects.filter(pk__in=ids).aggregate(
+        first=Min("started_at"), last=Max("finished_at"), steps=Sum("steps_count"))
+    succeeded = Task.objects.filter(pk__in=ids, status=TaskStatus.SUCCEEDED).count()
+    wall = (agg["last"] - agg["first"]).total_seconds() if agg["first"] and agg["last"] else None
+    steps = int(agg["steps"] or 0)
+    return {
+        "tasks": tasks, "succeeded": succeeded, "steps": steps,
+        "wall_s": round(wall, 2) if wall else None, "ideal_s": ideal_s(),
+        "ratio_to_ideal": round(wall / ideal_s(), 2) if wall else None,
+        "peak_model_calls_in_flight": edge["model_peak"],
+        "peak_tool_calls_in_flight": edge["tool_peak"],
+        "model_calls": edge["model_calls"], "tool_calls": edge["tool_calls"],
+        "steps_per_s": round(steps / wall, 1) if wall and steps else None,
+        "cpu_ms_per_step": {k: round(v / steps * 1000, 2) if steps else None
+                            for k, v in spent.items()},
+        "worker_rss_mb_max": rss,
+    }
+
+
+def _cpu_now(workers: Workers, edge_pid: int) -> dict[str, float]:
+    consumer = workers.consumer_cpu_s()
+    return {
+        "worker_pool": workers.cpu_s() - consumer,
+        "worker_consumer": consumer,
+        "postgres": server_cpu_s("postgres"),
+        "redis": server_cpu_s("redis-server"),
+        "edge": sum(cpu_by_process(lambda pid, pgrp, comm: pgrp == edge_pid).values()),
+    }
+
+
+def run_scripted(world: World, *, tasks: int, steps: int) -> dict[str, Any]:
+    """The scripted model and instant tools on the same worker: its steps/s."""
+    with transaction.atomic():
+        ids = [submit(world, step_script(steps, salt=f"io-cmp{i}-"), goal=f"bench cmp {i}")
+               for i in range(tasks)]
+    _admit_all()
+    wait_terminal(ids, timeout=max(300.0, tasks * steps / 2.0))
+    cancel_open(world, ids)
+    agg = Task.objects.filter(pk__in=ids).aggregate(
+        first=Min("started_at"), last=Max("finished_at"), steps=Sum("steps_count"))
+    window = (agg["last"] - agg["first"]).total_seconds() if agg["first"] and agg["last"] else None
+    total = int(agg["steps"] or 0)
+    return {"tasks": tasks, "steps": total,
+            "steps_per_s": round(total / window, 1) if window and total else None}
+
+
+def run_io_phase(world: World, env: dict[str, str], *, sizes: list[int], scripted_tasks: int,
+                 scripted_steps: int, log_dir: Any, say: Any) -> dict[str, Any]:
+    roomy = {"TETHER_MAX_RUNNING_TASKS": str(ROOMY), "TETHER_MAX_RUNNING_PER_TENANT": str(ROOMY),
+             "TETHER_EGRESS_ALLOW": "127.0.0.1"}
+    saved = dict(settings.TETHER)
+    settings.TETHER.update(MAX_RUNNING_TASKS=ROOMY, MAX_RUNNING_PER_TENANT=ROOMY)
+    doc: dict[str, Any] = {"worker": "celery -A config worker (pool and concurrency from "
+                                     "config/celery.py settings)", "runs": []}
+    try:
+        with edge_process(log_dir) as (edge_url, edge_pid), \
+                readme_worker({**env, **roomy}, log_dir=log_dir) as workers:
+            io_world_ensure(world, edge_url)
+            run_io(world, tasks=10, edge_url=edge_url, edge_pid=edge_pid, workers=workers)  # warm
+            for n in sizes:
+                say(f"  I/O workload: {n} tasks x ({TOOL_CALLS + 1} model calls of "
+                    f"{MODEL_LATENCY_S} s, {TOOL_CALLS} tool calls of {TOOL_LATENCY_S} s) ...")
+                run = run_io(world, tasks=n, edge_url=edge_url, edge_pid=edge_pid,
+                             workers=workers)
+                doc["runs"].append(run)
+                say(f"    wall {run['wall_s']} s (ideal {run['ideal_s']} s, ratio "
+                    f"{run['ratio_to_ideal']}), peak {run['peak_model_calls_in_flight']} model "
+                    f"calls in flight, {run['steps_per_s']} steps/s, worker RSS "
+                    f"{run['worker_rss_mb_max']} MB, CPU ms/step {run['cpu_ms_per_step']}")
+            doc["scripted"] = run_scripted(world, tasks=scripted_tasks, steps=scripted_steps)
+            say(f"  scripted-instant on the same worker: {doc['scripted']['steps_per_s']} steps/s")
+    finally:
+        settings.TETHER.clear()
+        settings.TETHER.update(saved)
+    largest = max(doc["runs"], key=lambda r: r["tasks"]) if doc["runs"] else {}
+    rate, scripted = largest.get("steps_per_s"), doc.get("scripted", {}).get("steps_per_s")
+    doc["io_to_scripted_steps_ratio"] = round(rate / scripted, 2) if rate and scripted else None
+    return doc

@@ -1,0 +1,237 @@
+"""Deciding a step: what the task needs next, and asking the model for it.
+
+`plan_step` (a database phase) reads the task, or trusts what the slice's
+previous step left (`memo`), checks the deadline, no progress and the budgets,
+and says what comes next:
+
+- a `StepResult` (the task stopped, or comes back later: a backoff);
+- `Resume`: the current tool step is still open (resumed or retried): run it;
+- `Ask`: the model must be asked, with this context (and the tenant's keys,
+  read here, where the ORM may run); the slice awaits `ask_model` on the I/O
+  loop, holding no thread (the model's circuit breakers, `ModelGuard`, hand
+  their database work to the slice's hop), then records what it said (its
+  cost, `services.spend`, committed first on its own);
+- `Decided`: the decision cost no call (the scripted backend, or the next
+  decision queued from a multi-call reply): it was asked and recorded in this
+  same phase.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from django.utils import timezone
+
+from tools_app.executor.dispatch import Prepared
+from tools_app.executor.types import ToolOutcome, ToolSpec
+from tools_app.registry import tool_specs
+
+from ..context.builder import ContextSources, build_context, gather
+from ..context.summaries import summary_maybe_create
+from ..gateway import ContextSnapshot, Decision, GatewayError, ModelReply, get_backend
+from ..machine import TaskStatus
+from ..models import Step, StepKind, StepStatus, Task
+from ..services.actors import Actor
+from ..services.spend import spend_of_reply
+from ..vault.lookup import model_keys
+from ..vault.values import Resolved
+from .backoff import backoff_s, model_failure_count
+from .breaker_waits import ModelGuard, model_wait
+from .budgets import exhausted_budget, past_deadline
+from .executing import prepare_call
+from .memo import SliceMemo
+from .progress import stalled
+from .recording import Decided, record_decision
+from .results import STOP, Next, Spent, StepResult
+from .snapshot import TaskSnapshot
+from .stopping import exhaust, fail
+
+SCRIPTED = "scripted"
+
+
+@dataclass(frozen=True)
+class Resume:
+    """The current tool step is open: run it (again)."""
+
+    snap: TaskSnapshot
+    step: Step
+
+
+@dataclass(frozen=True)
+class Ask:
+    """The model must be asked; then `record_reply`."""
+
+    snap: TaskSnapshot
+    context: ContextSnapshot
+    keys: Resolved
+    specs: dict[str, ToolSpec]
+    sources: ContextSources
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A decision committed: what the step does next (`Decided`: run the tool,
+    its database part `prepared` already done), and what the summary check
+    after the step needs."""
+
+    result: StepResult | Decided
+    prepared: Prepared | ToolOutcome | None
+    snap: TaskSnapshot
+    sources: ContextSources | None
+
+
+def backend_of(snap: TaskSnapshot) -> str:
+    return str((snap.agent.get("model") or {}).get("backend", SCRIPTED))
+
+
+def plan_step(*, task_id: int, owner: str, memo: SliceMemo) -> StepResult | Resume | Ask | Recorded:
+    """What the task's next step is (a database phase; see the module docstring)."""
+    leased, memo.leased = memo.leased, None  # read with the lease, just now: once
+    if memo.still_valid(task_id):
+        snap, current = memo.snap, memo.current
+        assert snap is not None
+    else:
+        task = leased if leased is not None else Task.objects.filter(pk=task_id).first()
+        if task is None or task.status != TaskStatus.RUNNING:
+            return STOP
+        snap = TaskSnapshot.of(task)
+        current = (
+            Step.objects.filter(task_id=task_id, step_no=snap.steps_count).first()
+            if snap.steps_count
+            else None
+        )
+    memo.snap = None  # set again only by a step that knows exactly what it committed
+    actor = Actor.worker(owner)
+    now = timezone.now()
+    if past_deadline(snap, now):
+        return exhaust(snap, "deadline", actor)
+    if current is not None and current.kind == StepKind.TOOL and current.status in (
+        StepStatus.RUNNING, StepStatus.RETRYING, StepStatus.UNCERTAIN,
+    ):
+        if current.next_attempt_at and current.next_attempt_at > now:
+            return StepResult(Next.LATER, (current.next_attempt_at - now).total_seconds(),
+                              "backoff")
+        return Resume(snap, current)
+    if stalled(snap):
+        return exhaust(snap, "no_progress", actor, detail={"signal": "no_new_observation"})
+    queued = list((current.model_log or {}).get("queued") or []) if current is not None else []
+    budget = exhausted_budget(snap, now, asking_model=not queued)
+    if budget is not None:
+        return exhaust(snap, budget, actor)
+    if memo.specs is None:
+        memo.specs = tool_specs(tenant_id=snap.tenant_id,
+                                names=list(snap.agent.get("tools") or []))
+    specs = memo.specs
+    if queued:
+        decision = Decision.from_dict(queued[0])
+        model_log = {"from_reply_of_step": current.step_no, "queued": queued[1:]}  # type: ignore[union-attr]
+        return record_reply(snap, decision, model_log, Spent(), specs, None, owner=owner,
+                            memo=memo, free=True)
+    sources = memo.sources or gather(task_id, human_facts=memo.human_facts,
+                                     steps_count=snap.steps_count)
+    memo.sources, memo.human_facts = sources, sources.human_facts
+    memo.output_hashes.update({s.step_no: s.output_hash for s in sources.recent})
+    context = build_context(snap, tools=specs, sources=sources)
+    keys = model_keys(tenant_id=snap.tenant_id, model=snap.agent.get("model") or {})
+    ask = Ask(snap, context, keys, specs, sources)
+    if backend_of(snap) != SCRIPTED:
+        return ask
+    # The scripted backend answers at once, from the context: no I/O to await.
+    started = time.monotonic()
+    try:
+        reply = get_backend(snap.agent.get("model") or {}, keys).decide(context)
+    except GatewayError as exc:
+        return model_failed(snap, exc)
+    return record_model_reply(ask, completed(reply, context, started), owner=owner, memo=memo)
+
+
+async def ask_model(ask: Ask, guard: ModelGuard) -> ModelReply | GatewayError:
+    """Ask the task's model, awaited on the I/O loop (no database here but the
+    breakers', which `guard` hands to a database thread)."""
+    started = time.monotonic()
+    try:
+        backend = get_backend(ask.snap.agent.get("model") or {}, ask.keys, guard)
+        reply = await backend.adecide(ask.context)
+    except GatewayError as exc:
+        return exc
+    return completed(reply, ask.context, started)
+
+
+def completed(reply: ModelReply, context: ContextSnapshot, started: float) -> ModelReply:
+    if not reply.latency_ms:
+        reply = ModelReply(**{**reply.__dict__,
+                              "latency_ms": int((time.monotonic() - started) * 1000)})
+    if not reply.input_summary:
+        reply = ModelReply(**{**reply.__dict__,
+                              "input_summary": f"{context.size_chars()} chars of context"})
+    return reply
+
+
+def model_failed(snap: TaskSnapshot, exc: GatewayError,
+                 guard: ModelGuard | None = None) -> StepResult:
+    """The model could not answer: come back later, or fail the task (a
+    database phase)."""
+    Spent(model_calls=exc.calls).charge(snap.id)  # every request sent counts
+    if exc.held and guard is not None:  # a breaker is open: wait for it, no retry spent
+        return StepResult(Next.LATER, model_wait(snap, guard, exc.retry_after_s or 0.0),
+                          f"model: {exc}")
+    if exc.retryable:
+        # The backoff grows with the failures in a row, counted on the task.
+        attempt = model_failure_count(snap)
+        return StepResult(Next.LATER, backoff_s(attempt, exc.retry_after_s, full_jitter=True),
+                          f"model: {exc}")
+    return fail(snap, "model_unavailable", Actor.worker("gateway"), detail={"message": str(exc)})
+
+
+def record_model_reply(ask: Ask, reply: ModelReply, *, owner: str,
+                       memo: SliceMemo) -> Recorded:
+    """Record what the model said (a database phase), its cost first."""
+    charged = spend_of_reply(task_id=ask.snap.id, tenant_id=ask.snap.tenant_id,
+                             agent=ask.snap.agent, reply=reply)  # committed on its own
+    snap = replace(ask.snap, cost_pico=ask.snap.cost_pico + charged.cost_pico)
+    decision = reply.decisions[0] if reply.decisions else Decision(
+        kind="invalid", raw=reply.raw, error="the model returned no decision")
+    model_log: dict[str, Any] = {
+        "backend": backend_of(snap),
+        "model": reply.model, "latency_ms": reply.latency_ms, "tokens": reply.tokens,
+        "input_summary": reply.input_summary, "raw": reply.raw[:8000],
+        "used_fallback": reply.used_fallback, "attempts": reply.attempts,
+        "queued": [d.as_dict() for d in reply.decisions[1:]],
+        **charged.model_log,
+    }
+    # every request sent counts: the failed attempts before the reply too
+    spent = Spent(model_calls=max(1, reply.attempts), tokens=reply.tokens)
+    return record_reply(snap, decision, model_log, spent,
+                        ask.specs, ask.sources, owner=owner, memo=memo,
+                        free=backend_of(snap) == SCRIPTED)
+
+
+def record_reply(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
+                 spent: Spent, specs: dict[str, ToolSpec], sources: ContextSources | None, *,
+                 owner: str, memo: SliceMemo, free: bool) -> Recorded:
+    try:
+        recorded = record_decision(snap, decision, model_log, spent, specs, owner=owner,
+                                   actor=Actor.worker(owner))
+    except Exception:
+        if not free:
+            # The model was asked but the decision did not commit: the call counts
+            # all the same. (The scripted backend's n-th entry answers the n-th
+            # counted call, and costs nothing: it is asked again.)
+            spent.charge(snap.id)
+        raise
+    if isinstance(recorded, StepResult):
+        after_step(snap, sources, memo)
+        return Recorded(recorded, None, snap, sources)
+    return Recorded(recorded, prepare_call(recorded.snap, recorded.step, recorded.spec),
+                    snap, sources)
+
+
+def after_step(snap: TaskSnapshot, sources: ContextSources | None, memo: SliceMemo) -> None:
+    """After the step committed (in its last phase); never raises. With the
+    sources the context was built from, most steps need no query to know no
+    summary is due."""
+    summary = summary_maybe_create(task_id=snap.id, steps_count=snap.steps_count + 1,
+                                   sources=sources)
+    if summary is not None and memo.sources is not None:
+        memo.sources = memo.sources.on_summary(summary)  # the context starts from it

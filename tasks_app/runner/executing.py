@@ -1,0 +1,339 @@
+"""Executing a decided tool step, and committing what came of it.
+
+The call itself is awaited on the I/O loop (`execute`): an http tool on the
+async client of its endpoint, a python tool in a pooled thread; the slice's
+lease is kept alive meanwhile by the process's batched heartbeat (`beats`),
+and the wait does not count against the slice's time (`memo.waited_s`).
+Around it, database phases: `open_call` (a resumed or retried step: its
+spec, and the ledger's claim or stored answer), the ledger's record before a
+status query, and `commit_outcome_of` (the outcome with the version check; a
+failed check means the result is DISCARDED: recorded for audit, never
+applied). A claim taken in the decision's commit is recorded by the commit of
+the outcome; a cancel that committed meanwhile fences the result.
+
+Before the call, one more database phase (`admit_call`): the resource lease
+of a tool that declares a resource (`tasks_app.leases`; busy: the claim is
+given back and the task comes back later) and the tool's circuit breaker
+(`breaker_waits`; open: the same). The resource lease is held for the whole
+awaited call and released once the outcome committed, or on any failure or
+cancellation (a phase of its own). The call runs in its `execute_tool` span
+(`config.tracing`), opened on the loop so an http tool's `traceparent` is
+the span's.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from approvals_app.services import opening
+from config.errors import DomainError, ErrorKind
+from config.logs import bind_log
+from config.metrics import count_late_result
+from config.tracing import tool_span
+from tools_app.breakers import retry_delay_s
+from tools_app.executor import OutcomeKind, StatusAnswer, ToolCall, ToolContext, ToolOutcome, ledger
+from tools_app.executor.dispatch import Prepared, ask_status, prepare
+from tools_app.executor.types import ToolSpec
+from tools_app.registry import tool_specs
+
+from ..gateway.messages import call_id
+from ..keys import call_fingerprint, canonical_json, sha256_hex
+from ..leases import ResourceHold, lease_for_call
+from ..models import Step, StepStatus, Task
+from ..services.actors import Actor
+from ..services.events import event_append
+from ..services.transitions import KnownTask, task_transition
+from . import breaker_waits
+from .backoff import backoff_s
+from .commits import commit_outcome
+from .hops import Hop
+from .memo import SliceMemo
+from .progress import after_call
+from .recording import Decided, seen_recently
+from .results import CONTINUE, STOP, Next, StepResult
+from .snapshot import TaskSnapshot
+from .stopping import exhaust, failure_snapshot, known
+
+After = Callable[[], None] | None
+
+
+def call_of(snap: TaskSnapshot, step: Step, spec: ToolSpec) -> ToolCall:
+    return ToolCall(spec=spec, args=dict(step.args or {}), context=ToolContext(
+        idempotency_key=step.idempotency_key, task_id=snap.id, step_id=step.pk,
+        tenant_id=snap.tenant_id, trace_id=snap.trace_id))
+
+
+def prepare_call(snap: TaskSnapshot, step: Step, spec: ToolSpec) -> Prepared | ToolOutcome:
+    """The call's database part (its secrets), in the phase that decided it."""
+    return prepare(call_of(snap, step, spec))
+
+
+@dataclass(frozen=True)
+class _Open:
+    spec: ToolSpec
+    claim: ledger.Claim | None  # None: the ledger says UNCERTAIN, ask the status query
+    prepared: Prepared | ToolOutcome
+
+
+@dataclass(frozen=True)
+class _Admitted:
+    """The call may be made now: under `hold` (its resource lease, if any; the
+    call and claim fenced with it) and past its breaker (`gate`)."""
+
+    hold: ResourceHold
+    gate: breaker_waits.ToolGate
+    call: ToolCall
+    claim: ledger.Claim | None
+    prepared: Prepared | ToolOutcome
+
+
+async def execute(snap: TaskSnapshot, step: Step, *, owner: str, actor: Actor, memo: SliceMemo,
+                  hop: Hop, decided: Decided | None = None,
+                  prepared: Prepared | ToolOutcome | None = None,
+                  after: After = None) -> StepResult:
+    """Run a decided tool step. With `decided` (its claim taken in the decision's
+    commit) the outcome is recorded in the ledger by the commit of the outcome;
+    without (a resumed or retried step, or a retried task's call that reuses
+    an earlier key: no claim was taken), the ledger is asked first."""
+    claim: ledger.Claim | None
+    if decided is None or decided.claim is None or prepared is None:
+        opened = await hop(open_call, snap, step, owner=owner, actor=actor, memo=memo)
+        if isinstance(opened, StepResult):
+            return opened
+        spec, claim, prepared = opened.spec, opened.claim, opened.prepared
+    else:
+        spec, claim = decided.spec, decided.claim
+    admitted = await hop(admit_call, snap, step, spec, claim, prepared, owner=owner, actor=actor)
+    if isinstance(admitted, StepResult):
+        return admitted
+    hold = admitted.hold
+    try:
+        return await _call_and_commit(snap, step, spec, admitted, owner=owner, actor=actor,
+                                      memo=memo, hop=hop, after=after)
+    finally:
+        if hold.held:  # after the outcome committed, or on any failure or cancellation
+            await hop(_release, hold)
+
+
+async def _call_and_commit(snap: TaskSnapshot, step: Step, spec: ToolSpec, admitted: _Admitted,
+                           *, owner: str, actor: Actor, memo: SliceMemo, hop: Hop,
+                           after: After) -> StepResult:
+    call, claim, prepared = admitted.call, admitted.claim, admitted.prepared
+    started = time.monotonic()  # the slice's lease is kept alive meanwhile (`beats`)
+    with tool_span(tool=spec.name, call_id=call_id(step.step_no), kind=spec.kind,
+                   idempotency_key=call.context.idempotency_key) as traced:
+        if claim is None:
+            outcome = await _settle(hop, call, prepared, first_error=None)
+        else:
+            outcome = await ledger.acall_claimed(claim, prepared)
+        traced.outcome(outcome.kind.value, error=outcome.error, from_ledger=outcome.from_ledger)
+    if admitted.gate.target is not None:
+        await hop(breaker_waits.tool_record, snap, admitted.gate, outcome, owner=owner)
+    if claim is not None and outcome.kind is OutcomeKind.UNCERTAIN:
+        # Recorded before the status query is asked (it may take long or fail).
+        await hop(ledger.record, claim, outcome)
+        outcome, claim = await _settle(hop, call, prepared, first_error=outcome.error), None
+    memo.waited_s += time.monotonic() - started
+    if outcome.kind is OutcomeKind.PROCESSING:
+        return StepResult(Next.LATER, 0.5, "another executor holds this call")
+    return await hop(commit_then, snap, step, spec, outcome, actor, memo=memo, claim=claim,
+                     after=after)
+
+
+def admit_call(snap: TaskSnapshot, step: Step, spec: ToolSpec, claim: ledger.Claim | None,
+               prepared: Prepared | ToolOutcome, *, owner: str,
+               actor: Actor) -> StepResult | _Admitted:
+    """May the call be made now (a database phase)? Its resource lease, then its
+    breaker; either one busy: the claim is given back (no attempt, no retry
+    spent) and the task comes back later, holding no worker."""
+    call = call_of(snap, step, spec)
+    hold = lease_for_call(spec=spec, call=call, step_no=step.step_no, owner=owner, actor=actor)
+    if hold.waiting:  # its resource is busy: back to the queue
+        if claim is not None:
+            ledger.unclaim(claim, reason=hold.note)
+        return StepResult(Next.LATER, hold.delay_s, hold.note)
+    admitted = False
+    try:
+        call = hold.fenced(call)
+        claim = replace(claim, call=call) if claim is not None else None
+        if isinstance(prepared, Prepared):
+            prepared = replace(prepared, call=hold.fenced(prepared.call))
+        gate = breaker_waits.tool_admit(snap, spec, owner=owner)
+        if not gate.allowed:  # its breaker is open: no call, no retry spent; come back later
+            return StepResult(Next.LATER, breaker_waits.tool_wait(snap, gate, claim), "breaker")
+        admitted = True
+        return _Admitted(hold, gate, call, claim, prepared)
+    finally:
+        if not admitted:
+            _release(hold)
+
+
+def _release(hold: ResourceHold) -> None:
+    hold.__exit__(None, None, None)
+
+
+async def _settle(hop: Hop, call: ToolCall, prepared: Prepared | ToolOutcome, *,
+                  first_error: dict[str, Any] | None) -> ToolOutcome:
+    """Ask the status query (awaited), then settle the ledger row (a phase)."""
+    if isinstance(prepared, ToolOutcome):
+        answer = StatusAnswer(state="unknown", detail="status query not sent: "
+                              + str((prepared.error or {}).get("message", "")))
+    else:
+        answer = await ask_status(prepared)
+    return await hop(ledger.settle_with_answer, call, answer, first_error=first_error)
+
+
+def open_call(snap: TaskSnapshot, step: Step, *, owner: str, actor: Actor,
+              memo: SliceMemo) -> StepResult | _Open:
+    """A resumed or retried step (a database phase): its tool, and the ledger's
+    claim on its key, or the ledger's stored answer (committed here)."""
+    bind_log(step_no=step.step_no, step_kind="tool_call")
+    spec = tool_specs(tenant_id=snap.tenant_id, names=[step.tool]).get(step.tool)
+    if spec is None:
+        outcome = ToolOutcome(kind=OutcomeKind.BUSINESS, error={
+            "type": "tool_unavailable", "message": f"tool {step.tool!r} was disabled or removed"})
+        return commit_outcome_of(snap, step, None, outcome, actor, memo=memo)
+    call = call_of(snap, step, spec)
+    claimed = ledger.claim_or_answer(call, owner=owner)
+    if isinstance(claimed, ToolOutcome):
+        if claimed.kind is OutcomeKind.PROCESSING:
+            return StepResult(Next.LATER, 0.5, "another executor holds this call")
+        return commit_outcome_of(snap, step, spec, claimed, actor, memo=memo)
+    return _Open(spec, claimed, prepare(call))
+
+
+def commit_then(snap: TaskSnapshot, step: Step, spec: ToolSpec | None, outcome: ToolOutcome,
+                actor: Actor, *, memo: SliceMemo, claim: ledger.Claim | None,
+                after: After) -> StepResult:
+    """Commit the outcome, then what follows the step (the summary check)."""
+    result = commit_outcome_of(snap, step, spec, outcome, actor, memo=memo, claim=claim)
+    if after is not None:
+        after()
+    return result
+
+
+def commit_outcome_of(snap: TaskSnapshot, step: Step, spec: ToolSpec | None, outcome: ToolOutcome,
+                    actor: Actor, *, memo: SliceMemo,
+                    claim: ledger.Claim | None = None) -> StepResult:
+    """Commit what came of the call, with the version check; with `claim`, the
+    ledger's record of it in the same transaction."""
+    if outcome.kind not in (OutcomeKind.OK, OutcomeKind.BUSINESS):
+        try:
+            with transaction.atomic():
+                if claim is not None:
+                    ledger.record(claim, outcome)
+                return _commit_failure(snap, step, spec, outcome, actor, known(snap))
+        except DomainError as exc:
+            if exc.kind != ErrorKind.CONFLICT:
+                raise
+            return _discard(snap, step, outcome, actor, claim, reason=exc.code)
+    observed = outcome.result if outcome.kind is OutcomeKind.OK else outcome.error
+    output_hash = sha256_hex(canonical_json(observed))
+    is_new = not seen_recently(snap, step.step_no, output_hash, memo)
+    progress = after_call(snap, call_hash=call_fingerprint(step.tool, step.args or {}),
+                          output_is_new=is_new)
+    fields: dict[str, Any] = {
+        "per_tool": {**snap.per_tool, step.tool: snap.per_tool.get(step.tool, 0) + 1},
+        "last_call_hash": progress.last_call_hash, "repeat_count": progress.repeat_count,
+        "stale_steps": progress.stale_steps,
+    }
+    done = commit_outcome(snap, step, outcome, fields=fields, output_hash=output_hash,
+                          claim=claim, actor=actor)
+    if done is None:
+        return _discard(snap, step, outcome, actor, claim, reason="stale_version")
+    if claim is not None and not done.ledger_recorded:
+        ledger.record(claim, outcome)  # the claim was lost: kept as an attempt, for audit
+    # The next step of this slice starts from what was written.
+    memo.remember(replace(snap, version=done.version, tool_calls=snap.tool_calls + 1, **fields),
+                  step)
+    return CONTINUE
+
+
+def _discard(snap: TaskSnapshot, step: Step, outcome: ToolOutcome, actor: Actor,
+             claim: ledger.Claim | None, *, reason: str) -> StepResult:
+    if claim is not None:
+        ledger.record(claim, outcome)  # what the tool did stays known, applied or not
+    _discard_late(snap, step, outcome, actor, reason=reason)
+    return CONTINUE
+
+
+def _commit_failure(snap: TaskSnapshot, step: Step, spec: ToolSpec | None, outcome: ToolOutcome,
+                    actor: Actor, known: KnownTask) -> StepResult:
+    """A permission error, a transient error or an unsettled outcome, written in
+    the outcome's transaction (the caller's)."""
+    now = timezone.now()
+    if outcome.kind is OutcomeKind.PERMISSION:
+        Step.objects.filter(pk=step.pk).update(status=StepStatus.FAILED, error=outcome.error,
+                                               finished_at=now, latency_ms=outcome.latency_ms)
+        task_transition(task_id=snap.id, event="fatal_error", actor=actor,
+                        expected_version=snap.version, known=known,
+                        payload={"reason": "permission_denied", "step_no": step.step_no},
+                        fields={"failure_reason": "permission_denied",
+                                "failure_detail": failure_snapshot(snap, outcome.error)})
+        return STOP
+    if outcome.kind is OutcomeKind.TRANSIENT:
+        max_retries = spec.max_retries if spec else 0
+        if step.attempt < max_retries:
+            delay = (retry_delay_s(spec.retry_delays_s, step.attempt + 1, outcome.retry_after_s)
+                     if spec and spec.retry_delays_s
+                     else backoff_s(step.attempt + 1, outcome.retry_after_s))
+            task_transition(task_id=snap.id, event="retryable_error", actor=actor,
+                            expected_version=snap.version, known=known,
+                            payload={"step_no": step.step_no, "attempt": step.attempt + 1,
+                                     "delay_s": round(delay, 3), "error": outcome.error})
+            Step.objects.filter(pk=step.pk).update(
+                status=StepStatus.RETRYING, attempt=F("attempt") + 1, error=outcome.error,
+                next_attempt_at=now + timedelta(seconds=delay))
+            return StepResult(Next.LATER, delay, "retry")
+        Step.objects.filter(pk=step.pk).update(status=StepStatus.FAILED, error=outcome.error,
+                                               finished_at=now)
+        return exhaust(snap, "retries_exhausted", actor, detail=outcome.error)
+    # UNCERTAIN: the status query could not settle it: a person decides.
+    Step.objects.filter(pk=step.pk).update(status=StepStatus.UNCERTAIN, error=outcome.error,
+                                           latency_ms=outcome.latency_ms)
+    done = task_transition(task_id=snap.id, event="result_uncertain", actor=actor,
+                           expected_version=snap.version, known=known,
+                           payload={"step_no": step.step_no, "tool": step.tool,
+                                    "status_answer": outcome.status_answer})
+    opening.reconciliation_open(
+        task_id=snap.id, tenant_id=snap.tenant_id, step_id=step.pk, tool=step.tool,
+        args=step.args or {}, idempotency_key=step.idempotency_key,
+        status_answer=outcome.status_answer,
+        reason=(outcome.error or {}).get("type", "uncertain"),
+        task_version=done.version)
+    return STOP
+
+
+def _discard_late(snap: TaskSnapshot, step: Step, outcome: ToolOutcome, actor: Actor, *,
+                  reason: str) -> None:
+    """A result that arrived after cancel or a version change: kept, never applied."""
+    count_late_result()
+    late = {"kind": outcome.kind.value, "result": outcome.result, "error": outcome.error,
+            "arrived_at": timezone.now().isoformat(), "seen_version": snap.version,
+            "from_ledger": outcome.from_ledger}
+    with transaction.atomic():
+        task = Task.objects.only("status", "version").get(pk=snap.id)
+        fresh = Step.objects.select_for_update().get(pk=step.pk)  # held for this instant only
+        # Another executor already settled this step: ours is a duplicate, the step
+        # keeps the outcome that was applied.
+        duplicate = fresh.status in (StepStatus.SUCCEEDED, StepStatus.FAILED, StepStatus.REJECTED)
+        if not duplicate:
+            fresh.late_output = late
+            if task.is_terminal:
+                fresh.status = StepStatus.DISCARDED
+            fresh.save(update_fields=["late_output", "status"])
+        event_append(task_id=snap.id, tenant_id=snap.tenant_id, trace_id=snap.trace_id,
+                     task_version=task.version, type="result_discarded", actor=actor,
+                     payload={"step_no": step.step_no, "reason": reason, "task_status": task.status,
+                              "step_status": fresh.status, "duplicate": duplicate,
+                              "late_kind": outcome.kind.value})
+
+
+# --- stopping ---------------------------------------------------------------------

@@ -1,0 +1,224 @@
+"""Recording a decision, of each kind, before anything runs.
+
+A decision commits with its step, its counters (`Spent`) and its event in one
+transaction, or not at all: an invalid decision (recorded and fed back to the
+model), a question (the task waits for input), a final answer (validated
+against the result schema, then the task ends), a tool call refused (a budget,
+no progress: the task fails or escalates), a tool call that needs approval
+(the task waits), or a tool call that runs next: its step and ledger claim in
+one statement (`commits.commit_decision`), returned as `Decided`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from approvals_app.services import opening
+from config.logs import bind_log
+from tools_app.executor import ledger
+from tools_app.executor.jsonsafe import has_unstorable, storable, storable_text
+from tools_app.executor.types import ToolSpec
+from tools_app.schemas import schema_errors
+
+from ..gateway import Decision
+from ..keys import call_fingerprint, canonical_json, idempotency_key, sha256_hex
+from ..models import Step, StepKind, StepStatus
+from ..retries.lineage import lineage_key
+from ..services.actors import Actor
+from ..services.events import event_append
+from ..services.transitions import task_transition, task_update_guarded
+from .commits import commit_decision, commit_final
+from .memo import SliceMemo
+from .policy import check_tool_call
+from .progress import repeats_too_often
+from .results import CONTINUE, STOP, Spent, Stale, StepResult
+from .snapshot import TaskSnapshot
+from .stopping import exhaust, known
+
+
+def _new_step(snap: TaskSnapshot, *, kind: str, status: str, decision: Decision,
+              model_log: dict[str, Any], **fields: Any) -> Step:
+    return Step.objects.create(
+        task_id=snap.id, step_no=snap.steps_count + 1, kind=kind, status=status,
+        decision=decision.as_dict(), model_log=model_log, **fields,
+    )
+
+
+def _guard(snap: TaskSnapshot, **fields: Any) -> None:
+    if not task_update_guarded(task_id=snap.id, version=snap.version, updated_at=timezone.now(),
+                               **fields):
+        raise Stale()
+
+
+def _event(snap: TaskSnapshot, type: str, actor: Actor, payload: dict[str, Any]) -> None:
+    event_append(task_id=snap.id, tenant_id=snap.tenant_id, trace_id=snap.trace_id,
+                 task_version=snap.version, type=type, actor=actor, payload=payload)
+
+
+@dataclass(frozen=True)
+class Decided:
+    """A tool call whose decision (and ledger claim) committed: it runs next."""
+
+    snap: TaskSnapshot
+    step: Step
+    spec: ToolSpec
+    claim: ledger.Claim | None
+
+
+def record_decision(
+    snap: TaskSnapshot,
+    decision: Decision,
+    model_log: dict[str, Any],
+    spent: Spent,
+    specs: dict[str, ToolSpec],
+    *,
+    owner: str,
+    actor: Actor,
+) -> StepResult | Decided:
+    """Commit the decision with its counters: in the same transaction as its step,
+    or not at all."""
+    counters = spent.fields()
+    step_no = snap.steps_count + 1
+    bind_log(step_no=step_no, step_kind=decision.kind)
+    model_log = storable(model_log)
+    if decision.kind == "invalid":
+        decision = replace(decision, raw=storable_text(decision.raw),
+                           tool=storable_text(decision.tool), error=storable_text(decision.error))
+    elif has_unstorable(decision.as_dict()):
+        # jsonb cannot store it; the model is told, as for any malformed output
+        decision = Decision(
+            kind="invalid", raw=storable_text(canonical_json(decision.as_dict())[:2000]),
+            error="the decision contains NUL characters or lone surrogates")
+
+    if decision.kind == "invalid":
+        return _invalid(snap, decision, model_log, counters, actor,
+                        {"type": "invalid_decision", "message": decision.error,
+                         "raw": decision.raw[:2000]})
+
+    if decision.kind == "ask_user":
+        with transaction.atomic():
+            step = _new_step(snap, kind=StepKind.ASK, status=StepStatus.RUNNING, decision=decision,
+                             model_log=model_log)
+            done = task_transition(task_id=snap.id, event="need_input", actor=actor,
+                                   expected_version=snap.version, known=known(snap),
+                                   fields=counters,
+                                   payload={"step_no": step_no, "question": decision.question})
+            opening.question_open(task_id=snap.id, tenant_id=snap.tenant_id, step_id=step.pk,
+                                  question=decision.question, task_version=done.version)
+        return STOP
+
+    if decision.kind == "final":
+        schema = snap.agent.get("result_schema") or {}
+        errors = schema_errors(schema, decision.result) if schema else []
+        if decision.result is None:
+            errors = ["a final answer needs a result"]
+        if errors:
+            return _invalid(snap, decision, model_log, counters, actor,
+                            {"type": "invalid_result",
+                             "message": "the final result failed validation",
+                             "errors": errors})
+        if not commit_final(snap, decision=decision.as_dict(), model_log=model_log,
+                            result=decision.result, model_calls=spent.model_calls,
+                            tokens=spent.tokens, actor=actor):
+            raise Stale()
+        return STOP
+
+    # a tool call
+    spec = specs.get(decision.tool)
+    call_hash = call_fingerprint(decision.tool, decision.args)
+    if repeats_too_often(snap, call_hash):
+        return _refuse(snap, decision, model_log, counters, actor, reason="no_progress", error={
+            "type": "no_progress", "signal": "repeated_call", "tool": decision.tool,
+            "repeats": snap.repeat_count,
+            "message": "the same call with the same arguments was already repeated too often"})
+    # "Always allow" only matters for tools that need approval: skip the query otherwise.
+    always = (opening.always_allowed_tools(task_id=snap.id)
+              if spec is not None and spec.requires_approval else frozenset())
+    verdict = check_tool_call(decision, spec=spec, snap=snap, always_allowed=always)
+    if verdict.verdict == "invalid":
+        return _invalid(snap, decision, model_log, counters, actor, verdict.error or {})
+    if verdict.verdict == "budget":
+        error = verdict.error or {}
+        return _refuse(snap, decision, model_log, counters, actor,
+                       reason=str(error.get("budget", "budget")), error=error, offer_again=True)
+    assert spec is not None
+    # A retried task's call the chain already made takes that call's key (None: a fresh key).
+    reused = lineage_key(task_id=snap.id, key_lineage=snap.key_lineage, step_no=step_no,
+                         tool=decision.tool, args=decision.args)
+    if verdict.verdict == "approve":
+        with transaction.atomic():
+            step = _new_step(snap, kind=StepKind.TOOL, status=StepStatus.PENDING_APPROVAL,
+                             decision=decision, model_log=model_log, tool=decision.tool,
+                             args=decision.args)
+            step.idempotency_key = reused or idempotency_key(
+                task_id=snap.id, step_id=step.pk, tool=decision.tool, args=decision.args)
+            Step.objects.filter(pk=step.pk).update(idempotency_key=step.idempotency_key)
+            done = task_transition(task_id=snap.id, event="need_approval", actor=actor,
+                                   expected_version=snap.version, known=known(snap),
+                                   fields=counters,
+                                   payload={"step_no": step_no, "tool": decision.tool})
+            opening.approval_open(task_id=snap.id, tenant_id=snap.tenant_id, step_id=step.pk,
+                                  tool=decision.tool, args=decision.args, risk=spec.risk,
+                                  reason=decision.reason, cites=list(decision.cites),
+                                  task_version=done.version,
+                                  sla_s=int(snap.agent.get("approval_sla_s") or 0))
+        return STOP
+    # The step, its event and the ledger claim commit together, in one statement.
+    # A cancel from now on is fenced when the outcome commits.
+    committed = commit_decision(
+        snap, decision=decision.as_dict(), model_log=model_log, tool=decision.tool,
+        args=decision.args, reason=decision.reason, spec=spec, model_calls=spent.model_calls,
+        tokens=spent.tokens, owner=owner, actor=actor, reused_key=reused)
+    if committed is None:
+        raise Stale()
+    return Decided(spent.applied_to(snap), committed.step, spec, committed.claim)
+
+
+def _invalid(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
+             counters: dict[str, Any], actor: Actor, error: dict[str, Any]) -> StepResult:
+    """An invalid decision is recorded and fed back to the model as the step's error.
+    The same error again within the window is no new observation (no progress)."""
+    step_no = snap.steps_count + 1
+    error = storable(error)
+    output_hash = sha256_hex(canonical_json(error))
+    with transaction.atomic():
+        _new_step(snap, kind=StepKind.INVALID, status=StepStatus.FAILED, decision=decision,
+                  model_log=model_log, tool=decision.tool[:100], args=decision.args or None,
+                  error=error, output_hash=output_hash, finished_at=timezone.now())
+        is_new = not seen_recently(snap, step_no, output_hash)
+        _guard(snap, **counters, stale_steps=0 if is_new else snap.stale_steps + 1)
+        _event(snap, "invalid_decision", actor, {"step_no": step_no, "error": error})
+    return CONTINUE
+
+
+def seen_recently(snap: TaskSnapshot, step_no: int, output_hash: str,
+                   memo: SliceMemo | None = None) -> bool:
+    window = int(snap.agent.get("no_progress_window") or 6)
+    known = memo.output_hashes if memo is not None else {}
+    earlier = range(max(1, step_no - window), step_no)
+    if all(n in known for n in earlier):
+        return any(known[n] == output_hash for n in earlier)
+    return Step.objects.filter(
+        task_id=snap.id, step_no__gte=step_no - window, step_no__lt=step_no,
+        output_hash=output_hash,
+    ).exists()
+
+
+def _refuse(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
+            counters: dict[str, Any], actor: Actor, *, reason: str, error: dict[str, Any],
+            offer_again: bool = False) -> StepResult:
+    """A tool call the runner will not make (a budget is used up, or no progress):
+    recorded as a failed step, so every decision has its step and the model sees
+    why; then the task fails or escalates. With `offer_again` (a budget refusal)
+    the decision is queued again, so a resume that extends the budget runs it."""
+    if offer_again and snap.on_exhaustion == "escalate":
+        model_log = {**model_log, "queued": [decision.as_dict(), *(model_log.get("queued") or [])]}
+    with transaction.atomic():
+        _new_step(snap, kind=StepKind.TOOL, status=StepStatus.FAILED, decision=decision,
+                  model_log=model_log, tool=decision.tool, args=decision.args, error=error,
+                  finished_at=timezone.now())
+        return exhaust(snap, reason, actor, counters=counters, detail=error,
+                        step_no=snap.steps_count + 1)

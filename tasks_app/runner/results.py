@@ -1,0 +1,68 @@
+"""What a step returns to its slice, and what deciding it cost.
+
+`StepResult` tells the slice what to do next (go on, stop, come back after a
+delay); `Spent` is one model call and its tokens (or nothing, for a decision
+queued from an earlier reply), committed with the decision; `Stale` is raised
+by a phase that found the task moved on under it (the step is re-read).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Any
+
+from django.db.models import F
+
+from ..models import Task
+from .snapshot import TaskSnapshot
+
+
+class Next(StrEnum):
+    CONTINUE = "continue"  # take another step now
+    STOP = "stop"  # the task waits or ended: release the worker
+    LATER = "later"  # come back after `delay_s` (backoff, or another executor is busy)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    next: Next
+    delay_s: float = 0.0
+    note: str = ""
+
+
+CONTINUE = StepResult(Next.CONTINUE)
+STOP = StepResult(Next.STOP)
+
+
+class Stale(Exception):
+    """The task moved on under us; roll back and re-read."""
+
+
+@dataclass(frozen=True)
+class Spent:
+    """What deciding a step cost: one model call and its tokens, or nothing (a
+    decision queued from an earlier reply)."""
+
+    model_calls: int = 0
+    tokens: int = 0
+
+    def fields(self) -> dict[str, Any]:
+        """The counters' updates, for the decision's guarded UPDATE."""
+        fields: dict[str, Any] = {"steps_count": F("steps_count") + 1}
+        if self.model_calls:
+            fields.update(model_calls=F("model_calls") + self.model_calls,
+                          tokens=F("tokens") + self.tokens)
+        return fields
+
+    def charge(self, task_id: int) -> None:
+        """Count the model call in a short commit of its own, for a decision that
+        did not commit (a plain counter: the version does not move)."""
+        if self.model_calls:
+            Task.objects.filter(pk=task_id).update(
+                model_calls=F("model_calls") + self.model_calls, tokens=F("tokens") + self.tokens)
+
+    def applied_to(self, snap: TaskSnapshot) -> TaskSnapshot:
+        """The snapshot as the decision's commit left the row."""
+        return replace(snap, steps_count=snap.steps_count + 1,
+                       model_calls=snap.model_calls + self.model_calls,
+                       tokens=snap.tokens + self.tokens)

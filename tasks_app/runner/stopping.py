@@ -1,0 +1,55 @@
+"""Stopping a task from a step: a budget, the deadline, no progress, retries or
+a step's error attempts used up (`exhaust`: fail or escalate, as the profile
+says), or an error that ends it (`fail`). Each is one guarded transition."""
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils import timezone
+
+from ..services.actors import Actor
+from ..services.transitions import KnownTask, task_transition
+from .results import STOP, StepResult
+from .snapshot import TaskSnapshot
+
+
+def known(snap: TaskSnapshot) -> KnownTask:
+    return KnownTask(status=snap.status, tenant_id=snap.tenant_id, trace_id=snap.trace_id)
+
+
+def failure_snapshot(snap: TaskSnapshot, detail: Any = None) -> dict[str, Any]:
+    return {
+        "detail": detail,
+        "usage": {"steps": snap.steps_count, "model_calls": snap.model_calls,
+                  "tool_calls": snap.tool_calls, "tokens": snap.tokens, "per_tool": snap.per_tool},
+        "version": snap.version,
+        "at": timezone.now().isoformat(),
+    }
+
+
+def exhaust(snap: TaskSnapshot, reason: str, actor: Actor, *,
+            counters: dict[str, Any] | None = None,
+            detail: Any = None, step_no: int | None = None) -> StepResult:
+    """Budget, deadline, no progress, retries or a step's error attempts used up:
+    fail or escalate, as the profile says."""
+    if snap.on_exhaustion == "escalate":
+        event = "escalated"
+        fields: dict[str, Any] = {"failure_detail": failure_snapshot(snap, detail)}
+    else:
+        event = {"deadline": "deadline_exceeded", "no_progress": "fatal_error",
+                 "retries_exhausted": "fatal_error", "step_error": "fatal_error",
+                 }.get(reason, "budget_exhausted")
+        fields = {"failure_reason": reason, "failure_detail": failure_snapshot(snap, detail)}
+    payload = {"reason": reason, "detail": detail, **({"step_no": step_no} if step_no else {})}
+    task_transition(task_id=snap.id, event=event, actor=actor, expected_version=snap.version,
+                    known=known(snap), payload=payload, fields={**(counters or {}), **fields})
+    return STOP
+
+
+def fail(snap: TaskSnapshot, reason: str, actor: Actor, *, detail: Any = None) -> StepResult:
+    task_transition(task_id=snap.id, event="fatal_error", actor=actor,
+                    expected_version=snap.version, known=known(snap),
+                    payload={"reason": reason, "detail": detail},
+                    fields={"failure_reason": reason,
+                            "failure_detail": failure_snapshot(snap, detail)})
+    return STOP
