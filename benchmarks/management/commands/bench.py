@@ -1,9 +1,11 @@
-"""`python manage.py bench`: Tether's performance benchmark (see tasks_app.bench).
+"""`python manage.py bench`: Tether's performance benchmark (see `benchmarks`).
 
 The command re-executes itself in the bench's production environment (its
 own PostgreSQL database, created if missing; Redis db 7 as the broker with its
 own queue; Redis db 6 as the channel layer), so it measures the same thing
-whatever the caller's environment is.
+whatever the caller's environment is. manage.py runs it under
+`benchmarks.settings` (the product's settings plus this app); the processes it
+starts run the product's own `config.settings`.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
-from tasks_app.bench.config import CHILD_FLAG, DEFAULT_DATABASE_URL, BenchConfig, bench_env
+from benchmarks.config import CHILD_FLAG, DEFAULT_DATABASE_URL, BenchConfig, bench_env
+from benchmarks.models import store_ensure
 
 KNOBS = ("tasks", "steps", "rounds", "long_steps", "workers", "ws_steps", "console_tasks",
          "console_events")
@@ -85,11 +88,12 @@ class Command(BaseCommand):
         if opts["io_tasks"]:
             cfg = replace(cfg, io_tasks=tuple(int(n) for n in opts["io_tasks"].split(",")))
         call_command("migrate", verbosity=0, skip_checks=True)
+        store_ensure()  # the bench's own table: not in the product's migrations
         if opts["only"] == "breaker":
             return self._breaker(opts, cfg)
 
-        from tasks_app.bench.report import table
-        from tasks_app.bench.run import bench_run
+        from benchmarks.report import table
+        from benchmarks.run import bench_run
 
         log_dir = Path(tempfile.mkdtemp(prefix="tether-bench-"))
         self.stdout.write(
@@ -103,7 +107,7 @@ class Command(BaseCommand):
         self.stdout.write(table(doc))
 
     def _breaker(self, opts: dict, cfg: BenchConfig) -> None:
-        from tasks_app.bench.breaker import breaker_table, run_breaker
+        from benchmarks.breaker import breaker_table, run_breaker
 
         log_dir = Path(tempfile.mkdtemp(prefix="tether-bench-breaker-"))
         doc = run_breaker(
@@ -136,7 +140,7 @@ class Command(BaseCommand):
         if opts["only"]:
             argv += ["--only", opts["only"]]
         if opts["only"] == "breaker":
-            from tasks_app.bench.breaker import ENV
+            from benchmarks.breaker import ENV
 
             extra = ENV
         if opts["outage_s"] is not None:

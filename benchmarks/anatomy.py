@@ -21,9 +21,10 @@ from django.db import connection
 from django.db.backends.signals import connection_created
 from django.test.utils import CaptureQueriesContext
 
-from ..runner.lease import lease_release, lease_take
-from ..runner.memo import SliceMemo
-from ..runner.step import Next, advance_one_step
+from tasks_app.runner.lease import lease_release, lease_take
+from tasks_app.runner.memo import SliceMemo
+from tasks_app.runner.step import Next, advance_one_step
+
 from .world import World, cancel_open, step_script, submit
 
 OWNER = "bench-anatomy"
