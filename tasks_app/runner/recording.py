@@ -6,7 +6,7 @@ model), a question (the task waits for input), a final answer (validated
 against the result schema, then the task ends), a tool call refused (a budget,
 no progress: the task fails or escalates), a tool call that needs approval
 (the task waits), or a tool call that runs next: its step and ledger claim in
-one statement (`commits.commit_decision`), returned as `Decided`.
+one statement (`store.commits.commit_decision`), returned as `Decided`.
 """
 from __future__ import annotations
 
@@ -28,9 +28,10 @@ from ..keys import call_fingerprint, canonical_json, idempotency_key, sha256_hex
 from ..models import Step, StepKind, StepStatus
 from ..retries.lineage import lineage_key
 from ..services.actors import Actor
-from ..services.events import event_append
-from ..services.transitions import task_transition, task_update_guarded
-from .commits import commit_decision, commit_final
+from ..store.commits import commit_decision, commit_final
+from ..store.events import event_append
+from ..store.steps import step_create
+from ..store.tasks import task_transition, task_update_guarded
 from .memo import SliceMemo
 from .policy import check_tool_call
 from .progress import repeats_too_often
@@ -41,7 +42,7 @@ from .stopping import exhaust, known
 
 def _new_step(snap: TaskSnapshot, *, kind: str, status: str, decision: Decision,
               model_log: dict[str, Any], **fields: Any) -> Step:
-    return Step.objects.create(
+    return step_create(
         task_id=snap.id, step_no=snap.steps_count + 1, kind=kind, status=status,
         decision=decision.as_dict(), model_log=model_log, **fields,
     )
