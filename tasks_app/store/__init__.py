@@ -5,9 +5,10 @@ API) calls these modules and writes none of those rows itself:
 
 - `tasks`: a task's transitions (`task_transition`, through the state machine's
   guard) and the guarded writes that are not transitions;
-- `commits`: each commit described once as a `Commit` (version guard, rows,
+- `writes`: a commit described once as a `Commit` (version guard, rows,
   ledger claim or record, event, and the effects of the transition); from it
   come the one PostgreSQL statement and the ORM path (SQLite);
+- `commits`: the runner's decision, outcome and final answer, admission's start;
 - `steps`: the step state machine (`STEP_TRANSITIONS`, one guard) and every
   write of a step's status;
 - `events`: the one way an event row is written, and its publication after commit;
@@ -15,6 +16,6 @@ API) calls these modules and writes none of those rows itself:
   open work, admission after an end, compensation scheduling);
 - `hooks`: what layers above register to follow the store (event hooks,
   publication, sweep hooks, admission, compensation, open human requests);
-- `sql`: table and column names from the models' `_meta`, and running one
-  statement.
+- `statement`: the PostgreSQL statement of a commit's shape; `sql`: table
+  names from the models' `_meta`, and running one statement.
 """

@@ -14,12 +14,13 @@ SQL the same way (`sources_of`).
 from __future__ import annotations
 
 from functools import cache
-from typing import Any
+from typing import Any, cast
 
 from django.utils import timezone
 
 from config.errors import conflict
 
+from ..keys import idempotency_key
 from ..models import Step, StepStatus
 from ..models.tasks import OPEN_STEP_STATUSES
 
@@ -70,6 +71,14 @@ def step_create(**fields: Any) -> Step:
         raise conflict("illegal_step_transition", f"a step is not born {fields['status']}",
                        to=fields["status"])
     return Step.objects.create(**fields)
+
+
+def step_keyed(step: Step, reused: str | None = None) -> None:
+    """Give a new tool step its idempotency key (made from its id), or `reused`
+    (a retried task's call the chain already made)."""
+    step.idempotency_key = reused or idempotency_key(
+        task_id=step.task_id, step_id=step.pk, tool=step.tool, args=cast(dict[str, Any], step.args))
+    Step.objects.filter(pk=step.pk).update(idempotency_key=step.idempotency_key)
 
 
 def step_move(step_id: int, target: str, **fields: Any) -> None:

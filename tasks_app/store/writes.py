@@ -11,7 +11,7 @@ compensation after commit). Either all of it is written, or nothing (the
 version moved on: `write` returns None).
 
 `write` runs it as one PostgreSQL statement of data-modifying CTEs, each part
-hanging off the version-checked UPDATE (built from the commit's shape, once,
+hanging off the version-checked UPDATE (`statement`: built per shape, once,
 with table and column names from `_meta`), or with the ORM in one transaction
 (SQLite, and `task_transition`, whose fields may be expressions and whose
 events run hooks). The same rows either way; the event is published after
@@ -21,10 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import cache
-from typing import Any, cast
+from typing import Any
 
-from django.db import models, transaction
+from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 from django_fsm import can_proceed
@@ -36,9 +35,16 @@ from tools_app.models import ToolExecution
 from ..keys import idempotency_key, idempotency_key_around
 from ..models import Event, Step, Task
 from ..services.actors import Actor
-from .effects import after_transition, close_open_work, closing_ctes, closing_params, ending_fields
-from .events import EVENT_COLUMNS, EVENT_INSERT, announce_written, event_append
-from .sql import json_param, one_statement, run_one, table
+from .effects import (
+    after_transition,
+    close_open_work,
+    closing_params,
+    ending_fields,
+    ends,
+)
+from .events import announce_written, event_append
+from .sql import one_statement, run_one
+from .statement import db_value, insertable, statement_of
 from .steps import BORN_AS, sources_of, step_guard
 
 
@@ -178,7 +184,7 @@ def _with_orm(c: Commit, *, target: str, set_: dict[str, Any], payload: dict[str
             payload = {**payload, "idempotency_key": step.idempotency_key}
         event = event_append(task_id=t.id, tenant_id=t.tenant_id, trace_id=t.trace_id,
                              task_version=version, type=c.event, actor=c.actor, payload=payload)
-        if c.transition and "finished_at" in set_:
+        if c.transition and ends(target):
             close_open_work(t.id, event=c.event, payload=c.payload)
     return Committed(version=version, event_id=event.pk, target=target, step=step,
                      recorded=recorded)
@@ -190,9 +196,9 @@ def _with_orm(c: Commit, *, target: str, set_: dict[str, Any], payload: dict[str
 def _with_sql(c: Commit, *, target: str, set_: dict[str, Any], payload: dict[str, Any],
               now: datetime, savepoint: bool) -> Committed | None:
     t = c.task
-    ends = c.transition and "finished_at" in set_
+    ending = c.transition and ends(target)
     new, move, record = c.new_step, c.move, c.record
-    shape = (c.transition, ends, tuple(set_), tuple(c.add),
+    shape = (c.transition, ending, tuple(set_), tuple(c.add),
              None if new is None else (tuple(new.fields), new.keyed is not None),
              None if move is None else tuple(move.fields),
              None if c.claim is None else tuple(c.claim),
@@ -200,29 +206,29 @@ def _with_sql(c: Commit, *, target: str, set_: dict[str, Any], payload: dict[str
     params: dict[str, Any] = {
         "task_id": t.id, "tenant_id": t.tenant_id, "trace_id": t.trace_id, "version": t.version,
         "from": t.status, "to": target, "now": now, "event_type": c.event,
-        "payload": _db(Event, "payload", payload), "actor": c.actor.name,
+        "payload": db_value(Event, "payload", payload), "actor": c.actor.name,
         "actor_role": c.actor.role,
-        **{f"t_{k}": _db(Task, k, v) for k, v in set_.items()},
+        **{f"t_{k}": db_value(Task, k, v) for k, v in set_.items()},
         **{f"a_{k}": v for k, v in c.add.items()},
     }
     if new is not None:
-        params.update({f"s_{k}": _db(Step, k, v) for k, v in _step_row(new, now).items()})
+        params.update({f"s_{k}": db_value(Step, k, v) for k, v in _step_row(new, now).items()})
         if new.keyed is not None:
             tool, args = new.keyed
             params["key_head"], params["key_tail"] = idempotency_key_around(
                 task_id=t.id, tool=tool, args=args)
     if move is not None:
-        params.update({f"m_{k}": _db(Step, k, v) for k, v in move.fields.items()},
+        params.update({f"m_{k}": db_value(Step, k, v) for k, v in move.fields.items()},
                       step_id=move.step_id, step_from=list(sources_of(move.fields["status"])))
     if c.claim is not None:
-        params.update({f"c_{k}": _db(ToolExecution, k, v) for k, v in c.claim.items()})
+        params.update({f"c_{k}": db_value(ToolExecution, k, v) for k, v in c.claim.items()})
     if record is not None:
         equal, differ = record_while(record.key, record.owner)
-        params.update({f"r_{k}": _db(ToolExecution, k, v) for k, v in record.fields.items()})
+        params.update({f"r_{k}": db_value(ToolExecution, k, v) for k, v in record.fields.items()})
         params.update({f"r_eq_{k}": v for k, v in equal.items()})
         params.update({f"r_ne_{k}": v for k, v in differ.items()})
-    sql, fixed = _statement(shape)
-    if ends:
+    sql, fixed = statement_of(shape)
+    if ending:
         params.update(fixed, **closing_params(task_id=t.id, event=c.event, payload=c.payload,
                                               now=now))
     row = run_one(sql, params, savepoint=savepoint)
@@ -248,89 +254,6 @@ def _step_row(new: NewStep, now: datetime) -> dict[str, Any]:
 
 def _step_defaults(now: datetime) -> dict[str, Any]:
     return {f.name: (now if getattr(f, "auto_now_add", False) else f.get_default())
-            for f in _insertable(Step) if f.name != "task"}
+            for f in insertable(Step) if f.name != "task"}
 
 
-@cache
-def _insertable(model: type[models.Model]) -> tuple[models.Field, ...]:  # type: ignore[type-arg]
-    return tuple(f for f in model._meta.concrete_fields if not f.primary_key)
-
-
-@cache
-def _json_fields(model: type[models.Model]) -> frozenset[str]:
-    return frozenset(f.name for f in model._meta.concrete_fields
-                     if isinstance(f, models.JSONField))
-
-
-def _db(model: type[models.Model], name: str, value: Any) -> Any:
-    """`value` as the ORM would send it (JSON columns adapted, the rest as is)."""
-    return json_param(model, name, value) if name in _json_fields(model) else value
-
-
-def _col(model: type[models.Model], name: str) -> str:
-    return str(cast(models.Field, model._meta.get_field(name)).column)  # type: ignore[type-arg]
-
-
-@cache
-def _statement(shape: tuple[Any, ...]) -> tuple[str, dict[str, Any]]:
-    """The one statement of every commit of this shape, and its fixed parameters."""
-    transition, ends, set_cols, add_cols, new, move_cols, claim_cols, record_cols, with_key = shape
-    sets = [f"{_col(Task, k)} = %(t_{k})s" for k in set_cols]
-    sets += [f"{_col(Task, k)} = {_col(Task, k)} + %(a_{k})s" for k in add_cols]
-    if transition:
-        sets += ["status = %(to)s", "version = version + 1"]
-    parts = [f"task AS (UPDATE {table(Task)} SET {', '.join(sets)} WHERE id = %(task_id)s "
-             "AND version = %(version)s AND status = %(from)s RETURNING version)"]
-    after_task = "EXISTS (SELECT 1 FROM task)"
-    if new is not None:
-        names = [f.name for f in _insertable(Step) if f.name != "task"]
-        keyed = new[1]
-        cols = [_col(Step, n) for n in names if not (keyed and n == "idempotency_key")]
-        values = [f"%(s_{n})s" for n in names if not (keyed and n == "idempotency_key")]
-        if keyed:
-            parts.append(f"new_step AS (SELECT nextval(pg_get_serial_sequence("
-                         f"'{table(Step)}', 'id')) AS id FROM task)")
-            parts.append(
-                f"step AS (INSERT INTO {table(Step)} (id, task_id, {', '.join(cols)}, "
-                f"idempotency_key) SELECT new_step.id, %(task_id)s, {', '.join(values)}, "
-                "encode(sha256(convert_to(%(key_head)s || new_step.id || %(key_tail)s, "
-                "'UTF8')), 'hex') FROM new_step RETURNING id, idempotency_key)")
-        else:
-            parts.append(f"step AS (INSERT INTO {table(Step)} (task_id, {', '.join(cols)}) "
-                         f"SELECT %(task_id)s, {', '.join(values)} FROM task "
-                         "RETURNING id, idempotency_key)")
-    if move_cols is not None:
-        moved = ", ".join(f"{_col(Step, k)} = %(m_{k})s" for k in move_cols)
-        parts.append(f"moved AS (UPDATE {table(Step)} SET {moved} WHERE id = %(step_id)s "
-                     f"AND status = ANY(%(step_from)s) AND {after_task})")
-    if claim_cols is not None:
-        claimed = ", ".join(_col(ToolExecution, k) for k in claim_cols)
-        claim_values = ", ".join(f"%(c_{k})s" for k in claim_cols)
-        parts.append(f"claim AS (INSERT INTO {table(ToolExecution)} (idempotency_key, step_id, "
-                     f"{claimed}) SELECT step.idempotency_key, step.id, {claim_values} FROM step)")
-    if record_cols is not None:
-        equal, differ = record_while("", "")
-        recorded = ", ".join(f"{_col(ToolExecution, k)} = %(r_{k})s" for k in record_cols)
-        where = [f"{_col(ToolExecution, k)} = %(r_eq_{k})s" for k in equal]
-        where += [f"{_col(ToolExecution, k)} <> %(r_ne_{k})s" for k in differ]
-        parts.append(f"ledger AS (UPDATE {table(ToolExecution)} SET {recorded} WHERE "
-                     f"{' AND '.join(where)} AND {after_task} RETURNING id)")
-    payload = "%(payload)s"
-    if with_key:
-        payload += " || jsonb_build_object('idempotency_key', step.idempotency_key)"
-    event_values = {"task_id": "%(task_id)s", "tenant_id": "%(tenant_id)s",
-                    "task_version": "task.version", "type": "%(event_type)s", "payload": payload,
-                    "actor": "%(actor)s", "actor_role": "%(actor_role)s",
-                    "trace_id": "%(trace_id)s", "created_at": "%(now)s"}
-    parts.append(f"event AS ({EVENT_INSERT} SELECT "
-                 f"{', '.join(event_values[c] for c in EVENT_COLUMNS)} "
-                 f"FROM task{', step' if with_key else ''} RETURNING id)")
-    fixed: dict[str, Any] = {}
-    if ends:
-        closing, fixed = closing_ctes(after_task)
-        parts.extend(closing)
-    step_cols = "step.id, step.idempotency_key" if new is not None else "NULL, NULL"
-    recorded_n = "(SELECT count(*) FROM ledger)" if record_cols is not None else "0"
-    sql = (f"WITH {', '.join(parts)} SELECT task.version, event.id, {step_cols}, {recorded_n} "
-           f"FROM task, event{', step' if new is not None else ''}")
-    return sql, fixed
