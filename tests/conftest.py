@@ -9,6 +9,7 @@ Celery worker (the `celery_workers` fixture, from `tests/processes.py`).
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest  # noqa: E402
 
@@ -20,16 +21,59 @@ from tests.processes import celery_workers, embedded_server  # noqa: E402,F401
 
 REQUIRED = {"PostgreSQL": ("127.0.0.1", 5432), "Redis": ("127.0.0.1", 6379)}
 
+# The runtime core, which the embedded mode runs on SQLite: `scripts/test` runs
+# these (`-m core`) a second time with TETHER_TEST_DB=sqlite. Paths under tests/.
+CORE_TESTS = (
+    "tasks_app/",
+    "retries/test_retry.py",
+    "leases/",
+    "approvals_app/",
+    "tools_app/test_uncertain_writes.py",
+    "notify_app/test_embedded_delivery.py",
+)
+# What cannot run on SQLite, and why (a test says so with one of these markers).
+SQLITE_SKIPS = {
+    "worker": "real Celery worker processes share the test database",
+    "postgres": "row locks and concurrent writers",
+}
+TESTS = Path(__file__).resolve().parent
+
+
+def _on_sqlite() -> bool:
+    from django.conf import settings
+
+    return bool(settings.IS_SQLITE)
+
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     missing = []
     for name, (host, port) in REQUIRED.items():
+        if name == "PostgreSQL" and _on_sqlite():
+            continue
         try:
             socket.create_connection((host, port), timeout=2).close()
         except OSError:
             missing.append(f"{name} at {host}:{port}")
     if missing:
         pytest.exit(f"required services are down: {', '.join(missing)}", returncode=3)
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects on the markers added here
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    on_sqlite = _on_sqlite()
+    for item in items:
+        if item.path.resolve().relative_to(TESTS).as_posix().startswith(CORE_TESTS):
+            item.add_marker(pytest.mark.core)
+        if not on_sqlite:
+            continue
+        for name, reason in SQLITE_SKIPS.items():
+            if item.get_closest_marker(name):
+                item.add_marker(pytest.mark.skip(reason=f"PostgreSQL only: {reason}"))
+        only = item.get_closest_marker("postgres_only")
+        if only:
+            if not only.args:
+                raise pytest.UsageError(f"{item.nodeid}: postgres_only needs a reason")
+            item.add_marker(pytest.mark.skip(reason=f"PostgreSQL only: {only.args[0]}"))
 
 
 @pytest.fixture(autouse=True)
