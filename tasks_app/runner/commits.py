@@ -62,7 +62,6 @@ from ..services.transitions import (
     fire_guard,
     open_steps_end_as,
     task_transition,
-    task_update_guarded,
 )
 from .snapshot import TaskSnapshot
 
@@ -233,7 +232,9 @@ def _decision_with_orm(snap: TaskSnapshot, step: Step, *, payload: dict[str, Any
             if model_calls:
                 fields.update(model_calls=F("model_calls") + model_calls,
                               tokens=F("tokens") + tokens)
-            if not task_update_guarded(task_id=snap.id, version=snap.version, **fields):
+            # Version and status, as DECISION_SQL checks them.
+            if Task.objects.filter(pk=snap.id, version=snap.version,
+                                   status=snap.status).update(**fields) != 1:
                 raise _Refused()
             reused = step.idempotency_key
             step.save(force_insert=True)

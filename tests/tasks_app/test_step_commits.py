@@ -119,6 +119,19 @@ def test_a_stale_version_writes_nothing(world, commit_path):
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_decision_checks_the_status_as_well_as_the_version(world, commit_path):
+    task = _admitted(world)
+    snap = TaskSnapshot.of(task)
+    # The status moved without the version (no service does that: the check is
+    # the commit's own, and both paths must make it).
+    Task.objects.filter(pk=task.pk).update(status=TaskStatus.WAITING_FOR_INPUT)
+    before = _written(task.pk)
+
+    assert _decide(snap, world) is None
+    assert _written(task.pk) == before
+
+
+@pytest.mark.django_db(transaction=True)
 def test_an_outcome_after_a_cancel_is_refused_and_changes_nothing(world, commit_path):
     task = _admitted(world)
     snap = TaskSnapshot.of(task)
