@@ -5,6 +5,11 @@ service fails the run (never a skip); only RabbitMQ, which one broker test
 uses, is skipped when down, unless `TETHER_REQUIRE_SERVICES=1` (CI). Each test
 drives the runner itself (`TETHER_RUNNER=manual`) unless it starts a real
 Celery worker (the `celery_workers` fixture, from `tests/processes.py`).
+
+With `TETHER_TEST_DB=sqlite` the database is a SQLite file instead (PostgreSQL
+need not run): the runtime-core tests (`tests/core.py`, marked `core`) run
+there too, and a test that needs PostgreSQL (`worker`, `postgres`,
+`postgres_only(reason)`) is skipped with its reason.
 """
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from pathlib import Path
 
 import pytest  # noqa: E402
 
+from tests.core import CORE_TESTS  # noqa: E402
 from tests.factories import *  # noqa: E402,F401,F403
 from tests.fakes.mcp_process import mcp_process, mcp_server, mcp_sessions  # noqa: E402,F401
 from tests.fakes.webhook_receiver import webhook_receiver  # noqa: E402,F401
@@ -21,17 +27,6 @@ from tests.processes import celery_workers, embedded_server  # noqa: E402,F401
 
 REQUIRED = {"PostgreSQL": ("127.0.0.1", 5432), "Redis": ("127.0.0.1", 6379)}
 
-# The runtime core, which the embedded mode runs on SQLite: `scripts/test` runs
-# these (`-m core`) a second time with TETHER_TEST_DB=sqlite. Paths under tests/.
-# (The embedded server's own tests, which start `scripts/start` on a SQLite file
-# of their own, run on SQLite in either pass: they are not repeated.)
-CORE_TESTS = (
-    "tasks_app/",
-    "retries/test_retry.py",
-    "leases/",
-    "approvals_app/",
-    "tools_app/test_uncertain_writes.py",
-)
 # What cannot run on SQLite, and why (a test says so with one of these markers).
 SQLITE_SKIPS = {
     "worker": "real Celery worker processes share the test database",
