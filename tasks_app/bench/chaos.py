@@ -72,18 +72,16 @@ def run_chaos(*, tasks: int, kills: int, workers: int, seed: int | None, log_dir
                         CHANNEL_LAYER_URL=redis.url(1), CELERY_QUEUE=QUEUE, **ENV)
         downstream = Downstream(seed=seed)
         downstream.latency_range = LATENCY_S
-        nodes = ChaosWorkers(env, redis.url(0), log_dir, rng)
+        nodes = ChaosWorkers(env, log_dir, rng)
         try:
             _world(env, "setup", downstream.url("127.0.0.1", ""), "baseline", "chaos")
-            for _ in range(workers):
-                nodes.start()
             say(f"chaos: the undisturbed run, {tasks} tasks ...")
-            baseline = _round(env, pg, redis, nodes, "baseline", tasks, [], say)
+            baseline = _round(env, pg, redis, nodes, workers, "baseline", tasks, [], say)
             say(f"  {baseline['run_s']} s")
+            nodes.stop_all()
             say(f"chaos: the same {tasks} tasks under {len(plan)} faults ...")
-            chaos = _round(env, pg, redis, nodes, "chaos", tasks, plan, say)
+            chaos = _round(env, pg, redis, nodes, workers, "chaos", tasks, plan, say)
             say(f"  {chaos['run_s']} s")
-            nodes.join_starters()
             duplicates = downstream.duplicates()
         finally:
             nodes.stop_all()
@@ -103,23 +101,25 @@ def run_chaos(*, tasks: int, kills: int, workers: int, seed: int | None, log_dir
 
 
 def _round(env: dict[str, str], pg: PrivatePostgres, redis: PrivateRedis,
-           nodes: ChaosWorkers, tenant: str, tasks: int, plan: list[tuple[str, float]],
-           say: Callable[[str], None]) -> dict[str, Any]:
+           nodes: ChaosWorkers, workers: int, tenant: str, tasks: int,
+           plan: list[tuple[str, float]], say: Callable[[str], None]) -> dict[str, Any]:
     """Submit the tasks, inject the faults as their shares of tasks finish, wait
     for every task to finish (or the deadline: those left are lost)."""
     pending = list(plan)
     injected: list[str] = []
-    # The workers take no message while the tasks are submitted, so the faults
-    # (due by the share of tasks finished) meet work in flight and both runs
-    # start from the same point: every task queued.
-    nodes.consume(False)
-    try:
-        submitting = time.monotonic()
-        ids = _world(env, "submit", tenant, str(tasks))
-    finally:
-        nodes.consume(True)
+    # Submitted with no worker running, then the workers start side by side: the
+    # faults (due by the share of tasks finished) meet work in flight however
+    # slowly the submission goes, and both runs start from the same point, the
+    # first worker ready with every task queued.
+    submitting = time.monotonic()
+    ids = _world(env, "submit", tenant, str(tasks))
+    submitted_s = time.monotonic() - submitting
+    for _ in range(workers):
+        nodes.start_later()
+    wait_for(lambda: nodes.ready or nodes.errors, timeout=300, message="a worker")
+    if nodes.errors:
+        raise RuntimeError(f"a worker did not start: {nodes.errors}")
     started = time.monotonic()
-    submitted_s = started - submitting
     deadline = time.monotonic() + max(900.0, 3 * tasks)
     finished = 0
     while time.monotonic() < deadline:
@@ -165,66 +165,44 @@ def _counts(pg: PrivatePostgres, tenant: str) -> dict[str, int] | None:
 
 
 class ChaosWorkers:
-    """`celery worker` nodes on the private services; a killed node's
-    replacement starts in the background, so the run (and the next fault) goes
-    on meanwhile."""
+    """`celery worker` nodes on the private services. A node is ready when its
+    log says so (`-l info`); a killed node's replacement starts in the
+    background, so the run (and the next fault) goes on meanwhile."""
 
-    def __init__(self, env: dict[str, str], broker_url: str, log_dir: Path,
-                 rng: random.Random) -> None:
-        self.env, self.broker_url, self.log_dir, self.rng = env, broker_url, log_dir, rng
+    def __init__(self, env: dict[str, str], log_dir: Path, rng: random.Random) -> None:
+        self.env, self.log_dir, self.rng = env, log_dir, rng
         self.procs: list[subprocess.Popen[bytes]] = []
-        self.ready: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self.ready: list[subprocess.Popen[bytes]] = []
         self.starters: list[threading.Thread] = []
         self.errors: list[str] = []
         self.log_dir.mkdir(parents=True, exist_ok=True)
 
-    def _app(self) -> Any:
-        from celery import Celery
-
-        return Celery("chaos-bench", broker=self.broker_url)
-
-    def consume(self, on: bool) -> None:
-        """Every ready node stops (or starts again) taking messages from the queue."""
-        app = self._app()
-        nodes = [node for node, _ in self.ready]
-        with app.connection_for_write() as conn:
-            if on:
-                app.control.add_consumer(QUEUE, destination=nodes, reply=True, timeout=5,
-                                         connection=conn)
-            else:
-                app.control.cancel_consumer(QUEUE, destination=nodes, reply=True, timeout=5,
-                                            connection=conn)
-
-    def start(self) -> None:
+    def launch(self) -> tuple[Path, subprocess.Popen[bytes]]:
         node = f"chaos-{uuid.uuid4().hex[:6]}@tether-bench"
-        with open(self.log_dir / f"{node}.log", "wb") as log:
+        log_path = self.log_dir / f"{node}.log"
+        with open(log_path, "wb") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "celery", "-A", "config", "worker", "-P", "prefork",
-                 "-c", "1", "-Q", QUEUE, "-l", "warning", "-n", node, "--without-gossip",
+                 "-c", "1", "-Q", QUEUE, "-l", "info", "-n", node, "--without-gossip",
                  "--without-mingle", "--without-heartbeat"],
                 cwd=BASE_DIR, env=self.env, stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, start_new_session=True)
         self.procs.append(proc)
-        app = self._app()
+        return log_path, proc
 
-        def answers() -> bool:
+    def wait_ready(self, log_path: Path, proc: subprocess.Popen[bytes]) -> None:
+        def ready() -> bool:
             if proc.poll() is not None:
-                raise RuntimeError(f"the worker {node} exited at start; see {self.log_dir}")
-            # a connection of its own each time: Redis may have restarted
-            with app.connection_for_write() as conn:
-                try:
-                    return bool(app.control.ping(destination=[node], timeout=0.5,
-                                                 connection=conn))
-                except conn.connection_errors:
-                    return False
+                raise RuntimeError(f"a worker exited at start; see {log_path}")
+            return b" ready." in log_path.read_bytes()
 
-        wait_for(answers, timeout=120, interval=0.2, message=f"worker {node} to answer")
-        self.ready.append((node, proc))
+        wait_for(ready, timeout=300, interval=0.2, message=f"the worker of {log_path}")
+        self.ready.append(proc)
 
     def start_later(self) -> None:
         def start() -> None:
             try:
-                self.start()
+                self.wait_ready(*self.launch())
             except Exception as exc:  # noqa: BLE001 - reported in the figures
                 self.errors.append(str(exc))
 
@@ -238,20 +216,23 @@ class ChaosWorkers:
         elif fault == "redis":
             redis.restart()
         else:
-            alive = [ready for ready in self.ready if ready[1].poll() is None]
+            alive = [proc for proc in self.ready if proc.poll() is None]
             if alive:
                 victim = self.rng.choice(alive)
                 self.ready.remove(victim)
-                _kill(victim[1])
+                _kill(victim)
             self.start_later()
 
     def join_starters(self) -> None:
         for thread in self.starters:
-            thread.join(timeout=120)
+            thread.join(timeout=300)
+        self.starters.clear()
 
     def stop_all(self) -> None:
+        self.join_starters()
         for proc in self.procs:
             _kill(proc)
+        self.ready.clear()
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:
