@@ -36,7 +36,7 @@ from tests.helpers import wait_for
 from tests.processes import ROOT, CeleryWorkers, _base_env, celery_app_on
 from tests.system.chaos_driver import kind_of
 
-pytestmark = [pytest.mark.worker, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.worker, pytest.mark.timeout(600)]
 
 TASKS = 99
 WORKERS = 3
@@ -96,7 +96,7 @@ class Downstream:
 
 def _driver(env: dict[str, str], *args: str) -> Any:
     out = subprocess.run([sys.executable, "-m", "tests.system.chaos_driver", *args], cwd=ROOT,
-                         env=env, capture_output=True, timeout=180)
+                         env=env, capture_output=True, timeout=300)
     assert out.returncode == 0, out.stderr.decode()[-4000:]
     print(out.stderr.decode()[-1000:])
     return json.loads(out.stdout.decode().strip().splitlines()[-1])
