@@ -19,8 +19,23 @@ class Decision(models.TextChoices):
     CANCELED = "canceled"
 
 
-class Approval(models.Model):
+class HumanRequest(models.Model):
+    """What the three requests share: the tenant, the task version they were
+    opened at, when, newest first, and one inbox index each (`<class>_inbox`).
+    Each names its own `task` and `step`: their related names differ, and a
+    `%(class)s` pattern would be a migration of its own."""
+
     tenant = models.ForeignKey("tasks_app.Tenant", on_delete=models.CASCADE, related_name="+")
+    task_version = models.PositiveIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        abstract = True
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["tenant", "status", "-id"], name="%(class)s_inbox")]
+
+
+class Approval(HumanRequest):
     task = models.ForeignKey("tasks_app.Task", on_delete=models.CASCADE, related_name="approvals")
     step = models.ForeignKey("tasks_app.Step", on_delete=models.CASCADE, related_name="approvals")
     status = models.CharField(max_length=12, choices=Decision.choices, default=Decision.PENDING)
@@ -42,10 +57,8 @@ class Approval(models.Model):
     args_diff = models.JSONField(null=True, blank=True)
     response_output = models.JSONField(null=True, blank=True)
     always_allow = models.BooleanField(default=False)
-    created_at = models.DateTimeField(auto_now_add=True)
 
-    class Meta:
-        ordering = ["-id"]
+    class Meta(HumanRequest.Meta):
         constraints = [
             models.UniqueConstraint(
                 fields=["step"],
@@ -53,14 +66,12 @@ class Approval(models.Model):
                 name="approval_one_pending_per_step",
             )
         ]
-        indexes = [models.Index(fields=["tenant", "status", "-id"], name="approval_inbox")]
 
     def __str__(self) -> str:
         return f"approval {self.pk} of {self.tool} ({self.status})"
 
 
-class Question(models.Model):
-    tenant = models.ForeignKey("tasks_app.Tenant", on_delete=models.CASCADE, related_name="+")
+class Question(HumanRequest):
     task = models.ForeignKey("tasks_app.Task", on_delete=models.CASCADE, related_name="questions")
     step = models.ForeignKey("tasks_app.Step", on_delete=models.CASCADE, related_name="questions")
     question = models.TextField()
@@ -75,11 +86,8 @@ class Question(models.Model):
     )
     answered_role = models.CharField(max_length=16, blank=True)
     answered_at = models.DateTimeField(null=True, blank=True)
-    task_version = models.PositiveIntegerField()
-    created_at = models.DateTimeField(auto_now_add=True)
 
-    class Meta:
-        ordering = ["-id"]
+    class Meta(HumanRequest.Meta):
         constraints = [
             models.UniqueConstraint(
                 fields=["step"],
@@ -87,14 +95,12 @@ class Question(models.Model):
                 name="question_one_open_per_step",
             )
         ]
-        indexes = [models.Index(fields=["tenant", "status", "-id"], name="question_inbox")]
 
     def __str__(self) -> str:
         return f"question {self.pk} ({self.status})"
 
 
-class Reconciliation(models.Model):
-    tenant = models.ForeignKey("tasks_app.Tenant", on_delete=models.CASCADE, related_name="+")
+class Reconciliation(HumanRequest):
     task = models.ForeignKey(
         "tasks_app.Task", on_delete=models.CASCADE, related_name="reconciliations"
     )
@@ -119,11 +125,8 @@ class Reconciliation(models.Model):
     )
     resolved_role = models.CharField(max_length=16, blank=True)
     resolved_at = models.DateTimeField(null=True, blank=True)
-    task_version = models.PositiveIntegerField()
-    created_at = models.DateTimeField(auto_now_add=True)
 
-    class Meta:
-        ordering = ["-id"]
+    class Meta(HumanRequest.Meta):
         constraints = [
             models.UniqueConstraint(
                 fields=["step"],
@@ -131,7 +134,6 @@ class Reconciliation(models.Model):
                 name="reconciliation_one_open_per_step",
             )
         ]
-        indexes = [models.Index(fields=["tenant", "status", "-id"], name="reconciliation_inbox")]
 
     def __str__(self) -> str:
         return f"reconciliation {self.pk} of {self.tool} ({self.status})"
