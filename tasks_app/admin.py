@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from django import forms
 from django.contrib import admin
 from django.db import transaction
 from django.http import HttpRequest
+
+from config.admin_site import ServiceCheckedForm
 
 from .models import (
     AgentProfile,
@@ -95,7 +96,9 @@ class ApiKeyAdmin(admin.ModelAdmin):
         return False
 
 
-class AgentProfileForm(forms.ModelForm):
+class AgentProfileForm(ServiceCheckedForm):
+    check = staticmethod(agent_errors)
+
     class Meta:
         model = AgentProfile
         fields = (
@@ -122,19 +125,6 @@ class AgentProfileForm(forms.ModelForm):
             "result_schema",
         )
 
-    def clean(self) -> dict[str, Any]:
-        data = super().clean() or {}
-        if self.errors:
-            return data
-        probe = AgentProfile(
-            **{k: v for k, v in data.items() if k != "tenant"},
-            tenant_id=getattr(data.get("tenant"), "pk", 0),
-        )
-        for field, messages in agent_errors(probe).items():
-            target = field if field in self.fields else None
-            for message in messages:
-                self.add_error(target, message if target else f"{field}: {message}")
-        return data
 
 
 @admin.register(AgentProfile)
