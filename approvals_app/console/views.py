@@ -175,17 +175,11 @@ def _approval_or_404(cu: ConsoleUser, pk: int) -> Approval:
 
 
 def _card_action(
-    request: HttpRequest,
-    cu: ConsoleUser,
-    kind: str,
-    pk: int,
-    form: Any,
-    call: Callable[[dict[str, Any]], Any],
-    done: Callable[[Any], str],
-    *,
-    open_form: str,
+    request: HttpRequest, kind: str, pk: int, form: Any, call: Callable[[dict[str, Any]], Any],
+    done: Callable[[Any], str], *, open_form: str,
 ) -> HttpResponse:
     """A decision on a card: the card again, saying what happened or why nothing did."""
+    cu = _cu(request)
     return form_action(
         form,
         call,
@@ -202,7 +196,7 @@ def approval_approve(request: HttpRequest, pk: int) -> HttpResponse:
     cu = _cu(request)
     approval = _approval_or_404(cu, pk)
     return _card_action(
-        request, cu, "approval", pk, ApproveForm(request.POST),
+        request, "approval", pk, ApproveForm(request.POST),
         lambda d: approval_decide(
             approval_id=approval.pk, tenant_id=cu.tenant_id, actor=cu.actor, decision="approve",
             comment=d.get("comment") or "", args=d.get("args"),
@@ -266,7 +260,7 @@ def approval_reject(request: HttpRequest, pk: int) -> HttpResponse:
     cu = _cu(request)
     _approval_or_404(cu, pk)
     return _card_action(
-        request, cu, "approval", pk, RejectForm(request.POST),
+        request, "approval", pk, RejectForm(request.POST),
         lambda d: approval_decide(
             approval_id=pk, tenant_id=cu.tenant_id, actor=cu.actor, decision="reject",
             comment=d["comment"], expected_version=d["expected_version"],
@@ -282,7 +276,7 @@ def approval_respond(request: HttpRequest, pk: int) -> HttpResponse:
     cu = _cu(request)
     _approval_or_404(cu, pk)
     return _card_action(
-        request, cu, "approval", pk, RespondForm(request.POST),
+        request, "approval", pk, RespondForm(request.POST),
         lambda d: approval_decide(
             approval_id=pk, tenant_id=cu.tenant_id, actor=cu.actor, decision="respond",
             comment=d.get("comment") or "", output=d["output"],
@@ -312,7 +306,7 @@ def question_answer(request: HttpRequest, pk: int) -> HttpResponse:
                            expected_version=d["expected_version"])
 
     return _card_action(
-        request, cu, "question", pk, AnswerForm(request.POST), answer,
+        request, "question", pk, AnswerForm(request.POST), answer,
         lambda _: "Answer sent; the agent continues.",
         open_form="answer",
     )
@@ -370,7 +364,7 @@ def reconciliation_resolve_view(request: HttpRequest, pk: int) -> HttpResponse:
     _rec_or_404(cu, pk)
     form = ResolveForm(request.POST)
     return _card_action(
-        request, cu, "reconciliation", pk, form,
+        request, "reconciliation", pk, form,
         lambda d: reconciliation_resolve(
             reconciliation_id=pk, tenant_id=cu.tenant_id, actor=cu.actor, outcome=d["outcome"],
             output=d.get("output"), comment=d.get("comment") or "",

@@ -66,12 +66,13 @@ class ServiceErrorsForm(forms.Form):
         return service_field
 
     def add_service_errors(self, errors: dict[str, list[str]]) -> None:
+        """Each on its form field; one the form lacks goes on the whole form, named
+        in the message (the whole form's own are not)."""
         for key, problems in errors.items():
             field: str | None = self.field_of(key)
             if field not in self.fields:
                 field = None
             for message in problems:
-                # a field the form lacks is named in the message; the whole form's is not
                 named = message if field or key == NON_FIELD_ERRORS else f"{key}: {message}"
                 self.add_error(field, named)
 
@@ -85,12 +86,14 @@ def save_form(
     *,
     page: Callable[[F, int], HttpResponse],
     done: Callable[[T], HttpResponse],
+    status_of: Callable[[DomainError], int] = lambda exc: 400,
 ) -> HttpResponse:
     """A create or edit form: a refusal, the form's own or the service's, renders
-    the form again (400) with the errors on their fields."""
+    the form again with the errors on their fields (400, or the refusal's own
+    status where the page says so with `status_of=error_status`)."""
 
     def refused(exc: DomainError) -> HttpResponse:
         form.add_service_errors(service_errors(exc))
-        return page(form, 400)
+        return page(form, status_of(exc))
 
     return form_action(form, call, invalid=lambda f: page(f, 400), refused=refused, done=done)

@@ -299,18 +299,13 @@ def _version_for_cancel(task: Task, form: CancelForm) -> int | None:
 
 
 def _task_action(
-    request: HttpRequest,
-    cu: ConsoleUser,
-    task: Task,
-    form: Any,
-    call: Callable[[dict[str, Any]], Any],
-    done: Callable[[Any], HttpResponse],
-    *,
-    action: str,
+    request: HttpRequest, task: Task, form: Any, call: Callable[[dict[str, Any]], Any],
+    done: Callable[[Any], HttpResponse], *, action: str,
     incomplete: str = "Not applied: please correct the fields below.",
 ) -> HttpResponse:
     """An operator's action on the task page: a refusal shows the page again with
     the reason, the action's form open with its field errors, and the status."""
+    cu = _cu(request)
     return form_action(
         form,
         call,
@@ -330,7 +325,7 @@ def task_cancel_view(request: HttpRequest, task_id: int) -> HttpResponse:
         return refuse(request, "Only operators, admins and the task's requester can cancel it.")
     form = CancelForm(request.POST)
     return _task_action(
-        request, cu, task, form,
+        request, task, form,
         lambda d: task_cancel(task_id=task.pk, actor=cu.actor,
                               expected_version=_version_for_cancel(task, form),
                               reason=d.get("reason") or ""),
@@ -356,7 +351,7 @@ def task_resume_view(request: HttpRequest, task_id: int) -> HttpResponse:
     task = _task_or_404(cu, task_id)
     form = ResumeForm(request.POST)
     return _task_action(
-        request, cu, task, form,
+        request, task, form,
         lambda d: task_resume(task_id=task.pk, actor=cu.actor,
                               expected_version=d["expected_version"], extend=form.extension(),
                               comment=d.get("comment") or ""),
@@ -372,7 +367,7 @@ def task_retry_view(request: HttpRequest, task_id: int) -> HttpResponse:
     cu = _cu(request)
     task = _task_or_404(cu, task_id)
     return _task_action(
-        request, cu, task, RetryForm(request.POST),
+        request, task, RetryForm(request.POST),
         lambda d: task_retry(tenant_id=cu.tenant_id, task_id=task.pk, actor=cu.actor,
                              from_step=d["from_step"], comment=d.get("comment") or ""),
         lambda done: succeeded(request, f"Task #{task.pk} retried from step {done.from_step} "
@@ -388,7 +383,7 @@ def task_fail_view(request: HttpRequest, task_id: int) -> HttpResponse:
     cu = _cu(request)
     task = _task_or_404(cu, task_id)
     return _task_action(
-        request, cu, task, FailForm(request.POST),
+        request, task, FailForm(request.POST),
         lambda d: task_fail_by_operator(task_id=task.pk, actor=cu.actor,
                                         expected_version=d["expected_version"],
                                         reason=d["reason"]),

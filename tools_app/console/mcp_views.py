@@ -14,7 +14,7 @@ from django.shortcuts import redirect, render
 
 from config.errors import DomainError
 from tasks_app.console.access import ADMINS, ConsoleUser, console_view
-from tasks_app.console.actions import ServiceErrorsForm, form_action, service_errors, succeeded
+from tasks_app.console.actions import ServiceErrorsForm, save_form, succeeded
 from tasks_app.console.errors import error_line, error_status
 
 from ..mcp.connections import stdio_commands
@@ -62,11 +62,6 @@ def mcp_server_list(request: HttpRequest) -> HttpResponse:
     if request.method != "POST":
         return _list_page(request, McpServerForm())
     cu = _cu(request)
-    form = McpServerForm(request.POST)
-
-    def refused(exc: DomainError) -> HttpResponse:
-        form.add_service_errors(service_errors(exc))
-        return _list_page(request, form, status=error_status(exc))
 
     def registered(created: tuple[McpServer, dict[str, list[str]]]) -> HttpResponse:
         server, changes = created
@@ -74,14 +69,14 @@ def mcp_server_list(request: HttpRequest) -> HttpResponse:
                          "tools, each a plain write that needs approval until you save it.",
                          "tools:mcp-detail", name=server.name)
 
-    return form_action(
-        form,
+    return save_form(
+        McpServerForm(request.POST),
         lambda d: mcp_server_create(
             tenant_id=cu.tenant_id, name=d["name"].strip(), url=d["url"].strip(),
             stdio=d["stdio"] or "", secret_headers=d["secret_headers"] or {}, actor=cu.actor),
-        invalid=lambda f: _list_page(request, f, status=400),
-        refused=refused,
+        page=lambda form, status: _list_page(request, form, status=status),
         done=registered,
+        status_of=error_status,
     )
 
 
