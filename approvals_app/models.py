@@ -19,6 +19,13 @@ class Decision(models.TextChoices):
     CANCELED = "canceled"
 
 
+def one_per_step(waiting: str, name: str) -> models.UniqueConstraint:
+    """At most one request per step in the `waiting` status."""
+    return models.UniqueConstraint(
+        fields=["step"], condition=models.Q(status=waiting), name=name
+    )
+
+
 class HumanRequest(models.Model):
     """What the three requests share: the tenant, the task version they were
     opened at, when, newest first, and one inbox index each (`<class>_inbox`).
@@ -59,13 +66,7 @@ class Approval(HumanRequest):
     always_allow = models.BooleanField(default=False)
 
     class Meta(HumanRequest.Meta):
-        constraints = [
-            models.UniqueConstraint(
-                fields=["step"],
-                condition=models.Q(status="pending"),
-                name="approval_one_pending_per_step",
-            )
-        ]
+        constraints = [one_per_step("pending", "approval_one_pending_per_step")]
 
     def __str__(self) -> str:
         return f"approval {self.pk} of {self.tool} ({self.status})"
@@ -88,13 +89,7 @@ class Question(HumanRequest):
     answered_at = models.DateTimeField(null=True, blank=True)
 
     class Meta(HumanRequest.Meta):
-        constraints = [
-            models.UniqueConstraint(
-                fields=["step"],
-                condition=models.Q(status="open"),
-                name="question_one_open_per_step",
-            )
-        ]
+        constraints = [one_per_step("open", "question_one_open_per_step")]
 
     def __str__(self) -> str:
         return f"question {self.pk} ({self.status})"
@@ -127,13 +122,7 @@ class Reconciliation(HumanRequest):
     resolved_at = models.DateTimeField(null=True, blank=True)
 
     class Meta(HumanRequest.Meta):
-        constraints = [
-            models.UniqueConstraint(
-                fields=["step"],
-                condition=models.Q(status="open"),
-                name="reconciliation_one_open_per_step",
-            )
-        ]
+        constraints = [one_per_step("open", "reconciliation_one_open_per_step")]
 
     def __str__(self) -> str:
         return f"reconciliation {self.pk} of {self.tool} ({self.status})"
