@@ -28,6 +28,20 @@ class TetherAdminConfig(AdminConfig):
     default_site = "config.admin_site.SuperuserAdminSite"
 
 
+class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """View-only: rows written by services (the audit trail, the ledger) are not
+    edited by hand."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 class ServiceCheckedForm(forms.ModelForm):  # type: ignore[type-arg]
     """An admin form for a tenant's resource, checked by the same rules as the API
     and the console: `check` is the service's whole-resource check (field errors

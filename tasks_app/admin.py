@@ -15,7 +15,7 @@ from django.contrib import admin
 from django.db import transaction
 from django.http import HttpRequest
 
-from config.admin_site import ServiceCheckedForm
+from config.admin_site import ReadOnlyAdmin, ServiceCheckedForm
 
 from .models import (
     AgentProfile,
@@ -32,20 +32,7 @@ from .models import (
 from .services.accounts import membership_audit, membership_revoke
 from .services.actors import Actor
 from .services.agent_versions import version_record
-from .services.agents import agent_audit, agent_audited, agent_errors
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """View-only: rows written by services (the audit trail) are not edited by hand."""
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+from .services.agents import EDITABLE, agent_audit, agent_audited, agent_errors
 
 
 @admin.register(Tenant)
@@ -101,29 +88,7 @@ class AgentProfileForm(ServiceCheckedForm):
 
     class Meta:
         model = AgentProfile
-        fields = (
-            "tenant",
-            "name",
-            "description",
-            "enabled",
-            "model",
-            "tools",
-            "max_steps",
-            "max_model_calls",
-            "max_tool_calls",
-            "max_tokens",
-            "max_duration_s",
-            "per_tool",
-            "max_concurrent_tasks",
-            "max_cost",
-            "on_exhaustion",
-            "no_progress_repeats",
-            "no_progress_window",
-            "approval_sla_s",
-            "approval_on_expiry",
-            "allow_self_approval",
-            "result_schema",
-        )
+        fields = ("tenant", "name", *EDITABLE)
 
 
 

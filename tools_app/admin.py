@@ -10,7 +10,7 @@ from django.contrib import admin
 from django.db import transaction
 from django.http import HttpRequest
 
-from config.admin_site import ServiceCheckedForm
+from config.admin_site import ReadOnlyAdmin, ServiceCheckedForm
 from tasks_app.services.actors import Actor
 
 from .models import DemoNotification, DemoOrder, DemoRefund, Tool, ToolExecution
@@ -44,19 +44,10 @@ class ToolAdmin(admin.ModelAdmin):
 
 
 @admin.register(ToolExecution)
-class ToolExecutionAdmin(admin.ModelAdmin):
+class ToolExecutionAdmin(ReadOnlyAdmin):
     list_display = ("idempotency_key", "tool", "task_id", "status", "updated_at")
     list_filter = ("status", "tool")
     search_fields = ("idempotency_key", "=task_id")
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(DemoOrder)

@@ -13,6 +13,7 @@ from django import forms
 from tools_app.console.forms import JSONObjectField as ToolsJSONObjectField
 
 from ..models import AgentProfile
+from ..services.agents import BUDGET_FIELDS as BUDGET
 from .actions import ServiceErrorsForm
 
 SERVICE_FIELD = {
@@ -46,14 +47,6 @@ PRICE_FIELDS = (
     ("input_price", "input_per_mtok"),
     ("output_price", "output_per_mtok"),
     ("cached_input_price", "cached_input_per_mtok"),
-)
-BUDGET = (
-    "max_steps",
-    "max_model_calls",
-    "max_tool_calls",
-    "max_tokens",
-    "max_duration_s",
-    "max_concurrent_tasks",
 )
 
 
