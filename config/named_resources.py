@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, models, transaction
 
 from config.errors import DomainError, conflict, invalid, not_found
@@ -32,6 +33,16 @@ Audit = Callable[..., None]
 
 def refused(**errors: list[str]) -> DomainError:
     return invalid("invalid", "The request is not valid.", **errors)
+
+
+def model_field_errors(obj: models.Model) -> dict[str, list[str]]:
+    """The model's own field checks (lengths, choices) as field errors: the last
+    check of a resource, once its own rules found nothing."""
+    try:
+        obj.full_clean(exclude=["tenant"], validate_unique=False, validate_constraints=False)
+    except DjangoValidationError as exc:
+        return dict(exc.message_dict)
+    return {}
 
 
 @dataclass(frozen=True)

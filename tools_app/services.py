@@ -43,7 +43,7 @@ from django.utils.module_loading import import_string
 
 from audit_app.services import audit_record
 from config.errors import invalid
-from config.named_resources import NamedResource
+from config.named_resources import NamedResource, model_field_errors
 from tasks_app.models import Tenant
 from tasks_app.selectors import missing_secret_names
 from tasks_app.services.actors import SYSTEM, Actor
@@ -249,13 +249,7 @@ def tool_errors(tool: Tool) -> dict[str, list[str]]:
     for flag in ("requires_approval", "enabled"):
         if not isinstance(getattr(tool, flag), bool):
             add(flag, "true or false")
-    if not errors:
-        try:
-            tool.full_clean(exclude=["tenant"], validate_unique=False, validate_constraints=False)
-        except DjangoValidationError as exc:
-            for field, messages in exc.message_dict.items():
-                errors.setdefault(field, []).extend(messages)
-    return errors
+    return errors or model_field_errors(tool)
 
 
 def secret_header_errors(tenant_id: int, headers: Any,

@@ -17,10 +17,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from django.core.exceptions import ValidationError as DjangoValidationError
-
 from audit_app.services import audit_record
-from config.named_resources import NamedResource
+from config.named_resources import NamedResource, model_field_errors
 from tools_app.models import Tool
 from tools_app.schemas import check_schema
 
@@ -168,13 +166,7 @@ def agent_errors(agent: AgentProfile) -> dict[str, list[str]]:
             errors["result_schema"] = problems
     if agent.result_schema is None:
         agent.result_schema = {}
-    if not errors:
-        try:
-            agent.full_clean(exclude=["tenant"], validate_unique=False, validate_constraints=False)
-        except DjangoValidationError as exc:
-            for field, messages in exc.message_dict.items():
-                errors.setdefault(field, []).extend(messages)
-    return errors
+    return errors or model_field_errors(agent)
 
 
 def _key_reference_errors(agent: AgentProfile, errors: dict[str, list[str]]) -> None:
