@@ -19,8 +19,30 @@ class Decision(models.TextChoices):
     CANCELED = "canceled"
 
 
-class Approval(models.Model):
+def one_per_step(waiting: str, name: str) -> models.UniqueConstraint:
+    """At most one request per step in the `waiting` status."""
+    return models.UniqueConstraint(
+        fields=["step"], condition=models.Q(status=waiting), name=name
+    )
+
+
+class HumanRequest(models.Model):
+    """What the three requests share: the tenant, the task version they were
+    opened at, when, newest first, and one inbox index each (`<class>_inbox`).
+    Each names its own `task` and `step`: their related names differ, and a
+    `%(class)s` pattern would be a migration of its own."""
+
     tenant = models.ForeignKey("tasks_app.Tenant", on_delete=models.CASCADE, related_name="+")
+    task_version = models.PositiveIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        abstract = True
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["tenant", "status", "-id"], name="%(class)s_inbox")]
+
+
+class Approval(HumanRequest):
     task = models.ForeignKey("tasks_app.Task", on_delete=models.CASCADE, related_name="approvals")
     step = models.ForeignKey("tasks_app.Step", on_delete=models.CASCADE, related_name="approvals")
     status = models.CharField(max_length=12, choices=Decision.choices, default=Decision.PENDING)
@@ -42,25 +64,15 @@ class Approval(models.Model):
     args_diff = models.JSONField(null=True, blank=True)
     response_output = models.JSONField(null=True, blank=True)
     always_allow = models.BooleanField(default=False)
-    created_at = models.DateTimeField(auto_now_add=True)
 
-    class Meta:
-        ordering = ["-id"]
-        constraints = [
-            models.UniqueConstraint(
-                fields=["step"],
-                condition=models.Q(status="pending"),
-                name="approval_one_pending_per_step",
-            )
-        ]
-        indexes = [models.Index(fields=["tenant", "status", "-id"], name="approval_inbox")]
+    class Meta(HumanRequest.Meta):
+        constraints = [one_per_step("pending", "approval_one_pending_per_step")]
 
     def __str__(self) -> str:
         return f"approval {self.pk} of {self.tool} ({self.status})"
 
 
-class Question(models.Model):
-    tenant = models.ForeignKey("tasks_app.Tenant", on_delete=models.CASCADE, related_name="+")
+class Question(HumanRequest):
     task = models.ForeignKey("tasks_app.Task", on_delete=models.CASCADE, related_name="questions")
     step = models.ForeignKey("tasks_app.Step", on_delete=models.CASCADE, related_name="questions")
     question = models.TextField()
@@ -75,26 +87,15 @@ class Question(models.Model):
     )
     answered_role = models.CharField(max_length=16, blank=True)
     answered_at = models.DateTimeField(null=True, blank=True)
-    task_version = models.PositiveIntegerField()
-    created_at = models.DateTimeField(auto_now_add=True)
 
-    class Meta:
-        ordering = ["-id"]
-        constraints = [
-            models.UniqueConstraint(
-                fields=["step"],
-                condition=models.Q(status="open"),
-                name="question_one_open_per_step",
-            )
-        ]
-        indexes = [models.Index(fields=["tenant", "status", "-id"], name="question_inbox")]
+    class Meta(HumanRequest.Meta):
+        constraints = [one_per_step("open", "question_one_open_per_step")]
 
     def __str__(self) -> str:
         return f"question {self.pk} ({self.status})"
 
 
-class Reconciliation(models.Model):
-    tenant = models.ForeignKey("tasks_app.Tenant", on_delete=models.CASCADE, related_name="+")
+class Reconciliation(HumanRequest):
     task = models.ForeignKey(
         "tasks_app.Task", on_delete=models.CASCADE, related_name="reconciliations"
     )
@@ -119,19 +120,9 @@ class Reconciliation(models.Model):
     )
     resolved_role = models.CharField(max_length=16, blank=True)
     resolved_at = models.DateTimeField(null=True, blank=True)
-    task_version = models.PositiveIntegerField()
-    created_at = models.DateTimeField(auto_now_add=True)
 
-    class Meta:
-        ordering = ["-id"]
-        constraints = [
-            models.UniqueConstraint(
-                fields=["step"],
-                condition=models.Q(status="open"),
-                name="reconciliation_one_open_per_step",
-            )
-        ]
-        indexes = [models.Index(fields=["tenant", "status", "-id"], name="reconciliation_inbox")]
+    class Meta(HumanRequest.Meta):
+        constraints = [one_per_step("open", "reconciliation_one_open_per_step")]
 
     def __str__(self) -> str:
         return f"reconciliation {self.pk} of {self.tool} ({self.status})"

@@ -9,6 +9,10 @@ through the console and the API. Installed as the admin app's default site
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+from django import forms
 from django.contrib import admin
 from django.contrib.admin.apps import AdminConfig
 from django.http import HttpRequest
@@ -22,3 +26,39 @@ class SuperuserAdminSite(admin.AdminSite):
 
 class TetherAdminConfig(AdminConfig):
     default_site = "config.admin_site.SuperuserAdminSite"
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """View-only: rows written by services (the audit trail, the ledger) are not
+    edited by hand."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class ServiceCheckedForm(forms.ModelForm):  # type: ignore[type-arg]
+    """An admin form for a tenant's resource, checked by the same rules as the API
+    and the console: `check` is the service's whole-resource check (field errors
+    keyed by the service's names; those the form lacks are named in the message)."""
+
+    check: Callable[[Any], dict[str, list[str]]]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if self.errors:
+            return data
+        probe = self._meta.model(
+            **{k: v for k, v in data.items() if k != "tenant"},
+            tenant_id=getattr(data.get("tenant"), "pk", 0),
+        )
+        for field, messages in type(self).check(probe).items():
+            target = field if field in self.fields else None
+            for message in messages:
+                self.add_error(target, message if target else f"{field}: {message}")
+        return data

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from django import forms
 from django.contrib import admin
 from django.db import transaction
 from django.http import HttpRequest
+
+from config.admin_site import ReadOnlyAdmin, ServiceCheckedForm
 
 from .models import (
     AgentProfile,
@@ -31,20 +32,7 @@ from .models import (
 from .services.accounts import membership_audit, membership_revoke
 from .services.actors import Actor
 from .services.agent_versions import version_record
-from .services.agents import agent_audit, agent_audited, agent_errors
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """View-only: rows written by services (the audit trail) are not edited by hand."""
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+from .services.agents import EDITABLE, agent_audit, agent_audited, agent_errors
 
 
 @admin.register(Tenant)
@@ -95,46 +83,13 @@ class ApiKeyAdmin(admin.ModelAdmin):
         return False
 
 
-class AgentProfileForm(forms.ModelForm):
+class AgentProfileForm(ServiceCheckedForm):
+    check = staticmethod(agent_errors)
+
     class Meta:
         model = AgentProfile
-        fields = (
-            "tenant",
-            "name",
-            "description",
-            "enabled",
-            "model",
-            "tools",
-            "max_steps",
-            "max_model_calls",
-            "max_tool_calls",
-            "max_tokens",
-            "max_duration_s",
-            "per_tool",
-            "max_concurrent_tasks",
-            "max_cost",
-            "on_exhaustion",
-            "no_progress_repeats",
-            "no_progress_window",
-            "approval_sla_s",
-            "approval_on_expiry",
-            "allow_self_approval",
-            "result_schema",
-        )
+        fields = ("tenant", "name", *EDITABLE)
 
-    def clean(self) -> dict[str, Any]:
-        data = super().clean() or {}
-        if self.errors:
-            return data
-        probe = AgentProfile(
-            **{k: v for k, v in data.items() if k != "tenant"},
-            tenant_id=getattr(data.get("tenant"), "pk", 0),
-        )
-        for field, messages in agent_errors(probe).items():
-            target = field if field in self.fields else None
-            for message in messages:
-                self.add_error(target, message if target else f"{field}: {message}")
-        return data
 
 
 @admin.register(AgentProfile)

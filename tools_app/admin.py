@@ -10,32 +10,20 @@ from django.contrib import admin
 from django.db import transaction
 from django.http import HttpRequest
 
+from config.admin_site import ReadOnlyAdmin, ServiceCheckedForm
 from tasks_app.services.actors import Actor
 
 from .models import DemoNotification, DemoOrder, DemoRefund, Tool, ToolExecution
 from .services import EDITABLE, tool_audit, tool_audited, tool_errors
 
 
-class ToolForm(forms.ModelForm):
+class ToolForm(ServiceCheckedForm):
     url = forms.URLField(required=False, max_length=500, assume_scheme="https")
+    check = staticmethod(tool_errors)
 
     class Meta:
         model = Tool
         fields = ("tenant", "name", *EDITABLE)
-
-    def clean(self) -> dict[str, Any]:
-        data = super().clean() or {}
-        if self.errors:
-            return data
-        probe = Tool(
-            **{k: v for k, v in data.items() if k != "tenant"},
-            tenant_id=getattr(data.get("tenant"), "pk", 0),
-        )
-        for field, messages in tool_errors(probe).items():
-            target = field if field in self.fields else None
-            for message in messages:
-                self.add_error(target, message if target else f"{field}: {message}")
-        return data
 
 
 @admin.register(Tool)
@@ -56,19 +44,10 @@ class ToolAdmin(admin.ModelAdmin):
 
 
 @admin.register(ToolExecution)
-class ToolExecutionAdmin(admin.ModelAdmin):
+class ToolExecutionAdmin(ReadOnlyAdmin):
     list_display = ("idempotency_key", "tool", "task_id", "status", "updated_at")
     list_filter = ("status", "tool")
     search_fields = ("idempotency_key", "=task_id")
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(DemoOrder)

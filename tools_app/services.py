@@ -39,11 +39,11 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.validators import URLValidator
-from django.db import IntegrityError, transaction
 from django.utils.module_loading import import_string
 
 from audit_app.services import audit_record
-from config.errors import conflict, invalid, not_found
+from config.errors import invalid
+from config.named_resources import NamedResource, model_field_errors
 from tasks_app.models import Tenant
 from tasks_app.selectors import missing_secret_names
 from tasks_app.services.actors import SYSTEM, Actor
@@ -97,59 +97,19 @@ _http_url = URLValidator(schemes=["http", "https"])
 
 
 def tool_create(*, tenant_id: int, name: str, actor: Actor = SYSTEM, **fields: Any) -> Tool:
-    _refuse_unknown(fields)
+    TOOLS.refuse_unknown(fields)
     if fields.get("kind") == ToolKind.MCP:
         raise invalid("invalid", "The request is not valid.", kind=[
             "mcp tools come from a registered MCP server: POST /api/v1/mcp-servers"])
-    tool = Tool(tenant_id=tenant_id, name=name, args_schema={"type": "object"})
-    for key, value in fields.items():
-        setattr(tool, key, value)
-    errors = tool_errors(tool)
-    if not NAME.fullmatch(name or ""):
-        errors.setdefault("name", []).append(
-            "letters, digits, _ and -, starting with a letter (max 64)"
-        )
-    elif name.lower() in RESERVED_NAMES:
-        errors.setdefault("name", []).append(f"{name!r} is reserved: choose another name")
-    if errors:
-        raise invalid("invalid", "The request is not valid.", **errors)
-    if Tool.objects.filter(tenant_id=tenant_id, name=name).exists():
-        raise conflict("tool_exists", f"a tool named {name!r} already exists", name=name)
-    try:
-        with transaction.atomic():
-            tool.save()
-            tool_audit(tool, actor=actor, action="created", before=None)
-    except IntegrityError:  # a concurrent create of the same name won
-        raise conflict("tool_exists", f"a tool named {name!r} already exists", name=name)
-    return tool
+    return TOOLS.create(tenant_id=tenant_id, name=name, fields=fields, actor=actor,
+                        defaults={"args_schema": {"type": "object"}})
 
 
 def tool_update(*, tenant_id: int, name: str, changes: dict[str, Any],
                 actor: Actor = SYSTEM) -> Tool:
     """Change some fields; the merged registration is checked as a whole."""
-    changes = dict(changes)
-    if "name" in changes and changes.pop("name") != name:
-        raise invalid(
-            "invalid",
-            "The request is not valid.",
-            name=["a tool cannot be renamed: register a new tool instead"],
-        )
-    _refuse_unknown(changes)
-    with transaction.atomic():
-        tool = Tool.objects.select_for_update().filter(tenant_id=tenant_id, name=name).first()
-        if tool is None:
-            raise not_found("Tool")
-        before = tool_audited(tool)
-        if tool.kind == ToolKind.MCP:
-            _confirm_mcp_tool(tool, changes)
-        for key, value in changes.items():
-            setattr(tool, key, value)
-        errors = tool_errors(tool)
-        if errors:
-            raise invalid("invalid", "The request is not valid.", **errors)
-        tool.save()
-        tool_audit(tool, actor=actor, action="updated", before=before)
-    return tool
+    return TOOLS.update(tenant_id=tenant_id, name=name, changes=changes, actor=actor,
+                        prepare=_confirm_mcp_tool)
 
 
 def tool_set_enabled(*, tenant_id: int, name: str, enabled: bool,
@@ -169,9 +129,12 @@ def tool_audit(tool: Tool, *, actor: Actor, action: str, before: dict[str, Any] 
 
 
 def _confirm_mcp_tool(tool: Tool, changes: dict[str, Any]) -> None:
-    """Saving an mcp tool's settings is the admin's word on them: it is confirmed
-    (a tool disabled by a changed schema is enabled again unless the save says
-    otherwise). What the server owns (its name, schemas, address) cannot change here."""
+    """Saving an mcp tool's settings (any other kind passes) is the admin's word
+    on them: it is confirmed (a tool disabled by a changed schema is enabled again
+    unless the save says otherwise). What the server owns (its name, schemas,
+    address) cannot change here."""
+    if tool.kind != ToolKind.MCP:
+        return
     owned = [f for f in MCP_SERVER_OWNED if f in changes and changes[f] != getattr(tool, f)]
     if owned:
         raise invalid("invalid", "The request is not valid.", **{
@@ -184,14 +147,6 @@ def _confirm_mcp_tool(tool: Tool, changes: dict[str, Any]) -> None:
     if tool.review == Review.SCHEMA_CHANGED and "enabled" not in changes:
         tool.enabled = True
     tool.review = Review.CONFIRMED
-
-
-def _refuse_unknown(fields: dict[str, Any]) -> None:
-    unknown = sorted(set(fields) - set(EDITABLE))
-    if unknown:
-        raise invalid(
-            "invalid", "The request is not valid.", **{k: ["unknown field"] for k in unknown}
-        )
 
 
 def tool_errors(tool: Tool) -> dict[str, list[str]]:
@@ -294,13 +249,7 @@ def tool_errors(tool: Tool) -> dict[str, list[str]]:
     for flag in ("requires_approval", "enabled"):
         if not isinstance(getattr(tool, flag), bool):
             add(flag, "true or false")
-    if not errors:
-        try:
-            tool.full_clean(exclude=["tenant"], validate_unique=False, validate_constraints=False)
-        except DjangoValidationError as exc:
-            for field, messages in exc.message_dict.items():
-                errors.setdefault(field, []).extend(messages)
-    return errors
+    return errors or model_field_errors(tool)
 
 
 def secret_header_errors(tenant_id: int, headers: Any,
@@ -354,3 +303,11 @@ def _python_callable_problem(path: str, tenant_id: int | None) -> str | None:
     if not callable(target):
         return f"{path} is not callable"
     return None
+
+
+TOOLS = NamedResource(
+    model=Tool, noun="tool", article="a", editable=EDITABLE, errors=tool_errors,
+    audit=tool_audit, audited=tool_audited, name_pattern=NAME,
+    name_rule="letters, digits, _ and -, starting with a letter (max 64)",
+    reserved=RESERVED_NAMES, rename_hint="register a new tool instead",
+)

@@ -9,6 +9,7 @@ Without JavaScript a success redirects back and a refusal re-renders the inbox.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import messages
@@ -18,8 +19,9 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
-from config.errors import DomainError
+from config.errors import DomainError, conflict
 from tasks_app.console.access import DECIDERS, INBOX_ROLES, ConsoleUser, console_view, refuse
+from tasks_app.console.actions import form_action
 from tasks_app.console.errors import error_message, error_status, field_errors, form_errors
 from tasks_app.services.tasks import task_provide_input
 from tools_app.registry import tool_specs
@@ -172,35 +174,38 @@ def _approval_or_404(cu: ConsoleUser, pk: int) -> Approval:
     return approval
 
 
+def _card_action(
+    request: HttpRequest, kind: str, pk: int, form: Any, call: Callable[[dict[str, Any]], Any],
+    done: Callable[[Any], str], *, open_form: str,
+) -> HttpResponse:
+    """A decision on a card: the card again, saying what happened or why nothing did."""
+    cu = _cu(request)
+    return form_action(
+        form,
+        call,
+        invalid=lambda f: _invalid_form(request, cu, kind, pk, f, open_form),
+        refused=lambda exc: _refusal(request, cu, kind, pk, exc, dict(request.POST.items()),
+                                     open_form),
+        done=lambda result: _card_response(request, cu, kind, pk, message=done(result)),
+    )
+
+
 @require_POST
 @console_view(roles=DECIDERS)
 def approval_approve(request: HttpRequest, pk: int) -> HttpResponse:
     cu = _cu(request)
     approval = _approval_or_404(cu, pk)
-    form = ApproveForm(request.POST)
-    editing = "args" in request.POST
-    open_form = "edit" if editing else ""
-    if not form.is_valid():
-        return _invalid_form(request, cu, "approval", pk, form, open_form)
-    try:
-        done = approval_decide(
-            approval_id=approval.pk,
-            tenant_id=cu.tenant_id,
-            actor=cu.actor,
-            decision="approve",
-            comment=form.cleaned_data.get("comment") or "",
-            args=form.cleaned_data.get("args"),
-            expected_version=form.cleaned_data["expected_version"],
-            always_allow=form.cleaned_data.get("always_allow", False),
-        )
-    except DomainError as exc:
-        return _refusal(request, cu, "approval", pk, exc, dict(request.POST.items()), open_form)
-    message = (
-        f"Approved {done.tool} with edited arguments."
-        if done.args_diff
-        else f"Approved {done.tool}."
+    return _card_action(
+        request, "approval", pk, ApproveForm(request.POST),
+        lambda d: approval_decide(
+            approval_id=approval.pk, tenant_id=cu.tenant_id, actor=cu.actor, decision="approve",
+            comment=d.get("comment") or "", args=d.get("args"),
+            expected_version=d["expected_version"], always_allow=d.get("always_allow", False),
+        ),
+        lambda done: f"Approved {done.tool} with edited arguments." if done.args_diff
+        else f"Approved {done.tool}.",
+        open_form="edit" if "args" in request.POST else "",
     )
-    return _card_response(request, cu, "approval", pk, message=message)
 
 
 @require_POST
@@ -254,22 +259,14 @@ def args_diff(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, A
 def approval_reject(request: HttpRequest, pk: int) -> HttpResponse:
     cu = _cu(request)
     _approval_or_404(cu, pk)
-    form = RejectForm(request.POST)
-    if not form.is_valid():
-        return _invalid_form(request, cu, "approval", pk, form, "reject")
-    try:
-        approval_decide(
-            approval_id=pk,
-            tenant_id=cu.tenant_id,
-            actor=cu.actor,
-            decision="reject",
-            comment=form.cleaned_data["comment"],
-            expected_version=form.cleaned_data["expected_version"],
-        )
-    except DomainError as exc:
-        return _refusal(request, cu, "approval", pk, exc, dict(request.POST.items()), "reject")
-    return _card_response(
-        request, cu, "approval", pk, message="Rejected; the agent gets your feedback."
+    return _card_action(
+        request, "approval", pk, RejectForm(request.POST),
+        lambda d: approval_decide(
+            approval_id=pk, tenant_id=cu.tenant_id, actor=cu.actor, decision="reject",
+            comment=d["comment"], expected_version=d["expected_version"],
+        ),
+        lambda _: "Rejected; the agent gets your feedback.",
+        open_form="reject",
     )
 
 
@@ -278,27 +275,15 @@ def approval_reject(request: HttpRequest, pk: int) -> HttpResponse:
 def approval_respond(request: HttpRequest, pk: int) -> HttpResponse:
     cu = _cu(request)
     _approval_or_404(cu, pk)
-    form = RespondForm(request.POST)
-    if not form.is_valid():
-        return _invalid_form(request, cu, "approval", pk, form, "respond")
-    try:
-        approval_decide(
-            approval_id=pk,
-            tenant_id=cu.tenant_id,
-            actor=cu.actor,
-            decision="respond",
-            comment=form.cleaned_data.get("comment") or "",
-            output=form.cleaned_data["output"],
-            expected_version=form.cleaned_data["expected_version"],
-        )
-    except DomainError as exc:
-        return _refusal(request, cu, "approval", pk, exc, dict(request.POST.items()), "respond")
-    return _card_response(
-        request,
-        cu,
-        "approval",
-        pk,
-        message="Responded: the agent gets your result instead of a tool call.",
+    return _card_action(
+        request, "approval", pk, RespondForm(request.POST),
+        lambda d: approval_decide(
+            approval_id=pk, tenant_id=cu.tenant_id, actor=cu.actor, decision="respond",
+            comment=d.get("comment") or "", output=d["output"],
+            expected_version=d["expected_version"],
+        ),
+        lambda _: "Responded: the agent gets your result instead of a tool call.",
+        open_form="respond",
     )
 
 
@@ -313,29 +298,18 @@ def question_answer(request: HttpRequest, pk: int) -> HttpResponse:
         return refuse(
             request, "Only reviewers, admins and the task's requester can answer its questions."
         )
-    form = AnswerForm(request.POST)
-    if not form.is_valid():
-        return _invalid_form(request, cu, "question", pk, form, "answer")
-    if question.status != "open":
-        return _card_response(
-            request,
-            cu,
-            "question",
-            pk,
-            status=409,
-            level="error",
-            message=f"Not applied: this question is already {question.status}.",
-        )
-    try:
-        task_provide_input(
-            task_id=question.task_id,
-            answer=form.cleaned_data["answer"],
-            actor=cu.actor,
-            expected_version=form.cleaned_data["expected_version"],
-        )
-    except DomainError as exc:
-        return _refusal(request, cu, "question", pk, exc, dict(request.POST.items()), "answer")
-    return _card_response(request, cu, "question", pk, message="Answer sent; the agent continues.")
+
+    def answer(d: dict[str, Any]) -> None:
+        if question.status != "open":  # the card was stale: say so before asking the task
+            raise conflict("question_closed", f"this question is already {question.status}")
+        task_provide_input(task_id=question.task_id, answer=d["answer"], actor=cu.actor,
+                           expected_version=d["expected_version"])
+
+    return _card_action(
+        request, "question", pk, AnswerForm(request.POST), answer,
+        lambda _: "Answer sent; the agent continues.",
+        open_form="answer",
+    )
 
 
 def _rec_or_404(cu: ConsoleUser, pk: int) -> Reconciliation:
@@ -345,15 +319,9 @@ def _rec_or_404(cu: ConsoleUser, pk: int) -> Reconciliation:
     return rec
 
 
-@require_POST
-@console_view(roles=DECIDERS)
-def reconciliation_requery_view(request: HttpRequest, pk: int) -> HttpResponse:
-    cu = _cu(request)
-    _rec_or_404(cu, pk)
-    try:
-        rec = reconciliation_requery(reconciliation_id=pk, tenant_id=cu.tenant_id, actor=cu.actor)
-    except DomainError as exc:
-        return _refusal(request, cu, "reconciliation", pk, exc, {}, "")
+def _requeried(
+    request: HttpRequest, cu: ConsoleUser, pk: int, rec: Reconciliation
+) -> HttpResponse:
     if rec.status == "resolved":
         message = f"The status query settled it: {rec.outcome}."
         return _card_response(request, cu, "reconciliation", pk, message=message)
@@ -370,28 +338,38 @@ def reconciliation_requery_view(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_POST
 @console_view(roles=DECIDERS)
+def reconciliation_requery_view(request: HttpRequest, pk: int) -> HttpResponse:
+    cu = _cu(request)
+    _rec_or_404(cu, pk)
+    return form_action(
+        None,
+        lambda _: reconciliation_requery(reconciliation_id=pk, tenant_id=cu.tenant_id,
+                                         actor=cu.actor),
+        refused=lambda exc: _refusal(request, cu, "reconciliation", pk, exc, {}, ""),
+        done=lambda rec: _requeried(request, cu, pk, rec),
+    )
+
+
+RESOLVED = {
+    "succeeded": "Marked succeeded; the agent gets the result.",
+    "failed": "Marked failed; the agent is told the call did not happen.",
+    "retry": "Retrying with the same idempotency key.",
+}
+
+
+@require_POST
+@console_view(roles=DECIDERS)
 def reconciliation_resolve_view(request: HttpRequest, pk: int) -> HttpResponse:
     cu = _cu(request)
     _rec_or_404(cu, pk)
     form = ResolveForm(request.POST)
-    outcome = request.POST.get("outcome", "")
-    if not form.is_valid():
-        return _invalid_form(request, cu, "reconciliation", pk, form, outcome)
-    try:
-        reconciliation_resolve(
-            reconciliation_id=pk,
-            tenant_id=cu.tenant_id,
-            actor=cu.actor,
-            outcome=form.cleaned_data["outcome"],
-            output=form.cleaned_data.get("output"),
-            comment=form.cleaned_data.get("comment") or "",
-            expected_version=form.cleaned_data["expected_version"],
-        )
-    except DomainError as exc:
-        return _refusal(request, cu, "reconciliation", pk, exc, dict(request.POST.items()), outcome)
-    text = {
-        "succeeded": "Marked succeeded; the agent gets the result.",
-        "failed": "Marked failed; the agent is told the call did not happen.",
-        "retry": "Retrying with the same idempotency key.",
-    }[form.cleaned_data["outcome"]]
-    return _card_response(request, cu, "reconciliation", pk, message=text)
+    return _card_action(
+        request, "reconciliation", pk, form,
+        lambda d: reconciliation_resolve(
+            reconciliation_id=pk, tenant_id=cu.tenant_id, actor=cu.actor, outcome=d["outcome"],
+            output=d.get("output"), comment=d.get("comment") or "",
+            expected_version=d["expected_version"],
+        ),
+        lambda _: RESOLVED[form.cleaned_data["outcome"]],
+        open_form=request.POST.get("outcome", ""),
+    )

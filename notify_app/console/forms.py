@@ -3,11 +3,13 @@ from __future__ import annotations
 
 from django import forms
 
+from tasks_app.console.actions import ServiceErrorsForm
+
 from ..models import EventType, PayloadFormat
 from ..services.subscriptions import MAX_URL_CHARS
 
 
-class WebhookForm(forms.Form):
+class WebhookForm(ServiceErrorsForm):
     url = forms.CharField(label="URL", max_length=MAX_URL_CHARS,
                           help_text="http(s); checked against the outbound-address policy.")
     events = forms.MultipleChoiceField(choices=EventType.choices,

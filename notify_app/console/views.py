@@ -13,9 +13,9 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
-from config.errors import DomainError
 from tasks_app.console.access import ADMINS, ConsoleUser, console_view
-from tasks_app.console.errors import error_message, error_status, field_errors
+from tasks_app.console.actions import form_action, save_form, succeeded
+from tasks_app.console.errors import error_message, error_status
 
 from ..selectors import (
     deliveries_of_webhook,
@@ -39,12 +39,6 @@ def _cu(request: HttpRequest) -> ConsoleUser:
     return request.console  # type: ignore[attr-defined, no-any-return]
 
 
-def _with_errors(form: Any, exc: DomainError) -> None:
-    for field, problems in (field_errors(exc) or {"__all__": [error_message(exc)]}).items():
-        for problem in problems:
-            form.add_error(field if field in form.fields else None, problem)
-
-
 def _list_page(request: HttpRequest, *, form: WebhookForm | None = None,
                secret: str = "", created: Any = None, status: int = 200) -> HttpResponse:
     tenant_id = _cu(request).tenant_id
@@ -66,16 +60,15 @@ def webhook_list(request: HttpRequest) -> HttpResponse:
     if request.method != "POST":
         return _list_page(request)
     cu = _cu(request)
-    form = WebhookForm(request.POST)
-    if not form.is_valid():
-        return _list_page(request, form=form, status=400)
-    try:
-        created = webhook_create(tenant_id=cu.tenant_id, actor=cu.actor, **form.cleaned_data)
-    except DomainError as exc:
-        _with_errors(form, exc)
-        return _list_page(request, form=form, status=error_status(exc))
     # Rendered, not redirected: the secret must not outlive this one answer.
-    return _list_page(request, secret=created.secret, created=created.subscription, status=201)
+    return save_form(
+        WebhookForm(request.POST),
+        lambda d: webhook_create(tenant_id=cu.tenant_id, actor=cu.actor, **d),
+        page=lambda form, status: _list_page(request, form=form, status=status),
+        done=lambda created: _list_page(request, secret=created.secret,
+                                        created=created.subscription, status=201),
+        status_of=error_status,
+    )
 
 
 @console_view(roles=ADMINS)
@@ -84,29 +77,26 @@ def webhook_detail(request: HttpRequest, webhook_id: int) -> HttpResponse:
     webhook = webhook_of_tenant(cu.tenant_id, webhook_id)
     if webhook is None:
         return render(request, "404.html", status=404)
-    status = 200
-    if request.method == "POST":
-        form = WebhookForm(request.POST)
-        if form.is_valid():
-            try:
-                webhook = webhook_update(tenant_id=cu.tenant_id, webhook_id=webhook_id,
-                                         actor=cu.actor, changes=form.cleaned_data)
-            except DomainError as exc:
-                _with_errors(form, exc)
-                status = error_status(exc)
-            else:
-                messages.success(request, "Webhook saved.")
-                return redirect("webhooks:webhook-detail", webhook_id=webhook_id)
-        else:
-            status = 400
-    else:
-        form = WebhookForm(initial={"url": webhook.url, "events": webhook.events,
-                                    "format": webhook.format, "description": webhook.description,
-                                    "active": webhook.active})
-    return render(request, "webhooks/detail.html", {
-        "nav": "webhooks", "webhook": webhook, "form": form,
-        "deliveries": deliveries_of_webhook(webhook.pk)[:RECENT],
-    }, status=status)
+
+    def page(form: WebhookForm, status: int = 200) -> HttpResponse:
+        return render(request, "webhooks/detail.html", {
+            "nav": "webhooks", "webhook": webhook, "form": form,
+            "deliveries": deliveries_of_webhook(webhook.pk)[:RECENT],
+        }, status=status)
+
+    if request.method != "POST":
+        return page(WebhookForm(initial={
+            "url": webhook.url, "events": webhook.events, "format": webhook.format,
+            "description": webhook.description, "active": webhook.active}))
+    return save_form(
+        WebhookForm(request.POST),
+        lambda d: webhook_update(tenant_id=cu.tenant_id, webhook_id=webhook_id, actor=cu.actor,
+                                 changes=d),
+        page=page,
+        done=lambda _: succeeded(request, "Webhook saved.", "webhooks:webhook-detail",
+                                 webhook_id=webhook_id),
+        status_of=error_status,
+    )
 
 
 @console_view(roles=ADMINS)
@@ -114,13 +104,13 @@ def webhook_delete_view(request: HttpRequest, webhook_id: int) -> HttpResponse:
     if request.method != "POST":
         return redirect("webhooks:webhook-list")
     cu = _cu(request)
-    try:
-        webhook_delete(tenant_id=cu.tenant_id, webhook_id=webhook_id, actor=cu.actor)
-    except DomainError as exc:
-        return render(request, "console/refused.html", {"message": error_message(exc)},
-                      status=error_status(exc))
-    messages.success(request, "Webhook deleted.")
-    return redirect("webhooks:webhook-list")
+    return form_action(
+        None,
+        lambda _: webhook_delete(tenant_id=cu.tenant_id, webhook_id=webhook_id, actor=cu.actor),
+        refused=lambda exc: render(request, "console/refused.html",
+                                   {"message": error_message(exc)}, status=error_status(exc)),
+        done=lambda _: succeeded(request, "Webhook deleted.", "webhooks:webhook-list"),
+    )
 
 
 @console_view(roles=ADMINS)

@@ -13,6 +13,8 @@ from django import forms
 from tools_app.console.forms import JSONObjectField as ToolsJSONObjectField
 
 from ..models import AgentProfile
+from ..services.agents import BUDGET_FIELDS as BUDGET
+from .actions import ServiceErrorsForm
 
 SERVICE_FIELD = {
     "model": "backend",
@@ -45,14 +47,6 @@ PRICE_FIELDS = (
     ("input_price", "input_per_mtok"),
     ("output_price", "output_per_mtok"),
     ("cached_input_price", "cached_input_per_mtok"),
-)
-BUDGET = (
-    "max_steps",
-    "max_model_calls",
-    "max_tool_calls",
-    "max_tokens",
-    "max_duration_s",
-    "max_concurrent_tasks",
 )
 
 
@@ -91,7 +85,7 @@ def _price_initial(model: dict[str, Any], prefix: str) -> dict[str, Any]:
     return {prefix + field: prices.get(key, "") for field, key in PRICE_FIELDS}
 
 
-class AgentForm(forms.Form):
+class AgentForm(ServiceErrorsForm):
     name = forms.SlugField(
         max_length=64, help_text="Letters, digits, _ and -. Cannot change later."
     )
@@ -298,10 +292,5 @@ class AgentForm(forms.Form):
             "result_schema": d.get("result_schema") or {},
         }
 
-    def add_service_errors(self, errors: dict[str, list[str]]) -> None:
-        for key, messages in errors.items():
-            field = form_field_of(key)
-            if field not in self.fields:
-                field = None  # type: ignore[assignment]
-            for message in messages:
-                self.add_error(field, message if field else f"{key}: {message}")
+    def field_of(self, service_field: str) -> str:
+        return form_field_of(service_field)

@@ -12,7 +12,7 @@ from typing import Any
 from django import forms
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import render
 from django.views.decorators.http import require_POST
 
 from config.errors import DomainError
@@ -30,8 +30,9 @@ from ..selectors import (
 from ..services.agents import agent_create, agent_update
 from ..services.releases import agent_promote, agent_rollback, release_set
 from .access import ADMINS, ConsoleUser, console_view
+from .actions import form_action, save_form, succeeded
 from .agent_forms import AgentForm
-from .errors import error_message, error_status, field_errors, form_errors
+from .errors import error_line, error_status, form_errors
 from .release_forms import ReleaseForm, VersionForm
 from .version_stats import chosen_pair, versions_compared
 
@@ -95,21 +96,25 @@ def _release_action(
     re-renders the page with the reason and the refusal's status."""
     cu = _cu(request)
     agent = _agent_or_404(cu, name)
-    form = form_class(request.POST)
-    if not form.is_valid():
+
+    def invalid(form: forms.Form) -> HttpResponse:
         problems = "; ".join(f"{k}: {' '.join(v)}" for k, v in form_errors(form).items())
         messages.error(request, f"Not applied: {problems}.")
         return _detail_page(request, cu, agent, status=400)
-    try:
-        changed = act(tenant_id=cu.tenant_id, name=agent.name, actor=cu.actor,
-                      **{k: v for k, v in form.cleaned_data.items() if v is not None})
-    except DomainError as exc:
-        fields = field_errors(exc)
-        text = "; ".join(m for ms in fields.values() for m in ms) if fields else exc.message
-        messages.error(request, f"Not applied: {text.rstrip('.')}.")
+
+    def refused(exc: DomainError) -> HttpResponse:
+        messages.error(request, error_line(exc))
         return _detail_page(request, cu, _agent_or_404(cu, name), status=error_status(exc))
-    messages.success(request, done(changed))
-    return redirect("console:agent-detail", name=agent.name)
+
+    return form_action(
+        form_class(request.POST),
+        lambda d: act(tenant_id=cu.tenant_id, name=agent.name, actor=cu.actor,
+                      **{k: v for k, v in d.items() if v is not None}),
+        invalid=invalid,
+        refused=refused,
+        done=lambda changed: succeeded(request, done(changed), "console:agent-detail",
+                                       name=agent.name),
+    )
 
 
 @require_POST
@@ -149,66 +154,58 @@ def _tool_names(cu: ConsoleUser) -> list[str]:
 @console_view(roles=ADMINS)
 def agent_create_view(request: HttpRequest) -> HttpResponse:
     cu = _cu(request)
+
+    def page(form: AgentForm, status: int = 200) -> HttpResponse:
+        ctx = {"nav": "agents", "form": form, "creating": True}
+        return render(request, "agents/form.html", ctx, status=status)
+
     if request.method != "POST":
-        form = AgentForm(initial=AgentForm.initial_of(None), tool_names=_tool_names(cu))
-        return render(
-            request, "agents/form.html", {"nav": "agents", "form": form, "creating": True}
-        )
+        return page(AgentForm(initial=AgentForm.initial_of(None), tool_names=_tool_names(cu)))
     form = AgentForm(request.POST, tool_names=_tool_names(cu))
-    if form.is_valid():
-        try:
-            agent = agent_create(
-                tenant_id=cu.tenant_id,
-                name=form.cleaned_data["name"],
-                actor=cu.actor,
-                **form.profile_fields(),
-            )
-        except DomainError as exc:
-            form.add_service_errors(field_errors(exc) or {"__all__": [error_message(exc)]})
-        else:
-            messages.success(request, f"Agent {agent.name} created.")
-            return redirect("console:agent-detail", name=agent.name)
-    return render(
-        request, "agents/form.html", {"nav": "agents", "form": form, "creating": True}, status=400
+    return save_form(
+        form,
+        lambda d: agent_create(tenant_id=cu.tenant_id, name=d["name"], actor=cu.actor,
+                               **form.profile_fields()),
+        page=page,
+        done=lambda agent: succeeded(request, f"Agent {agent.name} created.",
+                                     "console:agent-detail", name=agent.name),
+    )
+
+
+def _saved_message(saved: AgentProfile) -> str:
+    live = (
+        "New tasks get it."
+        if saved.latest_version == saved.current_version
+        else f"New tasks still get version {saved.current_version}: release or "
+        f"promote version {saved.latest_version} below."
+    )
+    return (
+        f"Agent {saved.name} saved as version {saved.latest_version}. {live} Tasks "
+        "already submitted keep the settings they started with."
     )
 
 
 @console_view(roles=ADMINS)
 def agent_edit_view(request: HttpRequest, name: str) -> HttpResponse:
     cu = _cu(request)
-    agent = agent_of_tenant(cu.tenant_id, name)
-    if agent is None:
-        raise Http404("No such agent")
-    ctx = {"nav": "agents", "agent": agent, "creating": False}
+    agent = _agent_or_404(cu, name)
+
+    def page(form: AgentForm, status: int = 200) -> HttpResponse:
+        ctx = {"nav": "agents", "agent": agent, "creating": False, "form": form}
+        return render(request, "agents/form.html", ctx, status=status)
+
     if request.method != "POST":
-        form = AgentForm(
+        return page(AgentForm(
             initial=AgentForm.initial_of(agent), tool_names=_tool_names(cu), editing=True
-        )
-        return render(request, "agents/form.html", {**ctx, "form": form})
+        ))
     form = AgentForm(
         request.POST, initial={"name": agent.name}, tool_names=_tool_names(cu), editing=True
     )
-    if form.is_valid():
-        try:
-            saved = agent_update(
-                tenant_id=cu.tenant_id,
-                name=agent.name,
-                changes=form.profile_fields(agent.model),
-                actor=cu.actor,
-            )
-        except DomainError as exc:
-            form.add_service_errors(field_errors(exc) or {"__all__": [error_message(exc)]})
-        else:
-            live = (
-                "New tasks get it."
-                if saved.latest_version == saved.current_version
-                else f"New tasks still get version {saved.current_version}: release or "
-                f"promote version {saved.latest_version} below."
-            )
-            messages.success(
-                request,
-                f"Agent {agent.name} saved as version {saved.latest_version}. {live} Tasks "
-                "already submitted keep the settings they started with.",
-            )
-            return redirect("console:agent-detail", name=agent.name)
-    return render(request, "agents/form.html", {**ctx, "form": form}, status=400)
+    return save_form(
+        form,
+        lambda d: agent_update(tenant_id=cu.tenant_id, name=agent.name,
+                               changes=form.profile_fields(agent.model), actor=cu.actor),
+        page=page,
+        done=lambda saved: succeeded(request, _saved_message(saved),
+                                     "console:agent-detail", name=saved.name),
+    )

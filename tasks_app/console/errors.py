@@ -37,6 +37,15 @@ def error_message(exc: DomainError) -> str:
     return f"Not applied: {exc.message.rstrip('.')}."
 
 
+def error_line(exc: DomainError) -> str:
+    """A refusal in one line, for a page with no form field to put its field errors on."""
+    fields = field_errors(exc)
+    if fields and exc.code != "stale_version":
+        problems = "; ".join(m for ms in fields.values() for m in ms)
+        return f"Not applied: {problems.rstrip('.')}."
+    return error_message(exc)
+
+
 def field_errors(exc: DomainError) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for key, value in (exc.details or {}).items():

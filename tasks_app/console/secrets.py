@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
-from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
@@ -20,7 +19,8 @@ from config.errors import DomainError
 from ..selectors import secrets_of_tenant
 from ..services.secrets import MAX_VALUE_CHARS, secret_create, secret_delete, secret_rotate
 from .access import ADMINS, ConsoleUser, console_view
-from .errors import error_message, error_status, field_errors
+from .actions import ServiceErrorsForm, form_action, save_form, succeeded
+from .errors import error_line, error_message, error_status
 
 
 def _value_field(label: str) -> forms.CharField:
@@ -32,7 +32,7 @@ def _value_field(label: str) -> forms.CharField:
     )
 
 
-class SecretForm(forms.Form):
+class SecretForm(ServiceErrorsForm):
     name = forms.CharField(
         max_length=64,
         help_text="Lower-case letters, digits, _ and -. Tools use it as {secret:name}.",
@@ -64,19 +64,15 @@ def secret_list(request: HttpRequest) -> HttpResponse:
     if request.method != "POST":
         return _page(request)
     cu = _cu(request)
-    form = SecretForm(request.POST)
-    if form.is_valid():
-        try:
-            secret = secret_create(tenant_id=cu.tenant_id, name=form.cleaned_data["name"],
-                                   value=form.cleaned_data["value"], actor=cu.actor)
-        except DomainError as exc:
-            for field, problems in (field_errors(exc) or {"__all__": [error_message(exc)]}).items():
-                for problem in problems:
-                    form.add_error(field if field in form.fields else None, problem)
-            return _page(request, form=form, status=error_status(exc))
-        messages.success(request, f"Secret {secret.name} stored.")
-        return redirect("console:secret-list")
-    return _page(request, form=form, status=400)
+    return save_form(
+        SecretForm(request.POST),
+        lambda d: secret_create(tenant_id=cu.tenant_id, name=d["name"], value=d["value"],
+                                actor=cu.actor),
+        page=lambda form, status: _page(request, form=form, status=status),
+        done=lambda secret: succeeded(request, f"Secret {secret.name} stored.",
+                                      "console:secret-list"),
+        status_of=error_status,
+    )
 
 
 @console_view(roles=ADMINS)
@@ -84,18 +80,20 @@ def secret_rotate_view(request: HttpRequest, name: str) -> HttpResponse:
     if request.method != "POST":
         return redirect("console:secret-list")
     cu = _cu(request)
-    form = RotateForm(request.POST)
-    if not form.is_valid():
+
+    def invalid(form: RotateForm) -> HttpResponse:
         problems = "; ".join(str(e) for e in form.errors.get("value", []))
         return _page(request, status=400, error=f"Not rotated: {problems}")
-    try:
-        secret_rotate(tenant_id=cu.tenant_id, name=name, value=form.cleaned_data["value"],
-                      actor=cu.actor)
-    except DomainError as exc:
-        problems = "; ".join(m for ms in field_errors(exc).values() for m in ms)
-        return _page(request, status=error_status(exc), error=problems or error_message(exc))
-    messages.success(request, f"Secret {name} rotated: the next calls use the new value.")
-    return redirect("console:secret-list")
+
+    return form_action(
+        RotateForm(request.POST),
+        lambda d: secret_rotate(tenant_id=cu.tenant_id, name=name, value=d["value"],
+                                actor=cu.actor),
+        invalid=invalid,
+        refused=lambda exc: _page(request, status=error_status(exc), error=error_line(exc)),
+        done=lambda _: succeeded(request, f"Secret {name} rotated: the next calls use the new "
+                                 "value.", "console:secret-list"),
+    )
 
 
 @console_view(roles=ADMINS)
@@ -103,12 +101,16 @@ def secret_delete_view(request: HttpRequest, name: str) -> HttpResponse:
     if request.method != "POST":
         return redirect("console:secret-list")
     cu = _cu(request)
-    try:
-        secret_delete(tenant_id=cu.tenant_id, name=name, actor=cu.actor)
-    except DomainError as exc:
+
+    def refused(exc: DomainError) -> HttpResponse:  # in use: say by whom
         users = [f"tool {t}" for t in exc.details.get("tools", [])]
         users += [f"agent {a}" for a in exc.details.get("agents", [])]
         detail = f" ({', '.join(users)})" if users else ""
         return _page(request, status=error_status(exc), error=error_message(exc) + detail)
-    messages.success(request, f"Secret {name} deleted.")
-    return redirect("console:secret-list")
+
+    return form_action(
+        None,
+        lambda _: secret_delete(tenant_id=cu.tenant_id, name=name, actor=cu.actor),
+        refused=refused,
+        done=lambda _: succeeded(request, f"Secret {name} deleted.", "console:secret-list"),
+    )

@@ -10,6 +10,7 @@ reason, and the status of the refusal (400/403/409).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
 
@@ -20,7 +21,6 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from approvals_app.console.selectors import inbox_count, open_card_for_task
-from config.errors import DomainError
 from tools_app.breakers.selectors import waits_of_task
 
 from ..context.summaries import summary_count, summary_rollback
@@ -31,7 +31,8 @@ from ..selectors import task_of_tenant
 from ..services.tasks import task_cancel, task_cancel_many, task_fail_by_operator, task_resume
 from . import selectors as sel
 from .access import OPERATORS, SUMMARY_EDITORS, ConsoleUser, console_view, refuse
-from .errors import error_message, error_status, field_errors, form_errors
+from .actions import form_action, succeeded
+from .errors import error_line, error_message, error_status, field_errors, form_errors
 from .forms import (
     BulkCancelForm,
     CancelForm,
@@ -297,6 +298,24 @@ def _version_for_cancel(task: Task, form: CancelForm) -> int | None:
     return form.cleaned_data["expected_version"]
 
 
+def _task_action(
+    request: HttpRequest, task: Task, form: Any, call: Callable[[dict[str, Any]], Any],
+    done: Callable[[Any], HttpResponse], *, action: str,
+    incomplete: str = "Not applied: please correct the fields below.",
+) -> HttpResponse:
+    """An operator's action on the task page: a refusal shows the page again with
+    the reason, the action's form open with its field errors, and the status."""
+    cu = _cu(request)
+    return form_action(
+        form,
+        call,
+        invalid=lambda f: _refused(request, cu, task.pk, incomplete, 400, form_errors(f), action),
+        refused=lambda exc: _refused(request, cu, task.pk, error_message(exc), error_status(exc),
+                                     field_errors(exc), action),
+        done=done,
+    )
+
+
 @require_POST
 @console_view()
 def task_cancel_view(request: HttpRequest, task_id: int) -> HttpResponse:
@@ -305,29 +324,24 @@ def task_cancel_view(request: HttpRequest, task_id: int) -> HttpResponse:
     if not cu.can_cancel(task):
         return refuse(request, "Only operators, admins and the task's requester can cancel it.")
     form = CancelForm(request.POST)
-    if not form.is_valid():
-        return _refused(
-            request,
-            cu,
-            task_id,
-            "Not applied: the cancel form was incomplete.",
-            400,
-            form_errors(form),
-            "cancel",
-        )
-    try:
-        task_cancel(
-            task_id=task.pk,
-            actor=cu.actor,
-            expected_version=_version_for_cancel(task, form),
-            reason=form.cleaned_data.get("reason") or "",
-        )
-    except DomainError as exc:
-        return _refused(
-            request, cu, task_id, error_message(exc), error_status(exc), action="cancel"
-        )
-    messages.success(request, f"Task #{task.pk} canceled.")
-    return redirect("console:task-detail", task_id=task.pk)
+    return _task_action(
+        request, task, form,
+        lambda d: task_cancel(task_id=task.pk, actor=cu.actor,
+                              expected_version=_version_for_cancel(task, form),
+                              reason=d.get("reason") or ""),
+        lambda _: succeeded(request, f"Task #{task.pk} canceled.", "console:task-detail",
+                            task_id=task.pk),
+        action="cancel", incomplete="Not applied: the cancel form was incomplete.",
+    )
+
+
+def _resumed(extra: dict[str, int]) -> str:
+    """What a resume added, e.g. " with 10 more steps, 5 more tool calls"."""
+    if not extra:
+        return ""
+    return " with " + ", ".join(
+        f"{v} more {k.replace('max_', '').replace('_', ' ')}" for k, v in extra.items()
+    )
 
 
 @require_POST
@@ -336,41 +350,15 @@ def task_resume_view(request: HttpRequest, task_id: int) -> HttpResponse:
     cu = _cu(request)
     task = _task_or_404(cu, task_id)
     form = ResumeForm(request.POST)
-    if not form.is_valid():
-        return _refused(
-            request,
-            cu,
-            task_id,
-            "Not applied: please correct the fields below.",
-            400,
-            form_errors(form),
-            "resume",
-        )
-    try:
-        task_resume(
-            task_id=task.pk,
-            actor=cu.actor,
-            expected_version=form.cleaned_data["expected_version"],
-            extend=form.extension(),
-            comment=form.cleaned_data.get("comment") or "",
-        )
-    except DomainError as exc:
-        return _refused(
-            request, cu, task_id, error_message(exc), error_status(exc), action="resume"
-        )
-    extra = form.extension()
-    more = (
-        (
-            " with "
-            + ", ".join(
-                f"{v} more {k.replace('max_', '').replace('_', ' ')}" for k, v in extra.items()
-            )
-        )
-        if extra
-        else ""
+    return _task_action(
+        request, task, form,
+        lambda d: task_resume(task_id=task.pk, actor=cu.actor,
+                              expected_version=d["expected_version"], extend=form.extension(),
+                              comment=d.get("comment") or ""),
+        lambda _: succeeded(request, f"Task #{task.pk} resumed{_resumed(form.extension())}.",
+                            "console:task-detail", task_id=task.pk),
+        action="resume",
     )
-    messages.success(request, f"Task #{task.pk} resumed{more}.")
-    return redirect("console:task-detail", task_id=task.pk)
 
 
 @require_POST
@@ -378,20 +366,15 @@ def task_resume_view(request: HttpRequest, task_id: int) -> HttpResponse:
 def task_retry_view(request: HttpRequest, task_id: int) -> HttpResponse:
     cu = _cu(request)
     task = _task_or_404(cu, task_id)
-    form = RetryForm(request.POST)
-    if not form.is_valid():
-        return _refused(request, cu, task_id, "Not applied: please correct the fields below.",
-                        400, form_errors(form), "retry")
-    try:
-        done = task_retry(tenant_id=cu.tenant_id, task_id=task.pk, actor=cu.actor,
-                          from_step=form.cleaned_data["from_step"],
-                          comment=form.cleaned_data.get("comment") or "")
-    except DomainError as exc:
-        return _refused(request, cu, task_id, error_message(exc), error_status(exc),
-                        field_errors(exc), action="retry")
-    messages.success(request, f"Task #{task.pk} retried from step {done.from_step} "
-                              f"as task #{done.task.pk}.")
-    return redirect("console:task-detail", task_id=done.task.pk)
+    return _task_action(
+        request, task, RetryForm(request.POST),
+        lambda d: task_retry(tenant_id=cu.tenant_id, task_id=task.pk, actor=cu.actor,
+                             from_step=d["from_step"], comment=d.get("comment") or ""),
+        lambda done: succeeded(request, f"Task #{task.pk} retried from step {done.from_step} "
+                               f"as task #{done.task.pk}.",
+                               "console:task-detail", task_id=done.task.pk),
+        action="retry",
+    )
 
 
 @require_POST
@@ -399,28 +382,15 @@ def task_retry_view(request: HttpRequest, task_id: int) -> HttpResponse:
 def task_fail_view(request: HttpRequest, task_id: int) -> HttpResponse:
     cu = _cu(request)
     task = _task_or_404(cu, task_id)
-    form = FailForm(request.POST)
-    if not form.is_valid():
-        return _refused(
-            request,
-            cu,
-            task_id,
-            "Not applied: say why the task is being ended.",
-            400,
-            form_errors(form),
-            "fail",
-        )
-    try:
-        task_fail_by_operator(
-            task_id=task.pk,
-            actor=cu.actor,
-            expected_version=form.cleaned_data["expected_version"],
-            reason=form.cleaned_data["reason"],
-        )
-    except DomainError as exc:
-        return _refused(request, cu, task_id, error_message(exc), error_status(exc), action="fail")
-    messages.success(request, f"Task #{task.pk} ended as failed.")
-    return redirect("console:task-detail", task_id=task.pk)
+    return _task_action(
+        request, task, FailForm(request.POST),
+        lambda d: task_fail_by_operator(task_id=task.pk, actor=cu.actor,
+                                        expected_version=d["expected_version"],
+                                        reason=d["reason"]),
+        lambda _: succeeded(request, f"Task #{task.pk} ended as failed.", "console:task-detail",
+                            task_id=task.pk),
+        action="fail", incomplete="Not applied: say why the task is being ended.",
+    )
 
 
 @require_POST
@@ -430,40 +400,25 @@ def task_summary_rollback_view(request: HttpRequest, task_id: int) -> HttpRespon
     cu = _cu(request)
     task = _task_or_404(cu, task_id)
     form = SummaryRollbackForm(request.POST)
-    if not form.is_valid():
-        return _refused(
-            request,
-            cu,
-            task_id,
+    # The rollback form sits in the summaries panel, not among the actions: its
+    # problems are said in the page's message.
+    return form_action(
+        form,
+        lambda d: summary_rollback(task_id=task.pk, tenant_id=cu.tenant_id, version=d["version"],
+                                   actor=cu.actor, expected_version=d["expected_version"],
+                                   comment=d.get("comment") or ""),
+        invalid=lambda f: _refused(
+            request, cu, task_id,
             "Not applied: the rollback form was incomplete ("
-            + "; ".join(f"{k}: {' '.join(v)}" for k, v in form_errors(form).items())
-            + ").",
+            + "; ".join(f"{k}: {' '.join(v)}" for k, v in form_errors(f).items()) + ").",
             400,
-        )
-    version = form.cleaned_data["version"]
-    try:
-        summary_rollback(
-            task_id=task.pk,
-            tenant_id=cu.tenant_id,
-            version=version,
-            actor=cu.actor,
-            expected_version=form.cleaned_data["expected_version"],
-            comment=form.cleaned_data.get("comment") or "",
-        )
-    except DomainError as exc:
-        errors = field_errors(exc)
-        message = (
-            "Not applied: " + "; ".join(m for ms in errors.values() for m in ms) + "."
-            if errors and exc.code != "stale_version"
-            else error_message(exc)
-        )
-        return _refused(request, cu, task_id, message, error_status(exc))
-    if version:
-        messages.success(
-            request, f"Context summary rolled back to v{version}; the next one builds on it."
-        )
-    else:
-        messages.success(
-            request, "Context summaries dropped; the next one is built from the steps themselves."
-        )
-    return redirect(reverse("console:task-detail", args=[task.pk]) + "#task-summaries")
+        ),
+        refused=lambda exc: _refused(request, cu, task_id, error_line(exc), error_status(exc)),
+        done=lambda _: succeeded(
+            request,
+            f"Context summary rolled back to v{form.cleaned_data['version']}; the next one "
+            "builds on it." if form.cleaned_data["version"] else
+            "Context summaries dropped; the next one is built from the steps themselves.",
+            reverse("console:task-detail", args=[task.pk]) + "#task-summaries",
+        ),
+    )

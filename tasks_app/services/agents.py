@@ -17,11 +17,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import IntegrityError, transaction
-
 from audit_app.services import audit_record
-from config.errors import conflict, invalid, not_found
+from config.named_resources import NamedResource, model_field_errors
 from tools_app.models import Tool
 from tools_app.schemas import check_schema
 
@@ -68,27 +65,8 @@ def agent_create(
     *, tenant_id: int, name: str, actor: Actor = SYSTEM, **fields: Any
 ) -> AgentProfile:
     """Create a profile; its configuration is version 1, current at once."""
-    _refuse_unknown(fields)
-    agent = AgentProfile(tenant_id=tenant_id, name=name)
-    for key, value in fields.items():
-        setattr(agent, key, value)
-    errors = agent_errors(agent)
-    if not NAME.fullmatch(name or ""):
-        errors.setdefault("name", []).append("letters, digits, _ and - (max 64)")
-    elif name.lower() in RESERVED_NAMES:
-        errors.setdefault("name", []).append(f"{name!r} is reserved: choose another name")
-    if errors:
-        raise invalid("invalid", "The request is not valid.", **errors)
-    if AgentProfile.objects.filter(tenant_id=tenant_id, name=name).exists():
-        raise conflict("agent_exists", f"an agent named {name!r} already exists", name=name)
-    try:
-        with transaction.atomic():
-            agent.save()
-            version_record(agent=agent, actor=actor)
-            agent_audit(agent, actor=actor, action="created", before=None)
-    except IntegrityError:  # a concurrent create of the same name won
-        raise conflict("agent_exists", f"an agent named {name!r} already exists", name=name)
-    return agent
+    return AGENTS.create(tenant_id=tenant_id, name=name, fields=fields, actor=actor,
+                         on_save=lambda agent: version_record(agent=agent, actor=actor))
 
 
 def agent_update(
@@ -97,30 +75,8 @@ def agent_update(
     """Change some fields; the merged profile is checked as a whole. A changed
     configuration is recorded as the next version, which new tasks get once it
     is released or promoted (`services.releases`)."""
-    changes = dict(changes)
-    if "name" in changes and changes.pop("name") != name:
-        raise invalid(
-            "invalid",
-            "The request is not valid.",
-            name=["an agent cannot be renamed: create a new profile instead"],
-        )
-    _refuse_unknown(changes)
-    with transaction.atomic():
-        agent = (
-            AgentProfile.objects.select_for_update().filter(tenant_id=tenant_id, name=name).first()
-        )
-        if agent is None:
-            raise not_found("Agent")
-        before = agent_audited(agent)
-        for key, value in changes.items():
-            setattr(agent, key, value)
-        errors = agent_errors(agent)
-        if errors:
-            raise invalid("invalid", "The request is not valid.", **errors)
-        agent.save()
-        version_record(agent=agent, actor=actor)
-        agent_audit(agent, actor=actor, action="updated", before=before)
-    return agent
+    return AGENTS.update(tenant_id=tenant_id, name=name, changes=changes, actor=actor,
+                         on_save=lambda agent: version_record(agent=agent, actor=actor))
 
 
 def agent_audited(agent: AgentProfile) -> dict[str, Any]:
@@ -140,14 +96,6 @@ def agent_audit(agent: AgentProfile, *, actor: Actor, action: str,
                                   "release_percent"])
     audit_record(actor=actor, tenant_id=agent.tenant_id, kind="agent", name=agent.name,
                  action=action, before=before, after=agent_audited(agent), object_id=agent.pk)
-
-
-def _refuse_unknown(fields: dict[str, Any]) -> None:
-    unknown = sorted(set(fields) - set(EDITABLE))
-    if unknown:
-        raise invalid(
-            "invalid", "The request is not valid.", **{k: ["unknown field"] for k in unknown}
-        )
 
 
 def agent_errors(agent: AgentProfile) -> dict[str, list[str]]:
@@ -218,13 +166,7 @@ def agent_errors(agent: AgentProfile) -> dict[str, list[str]]:
             errors["result_schema"] = problems
     if agent.result_schema is None:
         agent.result_schema = {}
-    if not errors:
-        try:
-            agent.full_clean(exclude=["tenant"], validate_unique=False, validate_constraints=False)
-        except DjangoValidationError as exc:
-            for field, messages in exc.message_dict.items():
-                errors.setdefault(field, []).extend(messages)
-    return errors
+    return errors or model_field_errors(agent)
 
 
 def _key_reference_errors(agent: AgentProfile, errors: dict[str, list[str]]) -> None:
@@ -242,3 +184,11 @@ def _key_reference_errors(agent: AgentProfile, errors: dict[str, list[str]]) -> 
         for field, name in envs.items():
             if not env_granted(name, tenant=tenant or ""):
                 errors.setdefault(field, []).append(not_granted_message(name))
+
+
+AGENTS = NamedResource(
+    model=AgentProfile, noun="agent", article="an", editable=EDITABLE, errors=agent_errors,
+    audit=agent_audit, audited=agent_audited, name_pattern=NAME,
+    name_rule="letters, digits, _ and - (max 64)", reserved=RESERVED_NAMES,
+    rename_hint="create a new profile instead",
+)

@@ -9,6 +9,8 @@ from typing import Any
 
 from django import forms
 
+from tasks_app.console.actions import ServiceErrorsForm
+
 from ..models import Risk, SideEffect, Tool, ToolKind
 from ..services import EDITABLE, MCP_SERVER_OWNED
 
@@ -64,7 +66,7 @@ class DelaysField(forms.CharField):
             raise forms.ValidationError("seconds separated by commas, e.g. 0, 30")
 
 
-class ToolForm(forms.Form):
+class ToolForm(ServiceErrorsForm):
     name = forms.CharField(
         max_length=64, help_text="Letters, digits, _ and -. Cannot change later."
     )
@@ -163,9 +165,3 @@ class ToolForm(forms.Form):
         out["requires_approval"] = bool(out["requires_approval"])
         out["enabled"] = bool(out["enabled"])
         return out
-
-    def add_service_errors(self, errors: dict[str, list[str]]) -> None:
-        for key, messages in errors.items():
-            field = key if key in self.fields else None
-            for message in messages:
-                self.add_error(field, message if field else f"{key}: {message}")

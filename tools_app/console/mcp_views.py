@@ -14,7 +14,8 @@ from django.shortcuts import redirect, render
 
 from config.errors import DomainError
 from tasks_app.console.access import ADMINS, ConsoleUser, console_view
-from tasks_app.console.errors import error_message, error_status, field_errors
+from tasks_app.console.actions import ServiceErrorsForm, save_form, succeeded
+from tasks_app.console.errors import error_line, error_status
 
 from ..mcp.connections import stdio_commands
 from ..mcp.services import (
@@ -23,11 +24,12 @@ from ..mcp.services import (
     mcp_server_refresh,
     mcp_server_update,
 )
+from ..models import McpServer
 from ..selectors import mcp_server_of_tenant, mcp_servers_of_tenant
 from .forms import JSONObjectField
 
 
-class McpServerForm(forms.Form):
+class McpServerForm(ServiceErrorsForm):
     name = forms.CharField(max_length=30, help_text="Its tools are named name__tool.")
     url = forms.CharField(required=False, max_length=500, label="URL",
                           help_text="The server's Streamable HTTP endpoint, e.g. https://…/mcp.")
@@ -59,23 +61,23 @@ def _list_page(request: HttpRequest, form: McpServerForm, status: int = 200) -> 
 def mcp_server_list(request: HttpRequest) -> HttpResponse:
     if request.method != "POST":
         return _list_page(request, McpServerForm())
-    form = McpServerForm(request.POST)
-    if not form.is_valid():
-        return _list_page(request, form, status=400)
-    data = form.cleaned_data
-    try:
-        server, changes = mcp_server_create(
-            tenant_id=_cu(request).tenant_id, name=data["name"].strip(),
-            url=data["url"].strip(), stdio=data["stdio"] or "",
-            secret_headers=data["secret_headers"] or {}, actor=_cu(request).actor)
-    except DomainError as exc:
-        for field, problems in (field_errors(exc) or {"__all__": [error_message(exc)]}).items():
-            for problem in problems:
-                form.add_error(field if field in form.fields else None, problem)
-        return _list_page(request, form, status=error_status(exc))
-    messages.success(request, f"MCP server {server.name} registered: {len(changes['new'])} "
-                              "tools, each a plain write that needs approval until you save it.")
-    return redirect("tools:mcp-detail", name=server.name)
+    cu = _cu(request)
+
+    def registered(created: tuple[McpServer, dict[str, list[str]]]) -> HttpResponse:
+        server, changes = created
+        return succeeded(request, f"MCP server {server.name} registered: {len(changes['new'])} "
+                         "tools, each a plain write that needs approval until you save it.",
+                         "tools:mcp-detail", name=server.name)
+
+    return save_form(
+        McpServerForm(request.POST),
+        lambda d: mcp_server_create(
+            tenant_id=cu.tenant_id, name=d["name"].strip(), url=d["url"].strip(),
+            stdio=d["stdio"] or "", secret_headers=d["secret_headers"] or {}, actor=cu.actor),
+        page=lambda form, status: _list_page(request, form, status=status),
+        done=registered,
+        status_of=error_status,
+    )
 
 
 @console_view(roles=ADMINS)
@@ -109,6 +111,5 @@ def mcp_server_action(request: HttpRequest, name: str, action: str) -> HttpRespo
         else:
             raise Http404("No such action")
     except DomainError as exc:
-        problems = "; ".join(m for ms in field_errors(exc).values() for m in ms)
-        messages.error(request, problems or error_message(exc))
+        messages.error(request, error_line(exc))
     return redirect("tools:mcp-detail", name=name)

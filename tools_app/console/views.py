@@ -3,14 +3,12 @@ tenant, create and edit for admins (through `tools_app.services`)."""
 
 from __future__ import annotations
 
-from django.contrib import messages
 from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import render
 
-from config.errors import DomainError
 from tasks_app.console.access import ADMINS, ConsoleUser, console_view
-from tasks_app.console.errors import error_message, field_errors
+from tasks_app.console.actions import save_form, succeeded
 
 from ..breakers.selectors import tool_breakers
 from ..models import LedgerStatus, ToolExecution, ToolKind
@@ -57,26 +55,22 @@ def tool_detail(request: HttpRequest, name: str) -> HttpResponse:
 @console_view(roles=ADMINS)
 def tool_create_view(request: HttpRequest) -> HttpResponse:
     cu = _cu(request)
-    ctx = {"nav": "tools", "creating": True}
+
+    def page(form: ToolForm, status: int = 200) -> HttpResponse:
+        ctx = {"nav": "tools", "creating": True, "form": form}
+        return render(request, "tools/form.html", ctx, status=status)
+
     if request.method != "POST":
-        return render(
-            request, "tools/form.html", {**ctx, "form": ToolForm(initial=ToolForm.initial_of(None))}
-        )
+        return page(ToolForm(initial=ToolForm.initial_of(None)))
     form = ToolForm(request.POST)
-    if form.is_valid():
-        try:
-            tool = tool_create(
-                tenant_id=cu.tenant_id,
-                name=form.cleaned_data["name"].strip(),
-                actor=cu.actor,
-                **form.registration(),
-            )
-        except DomainError as exc:
-            form.add_service_errors(field_errors(exc) or {"__all__": [error_message(exc)]})
-        else:
-            messages.success(request, f"Tool {tool.name} registered.")
-            return redirect("tools:tool-detail", name=tool.name)
-    return render(request, "tools/form.html", {**ctx, "form": form}, status=400)
+    return save_form(
+        form,
+        lambda d: tool_create(tenant_id=cu.tenant_id, name=d["name"].strip(), actor=cu.actor,
+                              **form.registration()),
+        page=page,
+        done=lambda tool: succeeded(request, f"Tool {tool.name} registered.",
+                                    "tools:tool-detail", name=tool.name),
+    )
 
 
 @console_view(roles=ADMINS)
@@ -85,19 +79,20 @@ def tool_edit_view(request: HttpRequest, name: str) -> HttpResponse:
     tool = tool_of_tenant(cu.tenant_id, name)
     if tool is None:
         raise Http404("No such tool")
-    ctx = {"nav": "tools", "creating": False, "tool": tool}
     mcp = tool.kind == ToolKind.MCP
+
+    def page(form: ToolForm, status: int = 200) -> HttpResponse:
+        ctx = {"nav": "tools", "creating": False, "tool": tool, "form": form}
+        return render(request, "tools/form.html", ctx, status=status)
+
     if request.method != "POST":
-        form = ToolForm(initial=ToolForm.initial_of(tool), editing=True, mcp=mcp)
-        return render(request, "tools/form.html", {**ctx, "form": form})
+        return page(ToolForm(initial=ToolForm.initial_of(tool), editing=True, mcp=mcp))
     form = ToolForm(request.POST, initial=ToolForm.initial_of(tool), editing=True, mcp=mcp)
-    if form.is_valid():
-        try:
-            tool_update(tenant_id=cu.tenant_id, name=tool.name, changes=form.registration(),
-                        actor=cu.actor)
-        except DomainError as exc:
-            form.add_service_errors(field_errors(exc) or {"__all__": [error_message(exc)]})
-        else:
-            messages.success(request, f"Tool {tool.name} saved.")
-            return redirect("tools:tool-detail", name=tool.name)
-    return render(request, "tools/form.html", {**ctx, "form": form}, status=400)
+    return save_form(
+        form,
+        lambda d: tool_update(tenant_id=cu.tenant_id, name=tool.name,
+                              changes=form.registration(), actor=cu.actor),
+        page=page,
+        done=lambda saved: succeeded(request, f"Tool {saved.name} saved.",
+                                     "tools:tool-detail", name=saved.name),
+    )

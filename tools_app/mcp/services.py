@@ -29,6 +29,7 @@ from mcp.shared.exceptions import MCPError
 
 from audit_app.services import audit_record
 from config.errors import conflict, invalid, not_found
+from config.named_resources import NamedResource
 from tasks_app.services.actors import SYSTEM, Actor
 from tasks_app.vault.lookup import tool_headers
 from tasks_app.vault.values import Resolved, Unresolved
@@ -75,21 +76,7 @@ def mcp_server_create(*, tenant_id: int, name: str, url: str = "", stdio: str = 
 def mcp_server_update(*, tenant_id: int, name: str, changes: dict[str, Any],
                       actor: Actor = SYSTEM) -> McpServer:
     """Change the address, headers or `enabled`; the tools follow at the next refresh."""
-    unknown = sorted(set(changes) - set(EDITABLE))
-    if unknown:
-        raise invalid("invalid", "The request is not valid.",
-                      **{k: ["unknown field"] for k in unknown})
-    with transaction.atomic():
-        server = _locked(tenant_id, name)
-        before = _audited(server)
-        for key, value in changes.items():
-            setattr(server, key, value)
-        errors = server_errors(server)
-        if errors:
-            raise invalid("invalid", "The request is not valid.", **errors)
-        server.save()
-        _audit(actor, server, "updated", before=before, after=_audited(server))
-    return server
+    return MCP_SERVERS.update(tenant_id=tenant_id, name=name, changes=changes, actor=actor)
 
 
 def mcp_server_delete(*, tenant_id: int, name: str, actor: Actor = SYSTEM) -> None:
@@ -127,6 +114,11 @@ def _audit(actor: Actor, server: McpServer, action: str, *,
                  object_id=server.pk, action=action, before=before, after=after)
 
 
+def _audit_change(server: McpServer, *, actor: Actor, action: str,
+                  before: dict[str, Any] | None) -> None:
+    _audit(actor, server, action, before=before, after=_audited(server))
+
+
 def server_errors(server: McpServer) -> dict[str, list[str]]:
     """Field errors of a server's registration (empty when it may be stored)."""
     errors: dict[str, list[str]] = {}
@@ -154,10 +146,7 @@ def server_errors(server: McpServer) -> dict[str, list[str]]:
 
 
 def _locked(tenant_id: int, name: str) -> McpServer:
-    server = McpServer.objects.select_for_update().filter(tenant_id=tenant_id, name=name).first()
-    if server is None:
-        raise not_found("MCP server")
-    return server
+    return MCP_SERVERS.locked(tenant_id, name)
 
 
 def _listing(server: McpServer) -> tuple[list[Listed], list[Skipped]]:
@@ -233,3 +222,10 @@ def _apply(server: McpServer, listed: list[Listed], skipped: list[Skipped]) -> d
     server.last_changes = report
     server.save(update_fields=["refreshed_at", "last_changes", "updated_at"])
     return report
+
+
+# Created through `mcp_server_create` (its tools are listed first, over the network).
+MCP_SERVERS = NamedResource(
+    model=McpServer, noun="MCP server", article="an", editable=EDITABLE, errors=server_errors,
+    audit=_audit_change, audited=_audited,
+)
