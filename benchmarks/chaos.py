@@ -34,7 +34,8 @@ from typing import Any
 
 import psycopg
 
-from ..drill.downstream import Downstream
+from tasks_app.drill.downstream import Downstream
+
 from .config import bench_env
 from .private_services import (
     PrivatePostgres,
@@ -146,7 +147,7 @@ def _round(env: dict[str, str], pg: PrivatePostgres, redis: PrivateRedis,
 
 def _world(env: dict[str, str], *args: str) -> Any:
     """`chaos_world` in a process of its own, on the private database."""
-    out = subprocess.run([sys.executable, "-m", "tasks_app.bench.chaos_world", *args],
+    out = subprocess.run([sys.executable, "-m", "benchmarks.chaos_world", *args],
                          cwd=BASE_DIR, env=env, capture_output=True, timeout=1800, check=False)
     if out.returncode:
         raise RuntimeError(f"chaos_world {args[0]} failed:\n{out.stderr.decode()[-4000:]}")

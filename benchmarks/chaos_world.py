@@ -1,5 +1,5 @@
 """The chaos benchmark's hands inside its private database: run as a process,
-`python -m tasks_app.bench.chaos_world setup|submit|report ...`, with
+`python -m benchmarks.chaos_world setup|submit|report ...`, with
 DATABASE_URL and CELERY_BROKER_URL pointing at the bench's own cluster and
 Redis (the bench process itself stays on the bench database).
 

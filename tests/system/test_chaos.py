@@ -1,5 +1,5 @@
 """Chaos, at a CI-friendly size, on a PostgreSQL cluster and a Redis of the
-test's own (tasks_app/bench/private_services.py), so restarting them disturbs
+test's own (benchmarks/private_services.py), so restarting them disturbs
 nothing else.
 
 99 scripted tasks (a read, then a read, an idempotent write or a plain write
@@ -30,7 +30,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tasks_app.bench.private_services import private_postgres, private_redis, services_missing
+from benchmarks.private_services import private_postgres, private_redis, services_missing
 from tests.fakes.http_tool_server import FakeToolServer, Recorded, Reply
 from tests.helpers import wait_for
 from tests.processes import ROOT, CeleryWorkers, _base_env, celery_app_on

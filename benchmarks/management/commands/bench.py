@@ -128,7 +128,7 @@ class Command(BaseCommand):
             raise CommandError("the breaker target was not met")
 
     def _chaos(self, opts: dict, cfg: BenchConfig) -> None:
-        from tasks_app.bench.chaos import chaos_table, run_chaos
+        from benchmarks.chaos import chaos_table, run_chaos
 
         log_dir = Path(tempfile.mkdtemp(prefix="tether-bench-chaos-"))
         self.stdout.write(f"chaos bench; logs in {log_dir}")
