@@ -24,6 +24,11 @@ os.environ.setdefault("TETHER_HTTPS", "false")
 os.environ.setdefault("TETHER_PYTHON_TOOL_MODULES", "demo:tools_app.demo.,t-main:tools_app.demo.")
 
 from config.settings import *  # noqa: E402,F401,F403
+from config.settings import INSTALLED_APPS  # noqa: E402
+
+# For its `flush` command (tests/management/commands/flush.py), the cheap one
+# pytest-django runs after each transactional test.
+INSTALLED_APPS = [*INSTALLED_APPS, "tests"]
 
 # Full-strength password hashing costs seconds per test user on this machine;
 # the tests check who may do what, not the hash.
