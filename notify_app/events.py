@@ -1,6 +1,6 @@
 """Which task events become which notifications, and the hook that writes them.
 
-`on_task_event` is registered with `tasks_app.services.hooks` for the task events
+`on_task_event` is registered with `tasks_app.store.hooks` for the task events
 below: it runs inside the transaction that appends the event, so the outbox row
 commits with the transition, or not at all. The SLA warning has no task event;
 the sweep (`services.sweep`) emits it.

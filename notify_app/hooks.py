@@ -1,8 +1,8 @@
-"""notify_app's registrations with the task runtime (`tasks_app.services.hooks`),
+"""notify_app's registrations with the task runtime (`tasks_app.store.hooks`),
 made once from `NotifyConfig.ready`."""
 from __future__ import annotations
 
-from tasks_app.services.hooks import on_event_appended, on_sweep
+from tasks_app.store.hooks import on_event_appended, on_sweep
 from tasks_app.vault.stores import SealedColumn, register_sealed
 
 from .events import NOTIFIED_TASK_EVENTS, on_task_event

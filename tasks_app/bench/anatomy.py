@@ -72,7 +72,7 @@ def run_anatomy(world: World, *, steps: int = 21) -> dict[str, Any]:
         else None,
         "by_verb": {v: round(statistics.fmean(c[v] for c in tool_steps), 2) for v in verbs},
         # A `WITH ...` statement is one of the runner's one-statement commits
-        # (`runner.commits`): outside a transaction, it commits on its own.
+        # (`store.commits`): outside a transaction, it commits on its own.
         "commits_per_step": round(statistics.fmean(c["COMMIT"] + c["WITH"] for c in tool_steps), 2)
         if tool_steps
         else None,

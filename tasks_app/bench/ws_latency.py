@@ -46,7 +46,7 @@ from django.db import connection, transaction
 from ..models import Task
 from ..runner.lease import lease_extend, lease_take
 from ..services.actors import Actor
-from ..services.transitions import task_transition
+from ..store.tasks import task_transition
 from .config import BenchConfig
 from .procs import BASE_DIR
 from .stats import summary_ms

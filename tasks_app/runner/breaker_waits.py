@@ -47,7 +47,7 @@ from ..machine import TaskStatus
 from ..models import Task
 from ..services.actors import Actor
 from ..services.dispatch import schedule_advance_on_commit
-from ..services.events import event_append
+from ..store.events import event_append
 from .hops import Hop
 from .snapshot import TaskSnapshot
 

@@ -8,7 +8,7 @@ from typing import Any
 from django.utils import timezone
 
 from ..services.actors import Actor
-from ..services.transitions import KnownTask, task_transition
+from ..store.tasks import KnownTask, task_transition
 from .results import STOP, StepResult
 from .snapshot import TaskSnapshot
 

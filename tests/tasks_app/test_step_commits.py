@@ -1,4 +1,4 @@
-"""The runner's commits (`runner.commits`): one SQL statement each on
+"""The runner's commits (`store.commits`): one SQL statement each on
 PostgreSQL, the ORM in one transaction elsewhere (SQLite, the embedded mode).
 Both must write the same rows, and neither may write anything when the
 task's version moved on."""
@@ -12,11 +12,11 @@ import pytest
 from tasks_app.keys import idempotency_key
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Step, Task
-from tasks_app.runner import commits
 from tasks_app.runner.snapshot import TaskSnapshot
 from tasks_app.services.actors import Actor
 from tasks_app.services.admission import admit_created_tasks
 from tasks_app.services.tasks import task_cancel
+from tasks_app.store import commits, writes
 from tests.factories import submit
 from tests.helpers import drive
 from tools_app.executor.ledger import call_claimed
@@ -32,7 +32,7 @@ SCRIPT = [
 
 
 def _orm_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(commits, "_one_statement", lambda: False)
+    monkeypatch.setattr(writes, "_one_statement", lambda: False)
 
 
 def _written(task_id: int) -> dict[str, Any]:
