@@ -42,13 +42,17 @@ os.environ.setdefault("TETHER_HTTPS", "false")
 os.environ.setdefault("TETHER_PYTHON_TOOL_MODULES", "demo:tools_app.demo.,t-main:tools_app.demo.")
 
 from config.settings import *  # noqa: E402,F401,F403
-from config.settings import DATABASES  # noqa: E402
+from config.settings import DATABASES, INSTALLED_APPS  # noqa: E402
 
 if TETHER_TEST_DB == "sqlite":
     # A file, as the embedded mode uses (an in-memory database has no WAL, and
     # the runner's threads must see each other's commits as separate connections).
     DATABASES["default"]["TEST"] = {
         "NAME": str(_SQLITE_DIR / f"{os.environ['TEST_DATABASE_NAME']}.sqlite3")}
+
+# For its `flush` command (tests/management/commands/flush.py), the cheap one
+# pytest-django runs after each transactional test.
+INSTALLED_APPS = [*INSTALLED_APPS, "tests"]
 
 # Full-strength password hashing costs seconds per test user on this machine;
 # the tests check who may do what, not the hash.

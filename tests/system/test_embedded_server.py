@@ -3,16 +3,24 @@ in-memory channel layer, the runner on daphne's own event loop.
 
 The seeded demo tasks must run with no request ever made to the server: the
 runner is bound to the loop when the server starts, not on a first request.
+Then the server's own loop sends the webhook of a task it ran, with nothing
+else running. One server for both (each start migrates and seeds a fresh
+SQLite file, the slow part).
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
 
+from tests.fakes.webhook_receiver import WebhookReceiver
 from tests.helpers import wait_for
+from tests.processes import ROOT
 
 
 def _tasks(db: Path) -> dict[str, str]:
@@ -33,7 +41,20 @@ def _step_actors(db: Path) -> set[str]:
     return {actor for (actor,) in rows}
 
 
-def test_the_embedded_server_runs_the_demo_without_any_request(embedded_server, tmp_path):
+def _manage(server_db: Path, local_env: Path, *args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    for name in ("CELERY_BROKER_URL", "CHANNEL_LAYER_URL", "TETHER_RUNNER"):
+        env.pop(name, None)
+    env.update(dict(line.split("=", 1) for line in local_env.read_text().splitlines() if line))
+    env.update(DJANGO_SETTINGS_MODULE="config.settings", DATABASE_URL=f"sqlite:///{server_db}",
+               TETHER_HTTPS="false", PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120, check=True)
+    return done.stdout.strip().splitlines()[-1]
+
+
+def test_the_embedded_server_runs_the_demo_without_any_request_then_delivers_a_webhook(
+        embedded_server, tmp_path, webhook_receiver: WebhookReceiver) -> None:
     server = embedded_server(tmp_path / "tether.sqlite3")
     db = server.database_path
 
@@ -66,3 +87,24 @@ def test_the_embedded_server_runs_the_demo_without_any_request(embedded_server, 
     assert local_env.stat().st_mode & 0o777 == 0o600
     names = {line.split("=", 1)[0] for line in local_env.read_text().splitlines()}
     assert names == {"SECRET_KEY", "TETHER_SECRETS_KEY"}
+
+    # The server's own loop delivers a webhook. Recipients are fixed when an
+    # event happens, so the seeded task's earlier question sends nothing here.
+    with httpx.Client(base_url=server.url, timeout=10) as client:
+        key = _manage(server.database_path, local_env,
+                      "create_api_token", "--tenant", "demo", "--username", "hook-admin",
+                      "--role", "admin")
+        auth = {"Authorization": f"Token {key}"}
+        hook = client.post("/api/v1/webhooks", headers=auth, json={
+            "url": webhook_receiver.url(), "events": ["question_asked"]})
+        assert hook.status_code == 201, hook.text
+        task = client.post("/api/v1/tasks", headers=auth, json={
+            "agent": "support", "goal": "ask me",
+            "script": [{"ask": "Which order?"}, {"final": {"ok": True}}]})
+        assert task.status_code == 201, task.text
+
+        received = wait_for(webhook_receiver.all, timeout=60, interval=0.1,
+                            message="the webhook from the embedded server")
+    assert received[0].json["task"]["id"] == task.json()["id"]
+    assert received[0].json["request"]["question"] == "Which order?"
+    assert server.proc.alive()
