@@ -35,6 +35,7 @@ from typing import Any
 import psycopg
 
 from tasks_app.drill.downstream import Downstream
+from tasks_app.models import Task, Tenant
 
 from .config import bench_env
 from .private_services import (
@@ -158,7 +159,8 @@ def _counts(pg: PrivatePostgres, tenant: str) -> dict[str, int] | None:
     try:
         with psycopg.connect(pg.url("tether_chaos"), connect_timeout=2) as conn:
             rows = conn.execute(
-                "SELECT t.status, count(*) FROM tasks_app_task t JOIN tasks_app_tenant n "
+                f"SELECT t.status, count(*) FROM {Task._meta.db_table} t "
+                f"JOIN {Tenant._meta.db_table} n "
                 "ON n.id = t.tenant_id WHERE n.name = %s GROUP BY t.status", (tenant,))
             return {status: n for status, n in rows}
     except psycopg.OperationalError:
