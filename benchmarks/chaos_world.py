@@ -9,8 +9,8 @@ Redis (the bench process itself stays on the bench database).
 - `submit TENANT COUNT`: COUNT scripted tasks, task i a read then a read, an
   idempotent write or a plain write (i mod 3), its `ref` `TENANT-i`; prints
   their ids (JSON);
-- `report TENANT`: statuses, tasks whose event versions are not contiguous
-  (a lost or doubled step), JSON.
+- `report TENANT`: statuses, tasks whose history is not whole (event versions
+  going back, a transition lost or recorded twice, a step number skipped), JSON.
 """
 from __future__ import annotations
 
@@ -75,23 +75,30 @@ def submit(tenant_name: str, count: int) -> list[int]:
 
 
 def report(tenant_name: str) -> dict[str, Any]:
-    from django.db.models import Count, Max, Min
+    from collections import defaultdict
 
-    from tasks_app.models import Event, Task
+    from django.db.models import Count
 
-    statuses: dict[str, int] = {}
-    for status, n in (Task.objects.filter(tenant__name=tenant_name).values_list("status")
-                      .annotate(n=Count("id"))):
-        statuses[status] = n
-    # Versions 1..N with no gap and no repeat: no step lost, none recorded twice.
-    gaps = [row["task_id"] for row in Event.objects.filter(tenant__name=tenant_name)
-            .values("task_id").annotate(n=Count("id"), lo=Min("task_version"),
-                                        hi=Max("task_version"),
-                                        distinct=Count("task_version", distinct=True))
-            if not (row["n"] == row["distinct"] == row["hi"] - row["lo"] + 1)]
-    return {"statuses": statuses, "history_gaps": gaps,
-            "ids": list(Task.objects.filter(tenant__name=tenant_name)
-                        .values_list("id", flat=True))}
+    from tasks_app.models import Event, Step, Task
+
+    statuses = dict(Task.objects.filter(tenant__name=tenant_name).values_list("status")
+                    .annotate(n=Count("id")))
+    tasks = dict(Task.objects.filter(tenant__name=tenant_name).values_list("id", "version"))
+    events: dict[int, list[tuple[int, bool]]] = defaultdict(list)
+    for task_id, version, payload in (Event.objects.filter(task_id__in=tasks).order_by("id")
+                                      .values_list("task_id", "task_version", "payload")):
+        events[task_id].append((version, "from" in payload))
+    steps: dict[int, list[int]] = defaultdict(list)
+    for task_id, step_no in (Step.objects.filter(task_id__in=tasks).order_by("step_no")
+                             .values_list("task_id", "step_no")):
+        steps[task_id].append(step_no)
+    # Whole: versions never go back, the transitions are versions 1..N (none
+    # lost, none twice), the steps are numbered 1..n.
+    gaps = [task_id for task_id, version in tasks.items()
+            if [v for v, _ in events[task_id]] != sorted(v for v, _ in events[task_id])
+            or [v for v, moved in events[task_id] if moved] != list(range(1, version + 1))
+            or steps[task_id] != list(range(1, len(steps[task_id]) + 1))]
+    return {"statuses": statuses, "history_gaps": gaps, "ids": list(tasks)}
 
 
 def main(argv: list[str]) -> None:

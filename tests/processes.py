@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import uuid
@@ -36,6 +35,7 @@ from urllib.parse import quote, urlsplit
 
 import pytest
 
+from tasks_app.bench.private_services import free_port, port_open
 from tests.helpers import wait_for
 
 __all__ = [
@@ -62,20 +62,6 @@ WORKER_KNOBS = {
     "TETHER_LEDGER_CLAIM_GRACE_S": "2",
 }
 START_TIMEOUT_S = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def port_open(host: str, port: int) -> bool:
-    try:
-        socket.create_connection((host, port), timeout=1).close()
-        return True
-    except OSError:
-        return False
 
 
 def require_service(name: str, host: str, port: int) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 import threading
 import time
 from collections import Counter
@@ -38,9 +39,7 @@ class Downstream:
         self.notes: dict[str, str] = {}  # idempotency key -> ref (plain writes, last POST)
         self.calls: Counter[str] = Counter()  # path -> requests
         self.times: list[tuple[float, str]] = []  # (wall clock, path) of every request
-        self._server = ThreadingHTTPServer((host, port), _handler_for(self))
-        self._server.daemon_threads = True
-        self._server.request_queue_size = 256  # hundreds of tasks call at once
+        self._server = _Server((host, port), _handler_for(self))
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
                                         name="drill-downstream")
         self._thread.start()
@@ -108,6 +107,16 @@ class Downstream:
             return 404, b'{"state": "not_found"}'
         return 200, json.dumps({"state": "succeeded",
                                 "result": {"ref": ref, "ok": True}}).encode()
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256  # hundreds of tasks call at once
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return  # the caller went away mid-request (a killed worker): no traceback
+        super().handle_error(request, client_address)
 
 
 def _final_reply() -> dict[str, Any]:

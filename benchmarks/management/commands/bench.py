@@ -119,13 +119,7 @@ class Command(BaseCommand):
             tasks=opts["tasks"] or (10 if cfg.quick else 100),
             outage_s=opts["outage_s"] or (4.0 if cfg.quick else 20.0),
             workers=cfg.workers, log_dir=log_dir, say=lambda line: self.stdout.write(line))
-        if cfg.json_path:
-            Path(cfg.json_path).write_text(json.dumps(doc, indent=2, default=str))
-            self.stdout.write(f"figures written to {cfg.json_path}")
-        self.stdout.write("")
-        self.stdout.write(breaker_table(doc))
-        if not doc["target_met"]:
-            raise CommandError("the breaker target was not met")
+        self._figures(doc, cfg, breaker_table(doc), "breaker")
 
     def _chaos(self, opts: dict, cfg: BenchConfig) -> None:
         from benchmarks.chaos import chaos_table, run_chaos
@@ -136,13 +130,17 @@ class Command(BaseCommand):
                         kills=10 if opts["kills"] is None else opts["kills"],
                         workers=opts["workers"] or 3, seed=opts["seed"], log_dir=log_dir,
                         say=lambda line: self.stdout.write(line))
+        self._figures(doc, cfg, chaos_table(doc), "chaos")
+
+    def _figures(self, doc: dict, cfg: BenchConfig, table: str, workload: str) -> None:
+        """A one-workload run's figures: JSON if asked, the table, the verdict."""
         if cfg.json_path:
             Path(cfg.json_path).write_text(json.dumps(doc, indent=2, default=str))
             self.stdout.write(f"figures written to {cfg.json_path}")
         self.stdout.write("")
-        self.stdout.write(chaos_table(doc))
+        self.stdout.write(table)
         if not doc["target_met"]:
-            raise CommandError("the chaos target was not met")
+            raise CommandError(f"the {workload} target was not met")
 
     def _in_bench_environment(self, opts: dict) -> None:
         url = opts["database_url"] or os.environ.get("BENCH_DATABASE_URL") or DEFAULT_DATABASE_URL
