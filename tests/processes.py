@@ -35,7 +35,7 @@ from urllib.parse import quote, urlsplit
 
 import pytest
 
-from tasks_app.bench.private_services import free_port, port_open
+from benchmarks.private_services import free_port, port_open
 from tests.helpers import wait_for
 
 __all__ = [
