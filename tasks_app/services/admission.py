@@ -30,6 +30,7 @@ from ..prepared import fetch_all_prepared, fetch_one_prepared
 from .actors import SYSTEM
 from .dispatch import schedule_advance_on_commit
 from .events import TRANSITION_EVENT_CTE, announce_written
+from .transitions import KnownTask, fire_guard, task_transition
 
 ADMISSION_LOCK_KEY = 0x7E7E_0001
 
@@ -167,8 +168,6 @@ class _Statements:
     def start(self, cand: Candidate, now: datetime) -> bool:
         """`task_started` from the row just read; False when the task moved on
         meanwhile (canceled while it waited: admission goes on with the next)."""
-        from .transitions import KnownTask, task_transition
-
         try:
             # A savepoint: a refusal must not doom the admission's transaction.
             with transaction.atomic():
@@ -234,8 +233,6 @@ class _PreparedStatements(_Statements):
         return [Candidate(*row) for row in rows]
 
     def start(self, cand: Candidate, now: datetime) -> bool:
-        from .transitions import fire_guard
-
         source, target = fire_guard(
             Task(pk=cand.id, status=TaskStatus.CREATED, version=cand.version), "task_started")
         payload = {"from": source, "to": target}

@@ -17,6 +17,7 @@ from django.db import transaction
 
 from config.metrics import count_task_event
 
+from ..live.publish import publish_event
 from ..machine import FINAL_STATUS_OF
 from ..models import Event
 from .actors import Actor
@@ -77,8 +78,6 @@ def announce_written(*, event_id: int, task_id: int, tenant_id: int, trace_id: s
 
 
 def _publish(event: Event) -> None:
-    from ..live.publish import publish_event
-
     count_task_event(event.type, final_status=FINAL_STATUS_OF.get(event.type, ""))
     trace_event(event)
     publish_event(event)

@@ -23,13 +23,16 @@ from django.db.models import Expression
 from django.utils import timezone
 from django_fsm import can_proceed
 
+from approvals_app.services.closing import OPEN_REQUESTS, close_open_requests
 from config.errors import DomainError, ErrorKind, conflict
 
 from ..machine import TERMINAL, TRANSITIONS, TaskStatus
 from ..models import Step, StepStatus, Task
 from ..models.tasks import OPEN_STEP_STATUSES
 from .actors import Actor
+from .dispatch import schedule_compensation
 from .events import event_append
+from .hooks import run_slot_freed_hooks
 
 
 @dataclass(frozen=True)
@@ -108,14 +111,10 @@ def task_transition(
             _close_open_work(task_id, event=event, payload=payload or {})
         if task.status == TaskStatus.FAILED:
             # Irreversible failure: undo what the task's writes did, after commit.
-            from .dispatch import schedule_compensation
-
             transaction.on_commit(lambda: schedule_compensation(task_id))
         if source == TaskStatus.RUNNING and task.status != TaskStatus.RUNNING:
             # A RUNNING slot was freed: a CREATED task may start (after this commits).
-            from .admission import admission_after_commit
-
-            admission_after_commit()
+            run_slot_freed_hooks()
     return Transitioned(task_id=task_id, version=new_version, status=task.status, event_id=ev.pk)
 
 
@@ -139,8 +138,6 @@ def _close_open_work(task_id: int, *, event: str, payload: dict[str, Any]) -> No
     requests are closed. Same transaction as the terminal transition; on
     PostgreSQL one statement (every task that ends pays for it, and there is
     usually nothing open)."""
-    from approvals_app.services.closing import close_open_requests
-
     status, error = open_steps_end_as(event, payload)
     now = timezone.now()
     if connection.vendor != "postgresql":
@@ -175,8 +172,6 @@ def close_open_work_ctes(guard: str = "") -> tuple[tuple[str, ...], dict[str, An
     their fixed parameters. `guard`, a condition every part also needs (say,
     that a version-checked UPDATE in the same statement matched), lets a
     statement that ends a task embed them."""
-    from approvals_app.services.closing import OPEN_REQUESTS
-
     also = f" AND {guard}" if guard else ""
     fixed: dict[str, Any] = {"open_steps": [s.value for s in OPEN_STEP_STATUSES]}
     parts = [f"closed_steps AS (UPDATE {Step._meta.db_table} SET status = %(close_status)s, "
