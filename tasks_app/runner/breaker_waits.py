@@ -48,8 +48,8 @@ from ..models import Task
 from ..services.actors import Actor
 from ..services.dispatch import schedule_advance_on_commit
 from ..services.events import event_append
+from ..snapshot import TaskSnapshot
 from .hops import Hop
-from .snapshot import TaskSnapshot
 
 BREAKER_ACTOR = Actor.worker("breaker")
 

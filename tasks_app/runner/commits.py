@@ -64,7 +64,7 @@ from ..services.transitions import (
     task_transition,
     task_update_guarded,
 )
-from .snapshot import TaskSnapshot
+from ..snapshot import TaskSnapshot
 
 DECISION_SQL = """
 WITH task AS (

@@ -50,6 +50,7 @@ from ..models import Step, StepStatus, Task
 from ..services.actors import Actor
 from ..services.events import event_append
 from ..services.transitions import KnownTask, task_transition
+from ..snapshot import TaskSnapshot
 from . import breaker_waits
 from .backoff import backoff_s
 from .commits import commit_outcome
@@ -58,7 +59,6 @@ from .memo import SliceMemo
 from .progress import after_call
 from .recording import Decided, seen_recently
 from .results import CONTINUE, STOP, Next, StepResult
-from .snapshot import TaskSnapshot
 from .stopping import exhaust, failure_snapshot, known
 
 After = Callable[[], None] | None

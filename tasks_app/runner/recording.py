@@ -30,12 +30,12 @@ from ..retries.lineage import lineage_key
 from ..services.actors import Actor
 from ..services.events import event_append
 from ..services.transitions import task_transition, task_update_guarded
+from ..snapshot import TaskSnapshot
 from .commits import commit_decision, commit_final
 from .memo import SliceMemo
 from .policy import check_tool_call
 from .progress import repeats_too_often
 from .results import CONTINUE, STOP, Spent, Stale, StepResult
-from .snapshot import TaskSnapshot
 from .stopping import exhaust, known
 
 

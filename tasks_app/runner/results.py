@@ -14,7 +14,7 @@ from typing import Any
 from django.db.models import F
 
 from ..models import Task
-from .snapshot import TaskSnapshot
+from ..snapshot import TaskSnapshot
 
 
 class Next(StrEnum):

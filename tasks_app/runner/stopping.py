@@ -9,8 +9,8 @@ from django.utils import timezone
 
 from ..services.actors import Actor
 from ..services.transitions import KnownTask, task_transition
+from ..snapshot import TaskSnapshot
 from .results import STOP, StepResult
-from .snapshot import TaskSnapshot
 
 
 def known(snap: TaskSnapshot) -> KnownTask:

@@ -13,10 +13,10 @@ from tasks_app.keys import idempotency_key
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Step, Task
 from tasks_app.runner import commits
-from tasks_app.runner.snapshot import TaskSnapshot
 from tasks_app.services.actors import Actor
 from tasks_app.services.admission import admit_created_tasks
 from tasks_app.services.tasks import task_cancel
+from tasks_app.snapshot import TaskSnapshot
 from tests.factories import submit
 from tests.helpers import drive
 from tools_app.executor.ledger import call_claimed
