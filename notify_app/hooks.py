@@ -8,9 +8,10 @@ from tasks_app.services.hooks import on_event_appended, on_sweep
 from tasks_app.vault.stores import SealedColumn, register_sealed
 
 from .dispatch import register_sender
-from .events import NOTIFIED_TASK_EVENTS, on_task_event
+from .events import NOTIFIED_TASK_EVENTS
 from .models import WebhookSubscription
 from .services.delivery import delivery_attempt
+from .services.outbox import on_task_event
 from .services.sweep import notify_sweep
 from .tasks import deliver_later
 
