@@ -104,6 +104,12 @@ else:
             "min_size": min(env.int("DB_POOL_MIN_SIZE", default=1), DB_POOL_MAX_SIZE),
             "max_size": DB_POOL_MAX_SIZE,
             "timeout": env.float("DB_POOL_TIMEOUT_S", default=10.0),
+            # After a database restart (CONN_HEALTH_CHECKS tests each idle connection
+            # as it is lent): a reconnection that keeps failing gives its slot up
+            # after a few seconds, so the next borrower connects at once. With
+            # psycopg's default (5 min) each failed reconnection backs off 1, 2,
+            # 4 ... 64 s holding its slot: progress stalled that long after a restart.
+            "reconnect_timeout": env.float("DB_POOL_RECONNECT_TIMEOUT_S", default=3.0),
         }
     else:
         DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DB_CONN_MAX_AGE", default=60))

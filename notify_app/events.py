@@ -1,7 +1,7 @@
 """Which task events become which notifications, and their titles.
 
 The hook that writes them (`services.outbox.on_task_event`) is registered with
-`tasks_app.services.hooks` for the task events below. The SLA warning has no
+`tasks_app.store.hooks` for the task events below. The SLA warning has no
 task event; the sweep (`services.sweep`) emits it.
 """
 from __future__ import annotations

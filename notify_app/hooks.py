@@ -1,10 +1,10 @@
-"""notify_app's registrations with the task runtime (`tasks_app.services.hooks`)
+"""notify_app's registrations with the task runtime (`tasks_app.store.hooks`)
 and with its own lower layers (`dispatch`: who sends a delivery), made once
 from `NotifyConfig.ready`."""
 from __future__ import annotations
 
 from tasks_app.runner.embedded import embedded_runner
-from tasks_app.services.hooks import on_event_appended, on_sweep
+from tasks_app.store.hooks import on_event_appended, on_sweep
 from tasks_app.vault.stores import SealedColumn, register_sealed
 
 from .dispatch import register_sender

@@ -2,7 +2,7 @@
 (read-only) tasks, steps, events and summaries.
 
 Task state is never edited here: the status field is protected and changes
-only through `services.transitions`, so tasks and their history are view-only.
+only through `store`, so tasks and their history are view-only.
 Agent profiles are editable and checked by the same rules as the API and the
 console (`services.agents.agent_errors`).
 """

@@ -16,7 +16,15 @@ def sha256_hex(text: str) -> str:
 
 def idempotency_key(*, task_id: int, step_id: int, tool: str, args: dict[str, Any]) -> str:
     """sha256(task_id | step_id | tool | canonical_json(args)); made by the server only."""
-    return sha256_hex(f"{task_id}|{step_id}|{tool}|{canonical_json(args)}")
+    head, tail = idempotency_key_around(task_id=task_id, tool=tool, args=args)
+    return sha256_hex(f"{head}{step_id}{tail}")
+
+
+def idempotency_key_around(*, task_id: int, tool: str, args: dict[str, Any]) -> tuple[str, str]:
+    """The text a key hashes, before and after the step's id: the one spelling of
+    the key, for `idempotency_key` and for the store's SQL (`store.commits`),
+    which hashes ``head || step.id || tail`` as it inserts the step."""
+    return f"{task_id}|", f"|{tool}|{canonical_json(args)}"
 
 
 def call_fingerprint(tool: str, args: dict[str, Any]) -> str:

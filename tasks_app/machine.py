@@ -1,8 +1,9 @@
 """The task state machine: states, events and the transition table.
 
 This table is the single source of truth. `Task`'s django-fsm transitions are
-declared from it, `services.transitions.task_transition` is the only code that
-fires them, and tests walk every (state, event) pair against it.
+declared from it, the store (`store.writes.fire_guard`) is the only code that
+fires them, and tests walk every (state, event) pair against it. (Steps have
+their own table: `store.steps.STEP_TRANSITIONS`.)
 """
 from __future__ import annotations
 

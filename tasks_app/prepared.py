@@ -3,7 +3,7 @@
 Django binds parameters on the client and never prepares, so PostgreSQL
 parses and plans every statement anew. The few statements sent for every
 step or every task (the slice memo's probe, the lease, the runner's commits
-in `runner.commits`, admission's reads and starts) go through psycopg's own
+in `store.commits`, admission's reads and starts) go through psycopg's own
 cursor on Django's connection instead, prepared: from the second run on, only
 their parameters travel and the plan is reused.
 

@@ -5,13 +5,20 @@ service fails the run (never a skip); only RabbitMQ, which one broker test
 uses, is skipped when down, unless `TETHER_REQUIRE_SERVICES=1` (CI). Each test
 drives the runner itself (`TETHER_RUNNER=manual`) unless it starts a real
 Celery worker (the `celery_workers` fixture, from `tests/processes.py`).
+
+With `TETHER_TEST_DB=sqlite` the database is a SQLite file instead (PostgreSQL
+need not run): the runtime-core tests (`tests/core.py`, marked `core`) run
+there too, and a test that needs PostgreSQL (`worker`, `postgres`,
+`postgres_only(reason)`) is skipped with its reason.
 """
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest  # noqa: E402
 
+from tests.core import CORE_TESTS  # noqa: E402
 from tests.factories import *  # noqa: E402,F401,F403
 from tests.fakes.mcp_process import mcp_process, mcp_server, mcp_sessions  # noqa: E402,F401
 from tests.fakes.webhook_receiver import webhook_receiver  # noqa: E402,F401
@@ -20,16 +27,49 @@ from tests.processes import celery_workers, embedded_server  # noqa: E402,F401
 
 REQUIRED = {"PostgreSQL": ("127.0.0.1", 5432), "Redis": ("127.0.0.1", 6379)}
 
+# What cannot run on SQLite, and why (a test says so with one of these markers).
+SQLITE_SKIPS = {
+    "worker": "real Celery worker processes share the test database",
+    "postgres": "row locks and concurrent writers",
+}
+TESTS = Path(__file__).resolve().parent
+
+
+def _on_sqlite() -> bool:
+    from django.conf import settings
+
+    return bool(settings.IS_SQLITE)
+
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     missing = []
     for name, (host, port) in REQUIRED.items():
+        if name == "PostgreSQL" and _on_sqlite():
+            continue
         try:
             socket.create_connection((host, port), timeout=2).close()
         except OSError:
             missing.append(f"{name} at {host}:{port}")
     if missing:
         pytest.exit(f"required services are down: {', '.join(missing)}", returncode=3)
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects on the markers added here
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    on_sqlite = _on_sqlite()
+    for item in items:
+        if item.path.resolve().relative_to(TESTS).as_posix().startswith(CORE_TESTS):
+            item.add_marker(pytest.mark.core)
+        if not on_sqlite:
+            continue
+        for name, reason in SQLITE_SKIPS.items():
+            if item.get_closest_marker(name):
+                item.add_marker(pytest.mark.skip(reason=f"PostgreSQL only: {reason}"))
+        only = item.get_closest_marker("postgres_only")
+        if only:
+            if not only.args:
+                raise pytest.UsageError(f"{item.nodeid}: postgres_only needs a reason")
+            item.add_marker(pytest.mark.skip(reason=f"PostgreSQL only: {only.args[0]}"))
 
 
 @pytest.fixture(autouse=True)

@@ -1,10 +1,28 @@
 """Settings for the test suite: the production settings module, with the
 environment defaulted to this machine's PostgreSQL and Redis. Anything set in
-the real environment wins."""
-import os
+the real environment wins.
 
-os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/tether")
+`TETHER_TEST_DB=sqlite` runs the suite on SQLite instead, configured as the
+embedded mode configures it (config/settings.py: WAL, IMMEDIATE transactions,
+the busy timeout), on a file named after TEST_DATABASE_NAME in the temporary
+directory. `scripts/test` runs the runtime-core tests (`-m core`) that way too;
+tests that need PostgreSQL are skipped there (tests/conftest.py says why).
+"""
+import os
+import tempfile
+from pathlib import Path
+
 os.environ.setdefault("TEST_DATABASE_NAME", "test_tether")
+TETHER_TEST_DB = os.environ.get("TETHER_TEST_DB", "postgresql")
+if TETHER_TEST_DB == "sqlite":
+    # Forced, not defaulted: a DATABASE_URL exported for the PostgreSQL run must
+    # not turn the SQLite run back into a PostgreSQL one.
+    _SQLITE_DIR = Path(tempfile.gettempdir())
+    os.environ["DATABASE_URL"] = f"sqlite:///{_SQLITE_DIR / 'tether-tests-unused.sqlite3'}"
+elif TETHER_TEST_DB == "postgresql":
+    os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/tether")
+else:
+    raise ValueError(f"TETHER_TEST_DB must be postgresql or sqlite, not {TETHER_TEST_DB!r}")
 os.environ.setdefault("CHANNEL_LAYER_URL", "redis://127.0.0.1:6379/14")
 os.environ.setdefault("TETHER_RUNNER", "manual")
 os.environ.setdefault("TETHER_BACKOFF_BASE_S", "0.05")
@@ -24,6 +42,13 @@ os.environ.setdefault("TETHER_HTTPS", "false")
 os.environ.setdefault("TETHER_PYTHON_TOOL_MODULES", "demo:tools_app.demo.,t-main:tools_app.demo.")
 
 from config.settings import *  # noqa: E402,F401,F403
+from config.settings import DATABASES  # noqa: E402
+
+if TETHER_TEST_DB == "sqlite":
+    # A file, as the embedded mode uses (an in-memory database has no WAL, and
+    # the runner's threads must see each other's commits as separate connections).
+    DATABASES["default"]["TEST"] = {
+        "NAME": str(_SQLITE_DIR / f"{os.environ['TEST_DATABASE_NAME']}.sqlite3")}
 
 # Full-strength password hashing costs seconds per test user on this machine;
 # the tests check who may do what, not the hash.

@@ -247,23 +247,3 @@ class DemoNotification(models.Model):
 
     def __str__(self) -> str:
         return f"notification to {self.customer}"
-
-
-# --- the benchmark's downstream store ---------------------------------------------
-
-
-class BenchRecord(models.Model):
-    """Written by the benchmark's idempotent write tool: one row per idempotency
-    key, however often the call is replayed."""
-
-    idempotency_key = models.CharField(max_length=64)  # unique: Meta
-    task_id = models.BigIntegerField()
-    n = models.PositiveIntegerField()
-    value = models.JSONField(default=dict)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["idempotency_key"], name="bench_key")]
-
-    def __str__(self) -> str:
-        return f"bench record {self.n} of task {self.task_id}"

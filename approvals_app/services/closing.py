@@ -1,5 +1,10 @@
-"""Closing a task's open human requests when the task ends (cancel, failure)."""
+"""Closing a task's open human requests when the task ends (cancel, failure):
+each kind of request, with the status it has while open, is registered with
+the task store (`store.hooks.on_task_end_close`), which closes them in the
+transaction that ends the task."""
 from __future__ import annotations
+
+from tasks_app.store.hooks import on_task_end_close
 
 from ..models import Approval, Question, Reconciliation
 
@@ -7,6 +12,6 @@ from ..models import Approval, Question, Reconciliation
 OPEN_REQUESTS = ((Approval, "pending"), (Question, "open"), (Reconciliation, "open"))
 
 
-def close_open_requests(*, task_id: int) -> None:
+def register() -> None:
     for model, open_status in OPEN_REQUESTS:
-        model.objects.filter(task_id=task_id, status=open_status).update(status="canceled")
+        on_task_end_close(model, open_status)

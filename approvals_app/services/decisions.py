@@ -19,7 +19,8 @@ from tasks_app.keys import idempotency_key
 from tasks_app.models import Role, Step, StepStatus, Task
 from tasks_app.services.actors import SYSTEM, Actor
 from tasks_app.services.dispatch import schedule_advance_on_commit
-from tasks_app.services.transitions import task_transition
+from tasks_app.store.steps import step_move
+from tasks_app.store.tasks import task_transition
 from tools_app.executor.ledger import reopen_for_retry, settle_by_human, settle_with_status_query
 from tools_app.executor.types import ToolCall, ToolContext
 from tools_app.registry import tool_specs
@@ -106,8 +107,7 @@ def approval_decide(
                                   args=final_args)
             task_transition(task_id=task.pk, event="approval_granted", actor=actor,
                             expected_version=version, payload=payload)
-            Step.objects.filter(pk=step.pk).update(status=StepStatus.RUNNING, args=final_args,
-                                                   idempotency_key=key)
+            step_move(step.pk, StepStatus.RUNNING, args=final_args, idempotency_key=key)
             approval.status = "approved"
             approval.always_allow = always_allow
         elif decision == "reject":
@@ -116,19 +116,17 @@ def approval_decide(
                               comment=["say why, so the agent can do better"])
             task_transition(task_id=task.pk, event="approval_rejected", actor=actor,
                             expected_version=version, payload=payload)
-            Step.objects.filter(pk=step.pk).update(
-                status=StepStatus.REJECTED, finished_at=now,
-                error={"type": "rejected", "message": "a reviewer rejected this call",
-                       "comment": comment})
+            step_move(step.pk, StepStatus.REJECTED, finished_at=now,
+                      error={"type": "rejected", "message": "a reviewer rejected this call",
+                             "comment": comment})
             approval.status = "rejected"
         else:  # respond: the reviewer's output stands in for the tool's result
             _validated_result(task, approval.tool, output)
             task_transition(task_id=task.pk, event="approval_granted", actor=actor,
                             expected_version=version, payload={**payload, "output": output},
                             fields={"tool_calls": F("tool_calls") + 1})
-            Step.objects.filter(pk=step.pk).update(
-                status=StepStatus.SUCCEEDED, output=output, finished_at=now,
-                model_log={**step.model_log, "responded_by": actor.name})
+            step_move(step.pk, StepStatus.SUCCEEDED, output=output, finished_at=now,
+                      model_log={**step.model_log, "responded_by": actor.name})
             approval.status = "responded"
             approval.response_output = output
         approval.comment = comment
@@ -201,9 +199,7 @@ def reconciliation_resolve(
                             expected_version=version,
                             payload={**payload, "output": output},
                             fields={"tool_calls": F("tool_calls") + 1})
-            Step.objects.filter(pk=step.pk).update(status=StepStatus.SUCCEEDED, output=output,
-                                                   error=None,
-                                                   finished_at=now)
+            step_move(step.pk, StepStatus.SUCCEEDED, output=output, error=None, finished_at=now)
             settle_by_human(rec.idempotency_key, succeeded=True, result=output)
         elif outcome == "failed":
             error = {"type": "reconciled_failed",
@@ -212,8 +208,7 @@ def reconciliation_resolve(
             task_transition(task_id=task.pk, event="reconciled", actor=actor,
                             expected_version=version,
                             payload=payload, fields={"tool_calls": F("tool_calls") + 1})
-            Step.objects.filter(pk=step.pk).update(status=StepStatus.FAILED, error=error,
-                                                   finished_at=now)
+            step_move(step.pk, StepStatus.FAILED, error=error, finished_at=now)
             settle_by_human(rec.idempotency_key, succeeded=False, error=error)
         elif outcome == "retry":
             spec = tool_specs(tenant_id=task.tenant_id, names=[rec.tool]).get(rec.tool)
@@ -224,9 +219,8 @@ def reconciliation_resolve(
             task_transition(task_id=task.pk, event="reconciled", actor=actor,
                             expected_version=version,
                             payload=payload)
-            Step.objects.filter(pk=step.pk).update(status=StepStatus.RUNNING,
-                                                   attempt=F("attempt") + 1,
-                                                   next_attempt_at=None)
+            step_move(step.pk, StepStatus.RUNNING, attempt=F("attempt") + 1,
+                      next_attempt_at=None)
             reopen_for_retry(rec.idempotency_key)
         rec.status, rec.outcome, rec.output, rec.comment = "resolved", outcome, output, comment
         rec.resolved_by_id, rec.resolved_role, rec.resolved_at = actor.user_id, actor.role, now
@@ -282,9 +276,9 @@ def approvals_expire() -> int:
             done = task_transition(task_id=task.pk, event="approval_rejected", actor=SYSTEM,
                                    expected_version=task.version,
                                    payload={"approval_id": fresh.pk, "decision": "expired"})
-            Step.objects.filter(pk=fresh.step_id).update(
-                status=StepStatus.REJECTED, finished_at=now,
-                error={"type": "rejected", "message": "the approval expired before anyone decided"})
+            step_move(fresh.step_id, StepStatus.REJECTED, finished_at=now,
+                      error={"type": "rejected",
+                             "message": "the approval expired before anyone decided"})
             fresh.status, fresh.decided_at, fresh.comment = "expired", now, f"expired ({mode})"
             fresh.save()
             if mode == "escalate":

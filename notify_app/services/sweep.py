@@ -1,4 +1,4 @@
-"""notify_app's part of the recovery sweep (registered with `tasks_app.services.hooks`):
+"""notify_app's part of the recovery sweep (registered with `tasks_app.store.hooks`):
 
 - SLA warnings: a pending approval with an SLA whose `TETHER_APPROVAL_SLA_WARNING_AT`
   fraction (80 %) has passed, and that has not expired yet, gets one

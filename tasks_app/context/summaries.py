@@ -38,8 +38,8 @@ from ..gateway import GatewayError, get_backend
 from ..machine import TERMINAL
 from ..models import ContextSummary, Event, Role, Step, Task
 from ..services.actors import SYSTEM, Actor
-from ..services.events import event_append
 from ..services.spend import spend_of_call
+from ..store.events import event_append
 from ..vault.lookup import model_keys
 from .builder import ContextSources, active_summary, context_limits, step_chars, step_view
 

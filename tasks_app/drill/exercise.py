@@ -5,11 +5,11 @@ task finishes (none lost, none hanging), no write applied twice downstream.
 
 Phases: a baseline; a tool answering invalid JSON; a downstream answering 500
 for a while; twice the baseline's tasks at once; a worker killed with SIGKILL
-(only when the drill started workers itself, `--start-workers`). Two phases
-report `n/a` for now, each with its hook below: model timeouts (the drill's
-tasks use the scripted model; `model_timeout_phase`) and a downstream outage
-long enough to open a circuit breaker (breakers are not merged yet;
-`breaker_phase`).
+(only when the drill started workers itself, `--start-workers`); a downstream
+outage long enough to open the write tool's circuit breaker (its openings and
+the calls it let through while open are counted); the model endpoint stalling
+past the agent's timeout for a while (an agent on the OpenAI-compatible fake
+model the downstream serves: the tasks retry and finish).
 """
 from __future__ import annotations
 
@@ -30,15 +30,15 @@ from django.conf import settings
 from django.db import connection
 
 from config.celery import app
-from tools_app.models import Tool
+from tools_app.models import Breaker, Tool
 from tools_app.outbound.policy import url_problem
 
 from ..machine import TERMINAL, TaskStatus
-from ..models import Step, Task, Tenant
+from ..models import Event, Step, Task, Tenant
 from ..services.actors import SYSTEM
 from ..services.releases import agent_seed
 from ..services.tasks import task_submit
-from .downstream import Downstream
+from .downstream import MODEL_PATH, Downstream
 
 FINISHED = {*TERMINAL, TaskStatus.WAITING_FOR_RECONCILIATION}
 
@@ -53,6 +53,8 @@ class Phase:
     duplicates: int = 0
     recover_s: float | None = None  # from the fault's end to the last task finished
     downstream_calls: int = 0  # calls the fault's route received during the phase
+    breaker_openings: int = 0
+    calls_while_open: int = 0  # calls that reached the downstream while its breaker was open
     promise_kept: bool | None = None  # None: not run (n/a)
     note: str = ""
 
@@ -73,6 +75,14 @@ class DrillOptions:
     @property
     def deadline_s(self) -> float:
         return 120.0 if self.quick else 600.0
+
+    @property
+    def outage_s(self) -> float:
+        return 4.0 if self.quick else 20.0
+
+    @property
+    def model_timeout_s(self) -> float:
+        return 1.0 if self.quick else 5.0
 
 
 @dataclass
@@ -97,8 +107,8 @@ class Drill:
             baseline = self._baseline()
             self._invalid_json()
             self._error_500()
-            self.phases.append(breaker_phase())
-            self.phases.append(model_timeout_phase())
+            self._breaker_opens()
+            self._model_timeouts()
             self._doubled(baseline)
             self._worker_killed()
         finally:
@@ -144,6 +154,56 @@ class Drill:
         phase.downstream_calls = self.downstream.calls["/write"] - calls_before
         self._finish(phase, f"retried with backoff: {phase.downstream_calls} calls for "
                             f"{len(ids)} writes")
+
+    def _breaker_opens(self) -> None:
+        seconds = self.options.outage_s
+        tool = Tool.objects.get(tenant=self.tenant, name="drill_write")
+        opened_before = _openings(self.tenant.pk, "tool", tool.name)
+        self.downstream.set("/write", "error_500")
+        calls_before = self.downstream.calls["/write"]
+        outage_start = time.time()
+        ids = self._submit(self.options.batch)
+        phase = Phase(fault=f"a downstream outage of {seconds:.0f} s (the breaker opens)",
+                      tasks=len(ids))
+        time.sleep(seconds)  # the outage lasts this long
+        fault_end, outage_end = time.monotonic(), time.time()
+        self.downstream.set("/write", "ok")
+        self._wait(phase, ids, since=fault_end)
+        opened = (Event.objects.filter(task_id__in=ids, type="breaker_opened")
+                  .order_by("id").values_list("created_at", flat=True).first())
+        while_open = (self.downstream.calls_between("/write", opened.timestamp(), outage_end)
+                      if opened else 0)
+        openings = _openings(self.tenant.pk, "tool", tool.name) - opened_before
+        phase.downstream_calls = self.downstream.calls["/write"] - calls_before
+        phase.breaker_openings = openings
+        phase.calls_while_open = while_open
+        phase.tether_did = (
+            f"the breaker opened {openings} time(s)"
+            + (f" {opened.timestamp() - outage_start:.1f} s into the outage" if opened else "")
+            + f"; {while_open} calls reached the downstream while it was open (probes), "
+            f"{phase.downstream_calls} in all for {len(ids)} writes; tasks waited, then went on")
+        phase.promise_kept = (phase.finished == phase.tasks == phase.succeeded
+                              and phase.duplicates == 0 and openings >= 1
+                              and while_open <= 2 * len(ids))
+        self.phases.append(phase)
+
+    def _model_timeouts(self) -> None:
+        seconds = self.options.outage_s
+        self.downstream.stall_s = 3 * self.options.model_timeout_s
+        calls_before = self.downstream.calls[MODEL_PATH]
+        self.downstream.set(MODEL_PATH, "stall")
+        ids = self._submit(self.options.batch, agent="drill-model")
+        phase = Phase(fault=f"the model stalls past its {self.options.model_timeout_s:g} s "
+                            f"timeout for {seconds:.0f} s", tasks=len(ids))
+        time.sleep(seconds)  # the stall lasts this long
+        fault_end = time.monotonic()
+        self.downstream.set(MODEL_PATH, "ok")
+        self._wait(phase, ids, since=fault_end)
+        phase.downstream_calls = self.downstream.calls[MODEL_PATH] - calls_before
+        phase.breaker_openings = _openings(self.tenant.pk, "model", "drill")
+        self._finish(phase, f"timed out, retried with backoff ({phase.downstream_calls} model "
+                            f"calls for {len(ids)} tasks, the model's breaker opened "
+                            f"{phase.breaker_openings} time(s)), then finished")
 
     def _doubled(self, baseline_s: float) -> None:
         phase = self._batch("doubled concurrency", 2 * self.options.batch)
@@ -197,9 +257,15 @@ class Drill:
         else:
             phase.note = f"unfinished after {self.options.deadline_s:.0f} s: {dict(counts)}"
 
-    def _submit(self, count: int, *, json_tool: bool = False) -> list[int]:
+    def _submit(self, count: int, *, json_tool: bool = False,
+                agent: str = "drill") -> list[int]:
         ids = []
         for _ in range(count):
+            if agent != "drill":  # the model decides: no script
+                ids.append(task_submit(tenant_id=self.tenant.pk, requester_id=None,
+                                       agent=agent, goal="drill: answer done", input={},
+                                       actor=SYSTEM).task.pk)
+                continue
             ref = uuid.uuid4().hex[:12]
             second = ({"tool": "drill_json", "args": {"ref": ref}} if json_tool
                       else {"tool": "drill_write", "args": {"ref": ref}})
@@ -216,32 +282,31 @@ class Drill:
     def _tenant(self, name: str) -> Tenant:
         tenant = Tenant.objects.create(name=name)
         common = {"kind": "http", "args_schema": {"type": "object"}, "timeout_s": 3.0}
-        for tool, path, side_effect, retries in (
-            ("drill_read", "/read", "read", 3),
-            ("drill_json", "/json", "read", 1),
-            ("drill_write", "/write", "idempotent_write", 10),
+        # the write's breaker: opens after a few failures, probes again soon,
+        # so the drill's outage sees it open, probe and close
+        breaker = {"failures": 3, "cooldown_s": 1.0 if self.options.quick else 5.0,
+                   "max_cooldown_s": 2.0 if self.options.quick else 10.0}
+        for tool, path, side_effect, retries, extra in (
+            ("drill_read", "/read", "read", 3, {}),
+            ("drill_json", "/json", "read", 1, {}),
+            ("drill_write", "/write", "idempotent_write", 10, {"breaker": breaker}),
         ):
             Tool.objects.create(tenant=tenant, name=tool, url=self._url(path),
-                                side_effect=side_effect, max_retries=retries, **common)
+                                side_effect=side_effect, max_retries=retries, **common, **extra)
         agent_seed(tenant_id=tenant.pk, name="drill", defaults={
             "tools": ["drill_read", "drill_json", "drill_write"], "on_exhaustion": "fail",
             "model": {"backend": "scripted", "name": "scripted"}})
+        agent_seed(tenant_id=tenant.pk, name="drill-model", defaults={
+            "tools": [], "on_exhaustion": "fail", "max_duration_s": 3600,
+            "model": {"backend": "openai", "name": "drill", "base_url": self._url("/v1"),
+                      "timeout_s": self.options.model_timeout_s, "max_retries": 1,
+                      "breaker": breaker}})
         return tenant
 
 
-def breaker_phase() -> Phase:
-    """Hook: once circuit breakers exist, hold the downstream down past the
-    breaker's threshold, count calls while it is open, and check every task
-    succeeds after the outage."""
-    return Phase(fault="a downstream outage long enough to open the breaker",
-                 note="breaker: n/a (circuit breakers are not in this build)")
-
-
-def model_timeout_phase() -> Phase:
-    """Hook: point a drill agent at a model endpoint of the drill's own that
-    answers past the agent's timeout, and check the tasks go on."""
-    return Phase(fault="model timeouts",
-                 note="n/a: the drill's tasks use the scripted model in this build")
+def _openings(tenant_id: int, kind: str, name: str) -> int:
+    return sum(Breaker.objects.filter(tenant_id=tenant_id, kind=kind, name=name)
+               .values_list("opened_count", flat=True))
 
 
 class DrillAborted(Exception):

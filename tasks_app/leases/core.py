@@ -40,7 +40,7 @@ from ..machine import TaskStatus
 from ..models import LeaseWaiter, ResourceLease, Task
 from ..services.actors import Actor
 from ..services.dispatch import schedule_advance
-from ..services.events import event_append
+from ..store.events import event_append
 from .takeover import Holder, settle_dead_holder
 
 

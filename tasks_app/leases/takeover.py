@@ -20,7 +20,7 @@ from tools_app.registry import tool_specs
 from ..models import Task
 from ..services.actors import Actor
 from ..services.dispatch import schedule_advance
-from ..services.events import event_append
+from ..store.events import event_append
 
 
 @dataclass(frozen=True)

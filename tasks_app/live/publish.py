@@ -1,6 +1,6 @@
 """Publishing a committed event to its task's and its tenant's groups.
 
-Called only from the on-commit hook `services.events.event_announce` sets.
+Called only after an event commits (registered with `store.hooks.on_event_committed`).
 Publishing never blocks or fails a step: the message is handed to one
 publisher task on an event loop (the ASGI server's own loop in the embedded
 mode, so the in-memory layer wakes its consumers at once; else a loop in a

@@ -1,9 +1,10 @@
 """Tasks and steps.
 
 `Task.status` is a protected django-fsm field: it changes only through the
-transition methods below, and those fire only inside
-`tasks_app.services.transitions.task_transition`, which also bumps `version`
-with an optimistic check and writes the event row in the same transaction.
+transition methods below, and those fire only inside the store
+(`tasks_app.store.writes.fire_guard`), which also bumps `version` with an
+optimistic check and writes the event row in the same transaction. A step's
+status moves only as the step machine allows (`tasks_app.store.steps`).
 The transition methods are pure guards: no side effects here.
 """
 

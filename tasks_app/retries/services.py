@@ -35,8 +35,8 @@ from ..machine import TaskStatus
 from ..models import Event, Step, StepKind, StepStatus, Task
 from ..services.actors import Actor
 from ..services.admission import admission_after_commit
-from ..services.events import event_append
 from ..services.tasks import budget_extension_checked, budget_extension_merged
+from ..store.events import event_append
 
 RETRYABLE = (TaskStatus.FAILED, TaskStatus.CANCELED)
 MAX_COMMENT = 2000

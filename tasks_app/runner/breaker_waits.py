@@ -47,8 +47,8 @@ from ..machine import TaskStatus
 from ..models import Task
 from ..services.actors import Actor
 from ..services.dispatch import schedule_advance_on_commit
-from ..services.events import event_append
 from ..snapshot import TaskSnapshot
+from ..store.events import event_append
 from .hops import Hop
 
 BREAKER_ACTOR = Actor.worker("breaker")

@@ -33,7 +33,7 @@ from ..keys import compensation_key
 from ..machine import TaskStatus
 from ..models import Event, Step, StepKind, StepStatus, Task
 from ..services.actors import SYSTEM
-from ..services.events import event_append
+from ..store.events import event_append
 
 log = logging.getLogger(__name__)
 

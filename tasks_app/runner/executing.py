@@ -48,12 +48,13 @@ from ..keys import call_fingerprint, canonical_json, sha256_hex
 from ..leases import ResourceHold, lease_for_call
 from ..models import Step, StepStatus, Task
 from ..services.actors import Actor
-from ..services.events import event_append
-from ..services.transitions import KnownTask, task_transition
 from ..snapshot import TaskSnapshot
+from ..store.commits import commit_outcome
+from ..store.events import event_append
+from ..store.steps import step_keep_late, step_move
+from ..store.tasks import KnownTask, task_transition
 from . import breaker_waits
 from .backoff import backoff_s
-from .commits import commit_outcome
 from .hops import Hop
 from .memo import SliceMemo
 from .progress import after_call
@@ -270,8 +271,8 @@ def _commit_failure(snap: TaskSnapshot, step: Step, spec: ToolSpec | None, outco
     the outcome's transaction (the caller's)."""
     now = timezone.now()
     if outcome.kind is OutcomeKind.PERMISSION:
-        Step.objects.filter(pk=step.pk).update(status=StepStatus.FAILED, error=outcome.error,
-                                               finished_at=now, latency_ms=outcome.latency_ms)
+        step_move(step.pk, StepStatus.FAILED, error=outcome.error, finished_at=now,
+                  latency_ms=outcome.latency_ms)
         task_transition(task_id=snap.id, event="fatal_error", actor=actor,
                         expected_version=snap.version, known=known,
                         payload={"reason": "permission_denied", "step_no": step.step_no},
@@ -288,16 +289,13 @@ def _commit_failure(snap: TaskSnapshot, step: Step, spec: ToolSpec | None, outco
                             expected_version=snap.version, known=known,
                             payload={"step_no": step.step_no, "attempt": step.attempt + 1,
                                      "delay_s": round(delay, 3), "error": outcome.error})
-            Step.objects.filter(pk=step.pk).update(
-                status=StepStatus.RETRYING, attempt=F("attempt") + 1, error=outcome.error,
-                next_attempt_at=now + timedelta(seconds=delay))
+            step_move(step.pk, StepStatus.RETRYING, attempt=F("attempt") + 1,
+                      error=outcome.error, next_attempt_at=now + timedelta(seconds=delay))
             return StepResult(Next.LATER, delay, "retry")
-        Step.objects.filter(pk=step.pk).update(status=StepStatus.FAILED, error=outcome.error,
-                                               finished_at=now)
+        step_move(step.pk, StepStatus.FAILED, error=outcome.error, finished_at=now)
         return exhaust(snap, "retries_exhausted", actor, detail=outcome.error)
     # UNCERTAIN: the status query could not settle it: a person decides.
-    Step.objects.filter(pk=step.pk).update(status=StepStatus.UNCERTAIN, error=outcome.error,
-                                           latency_ms=outcome.latency_ms)
+    step_move(step.pk, StepStatus.UNCERTAIN, error=outcome.error, latency_ms=outcome.latency_ms)
     done = task_transition(task_id=snap.id, event="result_uncertain", actor=actor,
                            expected_version=snap.version, known=known,
                            payload={"step_no": step.step_no, "tool": step.tool,
@@ -320,19 +318,11 @@ def _discard_late(snap: TaskSnapshot, step: Step, outcome: ToolOutcome, actor: A
             "from_ledger": outcome.from_ledger}
     with transaction.atomic():
         task = Task.objects.only("status", "version").get(pk=snap.id)
-        fresh = Step.objects.select_for_update().get(pk=step.pk)  # held for this instant only
-        # Another executor already settled this step: ours is a duplicate, the step
-        # keeps the outcome that was applied.
-        duplicate = fresh.status in (StepStatus.SUCCEEDED, StepStatus.FAILED, StepStatus.REJECTED)
-        if not duplicate:
-            fresh.late_output = late
-            if task.is_terminal:
-                fresh.status = StepStatus.DISCARDED
-            fresh.save(update_fields=["late_output", "status"])
+        step_status, duplicate = step_keep_late(step.pk, late, task_ended=task.is_terminal)
         event_append(task_id=snap.id, tenant_id=snap.tenant_id, trace_id=snap.trace_id,
                      task_version=task.version, type="result_discarded", actor=actor,
                      payload={"step_no": step.step_no, "reason": reason, "task_status": task.status,
-                              "step_status": fresh.status, "duplicate": duplicate,
+                              "step_status": step_status, "duplicate": duplicate,
                               "late_kind": outcome.kind.value})
 
 

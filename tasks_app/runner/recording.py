@@ -6,7 +6,7 @@ model), a question (the task waits for input), a final answer (validated
 against the result schema, then the task ends), a tool call refused (a budget,
 no progress: the task fails or escalates), a tool call that needs approval
 (the task waits), or a tool call that runs next: its step and ledger claim in
-one statement (`commits.commit_decision`), returned as `Decided`.
+one statement (`store.commits.commit_decision`), returned as `Decided`.
 """
 from __future__ import annotations
 
@@ -24,14 +24,15 @@ from tools_app.executor.types import ToolSpec
 from tools_app.schemas import schema_errors
 
 from ..gateway import Decision
-from ..keys import call_fingerprint, canonical_json, idempotency_key, sha256_hex
+from ..keys import call_fingerprint, canonical_json, sha256_hex
 from ..models import Step, StepKind, StepStatus
 from ..retries.lineage import lineage_key
 from ..services.actors import Actor
-from ..services.events import event_append
-from ..services.transitions import task_transition, task_update_guarded
 from ..snapshot import TaskSnapshot
-from .commits import commit_decision, commit_final
+from ..store.commits import commit_decision, commit_final
+from ..store.events import event_append
+from ..store.steps import step_create, step_keyed
+from ..store.tasks import task_transition, task_update_guarded
 from .memo import SliceMemo
 from .policy import check_tool_call
 from .progress import repeats_too_often
@@ -41,7 +42,7 @@ from .stopping import exhaust, known
 
 def _new_step(snap: TaskSnapshot, *, kind: str, status: str, decision: Decision,
               model_log: dict[str, Any], **fields: Any) -> Step:
-    return Step.objects.create(
+    return step_create(
         task_id=snap.id, step_no=snap.steps_count + 1, kind=kind, status=status,
         decision=decision.as_dict(), model_log=model_log, **fields,
     )
@@ -153,9 +154,7 @@ def record_decision(
             step = _new_step(snap, kind=StepKind.TOOL, status=StepStatus.PENDING_APPROVAL,
                              decision=decision, model_log=model_log, tool=decision.tool,
                              args=decision.args)
-            step.idempotency_key = reused or idempotency_key(
-                task_id=snap.id, step_id=step.pk, tool=decision.tool, args=decision.args)
-            Step.objects.filter(pk=step.pk).update(idempotency_key=step.idempotency_key)
+            step_keyed(step, reused)
             done = task_transition(task_id=snap.id, event="need_approval", actor=actor,
                                    expected_version=snap.version, known=known(snap),
                                    fields=counters,

@@ -10,7 +10,7 @@ the embedded runner's own timer).
   (`deadline_exceeded`): the deadline holds while nobody runs them. Tasks
   waiting for a reconciliation (the outside world's state is unknown) or for an
   operator (escalated: the operator decides) are left to their person;
-- then the hooks other apps registered (`services.hooks.on_sweep`).
+- then the hooks other apps registered (`store.hooks.on_sweep`).
 
 What happens to a step left mid-call is decided by the ledger when the task
 runs again: same key for tools that honour keys, UNCERTAIN (status query,
@@ -34,8 +34,8 @@ from ..models import Task
 from ..services.actors import SYSTEM
 from ..services.admission import admit_created_tasks
 from ..services.dispatch import schedule_advance
-from ..services.hooks import run_sweep_hooks
-from ..services.transitions import task_transition
+from ..store.hooks import run_sweep_hooks
+from ..store.tasks import task_transition
 
 DEADLINE_WAITS = (TaskStatus.WAITING_FOR_INPUT, TaskStatus.WAITING_FOR_APPROVAL)
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from django.db.models import F
 
-from ..models import Task
 from ..snapshot import TaskSnapshot
+from ..store.tasks import task_charge
 
 
 class Next(StrEnum):
@@ -57,9 +57,7 @@ class Spent:
     def charge(self, task_id: int) -> None:
         """Count the model call in a short commit of its own, for a decision that
         did not commit (a plain counter: the version does not move)."""
-        if self.model_calls:
-            Task.objects.filter(pk=task_id).update(
-                model_calls=F("model_calls") + self.model_calls, tokens=F("tokens") + self.tokens)
+        task_charge(task_id, model_calls=self.model_calls, tokens=self.tokens)
 
     def applied_to(self, snap: TaskSnapshot) -> TaskSnapshot:
         """The snapshot as the decision's commit left the row."""

@@ -8,8 +8,8 @@ from typing import Any
 from django.utils import timezone
 
 from ..services.actors import Actor
-from ..services.transitions import KnownTask, task_transition
 from ..snapshot import TaskSnapshot
+from ..store.tasks import KnownTask, task_transition
 from .results import STOP, StepResult
 
 

@@ -4,7 +4,8 @@ per-tenant and per-agent limits on RUNNING tasks allow.
 Admission decisions are serialized (a PostgreSQL transaction-scoped advisory
 lock; SQLite's IMMEDIATE transactions already serialize writers) so two
 admitters cannot both take the last slot. It runs after every transaction that
-submits or ends a task, so on PostgreSQL its statements are prepared SQL.
+submits or ends a task, so on PostgreSQL its reads are prepared SQL; each start
+is written by the store (`store.commits.commit_start`).
 """
 
 from __future__ import annotations
@@ -22,15 +23,11 @@ from django.db.models import Count
 from django.db.models.fields.json import KT
 from django.utils import timezone
 
-from config.errors import DomainError, ErrorKind
-
 from ..machine import TaskStatus
-from ..models import Event, Task
+from ..models import Task
 from ..prepared import fetch_all_prepared, fetch_one_prepared
-from .actors import SYSTEM
+from ..store.commits import commit_start
 from .dispatch import schedule_advance_on_commit
-from .events import TRANSITION_EVENT_CTE, announce_written
-from .transitions import KnownTask, fire_guard, task_transition
 
 ADMISSION_LOCK_KEY = 0x7E7E_0001
 
@@ -167,53 +164,27 @@ class _Statements:
 
     def start(self, cand: Candidate, now: datetime) -> bool:
         """`task_started` from the row just read; False when the task moved on
-        meanwhile (canceled while it waited: admission goes on with the next)."""
-        try:
-            # A savepoint: a refusal must not doom the admission's transaction.
-            with transaction.atomic():
-                task_transition(
-                    task_id=cand.id,
-                    event="task_started",
-                    actor=SYSTEM,
-                    expected_version=cand.version,
-                    known=KnownTask(status=TaskStatus.CREATED, tenant_id=cand.tenant_id,
-                                    trace_id=cand.trace_id),
-                    fields=_started(cand, now),
-                )
-        except DomainError as exc:
-            if exc.kind != ErrorKind.CONFLICT:
-                raise
-            return False
-        return True
+        meanwhile (canceled while it waited: admission goes on with the next).
+        The store writes it: one statement on PostgreSQL, the ORM elsewhere."""
+        return commit_start(task_id=cand.id, tenant_id=cand.tenant_id, trace_id=cand.trace_id,
+                            version=cand.version, **_started(cand, now))
 
 
-ANY_CREATED_SQL = "SELECT EXISTS (SELECT 1 FROM tasks_app_task WHERE status = 'CREATED')"
+_TASKS, _CREATED, _RUNNING = Task._meta.db_table, TaskStatus.CREATED.value, TaskStatus.RUNNING.value
+ANY_CREATED_SQL = f"SELECT EXISTS (SELECT 1 FROM {_TASKS} WHERE status = '{_CREATED}')"
 LOCK_SQL = "SELECT pg_advisory_xact_lock(%s)"
-RUNNING_SQL = """
-SELECT tenant_id, agent_id, count(*) FROM tasks_app_task
- WHERE status = 'RUNNING' GROUP BY tenant_id, agent_id
+RUNNING_SQL = f"""
+SELECT tenant_id, agent_id, count(*) FROM {_TASKS}
+ WHERE status = '{_RUNNING}' GROUP BY tenant_id, agent_id
 """
-CANDIDATES_SQL = """
+CANDIDATES_SQL = f"""
 SELECT id, tenant_id, agent_id, version, trace_id,
        agent_snapshot -> 'budget' ->> 'max_concurrent_tasks',
        agent_snapshot -> 'budget' ->> 'max_duration_s'
-  FROM tasks_app_task
- WHERE status = 'CREATED' AND id > %(after)s AND NOT (tenant_id = ANY(%(full)s))
+  FROM {_TASKS}
+ WHERE status = '{_CREATED}' AND id > %(after)s AND NOT (tenant_id = ANY(%(full)s))
  ORDER BY id LIMIT %(page)s
 """
-# `task_started` and its event, in one statement; no row when the version moved
-# on. The statuses come from the state machine's guard, as in `transitions`,
-# which does the same with the ORM.
-START_SQL = """
-WITH task AS (
-    UPDATE tasks_app_task
-       SET status = %(to)s, version = version + 1, updated_at = %(now)s,
-           started_at = %(started_at)s, deadline_at = %(deadline_at)s
-     WHERE id = %(task_id)s AND version = %(version)s AND status = %(from)s
- RETURNING version
-), {event}
-SELECT task.version, event.id FROM task, event
-""".replace("{event}", TRANSITION_EVENT_CTE)
 
 
 class _PreparedStatements(_Statements):
@@ -231,25 +202,6 @@ class _PreparedStatements(_Statements):
         rows = fetch_all_prepared(
             CANDIDATES_SQL, {"after": after, "full": excluding_tenants, "page": PAGE})
         return [Candidate(*row) for row in rows]
-
-    def start(self, cand: Candidate, now: datetime) -> bool:
-        source, target = fire_guard(
-            Task(pk=cand.id, status=TaskStatus.CREATED, version=cand.version), "task_started")
-        payload = {"from": source, "to": target}
-        row = fetch_one_prepared(START_SQL, {
-            **_started(cand, now), "now": now, "task_id": cand.id, "version": cand.version,
-            "from": source, "to": target,
-            "tenant_id": cand.tenant_id, "trace_id": cand.trace_id, "event_type": "task_started",
-            "payload": Event._meta.get_field("payload").get_db_prep_save(payload, connection),
-            "actor": SYSTEM.name, "actor_role": SYSTEM.role,
-        })
-        if row is None:
-            return False
-        version, event_id = row
-        announce_written(event_id=event_id, task_id=cand.id, tenant_id=cand.tenant_id,
-                         trace_id=cand.trace_id, task_version=version, type="task_started",
-                         payload=payload, actor=SYSTEM, at=now)
-        return True
 
 
 _ORM = _Statements()

@@ -1,7 +1,7 @@
 """Rebuilding a task's state from its event log, and checking it against the row.
 
 The event log is append-only and every transition writes exactly one event in
-the transaction that moves the task (`services.transitions`): its type is the
+the transaction that moves the task (`store.tasks`): its type is the
 transition's event, its payload carries `from` and `to`, its `task_version` the
 version the transition produced. Folding those events in id order must give
 the stored status and version; anything else means the row or the log was

@@ -1,11 +1,12 @@
 """What a committed task event adds to the task's trace (`config.tracing`).
 
-Called once per event, after its commit (`events._publish`): a submission
-links the span that made it to the task's trace; a person's part
-(an approval, a question, a reconciliation, an escalation: asked and
-answered) becomes a span event; an event that ends the task writes the task's
-root span, from submission to that commit, with the one read of the task it
-needs. Nothing is done, and nothing read, when traces are off.
+Called once per event, after its commit (`services.events.observe_committed`,
+registered with `store.hooks`): a submission links the span that made it to
+the task's trace; a person's part (an approval, a question, a reconciliation,
+an escalation: asked and answered) becomes a span event; an event that ends
+the task writes the task's root span, from submission to that commit, with the
+one read of the task it needs. Nothing is done, and nothing read, when traces
+are off.
 """
 from __future__ import annotations
 

@@ -16,14 +16,15 @@ from config.errors import DomainError, conflict, invalid, not_found
 
 from ..keys import canonical_json, sha256_hex
 from ..machine import NON_TERMINAL, TaskStatus
-from ..models import AgentProfile, Step, StepStatus, Task
+from ..models import AgentProfile, StepStatus, Task
 from ..pricing import MAX_BUDGET, money, money_problem, money_text
+from ..store.events import event_append
+from ..store.steps import step_move
+from ..store.tasks import Transitioned, task_transition
 from .actors import Actor
 from .admission import admission_after_commit
 from .agent_versions import version_for_submission
 from .dispatch import schedule_advance_on_commit
-from .events import event_append
-from .transitions import Transitioned, task_transition
 
 MAX_SCRIPT_ENTRIES = 5000
 
@@ -161,9 +162,8 @@ def task_provide_input(*, task_id: int, answer: str, actor: Actor,
             status="answered", answer=answer, answered_by_id=actor.user_id,
             answered_role=actor.role, answered_at=timezone.now(),
         )
-        Step.objects.filter(pk=question.step_id).update(
-            status=StepStatus.SUCCEEDED, output={"answer": answer}, finished_at=timezone.now()
-        )
+        step_move(question.step_id, StepStatus.SUCCEEDED, output={"answer": answer},
+                  finished_at=timezone.now())
         schedule_advance_on_commit(task_id)
     return done
 

@@ -13,7 +13,7 @@ from django.utils import timezone
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Role, Task
 from tasks_app.services.actors import SYSTEM
-from tasks_app.services.events import event_append
+from tasks_app.store.events import event_append
 from tests.factories import make_user
 
 from .conftest import Tenancy, client_for

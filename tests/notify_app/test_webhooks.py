@@ -14,7 +14,7 @@ from notify_app.services.delivery import delivery_attempt
 from notify_app.signing import verify
 from tasks_app.machine import TaskStatus
 from tasks_app.services.actors import SYSTEM
-from tasks_app.services.transitions import task_transition
+from tasks_app.store.tasks import task_transition
 from tests.factories import submit
 from tests.helpers import drive
 

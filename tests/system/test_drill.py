@@ -1,5 +1,6 @@
 """`manage.py drill --quick` against the test database, with workers the
-drill starts (and kills one of): it exits 0 and its report says what held."""
+drill starts (and kills one of): it exits 0 and its report says what held,
+the breaker's openings under an outage and the model's timeouts included."""
 
 from __future__ import annotations
 
@@ -36,7 +37,10 @@ def test_a_quick_drill_holds_its_promises(celery_workers, tmp_path, capsys, monk
     killed = phases["a worker killed"]
     assert killed["promise_kept"] is True and killed["succeeded"] == 4
     assert all(p["duplicates"] == 0 for p in report["phases"])
-    assert "breaker: n/a" in phases["a downstream outage long enough to open the breaker"]["note"]
+    outage = phases["a downstream outage of 4 s"]  # "(the breaker opens)"
+    assert outage["succeeded"] == 4 and outage["breaker_openings"] >= 1
+    stalled = phases["the model stalls past its 1 s timeout for 4 s"]
+    assert stalled["succeeded"] == 4 and stalled["downstream_calls"] > 4  # timed out, retried
     # everything ran in the drill's own tenant
     assert set(Task.objects.values_list("tenant__name", flat=True)) == {report["tenant"]}
     printed = capsys.readouterr().out

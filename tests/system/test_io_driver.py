@@ -1,5 +1,5 @@
 """The driver with real worker processes and a fake edge (model and HTTP tool,
-`tasks_app.bench.edge_server`) that answers any number of calls at once.
+`benchmarks.edge_server`) that answers any number of calls at once.
 
 A task waiting on a call holds no process or thread: one worker process (a
 prefork pool of one) has a hundred model calls out at once; a kill -9 of it
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tasks_app.bench.edge_server import EdgeServer
+from benchmarks.edge_server import EdgeServer
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Step, Task
 from tasks_app.services.actors import SYSTEM

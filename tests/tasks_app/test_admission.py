@@ -32,7 +32,11 @@ def limits(settings):  # type: ignore[no-untyped-def]
     return set_limits
 
 
-@pytest.fixture(params=["prepared SQL", "orm"], autouse=True)
+@pytest.fixture(params=[
+    pytest.param("prepared SQL", marks=pytest.mark.postgres_only(
+        "admission's prepared statements (psycopg)")),
+    "orm",
+], autouse=True)
 def statements(request, monkeypatch):  # type: ignore[no-untyped-def]
     """Admission's statements: prepared SQL on PostgreSQL, or the ORM (SQLite's)."""
     if request.param == "orm":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tasks_app.runner.recovery import recovery_sweep
-from tasks_app.services import hooks
+from tasks_app.store import hooks
 
 
 @pytest.mark.parametrize("event", sorted(hooks.ONE_STATEMENT_TYPES))

@@ -1,4 +1,4 @@
-"""The runner's commits (`runner.commits`): one SQL statement each on
+"""The runner's commits (`store.commits`): one SQL statement each on
 PostgreSQL, the ORM in one transaction elsewhere (SQLite, the embedded mode).
 Both must write the same rows, and neither may write anything when the
 task's version moved on."""
@@ -12,11 +12,11 @@ import pytest
 from tasks_app.keys import idempotency_key
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Step, Task
-from tasks_app.runner import commits
 from tasks_app.services.actors import Actor
 from tasks_app.services.admission import admit_created_tasks
 from tasks_app.services.tasks import task_cancel
 from tasks_app.snapshot import TaskSnapshot
+from tasks_app.store import commits, writes
 from tests.factories import submit
 from tests.helpers import drive
 from tools_app.executor.ledger import call_claimed
@@ -32,7 +32,7 @@ SCRIPT = [
 
 
 def _orm_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(commits, "_one_statement", lambda: False)
+    monkeypatch.setattr(writes, "_one_statement", lambda: False)
 
 
 def _written(task_id: int) -> dict[str, Any]:
@@ -62,6 +62,7 @@ def _written(task_id: int) -> dict[str, Any]:
     }
 
 
+@pytest.mark.postgres_only("the one-statement commits (data-modifying CTEs) to compare with")
 @pytest.mark.django_db(transaction=True)
 def test_one_statement_and_orm_commits_write_the_same_rows(world, monkeypatch):
     fast = drive(submit(world.tenant, SCRIPT).pk)
@@ -95,7 +96,11 @@ def _decide(snap: TaskSnapshot, world: Any) -> commits.DecisionCommitted | None:
         model_calls=1, tokens=5, owner="test", actor=Actor.worker("test"))
 
 
-@pytest.fixture(params=["one statement", "orm"])
+@pytest.fixture(params=[
+    pytest.param("one statement", marks=pytest.mark.postgres_only(
+        "the one-statement commits (data-modifying CTEs)")),
+    "orm",
+])
 def commit_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "orm":
         _orm_only(monkeypatch)
@@ -107,6 +112,19 @@ def test_a_stale_version_writes_nothing(world, commit_path):
     task = _admitted(world)
     snap = TaskSnapshot.of(task)
     task_cancel(task_id=task.pk, actor=Actor(name="op", role="operator"), reason="test")
+    before = _written(task.pk)
+
+    assert _decide(snap, world) is None
+    assert _written(task.pk) == before
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_decision_checks_the_status_as_well_as_the_version(world, commit_path):
+    task = _admitted(world)
+    snap = TaskSnapshot.of(task)
+    # The status moved without the version (no service does that: the check is
+    # the commit's own, and both paths must make it).
+    Task.objects.filter(pk=task.pk).update(status=TaskStatus.WAITING_FOR_INPUT)
     before = _written(task.pk)
 
     assert _decide(snap, world) is None

@@ -8,7 +8,7 @@ from config.errors import DomainError, ErrorKind
 from tasks_app.machine import EVENTS, TERMINAL, TaskStatus, target_of
 from tasks_app.models import Event, Task
 from tasks_app.services.actors import SYSTEM
-from tasks_app.services.transitions import task_transition
+from tasks_app.store.tasks import task_transition
 from tests.factories import submit
 
 PAIRS = [(status, event) for status in TaskStatus.values for event in EVENTS]

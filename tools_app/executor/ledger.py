@@ -15,8 +15,8 @@ record (short transaction, fenced on the claim owner).
 
 The runner's usual path writes the claim in the statement that commits the
 step's decision and the record in the one that commits its outcome
-(`tasks_app.runner.commits`, with this module's `Claim`, `STATUS_OF`,
-`stored_error` and `with_outcome`), and calls the tool in between with
+(`tasks_app.store.commits`, with this module's `Claim`, `record_while` and
+`recorded_fields`), and calls the tool in between with
 `acall_claimed` (awaited on the I/O loop, see `dispatch`): the ledger costs no
 commit of its own there. `record` is for a
 claimed call whose outcome is not committed that way (a failure, or a result
@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from config.metrics import observe_tool_call
@@ -269,21 +270,41 @@ def claim_or_answer(call: ToolCall, *, owner: str) -> Claim | ToolOutcome | None
     return None
 
 
+def record_while(key: str, owner: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ledger's one rule for recording an outcome: only while `owner`'s claim
+    on `key` holds, and never over a SUCCEEDED row. As (columns that must equal,
+    columns that must differ), from which the ORM filter (`recordable`), the
+    check of a locked row (`holds`) and the store's SQL (`tasks_app.store`) come."""
+    return {"idempotency_key": key, "claimed_by": owner}, {"status": LedgerStatus.SUCCEEDED}
+
+
+def recordable(key: str, owner: str) -> QuerySet[ToolExecution]:
+    equal, differ = record_while(key, owner)
+    return ToolExecution.objects.filter(**equal).exclude(**differ)
+
+
+def holds(row: ToolExecution, owner: str) -> bool:
+    equal, differ = record_while(row.idempotency_key, owner)
+    return (all(getattr(row, c) == v for c, v in equal.items())
+            and all(getattr(row, c) != v for c, v in differ.items()))
+
+
+def recorded_fields(claim: Claim, outcome: ToolOutcome, now: datetime) -> dict[str, Any]:
+    """What recording `outcome` writes to the claimed row (the claim is released)."""
+    error = stored_error(outcome)
+    return {"status": STATUS_OF[outcome.kind], "result": outcome.result, "error": error,
+            "attempts": with_outcome(claim.attempts, outcome, error),
+            "claimed_by": "", "claimed_until": None, "updated_at": now}
+
+
 def record(claim: Claim, outcome: ToolOutcome) -> None:
     """Write what came of a claimed call; in the caller's transaction when there is one.
 
     One conditional UPDATE while the claim still holds (the usual case); when it
     does not (the claim expired and another executor took the key), the
     attempt is kept for audit and the ledger's verdict stays theirs."""
-    error = stored_error(outcome)
-    attempts = with_outcome(claim.attempts, outcome, error)
-    held = (
-        ToolExecution.objects.filter(idempotency_key=claim.call.context.idempotency_key,
-                                     claimed_by=claim.owner)
-        .exclude(status=LedgerStatus.SUCCEEDED)
-        .update(status=STATUS_OF[outcome.kind], result=outcome.result, error=error,
-                attempts=attempts, claimed_by="", claimed_until=None, updated_at=timezone.now())
-    )
+    held = recordable(claim.call.context.idempotency_key, claim.owner).update(
+        **recorded_fields(claim, outcome, timezone.now()))
     if not held:
         _record_locked(claim.call, claim.owner, outcome)
 
@@ -310,7 +331,7 @@ def _record_locked(call: ToolCall, owner: str, outcome: ToolOutcome) -> None:
         key = call.context.idempotency_key
         row = ToolExecution.objects.select_for_update().get(idempotency_key=key)
         row.attempts = with_outcome(row.attempts, outcome, error)
-        if row.claimed_by != owner or row.status == LedgerStatus.SUCCEEDED:
+        if not holds(row, owner):
             # Someone else owns the key now (our claim expired): keep the attempt for
             # audit, but the ledger's verdict is theirs.
             row.save(update_fields=["attempts", "updated_at"])

@@ -11,18 +11,9 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.AlterField(
-            model_name='benchrecord',
-            name='idempotency_key',
-            field=models.CharField(max_length=64),
-        ),
-        migrations.AlterField(
             model_name='toolexecution',
             name='idempotency_key',
             field=models.CharField(max_length=64),
-        ),
-        migrations.AddConstraint(
-            model_name='benchrecord',
-            constraint=models.UniqueConstraint(fields=('idempotency_key',), name='bench_key'),
         ),
         migrations.AddConstraint(
             model_name='toolexecution',

@@ -53,6 +53,9 @@ class Command(BaseCommand):
                 out.write(f"    tasks finished {p['finished']}/{p['tasks']}, succeeded "
                           f"{p['succeeded']}, duplicates {p['duplicates']}, "
                           f"time to recover {p['recover_s']} s")
+            if p.get("breaker_openings"):
+                out.write(f"    breaker openings {p['breaker_openings']}, calls while open "
+                          f"{p.get('calls_while_open', 0)}")
             if p["note"]:
                 out.write(f"    {p['note']}")
         out.write(f"JSON report: {path}")

@@ -20,7 +20,8 @@ import httpx
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from ..selectors import events_after, steps_of_task, task_of_tenant, tasks_of_tenant
+from tasks_app.selectors import events_after, steps_of_task, task_of_tenant, tasks_of_tenant
+
 from .config import BenchConfig
 from .stats import summary_ms
 from .world import World

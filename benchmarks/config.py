@@ -93,6 +93,8 @@ def bench_env(database_url: str, **extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
         {
+            # the product's settings (manage.py swaps in benchmarks.settings for
+            # the bench command's own re-execution)
             "DJANGO_SETTINGS_MODULE": "config.settings",
             "DATABASE_URL": database_url,
             "CELERY_BROKER_URL": os.environ.get("BENCH_BROKER_URL", DEFAULT_BROKER_URL),

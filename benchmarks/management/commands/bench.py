@@ -1,9 +1,11 @@
-"""`python manage.py bench`: Tether's performance benchmark (see tasks_app.bench).
+"""`python manage.py bench`: Tether's performance benchmark (see `benchmarks`).
 
 The command re-executes itself in the bench's production environment (its
 own PostgreSQL database, created if missing; Redis db 7 as the broker with its
 own queue; Redis db 6 as the channel layer), so it measures the same thing
-whatever the caller's environment is.
+whatever the caller's environment is. manage.py runs it under
+`benchmarks.settings` (the product's settings plus this app); the processes it
+starts run the product's own `config.settings`.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
-from tasks_app.bench.config import CHILD_FLAG, DEFAULT_DATABASE_URL, BenchConfig, bench_env
+from benchmarks.config import CHILD_FLAG, DEFAULT_DATABASE_URL, BenchConfig, bench_env
+from benchmarks.models import store_ensure
 
 KNOBS = ("tasks", "steps", "rounds", "long_steps", "workers", "ws_steps", "console_tasks",
          "console_events")
@@ -62,10 +65,13 @@ class Command(BaseCommand):
             "--io-tasks", default="",
             help="sizes of the I/O workload, comma-separated (200,1000)")
         parser.add_argument(
-            "--only", choices=["io", "breaker"], default="",
+            "--only", choices=["io", "breaker", "chaos"], default="",
             help="one workload only: `io` (the I/O workload and its scripted comparison), "
             "`breaker` (a downstream outage under running tasks; --tasks (100), "
-            "--outage-s (20), --workers)")
+            "--outage-s (20), --workers), `chaos` (worker kills and PostgreSQL and Redis "
+            "restarts on a private cluster; --tasks (1000), --kills (10), --seed, --workers)")
+        parser.add_argument("--kills", type=int, help="the chaos workload's worker kills (10)")
+        parser.add_argument("--seed", type=int, help="the chaos workload's random seed")
         parser.add_argument("--outage-s", type=float, help="the breaker workload's outage (20)")
         parser.add_argument(
             "--database-url",
@@ -84,12 +90,15 @@ class Command(BaseCommand):
                       only=opts["only"], **given)
         if opts["io_tasks"]:
             cfg = replace(cfg, io_tasks=tuple(int(n) for n in opts["io_tasks"].split(",")))
+        if opts["only"] == "chaos":  # on a cluster of its own
+            return self._chaos(opts, cfg)
         call_command("migrate", verbosity=0, skip_checks=True)
+        store_ensure()  # the bench's own table: not in the product's migrations
         if opts["only"] == "breaker":
             return self._breaker(opts, cfg)
 
-        from tasks_app.bench.report import table
-        from tasks_app.bench.run import bench_run
+        from benchmarks.report import table
+        from benchmarks.run import bench_run
 
         log_dir = Path(tempfile.mkdtemp(prefix="tether-bench-"))
         self.stdout.write(
@@ -103,7 +112,7 @@ class Command(BaseCommand):
         self.stdout.write(table(doc))
 
     def _breaker(self, opts: dict, cfg: BenchConfig) -> None:
-        from tasks_app.bench.breaker import breaker_table, run_breaker
+        from benchmarks.breaker import breaker_table, run_breaker
 
         log_dir = Path(tempfile.mkdtemp(prefix="tether-bench-breaker-"))
         doc = run_breaker(
@@ -117,6 +126,23 @@ class Command(BaseCommand):
         self.stdout.write(breaker_table(doc))
         if not doc["target_met"]:
             raise CommandError("the breaker target was not met")
+
+    def _chaos(self, opts: dict, cfg: BenchConfig) -> None:
+        from tasks_app.bench.chaos import chaos_table, run_chaos
+
+        log_dir = Path(tempfile.mkdtemp(prefix="tether-bench-chaos-"))
+        self.stdout.write(f"chaos bench; logs in {log_dir}")
+        doc = run_chaos(tasks=opts["tasks"] or (30 if cfg.quick else 1000),
+                        kills=10 if opts["kills"] is None else opts["kills"],
+                        workers=opts["workers"] or 3, seed=opts["seed"], log_dir=log_dir,
+                        say=lambda line: self.stdout.write(line))
+        if cfg.json_path:
+            Path(cfg.json_path).write_text(json.dumps(doc, indent=2, default=str))
+            self.stdout.write(f"figures written to {cfg.json_path}")
+        self.stdout.write("")
+        self.stdout.write(chaos_table(doc))
+        if not doc["target_met"]:
+            raise CommandError("the chaos target was not met")
 
     def _in_bench_environment(self, opts: dict) -> None:
         url = opts["database_url"] or os.environ.get("BENCH_DATABASE_URL") or DEFAULT_DATABASE_URL
@@ -136,11 +162,12 @@ class Command(BaseCommand):
         if opts["only"]:
             argv += ["--only", opts["only"]]
         if opts["only"] == "breaker":
-            from tasks_app.bench.breaker import ENV
+            from benchmarks.breaker import ENV
 
             extra = ENV
-        if opts["outage_s"] is not None:
-            argv += ["--outage-s", str(opts["outage_s"])]
+        for knob in ("outage_s", "kills", "seed"):
+            if opts[knob] is not None:
+                argv += [f"--{knob.replace('_', '-')}", str(opts[knob])]
         done = subprocess.run(argv, env=bench_env(url, **extra), cwd=settings.BASE_DIR,
                               check=False)
         if done.returncode:

@@ -17,8 +17,9 @@ import statistics
 import time
 from typing import Any
 
-from ..machine import TaskStatus
-from ..models import Task
+from tasks_app.machine import TaskStatus
+from tasks_app.models import Task
+
 from .config import BenchConfig
 from .stats import step_intervals
 from .throughput import wait_terminal

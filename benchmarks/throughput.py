@@ -14,8 +14,9 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import Max, Min, Sum
 
-from ..machine import NON_TERMINAL, TaskStatus
-from ..models import Task
+from tasks_app.machine import NON_TERMINAL, TaskStatus
+from tasks_app.models import Task
+
 from .config import BenchConfig
 from .procs import Workers, busy_pct, machine_cpu_ticks, server_cpu_s, steal_pct
 from .stats import slices_of, step_intervals, summary_ms

@@ -1,10 +1,16 @@
 """The performance benchmark (`python manage.py bench`).
 
+No part of the product: nothing in config/ or the apps imports it (an
+import-linter contract), its table is not in their migrations, and only
+manage.py's `bench` command installs it (`settings`).
+
 Measures Tether's own overhead per step in production mode (PostgreSQL, Redis,
 real Celery workers, daphne) and prints figures; it never asserts a speed.
 
 Parts:
 - `config`     the run's knobs and the environment of the processes it starts;
+- `tools`      its instant read and idempotent write tools;
+- `models`     the write tool's table, created by the bench in its own database;
 - `world`      the bench tenant, tools, agent, user, session, scripts;
 - `procs`      Celery worker and daphne subprocesses;
 - `datagen`    100k tasks / 1M events for the console timings (SQL, fast);

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from ..models import Event
+from tasks_app.models import Event
 
 STEP_EVENTS = ("task_started", "step_succeeded", "final_accepted")
 

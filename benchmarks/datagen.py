@@ -17,13 +17,15 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from ..models import AgentProfile, Event, Task
+from tasks_app.models import AgentProfile, Event, Step, Task
+
 from .world import World
 
 GEN_AGENT = "console-gen"
+TASK, EVENT, STEP = (m._meta.db_table for m in (Task, Event, Step))
 
-INSERT_TASKS = """
-INSERT INTO tasks_app_task (tenant_id, agent_id, requester_id, agent_snapshot, goal, input, script,
+INSERT_TASKS = f"""
+INSERT INTO {TASK} (tenant_id, agent_id, requester_id, agent_snapshot, goal, input, script,
     status, version, steps_count, model_calls, tool_calls, tokens, per_tool, budget_extension,
     last_call_hash, repeat_count, stale_steps, lease_owner, trace_id, result, failure_reason,
     request_hash, created_at, updated_at, started_at, finished_at)
@@ -32,7 +34,7 @@ SELECT %(tenant)s, %(agent)s, %(user)s, %(snapshot)s::jsonb,
     jsonb_build_object('order_id', 'A-' || (g %% 5000)), NULL,
     CASE WHEN g %% 20 = 0 THEN 'FAILED' WHEN g %% 20 = 1 THEN 'CANCELED' ELSE 'SUCCEEDED' END,
     %(events)s, %(steps)s, %(steps)s, %(steps)s, 120 * %(steps)s,
-    jsonb_build_object('bench_read', %(steps)s), '{}'::jsonb, '', 0, 0, '', md5(%(salt)s || g),
+    jsonb_build_object('bench_read', %(steps)s), '{{}}'::jsonb, '', 0, 0, '', md5(%(salt)s || g),
     CASE WHEN g %% 20 > 1 THEN jsonb_build_object('answer', 'done ' || g) END,
     CASE WHEN g %% 20 = 0 THEN 'max_steps' WHEN g %% 20 = 1 THEN 'canceled' ELSE '' END, '',
     ts, ts, ts, ts + interval '3 seconds'
@@ -41,8 +43,8 @@ FROM (SELECT g, now() - interval '1 hour' - (%(n)s - g) * interval '15 seconds' 
 ORDER BY g
 """
 
-INSERT_EVENTS = """
-INSERT INTO tasks_app_event (task_id, tenant_id, task_version, type, payload, actor, actor_role,
+INSERT_EVENTS = f"""
+INSERT INTO {EVENT} (task_id, tenant_id, task_version, type, payload, actor, actor_role,
     trace_id, created_at)
 SELECT t.id, t.tenant_id, e,
     CASE WHEN e = 1 THEN 'task_created' WHEN e = 2 THEN 'task_started'
@@ -52,13 +54,13 @@ SELECT t.id, t.tenant_id, e,
                        'from', 'RUNNING', 'to', 'RUNNING', 'latency_ms', 3),
     'worker:console-gen', 'system', t.trace_id, t.created_at + e * interval '200 milliseconds'
 FROM generate_series(1, %(events)s) AS e
-CROSS JOIN (SELECT id, tenant_id, trace_id, created_at FROM tasks_app_task
+CROSS JOIN (SELECT id, tenant_id, trace_id, created_at FROM {TASK}
             WHERE agent_id = %(agent)s AND id > %(after)s) AS t
 ORDER BY e, t.id
 """
 
-INSERT_STEPS = """
-INSERT INTO tasks_app_step (task_id, step_no, kind, status, decision, model_log, tool, args,
+INSERT_STEPS = f"""
+INSERT INTO {STEP} (task_id, step_no, kind, status, decision, model_log, tool, args,
     idempotency_key, attempt, output, output_hash, started_at, finished_at, latency_ms)
 SELECT t.id, s, 'tool', 'SUCCEEDED',
     jsonb_build_object('kind', 'tool_call', 'tool', 'bench_read',
@@ -69,7 +71,7 @@ SELECT t.id, s, 'tool', 'SUCCEEDED',
     jsonb_build_object('n', s, 'value', 'read-' || s), md5('out' || t.id || ':' || s),
     t.created_at, t.created_at + interval '1 second', 3
 FROM generate_series(1, %(steps)s) AS s
-CROSS JOIN (SELECT id, created_at FROM tasks_app_task
+CROSS JOIN (SELECT id, created_at FROM {TASK}
             WHERE agent_id = %(agent)s AND id > %(after)s) AS t
 """
 
@@ -101,7 +103,7 @@ def console_data_ensure(world: World, *, tasks: int, events: int) -> dict[str, A
             # wait for each WAL flush (all or nothing at COMMIT anyway).
             cur.execute("SET LOCAL work_mem = '256MB'")
             cur.execute("SET LOCAL synchronous_commit = off")
-            cur.execute("SELECT coalesce(max(id), 0) FROM tasks_app_task")
+            cur.execute(f"SELECT coalesce(max(id), 0) FROM {TASK}")
             after = cur.fetchone()[0]
             params = {
                 "tenant": world.tenant_id,
@@ -120,7 +122,7 @@ def console_data_ensure(world: World, *, tasks: int, events: int) -> dict[str, A
         # Vacuum now (outside any transaction), or autovacuum does it in the middle of
         # the phases that follow and skews their figures.
         with connection.cursor() as cur:
-            for table in ("tasks_app_task", "tasks_app_event", "tasks_app_step"):
+            for table in (TASK, EVENT, STEP):
                 cur.execute(f"VACUUM (ANALYZE) {table}")
     total_tasks = Task.objects.filter(tenant_id=world.tenant_id).count()
     total_events = Event.objects.filter(tenant_id=world.tenant_id).count()

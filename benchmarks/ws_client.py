@@ -3,7 +3,7 @@
 stamps `time.time()` the moment each message is handed over, and writes the
 arrival times of the bench's events as JSON.
 
-Standalone on purpose (no Django): ``python -m tasks_app.bench.ws_client
+Standalone on purpose (no Django): ``python -m benchmarks.ws_client
 --url ws://... --origin http://... --cookie sessionid=... --tasks ID,ID --count N
 --out PATH``. Uses autobahn's asyncio client (installed with daphne).
 """

@@ -18,37 +18,44 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from tasks_app.models import Event, Step, Task
+from tools_app.models import ToolExecution
+
 from .procs import machine_cpu_ticks, steal_pct
 from .world import World
 
-INSERT_TASK = """
-INSERT INTO tasks_app_task (tenant_id, agent_id, requester_id, agent_snapshot, goal, input, script,
+# The real tables, named by their models (read once, at import).
+TASK, STEP, EVENT = (m._meta.db_table for m in (Task, Step, Event))
+LEDGER = ToolExecution._meta.db_table
+
+INSERT_TASK = f"""
+INSERT INTO {TASK} (tenant_id, agent_id, requester_id, agent_snapshot, goal, input, script,
     status, version, steps_count, model_calls, tool_calls, tokens, per_tool, budget_extension,
     last_call_hash, repeat_count, stale_steps, lease_owner, trace_id, failure_reason, request_hash,
     created_at, updated_at, started_at)
-VALUES (%s, %s, %s, '{}', 'bench floor', '{}', NULL, 'RUNNING', 1, 0, 0, 0, 0, '{}', '{}', '', 0, 0,
-    '', %s, '', '', now(), now(), now())
+VALUES (%s, %s, %s, '{{}}', 'bench floor', '{{}}', NULL, 'RUNNING', 1, 0, 0, 0, 0, '{{}}', '{{}}',
+    '', 0, 0, '', %s, '', '', now(), now(), now())
 RETURNING id
 """
-UPDATE_TASK = """
-UPDATE tasks_app_task SET version = version + 1, status = %s, steps_count = steps_count + 1,
+UPDATE_TASK = f"""
+UPDATE {TASK} SET version = version + 1, status = %s, steps_count = steps_count + 1,
     model_calls = model_calls + 1, tool_calls = tool_calls + 1, per_tool = %s, updated_at = now(),
     finished_at = %s
 WHERE id = %s AND version = %s
 """
-INSERT_STEP = """
-INSERT INTO tasks_app_step (task_id, step_no, kind, status, decision, model_log, tool, args,
+INSERT_STEP = f"""
+INSERT INTO {STEP} (task_id, step_no, kind, status, decision, model_log, tool, args,
     idempotency_key, attempt, output, output_hash, started_at, finished_at, latency_ms)
 VALUES (%s, %s, 'tool', 'SUCCEEDED', %s, %s, %s, %s, %s, 0, %s, %s, now(), now(), 0)
 RETURNING id
 """
-INSERT_EVENT = """
-INSERT INTO tasks_app_event (task_id, tenant_id, task_version, type, payload, actor, actor_role,
+INSERT_EVENT = f"""
+INSERT INTO {EVENT} (task_id, tenant_id, task_version, type, payload, actor, actor_role,
     trace_id, created_at)
 VALUES (%s, %s, %s, 'step_succeeded', %s, 'bench-floor', 'system', %s, now())
 """
-INSERT_LEDGER = """
-INSERT INTO tools_app_toolexecution (idempotency_key, tenant_id, task_id, step_id, tool, args,
+INSERT_LEDGER = f"""
+INSERT INTO {LEDGER} (idempotency_key, tenant_id, task_id, step_id, tool, args,
     status, result, attempts, claimed_by, created_at, updated_at)
 VALUES (%s, %s, %s, %s, %s, %s, 'SUCCEEDED', %s, %s, '', now(), now())
 """
@@ -78,7 +85,7 @@ def run_floor(dsn: str, world: World, *, tasks: int, steps: int) -> dict[str, An
             conn.rollback()
             # Nothing of the floor may stay RUNNING: admission counts RUNNING tasks.
             conn.execute(
-                "UPDATE tasks_app_task SET status = 'FAILED', finished_at = now() "
+                f"UPDATE {TASK} SET status = 'FAILED', finished_at = now() "
                 "WHERE id = ANY(%s) AND status = 'RUNNING'",
                 ([t for t, _ in task_ids],),
             )

@@ -24,11 +24,11 @@ from typing import Any
 
 from django.db import connection, transaction
 
+from tasks_app.machine import NON_TERMINAL, TaskStatus
+from tasks_app.models import Event, Task
+from tasks_app.services.releases import agent_seed
 from tools_app.models import Breaker, Tool
 
-from ..machine import NON_TERMINAL, TaskStatus
-from ..models import Event, Task
-from ..services.releases import agent_seed
 from .config import bench_env, database_url_of
 from .procs import celery_workers, purge_queue
 from .world import BIG_BUDGET, World, world_ensure
@@ -146,8 +146,8 @@ def _phase(tasks: int, outage_s: float) -> tuple[dict[str, Any], Downstream]:
 
 
 def _submit(world: World, n: int) -> int:
-    from ..services.actors import SYSTEM
-    from ..services.tasks import task_submit
+    from tasks_app.services.actors import SYSTEM
+    from tasks_app.services.tasks import task_submit
 
     return task_submit(tenant_id=world.tenant_id, requester_id=world.user_id, agent=AGENT,
                        goal=f"outage {n}", input={}, actor=SYSTEM,

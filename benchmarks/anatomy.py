@@ -21,9 +21,10 @@ from django.db import connection
 from django.db.backends.signals import connection_created
 from django.test.utils import CaptureQueriesContext
 
-from ..runner.lease import lease_release, lease_take
-from ..runner.memo import SliceMemo
-from ..runner.step import Next, advance_one_step
+from tasks_app.runner.lease import lease_release, lease_take
+from tasks_app.runner.memo import SliceMemo
+from tasks_app.runner.step import Next, advance_one_step
+
 from .world import World, cancel_open, step_script, submit
 
 OWNER = "bench-anatomy"
@@ -72,7 +73,7 @@ def run_anatomy(world: World, *, steps: int = 21) -> dict[str, Any]:
         else None,
         "by_verb": {v: round(statistics.fmean(c[v] for c in tool_steps), 2) for v in verbs},
         # A `WITH ...` statement is one of the runner's one-statement commits
-        # (`runner.commits`): outside a transaction, it commits on its own.
+        # (`store.commits`): outside a transaction, it commits on its own.
         "commits_per_step": round(statistics.fmean(c["COMMIT"] + c["WITH"] for c in tool_steps), 2)
         if tool_steps
         else None,

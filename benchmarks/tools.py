@@ -1,9 +1,10 @@
 """The benchmark's instant tools (used by `manage.py bench`, never by the demo).
 
 - ``bench_read`` (read): answers from its arguments, no I/O at all.
-- ``bench_write`` (idempotent write): one `BenchRecord` row per idempotency
-  key, written with a single ``INSERT ... ON CONFLICT DO NOTHING``, so a replay
-  with the same key changes nothing and returns the same result.
+- ``bench_write`` (idempotent write): one `BenchRecord` row (the bench's own
+  table, see `models`) per idempotency key, written with a single
+  ``INSERT ... ON CONFLICT DO NOTHING``, so a replay with the same key changes
+  nothing and returns the same result.
 
 Both results depend on the step (`n`), so the no-progress check never sees a
 repeated observation.
@@ -16,8 +17,9 @@ from typing import Any
 
 from django.db import connection
 
-from ..executor.types import ToolContext
-from ..models import BenchRecord
+from tools_app.executor.types import ToolContext
+
+from .models import BenchRecord
 
 
 def bench_read(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
@@ -50,7 +52,7 @@ BENCH_TOOLS: list[dict[str, Any]] = [
     {
         "name": "bench_read",
         "description": "Benchmark: an instant read.",
-        "target": "tools_app.demo.bench_tools.bench_read",
+        "target": "benchmarks.tools.bench_read",
         "args_schema": N_SCHEMA,
         "side_effect": "read",
         "risk": "low",
@@ -60,7 +62,7 @@ BENCH_TOOLS: list[dict[str, Any]] = [
     {
         "name": "bench_write",
         "description": "Benchmark: an instant idempotent write keyed by the idempotency key.",
-        "target": "tools_app.demo.bench_tools.bench_write",
+        "target": "benchmarks.tools.bench_write",
         "args_schema": N_SCHEMA,
         "side_effect": "idempotent_write",
         "risk": "low",

@@ -43,10 +43,11 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from ..models import Task
-from ..runner.lease import lease_extend, lease_take
-from ..services.actors import Actor
-from ..services.transitions import task_transition
+from tasks_app.models import Task
+from tasks_app.runner.lease import lease_extend, lease_take
+from tasks_app.services.actors import Actor
+from tasks_app.store.tasks import task_transition
+
 from .config import BenchConfig
 from .procs import BASE_DIR
 from .stats import summary_ms
@@ -161,7 +162,7 @@ def run_ws_latency(
         [
             sys.executable,
             "-m",
-            "tasks_app.bench.ws_client",
+            "benchmarks.ws_client",
             "--url",
             f"ws://{host}/ws/live/",
             "--origin",

@@ -3,7 +3,7 @@ HTTP tools that answer any number of calls at once, after a set latency.
 
 One asyncio server (stdlib only, HTTP/1.1 keep-alive), in a thread of the
 caller (`EdgeServer.start`) or in a process of its own (`python -m
-tasks_app.bench.edge_server --port N`, for the benchmark):
+benchmarks.edge_server --port N`, for the benchmark):
 
 - ``POST /v1/chat/completions``: after `model_latency_s`, the model calls the
   first tool it is offered, `tool_calls` times (arguments ``{"i": k}``, k =

@@ -33,14 +33,14 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Max, Min, Sum
 
+from tasks_app.machine import TaskStatus
+from tasks_app.models import Task
+from tasks_app.services.actors import SYSTEM
+from tasks_app.services.admission import admit_created_tasks
+from tasks_app.services.releases import agent_seed
+from tasks_app.services.tasks import task_submit
 from tools_app.models import Tool
 
-from ..machine import TaskStatus
-from ..models import Task
-from ..services.actors import SYSTEM
-from ..services.admission import admit_created_tasks
-from ..services.releases import agent_seed
-from ..services.tasks import task_submit
 from .procs import BASE_DIR, BIN, Workers, _spawn, cpu_by_process, server_cpu_s, stop
 from .throughput import wait_terminal
 from .world import BIG_BUDGET, World, cancel_open, step_script, submit
@@ -61,7 +61,7 @@ def ideal_s() -> float:
 def edge_process(log_dir: Any) -> Iterator[tuple[str, int]]:
     """The fake edge in a process of its own; yields (base URL, pid)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tasks_app.bench.edge_server", "--port", "0",
+        [sys.executable, "-m", "benchmarks.edge_server", "--port", "0",
          "--model-latency", str(MODEL_LATENCY_S), "--tool-latency", str(TOOL_LATENCY_S),
          "--tool-calls", str(TOOL_CALLS)],
         cwd=BASE_DIR, stdout=subprocess.PIPE, stderr=open(log_dir / "edge.log", "wb"),  # noqa: SIM115

@@ -1,9 +1,11 @@
-"""A PostgreSQL cluster and a `redis-server` of the test's own, on free ports,
-so a test can restart them without disturbing anything else on the machine.
+"""A PostgreSQL cluster and a `redis-server` of the caller's own, on free
+ports, so the chaos benchmark (`chaos`) and the chaos test
+(tests/system/test_chaos.py) can restart them without disturbing anything
+else on the machine.
 
 The cluster is made with the Debian binaries (`initdb`, `pg_ctl` under
 /usr/lib/postgresql/*/bin), run as the `postgres` user, trust auth, a private
-socket directory, fsync off (the data dies with the test). Redis keeps nothing
+socket directory, fsync off (the data dies with the run). Redis keeps nothing
 on disk: a restart loses every queued message, as a broker without
 persistence would.
 """
@@ -13,17 +15,48 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.helpers import wait_for
-from tests.processes import free_port, port_open
+__all__ = ["PrivatePostgres", "PrivateRedis", "private_postgres", "private_redis", "free_port",
+           "port_open", "wait_for", "services_missing"]
 
-__all__ = ["PrivatePostgres", "PrivateRedis", "private_postgres", "private_redis"]
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def port_open(host: str, port: int) -> bool:
+    try:
+        socket.create_connection((host, port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def wait_for(predicate: Callable[[], object], *, timeout: float, message: str,
+             interval: float = 0.1) -> None:
+    """Poll `predicate` until it is true; RuntimeError after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout:g}s waiting for {message}")
+        time.sleep(interval)  # polling with a deadline
+
+
+def services_missing() -> list[str]:
+    """What this machine lacks to run private services (empty: nothing)."""
+    return [name for name, found in (
+        ("PostgreSQL's initdb", glob.glob("/usr/lib/postgresql/*/bin/initdb")),
+        ("redis-server", shutil.which("redis-server"))) if not found]
 
 
 def _pg_bin(name: str) -> str:

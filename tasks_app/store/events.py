@@ -1,0 +1,68 @@
+"""Writing events: the one place an event row is made.
+
+`event_append` writes one with the ORM, runs the event hooks other apps
+registered (`store.hooks`, same transaction) and schedules its publication;
+the one-statement commits (`store.commits`) insert theirs with `EVENT_INSERT`
+and schedule it with `announce_written`, from the row as written.
+
+Publication happens in `transaction.on_commit`, so a rolled-back event is
+never shown to anybody, and a subscriber never sees an event the database
+does not have. What publishing does (metrics, the task's trace, the live
+feed) is registered from above (`hooks.on_event_committed`).
+"""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+
+from ..models import Event
+from ..services.actors import Actor
+from .hooks import run_event_hooks, run_publishers
+from .sql import table
+
+# The columns of an event, in the order `EVENT_INSERT`'s SELECT lists them.
+EVENT_COLUMNS = ("task_id", "tenant_id", "task_version", "type", "payload", "actor",
+                 "actor_role", "trace_id", "created_at")
+EVENT_INSERT = f"INSERT INTO {table(Event)} ({', '.join(EVENT_COLUMNS)})"
+
+
+def event_append(
+    *,
+    task_id: int,
+    tenant_id: int,
+    trace_id: str,
+    task_version: int,
+    type: str,
+    actor: Actor,
+    payload: dict[str, Any] | None = None,
+) -> Event:
+    event = Event.objects.create(
+        task_id=task_id,
+        tenant_id=tenant_id,
+        trace_id=trace_id,
+        task_version=task_version,
+        type=type,
+        payload=payload or {},
+        actor=actor.name,
+        actor_role=actor.role,
+    )
+    run_event_hooks(event)  # same transaction: what a hook writes commits with the event
+    event_announce(event)
+    return event
+
+
+def event_announce(event: Event) -> None:
+    """Publish `event` once its transaction commits (at once outside a transaction)."""
+    transaction.on_commit(lambda: run_publishers(event))
+
+
+def announce_written(*, event_id: int, task_id: int, tenant_id: int, trace_id: str,
+                     task_version: int, type: str, payload: dict[str, Any], actor: Actor,
+                     at: datetime) -> None:
+    """Publish, once committed, an event a one-statement commit wrote in SQL:
+    the row as written, without reading it."""
+    event_announce(Event(id=event_id, task_id=task_id, tenant_id=tenant_id, trace_id=trace_id,
+                         task_version=task_version, type=type, payload=payload,
+                         actor=actor.name, actor_role=actor.role, created_at=at))

@@ -1,0 +1,111 @@
+"""What layers above the store register to follow it, without the store
+importing them (the layers point one way: the registering app does it from its
+`AppConfig.ready`).
+
+- `on_event_appended(types, hook)`: `hook(event)` runs inside the transaction
+  that appends an event of one of `types` with the ORM (`store.events.event_append`:
+  every transition `task_transition` fires, and the other ORM-appended events),
+  so what the hook writes commits or rolls back with the event. The store's
+  one-statement commits (`ONE_STATEMENT_TYPES`) write their events in SQL on
+  PostgreSQL and call no hook: registering for those types is refused.
+- `on_event_committed(hook)`: `hook(event)` publishes every event once its
+  transaction has committed (metrics, the task's trace, the live feed).
+- `on_slot_freed(hook)`: a task left RUNNING; `hook()` schedules admission
+  after commit. `on_task_failed(hook)`: `hook(task_id)` runs after a task's
+  FAILED transition commits (compensation).
+- `on_task_end_close(model, open_status)`: a kind of human request a task that
+  ends closes (`status` becomes 'canceled'), in the transaction that ends it.
+- `on_sweep(hook)`: `hook()` runs at the end of every recovery sweep (Celery
+  beat in production, the embedded runner's timer otherwise). A hook that
+  raises is logged and does not stop the sweep or the other hooks.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+from django.db import models
+
+if TYPE_CHECKING:
+    from ..models import Event
+
+log = logging.getLogger(__name__)
+
+EventHook = Callable[["Event"], None]
+SweepHook = Callable[[], object]
+
+# Written by `store.commits` in one SQL statement each on PostgreSQL, without `event_append`.
+ONE_STATEMENT_TYPES = frozenset(
+    {"decision_recorded", "step_succeeded", "final_accepted", "task_started"})
+
+_event_hooks: dict[str, list[EventHook]] = {}
+_sweep_hooks: list[SweepHook] = []
+_publishers: list[EventHook] = []
+_slot_freed: list[Callable[[], None]] = []
+_task_failed: list[Callable[[int], None]] = []
+# (model, its open status): the human requests a task that ends closes
+OPEN_REQUESTS: list[tuple[type[models.Model], str]] = []
+
+
+def _add(hooks: list, hook: object) -> None:  # type: ignore[type-arg]
+    if hook not in hooks:  # ready() may run twice (tests, reloads)
+        hooks.append(hook)
+
+
+def on_event_appended(types: Iterable[str], hook: EventHook) -> None:
+    types = frozenset(types)
+    if types & ONE_STATEMENT_TYPES:
+        raise ValueError(f"no hook sees {sorted(types & ONE_STATEMENT_TYPES)}: "
+                         "they are written in one statement, without event_append")
+    for type_ in types:
+        _add(_event_hooks.setdefault(type_, []), hook)
+
+
+def on_event_committed(hook: EventHook) -> None:
+    _add(_publishers, hook)
+
+
+def on_slot_freed(hook: Callable[[], None]) -> None:
+    _add(_slot_freed, hook)
+
+
+def on_task_failed(hook: Callable[[int], None]) -> None:
+    _add(_task_failed, hook)
+
+
+def on_task_end_close(model: type[models.Model], open_status: str) -> None:
+    _add(OPEN_REQUESTS, (model, open_status))
+
+
+def on_sweep(hook: SweepHook) -> None:
+    _add(_sweep_hooks, hook)
+
+
+def run_event_hooks(event: Event) -> None:
+    """Called by `event_append`, in its transaction: a hook's failure rolls the event back."""
+    for hook in _event_hooks.get(event.type, ()):
+        hook(event)
+
+
+def run_publishers(event: Event) -> None:
+    for hook in _publishers:
+        hook(event)
+
+
+def run_slot_freed() -> None:
+    for hook in _slot_freed:
+        hook()
+
+
+def run_task_failed(task_id: int) -> None:
+    for hook in _task_failed:
+        hook(task_id)
+
+
+def run_sweep_hooks() -> None:
+    for hook in list(_sweep_hooks):
+        try:
+            hook()
+        except Exception:  # noqa: BLE001 - one app's sweep must not stop the recovery sweep
+            log.exception("sweep hook %s failed", getattr(hook, "__qualname__", hook))
