@@ -34,6 +34,7 @@ from django.urls import path  # noqa: E402
 from config.body_limit import BodyLimit  # noqa: E402
 from config.ws_origin import SameOriginValidator  # noqa: E402
 from tasks_app.live.consumers import LiveConsumer  # noqa: E402
+from tasks_app.runner.embedded import embedded_runner  # noqa: E402
 
 router = ProtocolTypeRouter(
     {
@@ -46,8 +47,6 @@ router = ProtocolTypeRouter(
 
 
 def _bind_embedded_runner() -> None:
-    from tasks_app.runner.embedded import embedded_runner
-
     embedded_runner.bind_loop(asyncio.get_running_loop())
 
 

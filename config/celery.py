@@ -48,6 +48,10 @@ from celery.utils.log import current_process_index
 from . import tracing
 from .metrics import multiprocess_dir, process_exited, serve_worker_metrics
 
+# The signal handlers import Django's settings and the runtime when they run:
+# `config/__init__` imports this module before Django is set up, so neither can
+# be imported at the top.
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("tether")

@@ -5,6 +5,9 @@
 is done once handed over (the pool process blocks only while the driver is
 full). A slice lost with its process is found by the recovery sweep once its
 lease expires; the lease makes a duplicate delivery harmless.
+
+`CELERY` is how `services.dispatch` hands work to them (registered by
+`TasksAppConfig.ready`: the services do not import their callers).
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from celery import shared_task
 from .runner.compensation import compensate_task as _compensate
 from .runner.driver import driver
 from .runner.sweeper import locked_sweep
+from .services.dispatch import Executor
 
 
 @shared_task(name="tasks_app.tasks.advance_task", ignore_result=True)
@@ -33,3 +37,10 @@ def recovery_sweep() -> dict[str, int]:
 @shared_task(name="tasks_app.tasks.compensate_task", ignore_result=True)
 def compensate_task(task_id: int) -> int:
     return _compensate(int(task_id))
+
+
+CELERY = Executor(
+    advance=lambda task_id, delay_s: advance_task.apply_async(
+        (task_id,), countdown=max(0.0, delay_s)),
+    compensate=lambda task_id: compensate_task.apply_async((task_id,)),
+)

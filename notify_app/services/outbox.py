@@ -1,7 +1,7 @@
 """Writing the outbox: a notification and its deliveries, in the caller's transaction.
 
 `notification_emit` is called where the event happens (the task-event hook,
-`events.on_task_event`, inside the transaction that appends the event; the SLA
+`on_task_event`, inside the transaction that appends the event; the SLA
 sweep), so the rows commit with their cause or not at all. Deliveries are
 dispatched after commit (`dispatch.schedule_on_commit`); one that is never
 dispatched (the broker was down, the process died) is found by the sweep.
@@ -12,14 +12,18 @@ and admins' addresses. Nobody to tell: nothing is written.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
 from tasks_app.models import Membership, Role
 
 from ..dispatch import schedule_on_commit
+from ..events import NOTIFIED_TASK_EVENTS
 from ..models import Channel, Delivery, Notification, NotificationSettings, WebhookSubscription
+
+if TYPE_CHECKING:
+    from tasks_app.models import Event
 
 EMAIL_ROLES = (Role.REVIEWER, Role.ADMIN)
 
@@ -44,6 +48,14 @@ def notification_emit(*, tenant_id: int, task_id: int, type: str, event_id: int 
     created = Delivery.objects.bulk_create(rows)
     schedule_on_commit(d.pk for d in created)
     return notification
+
+
+def on_task_event(event: Event) -> None:
+    """Registered for `events.NOTIFIED_TASK_EVENTS`: runs inside the transaction
+    that appends the event, so the outbox row commits with the transition."""
+    notification_emit(
+        tenant_id=event.tenant_id, task_id=event.task_id, type=NOTIFIED_TASK_EVENTS[event.type],
+        event_id=event.pk, context={"event": event.type, **(event.payload or {})})
 
 
 def _email_recipients(tenant_id: int, type: str) -> list[str]:

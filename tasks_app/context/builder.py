@@ -32,7 +32,7 @@ from tools_app.executor.types import ToolSpec
 
 from ..gateway.base import ContextItem, ContextSnapshot, ToolSpecView
 from ..models import ContextSummary, Step
-from ..runner.snapshot import TaskSnapshot
+from ..snapshot import TaskSnapshot
 
 MAX_PINNED_HUMAN_FACTS = 20
 MAX_INPUT_CHARS = 8000

@@ -29,6 +29,7 @@ from urllib.parse import quote
 from django.conf import settings
 from django.db import connection
 
+from config.celery import app
 from tools_app.models import Breaker, Tool
 from tools_app.outbound.policy import url_problem
 
@@ -328,8 +329,6 @@ class DrillWorkers:
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
 
     def start(self) -> None:
-        from config.celery import app
-
         hostname = f"drill-{uuid.uuid4().hex[:6]}@{socket.gethostname()}"
         env = {**os.environ, "DATABASE_URL": _database_url(), "TETHER_RUNNER": "celery",
                "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,

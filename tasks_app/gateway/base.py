@@ -11,6 +11,7 @@ A decision is one of:
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -119,8 +120,6 @@ def parse_decision(data: Any) -> Decision:
 
 
 def _raw(value: Any) -> str:
-    import json
-
     if isinstance(value, str):
         return value[:4000]
     try:
@@ -169,9 +168,7 @@ class ContextSnapshot:
         return [*self.pinned, *([self.summary] if self.summary else [])]
 
     def size_chars(self) -> int:
-        import json
-
-        return (
+            return (
             len(self.system_prompt)
             + sum(len(i.text) for i in self.items())
             + len(json.dumps(list(self.window), default=str))

@@ -17,6 +17,7 @@ def get_backend(model: dict[str, Any], keys: Resolved | None = None,
     if backend == "scripted":
         return ScriptedBackend()
     if backend == "openai":
+        # Imported on first use: the OpenAI SDK is heavy, and scripted agents never need it.
         from .openai_backend import OpenAIBackend
 
         return OpenAIBackend(model, keys, guard)

@@ -82,6 +82,12 @@ class Publisher:
         self._own_loop: asyncio.AbstractEventLoop | None = None
         self._own_pid = 0
         self._outboxes: dict[asyncio.AbstractEventLoop, _Outbox] = {}
+        self._server_loop: asyncio.AbstractEventLoop | None = None
+
+    def bind_server_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Publish on the ASGI server's `loop` (the embedded runner binds it when it
+        gets the loop): the in-memory layer then wakes the consumers at once."""
+        self._server_loop = loop
 
     def send(self, items: list[tuple[str, dict[str, Any]]]) -> None:
         if get_channel_layer() is None:
@@ -107,9 +113,7 @@ class Publisher:
         loop.call_soon_threadsafe(loop.stop)
 
     def _target_loop(self) -> asyncio.AbstractEventLoop:
-        from ..runner.embedded import embedded_runner
-
-        server_loop = embedded_runner.loop
+        server_loop = self._server_loop
         if server_loop is not None and not server_loop.is_closed():
             return server_loop
         with self._lock:

@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db.models import Case, F, Value, When
 
 from ..models import Task
-from .snapshot import TaskSnapshot
+from ..snapshot import TaskSnapshot
 
 
 def backoff_s(attempt: int, retry_after: float | None = None, *,

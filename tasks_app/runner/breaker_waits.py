@@ -47,9 +47,9 @@ from ..machine import TaskStatus
 from ..models import Task
 from ..services.actors import Actor
 from ..services.dispatch import schedule_advance_on_commit
+from ..snapshot import TaskSnapshot
 from ..store.events import event_append
 from .hops import Hop
-from .snapshot import TaskSnapshot
 
 BREAKER_ACTOR = Actor.worker("breaker")
 

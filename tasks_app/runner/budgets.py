@@ -15,7 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from ..pricing import money, to_pico
-from .snapshot import TaskSnapshot
+from ..snapshot import TaskSnapshot
 
 
 def exhausted_budget(snap: TaskSnapshot, now: datetime, *, asking_model: bool = True) -> str | None:

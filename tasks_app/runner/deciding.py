@@ -34,6 +34,7 @@ from ..machine import TaskStatus
 from ..models import Step, StepKind, StepStatus, Task
 from ..services.actors import Actor
 from ..services.spend import spend_of_reply
+from ..snapshot import TaskSnapshot
 from ..vault.lookup import model_keys
 from ..vault.values import Resolved
 from .backoff import backoff_s, model_failure_count
@@ -44,7 +45,6 @@ from .memo import SliceMemo
 from .progress import stalled
 from .recording import Decided, record_decision
 from .results import STOP, Next, Spent, StepResult
-from .snapshot import TaskSnapshot
 from .stopping import exhaust, fail
 
 SCRIPTED = "scripted"

@@ -42,7 +42,13 @@ from django.db import close_old_connections
 from config.logs import log_scope
 from tools_app.outbound.ioloop import bind as bind_io_loop
 
+from ..live.publish import publisher
+from ..machine import TaskStatus
+from ..models import Task
+from ..services.dispatch import Executor
+from .compensation import compensate_task
 from .driver import spawn
+from .sweeper import locked_sweep
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +67,7 @@ class EmbeddedRunner:
                 return
             self.loop = loop
             bind_io_loop(loop)
+            publisher.bind_server_loop(loop)
             self._sweeper = loop.create_task(self._sweep_forever(resume_first=True))
 
     def submit(self, task_id: int, *, delay_s: float = 0.0) -> None:
@@ -116,8 +123,6 @@ class EmbeddedRunner:
 
 
 def _compensate(task_id: int) -> None:
-    from .compensation import compensate_task
-
     close_old_connections()
     try:
         with log_scope(task_id=task_id):
@@ -137,16 +142,11 @@ def _call(fn: Callable[..., object], args: tuple[object, ...]) -> None:
 
 
 def _sweep() -> None:
-    from .sweeper import locked_sweep
-
     close_old_connections()
     locked_sweep()  # one sweep at a time, with workers or other servers on PostgreSQL
 
 
 def _unleased_running() -> list[int]:
-    from ..machine import TaskStatus
-    from ..models import Task
-
     close_old_connections()
     return list(
         Task.objects.filter(status=TaskStatus.RUNNING, lease_owner="")
@@ -156,3 +156,9 @@ def _unleased_running() -> list[int]:
 
 
 embedded_runner = EmbeddedRunner()
+
+# How `services.dispatch` hands work to this runner (registered by `TasksAppConfig.ready`).
+EMBEDDED = Executor(
+    advance=lambda task_id, delay_s: embedded_runner.submit(task_id, delay_s=delay_s),
+    compensate=embedded_runner.submit_compensation,
+)

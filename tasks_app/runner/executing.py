@@ -48,6 +48,7 @@ from ..keys import call_fingerprint, canonical_json, sha256_hex
 from ..leases import ResourceHold, lease_for_call
 from ..models import Step, StepStatus, Task
 from ..services.actors import Actor
+from ..snapshot import TaskSnapshot
 from ..store.commits import commit_outcome
 from ..store.events import event_append
 from ..store.steps import step_keep_late, step_move
@@ -59,7 +60,6 @@ from .memo import SliceMemo
 from .progress import after_call
 from .recording import Decided, seen_recently
 from .results import CONTINUE, STOP, Next, StepResult
-from .snapshot import TaskSnapshot
 from .stopping import exhaust, failure_snapshot, known
 
 After = Callable[[], None] | None

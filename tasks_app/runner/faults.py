@@ -27,8 +27,8 @@ from tools_app.executor.jsonsafe import storable
 from ..machine import TaskStatus
 from ..models import Task
 from ..services.actors import Actor
+from ..snapshot import TaskSnapshot
 from .backoff import backoff_s
-from .snapshot import TaskSnapshot
 from .stopping import exhaust
 
 log = logging.getLogger(__name__)

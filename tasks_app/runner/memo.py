@@ -32,7 +32,7 @@ from ..context.builder import ContextSources
 from ..models import Step, Task
 from ..models.tasks import OPEN_STEP_STATUSES
 from ..prepared import fetch_one_prepared
-from .snapshot import TaskSnapshot
+from ..snapshot import TaskSnapshot
 
 PROBE_SQL = f"SELECT version, status FROM {Task._meta.db_table} WHERE id = %s"
 

@@ -15,6 +15,7 @@ from tools_app.schemas import schema_errors
 
 from ..gateway.base import Decision
 from ..pricing import pico_text
+from ..snapshot import TaskSnapshot
 from .budgets import (
     cost_exhausted,
     cost_limit_pico,
@@ -22,7 +23,6 @@ from .budgets import (
     per_tool_limit,
     tool_calls_exhausted,
 )
-from .snapshot import TaskSnapshot
 
 Verdict = Literal["run", "approve", "invalid", "budget"]
 

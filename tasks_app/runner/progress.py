@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .snapshot import TaskSnapshot
+from ..snapshot import TaskSnapshot
 
 
 @dataclass(frozen=True)

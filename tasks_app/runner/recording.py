@@ -28,6 +28,7 @@ from ..keys import call_fingerprint, canonical_json, sha256_hex
 from ..models import Step, StepKind, StepStatus
 from ..retries.lineage import lineage_key
 from ..services.actors import Actor
+from ..snapshot import TaskSnapshot
 from ..store.commits import commit_decision, commit_final
 from ..store.events import event_append
 from ..store.steps import step_create, step_keyed
@@ -36,7 +37,6 @@ from .memo import SliceMemo
 from .policy import check_tool_call
 from .progress import repeats_too_often
 from .results import CONTINUE, STOP, Spent, Stale, StepResult
-from .snapshot import TaskSnapshot
 from .stopping import exhaust, known
 
 

@@ -25,6 +25,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from approvals_app.services.decisions import approvals_expire
 from config.errors import DomainError
 from config.metrics import count_recoveries
 
@@ -50,8 +51,6 @@ class SweepReport:
 
 
 def recovery_sweep(*, batch: int = 500) -> SweepReport:
-    from approvals_app.services.decisions import approvals_expire
-
     admitted = admit_created_tasks()
     now = timezone.now()
     stale = now - timedelta(seconds=STALE_UNLEASED_S)

@@ -13,8 +13,8 @@ from typing import Any
 
 from django.db.models import F
 
+from ..snapshot import TaskSnapshot
 from ..store.tasks import task_charge
-from .snapshot import TaskSnapshot
 
 
 class Next(StrEnum):

@@ -11,11 +11,18 @@ an error: a failed enqueue is logged and left to the recovery sweep
 admits CREATED ones; the lease makes a second message for one task harmless.
 How long a publish may try is bounded in the Celery configuration
 (`CELERY_BROKER_CONNECTION_TIMEOUT`, `CELERY_TASK_PUBLISH_RETRY_POLICY`).
+
+Who runs a slice sits above this module (the Celery entry points in
+`tasks_app.tasks`, the embedded runner in `runner.embedded`), so it is not
+imported: each mode's `Executor` is registered here by `TasksAppConfig.ready`
+(`register_executor`), and `settings.TETHER_RUNNER` picks one at each call.
 """
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import transaction
@@ -26,25 +33,37 @@ MANUAL_QUEUE: list[tuple[int, float]] = []
 MANUAL_COMPENSATIONS: list[int] = []
 
 
+@dataclass(frozen=True)
+class Executor:
+    """How one `TETHER_RUNNER` mode runs work off the request. Each callable may
+    raise (a broker that is down): the work is committed, so that is logged."""
+
+    advance: Callable[[int, float], object]  # (task id, delay in seconds)
+    compensate: Callable[[int], object]  # (task id)
+
+
+_executors: dict[str, Executor] = {}
+
+
+def register_executor(mode: str, executor: Executor) -> None:
+    """Run `mode`'s work with `executor`; a mode nobody registered (`manual`) queues it
+    in this process for the tests to drive."""
+    _executors[mode] = executor
+
+
 def schedule_advance(task_id: int, *, delay_s: float = 0.0) -> bool:
     """Hand the task's next slice to the runner; False when the broker refused it."""
-    mode = settings.TETHER_RUNNER
-    if mode == "celery":
-        from ..tasks import advance_task
-
-        try:
-            advance_task.apply_async((task_id,), countdown=max(0.0, delay_s))
-        except Exception:  # any broker failure: the task is committed, the sweep recovers it
-            log.warning("could not enqueue task %s; the recovery sweep will", task_id,
-                        exc_info=True)
-            return False
-    elif mode == "embedded":
-        from ..runner.embedded import embedded_runner
-
-        embedded_runner.submit(task_id, delay_s=delay_s)
-    else:
+    executor = _executors.get(settings.TETHER_RUNNER)
+    if executor is None:
         with _manual_lock:
             MANUAL_QUEUE.append((task_id, delay_s))
+        return True
+    try:
+        executor.advance(task_id, delay_s)
+    except Exception:  # any broker failure: the task is committed, the sweep recovers it
+        log.warning("could not enqueue task %s; the recovery sweep will", task_id,
+                    exc_info=True)
+        return False
     return True
 
 
@@ -54,18 +73,12 @@ def schedule_advance_on_commit(task_id: int, *, delay_s: float = 0.0) -> None:
 
 def schedule_compensation(task_id: int) -> None:
     """Compensate a FAILED task's writes (see `runner.compensation`), off the request."""
-    mode = settings.TETHER_RUNNER
-    if mode == "celery":
-        from ..tasks import compensate_task
-
-        try:
-            compensate_task.apply_async((task_id,))
-        except Exception:  # the FAILED transition is committed; nothing sweeps this up
-            log.error("could not enqueue the compensation of task %s", task_id, exc_info=True)
-    elif mode == "embedded":
-        from ..runner.embedded import embedded_runner
-
-        embedded_runner.submit_compensation(task_id)
-    else:
+    executor = _executors.get(settings.TETHER_RUNNER)
+    if executor is None:
         with _manual_lock:
             MANUAL_COMPENSATIONS.append(task_id)
+        return
+    try:
+        executor.compensate(task_id)
+    except Exception:  # the FAILED transition is committed; nothing sweeps this up
+        log.error("could not enqueue the compensation of task %s", task_id, exc_info=True)

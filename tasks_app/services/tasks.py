@@ -3,12 +3,15 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import F
+from django.utils import timezone
 
+from approvals_app.models import Question
 from config.errors import DomainError, conflict, invalid, not_found
 
 from ..keys import canonical_json, sha256_hex
@@ -145,8 +148,6 @@ def task_cancel_many(
 def task_provide_input(*, task_id: int, answer: str, actor: Actor,
                        expected_version: int | None = None) -> Transitioned:
     """The answer to the agent's open question joins its context verbatim."""
-    from approvals_app.models import Question
-
     with transaction.atomic():
         question = Question.objects.filter(task_id=task_id, status="open").order_by("-id").first()
         if question is None:
@@ -157,8 +158,6 @@ def task_provide_input(*, task_id: int, answer: str, actor: Actor,
             task_id=task_id, event="input_received", actor=actor, expected_version=expected_version,
             payload={"question_id": question.pk, "answer": answer},
         )
-        from django.utils import timezone
-
         Question.objects.filter(pk=question.pk).update(
             status="answered", answer=answer, answered_by_id=actor.user_id,
             answered_role=actor.role, answered_at=timezone.now(),
@@ -238,8 +237,6 @@ def task_resume(*, task_id: int, actor: Actor, expected_version: int | None = No
         merged = budget_extension_merged(task.budget_extension or {}, extend)
         fields: dict[str, Any] = {"budget_extension": merged, "repeat_count": 0, "stale_steps": 0}
         if "max_duration_s" in extend and task.deadline_at:
-            from datetime import timedelta
-
             fields["deadline_at"] = F("deadline_at") + timedelta(seconds=extend["max_duration_s"])
         done = task_transition(
             task_id=task_id, event="resumed", actor=actor, expected_version=expected_version,

@@ -43,7 +43,7 @@ from .writes import Commit, LedgerRecord, NewStep, StepMove, TaskAt, write
 
 
 class TaskView(Protocol):
-    """What a commit needs of the task as the runner read it (`runner.snapshot`)."""
+    """What a commit needs of the task as the runner read it (`tasks_app.snapshot`)."""
 
     @property
     def id(self) -> int: ...

@@ -10,6 +10,8 @@ from typing import Any
 
 from django.db import models
 
+from ..models import TenantSecret
+
 
 @dataclass(frozen=True)
 class SealedColumn:
@@ -28,7 +30,5 @@ def register_sealed(column: SealedColumn) -> None:
 
 
 def sealed_columns() -> list[SealedColumn]:
-    from ..models import TenantSecret
-
     return [SealedColumn(TenantSecret, "ciphertext", lambda row: f"{row.tenant.name}/{row.name}"),
             *_registered]

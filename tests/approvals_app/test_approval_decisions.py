@@ -10,8 +10,8 @@ from config.errors import DomainError, ErrorKind
 from tasks_app.context.builder import build_context
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Role, Step, StepStatus, Task
-from tasks_app.runner.snapshot import TaskSnapshot
 from tasks_app.services.demo import demo_agent_ensure
+from tasks_app.snapshot import TaskSnapshot
 from tests.factories import actor_of, make_user, submit
 from tests.fakes.runtime import assert_log_consistent, events_of
 from tests.helpers import drive

@@ -11,10 +11,10 @@ from tasks_app.context.builder import build_context
 from tasks_app.context.summaries import summary_list, summary_rollback
 from tasks_app.machine import TaskStatus
 from tasks_app.models import ContextSummary, Event, Task
-from tasks_app.runner.snapshot import TaskSnapshot
 from tasks_app.runner.step import Next, advance_one_step
 from tasks_app.services.admission import admit_created_tasks
 from tasks_app.services.demo import demo_agent_ensure, demo_tools_ensure
+from tasks_app.snapshot import TaskSnapshot
 from tests.factories import TenantFactory, actor_of, submit
 from tests.fakes.fixtures import openai_agent
 from tests.fakes.openai_server import error, reply

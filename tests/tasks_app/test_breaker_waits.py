@@ -13,9 +13,9 @@ from tasks_app.models import Event, Step, StepStatus, Task
 from tasks_app.runner.backoff import backoff_s
 from tasks_app.runner.breaker_waits import tool_admit, tool_record
 from tasks_app.runner.loop import run_slice
-from tasks_app.runner.snapshot import TaskSnapshot
 from tasks_app.services.admission import admit_created_tasks
 from tasks_app.services.dispatch import MANUAL_QUEUE
+from tasks_app.snapshot import TaskSnapshot
 from tests.factories import submit
 from tests.fakes.fixtures import openai_agent, openai_server  # noqa: F401 - fixture
 from tests.fakes.http_tool_server import FakeToolServer, Recorded, Reply

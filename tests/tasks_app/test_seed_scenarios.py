@@ -11,10 +11,10 @@ from prometheus_client import REGISTRY
 from tasks_app.context.builder import build_context
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Step, StepKind, StepStatus, Task
-from tasks_app.runner.snapshot import TaskSnapshot
 from tasks_app.runner.step import Next
 from tasks_app.services.actors import SYSTEM
 from tasks_app.services.tasks import task_cancel
+from tasks_app.snapshot import TaskSnapshot
 from tests.factories import submit
 from tests.fakes import python_tools
 from tests.fakes.runtime import (

@@ -12,10 +12,10 @@ import pytest
 from tasks_app.keys import idempotency_key
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Step, Task
-from tasks_app.runner.snapshot import TaskSnapshot
 from tasks_app.services.actors import Actor
 from tasks_app.services.admission import admit_created_tasks
 from tasks_app.services.tasks import task_cancel
+from tasks_app.snapshot import TaskSnapshot
 from tasks_app.store import commits, writes
 from tests.factories import submit
 from tests.helpers import drive

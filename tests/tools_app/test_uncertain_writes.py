@@ -10,8 +10,8 @@ from config.errors import DomainError, ErrorKind
 from tasks_app.context.builder import build_context
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Step, StepStatus, Task
-from tasks_app.runner.snapshot import TaskSnapshot
 from tasks_app.runner.step import Next
+from tasks_app.snapshot import TaskSnapshot
 from tests.factories import actor_of, submit
 from tests.fakes import python_tools
 from tests.fakes.runtime import (

@@ -1,12 +1,13 @@
 """A frozen view of a task, read once per step; policy, budgets and progress
-checks are pure functions of it."""
+checks are pure functions of it. A read of the task, below the runner that
+takes it and the context builder that reads it (the layers in pyproject.toml)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ..models import Task
+from .models import Task
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,28 @@
+"""tasks_app's registrations with its own lower layers, made once from
+`TasksAppConfig.ready`: what the store and the services must set off above
+them is handed to them here, so that none of them imports the runner, the
+Celery entry points or the services above it.
+
+- `store.hooks`: after an event commits, its observation and its publication;
+  after a task leaves RUNNING, admission; after it fails, its compensation;
+- `services.dispatch`: who runs a task's slices and compensations, per
+  `TETHER_RUNNER` mode (Celery workers, or the embedded runner).
+"""
+from __future__ import annotations
+
+from .live.publish import publish_event
+from .runner.embedded import EMBEDDED
+from .services.admission import admission_after_commit
+from .services.dispatch import register_executor, schedule_compensation
+from .services.events import observe_committed
+from .store import hooks
+from .tasks import CELERY
+
+
+def register() -> None:
+    hooks.on_event_committed(observe_committed)
+    hooks.on_event_committed(publish_event)
+    hooks.on_slot_freed(admission_after_commit)
+    hooks.on_task_failed(schedule_compensation)
+    register_executor("celery", CELERY)
+    register_executor("embedded", EMBEDDED)
