@@ -45,9 +45,10 @@ FRESH_S = 1.0  # a connection used this recently is kept and trusted (see `threa
 
 
 class Hop(Protocol):
-    # Seconds its phases ran (where they ran, from start to return): the slice's
-    # own work. Not the time a phase queued for a thread, which with hundreds of
-    # slices in a process is most of a slice's time and not its doing.
+    # CPU seconds its phases used (the thread's, from start to return): the
+    # slice's own work. Not its wall time, which in a process driving hundreds
+    # of slices is mostly their turns (a thread to run in, the GIL) and
+    # grows with the load, not with the work.
     worked_s: float
 
     async def __call__(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T: ...
@@ -130,11 +131,11 @@ class ThreadHop:
 
     def _timed(self, job: Callable[[], T]) -> T:
         # A slice awaits one phase at a time: no two threads add at once.
-        started = time.monotonic()
+        started = time.thread_time()
         try:
             return in_db_thread(job)
         finally:
-            self.worked_s += time.monotonic() - started
+            self.worked_s += time.thread_time() - started
 
 
 class CallerHop:
@@ -163,13 +164,13 @@ class CallerHop:
         while (item := self._jobs.get()) is not None:
             job, ctx, future = item
             loop = future.get_loop()
-            started = time.monotonic()
+            started = time.thread_time()
             value, error = None, None
             try:
                 value = ctx.run(job)
             except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
                 error = exc
-            self.worked_s += time.monotonic() - started  # before the slice reads it
+            self.worked_s += time.thread_time() - started  # before the slice reads it
             loop.call_soon_threadsafe(_settle, future, value, error)
         return done.result()
 

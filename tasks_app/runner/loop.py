@@ -91,9 +91,10 @@ async def slice_of(task_id: int, *, hop: Hop, owner: str | None = None,
 
 
 def _used_up(hop: Hop) -> bool:
-    """Has the slice done `SLICE_S` of its own work? Its phases' time (`Hop.worked_s`),
-    not its wall time: that includes the calls it awaits (waiting holds nothing),
-    and, in a process driving hundreds of slices, the turns of all the others."""
+    """Has the slice done `SLICE_S` of its own work? The CPU its phases used
+    (`Hop.worked_s`), not its wall time: that includes the calls it awaits
+    (waiting holds nothing) and, in a process driving hundreds of slices, the
+    turns of all the others (which ended most slices after a step or two)."""
     return hop.worked_s >= settings.TETHER["SLICE_S"]
 
 
