@@ -14,7 +14,8 @@ Outcomes:
 - 2xx: succeeded;
 - no answer, a transport error, 5xx, 408 or 429: retried after an exponential
   backoff (`TETHER_WEBHOOK_BACKOFF_BASE_S` doubling, at most `..._MAX_S`, with
-  jitter) until the delivery is `TETHER_WEBHOOK_MAX_AGE_S` old, then failed;
+  jitter; a longer `Retry-After` of the receiver wins) until the next attempt
+  would come after the delivery is `TETHER_WEBHOOK_MAX_AGE_S` old, then failed;
 - any other answer (3xx: redirects are not followed, 4xx): failed at once; the
   receiver refused this body and sending it again cannot change that;
 - the outbound-address policy refuses the URL (it resolves to a private address
@@ -40,6 +41,7 @@ from django.utils import timezone
 
 from tasks_app.vault.keyring import Undecryptable, unseal
 from tools_app.outbound import EgressRefusedError, client_for
+from tools_app.outbound.retry_after import retry_after_s
 
 from ..dispatch import schedule_delivery
 from ..events import TITLES
@@ -69,6 +71,7 @@ class Sent:
     outcome: str  # succeeded, retry, failed, refused
     status_code: int | None = None
     error: str = ""
+    retry_after_s: float | None = None  # the receiver's Retry-After, when it sent one
 
 
 def delivery_attempt(delivery_id: int) -> str:
@@ -155,7 +158,8 @@ def _send_webhook(delivery: Delivery, subscription: WebhookSubscription,
         return Sent("succeeded", status_code=code)
     error = f"HTTP {code}: {snippet.decode('utf-8', 'replace')}".strip()
     if code >= 500 or code in RETRY_CODES:
-        return Sent("retry", status_code=code, error=error)
+        return Sent("retry", status_code=code, error=error,
+                    retry_after_s=retry_after_s(response.headers))
     return Sent("failed", status_code=code, error=error)
 
 
@@ -182,7 +186,8 @@ def _record(delivery: Delivery, attempt: int, sent: Sent, *, started: Any,
     now = timezone.now()
     outcome, error, delay = sent.outcome, sent.error, 0.0
     if outcome == "retry":
-        delay = retry_delay_s(attempt)
+        # A receiver that says when to come back is believed (never sooner than our backoff).
+        delay = max(retry_delay_s(attempt), sent.retry_after_s or 0.0)
         age = (now - delivery.created_at).total_seconds()
         if age + delay > settings.TETHER_WEBHOOK_MAX_AGE_S:
             outcome = "failed"

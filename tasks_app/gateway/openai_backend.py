@@ -39,7 +39,6 @@ step's decision log.
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import json
 import logging
 import random
@@ -57,6 +56,7 @@ from config.tracing import model_call_span
 from tools_app.outbound import REFUSED, EgressRefusedError, Registry, async_client_for
 from tools_app.outbound.clients import ASYNC_SHARDS, MAX_ENDPOINTS
 from tools_app.outbound.ioloop import run_io
+from tools_app.outbound.retry_after import retry_after_s
 
 from ..pricing import TokenUsage
 from ..vault.values import Resolved, Unresolved
@@ -280,7 +280,7 @@ class OpenAIBackend:
             status = exc.status_code
             retryable = status in TRANSIENT_STATUS or status >= 500
             raise _Failure(f"HTTP {status}: {_short(exc.message)}", retryable=retryable,
-                           retry_after_s=_retry_after(exc.response.headers), status=status)
+                           retry_after_s=retry_after_s(exc.response.headers), status=status)
         except openai.APIError as exc:  # e.g. a body that is not a completion
             raise _Failure(f"bad reply: {_short(str(exc))}", retryable=True)
         if not isinstance(body, dict):
@@ -339,28 +339,6 @@ def _backoff_s(attempt: int, retry_after: float | None = None) -> float:
     base, cap = float(cfg["BACKOFF_BASE_S"]), float(cfg["BACKOFF_MAX_S"])
     ceiling = min(cap, base * 2 ** max(0, attempt - 1))
     return max(random.uniform(0.0, ceiling), retry_after or 0.0)
-
-
-def _retry_after(headers: Any) -> float | None:
-    """Seconds from `retry-after-ms` or `Retry-After` (seconds or an HTTP date)."""
-    ms = headers.get("retry-after-ms")
-    if ms:
-        try:
-            return max(0.0, float(ms) / 1000)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
 
 
 def _short(text: str, limit: int = 300) -> str:

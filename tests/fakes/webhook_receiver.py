@@ -40,6 +40,7 @@ class WebhookReceiver:
     def __init__(self) -> None:
         self.received: list[Received] = []
         self._script: list[int] = [200]
+        self.retry_after: str | None = None  # sent with every 429 and 5xx answer when set
         self._holds: list[threading.Event] = []
         self.arrived = threading.Event()  # set when a held request came in
         self._lock = threading.Lock()
@@ -112,6 +113,8 @@ def _handler_for(receiver: WebhookReceiver) -> type[BaseHTTPRequestHandler]:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
+                if receiver.retry_after is not None and (status == 429 or status >= 500):
+                    self.send_header("Retry-After", receiver.retry_after)
                 self.end_headers()
                 self.wfile.write(body)
             except (BrokenPipeError, ConnectionResetError):

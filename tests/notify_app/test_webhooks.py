@@ -10,6 +10,7 @@ from django.db import transaction
 
 from approvals_app.models import Approval, Question, Reconciliation
 from notify_app.models import Delivery, Notification, WebhookSubscription
+from notify_app.services.delivery import delivery_attempt
 from notify_app.signing import verify
 from tasks_app.machine import TaskStatus
 from tasks_app.services.actors import SYSTEM
@@ -92,6 +93,24 @@ def test_a_500_is_retried_with_the_same_delivery_id(main: Tenancy,
     assert [(a["outcome"], a["status_code"]) for a in delivery["attempt_log"]] == [
         ("retry", 500), ("succeeded", 200)]
     assert "HTTP 500" in delivery["attempt_log"][0]["error"]
+
+
+def test_a_receivers_retry_after_is_honoured(main: Tenancy,
+                                             webhook_receiver: WebhookReceiver) -> None:
+    subscribe(main, webhook_receiver.url(), events=["question_asked"])
+    webhook_receiver.answer(429, 200)
+    webhook_receiver.retry_after = "120"
+    main.waiting_for_input()
+    delivery = Delivery.objects.get()
+    assert delivery_attempt(delivery.pk) == "retry"
+
+    delivery.refresh_from_db()
+    last = delivery.attempt_log.get()
+    # our own backoff here is at most 0.2 s: the receiver's two minutes win
+    assert (delivery.next_attempt_at - last.started_at).total_seconds() >= 119
+    assert delivery.status == "pending" and delivery.last_status_code == 429
+    assert delivery_attempt(delivery.pk) == "skipped"  # not due before then
+    assert [r.status for r in webhook_receiver.all()] == [429]
 
 
 def test_a_4xx_is_not_retried_and_retries_stop_at_the_max_age(

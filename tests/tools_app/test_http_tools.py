@@ -16,8 +16,8 @@ from tests.factories import submit
 from tests.fakes.http_tool_server import FakeToolServer, Recorded, Reply
 from tests.fakes.runtime import add_agent, add_tool, assert_log_consistent, events_of
 from tests.helpers import drive
-from tools_app.executor.http_kind import _retry_after
 from tools_app.models import Tool, ToolExecution
+from tools_app.outbound.retry_after import retry_after_s
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -138,10 +138,10 @@ def test_retry_after_as_an_http_date():
     from httpx import Response
 
     later = timezone.now() + timezone.timedelta(seconds=30)
-    delay = _retry_after(Response(429, headers={"Retry-After": format_datetime(later,
-                                                                               usegmt=True)}))
+    delay = retry_after_s(Response(429, headers={"Retry-After": format_datetime(
+        later, usegmt=True)}).headers)
     assert delay is not None and 25 <= delay <= 31
-    assert _retry_after(Response(429, headers={"Retry-After": "soon"})) is None
+    assert retry_after_s(Response(429, headers={"Retry-After": "soon"}).headers) is None
 
 
 def test_a_read_timing_out_is_retried(world, fake_http):

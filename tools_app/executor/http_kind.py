@@ -28,8 +28,6 @@ to the last byte. Bodies are read up to
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx2
@@ -38,6 +36,7 @@ from django.conf import settings
 from config.tracing import outgoing_headers
 
 from ..outbound import REFUSED, EgressRefusedError, async_client_for
+from ..outbound.retry_after import retry_after_s
 from .ledger_answers import status_answer_from
 from .types import OutcomeKind, StatusAnswer, ToolCall, ToolOutcome
 
@@ -68,24 +67,6 @@ def _body(content: bytes) -> Any:
         except ValueError:
             pass
     return content[:2000].decode("utf-8", "replace")
-
-
-def _retry_after(response: httpx2.Response) -> float | None:
-    """`Retry-After` in seconds: delta-seconds or an HTTP date."""
-    value = response.headers.get("Retry-After")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 async def _read_capped(response: httpx2.Response, limit: int) -> tuple[bytes, bool]:
@@ -149,7 +130,7 @@ async def acall(call: ToolCall) -> ToolOutcome:
         return ToolOutcome(kind=OutcomeKind.PERMISSION, error=error)
     if code in (408, 429) or code >= 500:
         return ToolOutcome(kind=OutcomeKind.TRANSIENT, error=error,
-                           retry_after_s=_retry_after(response))
+                           retry_after_s=retry_after_s(response.headers))
     return ToolOutcome(kind=OutcomeKind.BUSINESS, error=error)
 
 
