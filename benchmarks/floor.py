@@ -31,12 +31,14 @@ LEDGER = ToolExecution._meta.db_table
 INSERT_TASK = f"""
 INSERT INTO {TASK} (tenant_id, agent_id, requester_id, agent_snapshot, goal, input, script,
     status, version, steps_count, model_calls, tool_calls, tokens, per_tool, budget_extension,
-    last_call_hash, repeat_count, stale_steps, lease_owner, trace_id, failure_reason, request_hash,
-    created_at, updated_at, started_at)
+    last_call_hash, repeat_count, stale_steps, lease_owner, lease_expires_at, trace_id,
+    failure_reason, request_hash, created_at, updated_at, started_at)
 VALUES (%s, %s, %s, '{{}}', 'bench floor', '{{}}', NULL, 'RUNNING', 1, 0, 0, 0, 0, '{{}}', '{{}}',
-    '', 0, 0, '', %s, '', '', now(), now(), now())
+    '', 0, 0, 'bench-floor', now() + interval '1 hour', %s, '', '', now(), now(), now())
 RETURNING id
 """
+# Leased to the floor: a RUNNING task without a lease that waits its turn is an
+# orphan to the recovery sweep every worker runs, which would advance it too.
 UPDATE_TASK = f"""
 UPDATE {TASK} SET version = version + 1, status = %s, steps_count = steps_count + 1,
     model_calls = model_calls + 1, tool_calls = tool_calls + 1, per_tool = %s, updated_at = now(),

@@ -255,8 +255,7 @@ class OpenAIBackend:
             raise _Failure(f"no API key for {target.name}: {exc}", retryable=False,
                            kind="no_api_key")
         try:
-            client = sdk_client(target.base_url, shard).with_options(api_key=key,
-                                                              timeout=self.settings.timeout_s)
+            client = sdk_client(target.base_url, shard, key=key, timeout_s=self.settings.timeout_s)
         except (httpx2.InvalidURL, httpx2.UnsupportedProtocol):
             raise _Failure(f"{target.base_url!r} is not an http(s) URL", retryable=False,
                            kind="invalid_url")
@@ -308,15 +307,22 @@ def _without_nulls(value: Any) -> Any:
 _sdk_clients: Registry[openai.AsyncOpenAI] = Registry(MAX_ENDPOINTS * ASYNC_SHARDS)
 
 
-def sdk_client(base_url: str, shard: int = 0) -> openai.AsyncOpenAI:
-    """The SDK client of `base_url` on the running loop, on the outbound async
-    client of its endpoint and `shard` (a new one when that client was
-    replaced). A key and a timeout are given per call with `with_options`, which
-    costs microseconds. The SDK's own retries are off: ours are bounded, logged
-    and deterministic."""
+def sdk_client(base_url: str, shard: int = 0, *, key: str = NO_KEY,
+               timeout_s: float | None = None) -> openai.AsyncOpenAI:
+    """The SDK client of `base_url` with `key` and `timeout_s`, on the outbound
+    async client of its endpoint and `shard` (a new one when that client was
+    replaced). Kept, not derived per call (`with_options`): a fresh SDK client
+    looks up the platform in a thread on its first request, a thread hop per
+    model call. The SDK's own retries are off: ours are bounded, logged and
+    deterministic."""
     http = async_client_for(base_url, shard=shard)
-    return _sdk_clients.get((base_url, http), lambda: openai.AsyncOpenAI(
-        base_url=base_url, api_key=NO_KEY, max_retries=0, http_client=http))
+
+    def build() -> openai.AsyncOpenAI:
+        client = openai.AsyncOpenAI(base_url=base_url, api_key=key, max_retries=0,
+                                    http_client=http)
+        return client if timeout_s is None else client.with_options(timeout=timeout_s)
+
+    return _sdk_clients.get((base_url, http, key, timeout_s), build)
 
 
 def _tokens(body: dict[str, Any]) -> int:

@@ -3,7 +3,7 @@
 The call itself is awaited on the I/O loop (`execute`): an http tool on the
 async client of its endpoint, a python tool in a pooled thread; the slice's
 lease is kept alive meanwhile by the process's batched heartbeat (`beats`),
-and the wait does not count against the slice's time (`memo.waited_s`).
+and the wait does not count against the slice's time (`Hop.worked_s`).
 Around it, database phases: `open_call` (a resumed or retried step: its
 spec, and the ledger's claim or stored answer), the ledger's record before a
 status query, and `commit_outcome_of` (the outcome with the version check; a
@@ -22,7 +22,6 @@ the span's.
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -127,7 +126,7 @@ async def _call_and_commit(snap: TaskSnapshot, step: Step, spec: ToolSpec, admit
                            *, owner: str, actor: Actor, memo: SliceMemo, hop: Hop,
                            after: After) -> StepResult:
     call, claim, prepared = admitted.call, admitted.claim, admitted.prepared
-    started = time.monotonic()  # the slice's lease is kept alive meanwhile (`beats`)
+    # the slice's lease is kept alive meanwhile (`beats`)
     with tool_span(tool=spec.name, call_id=call_id(step.step_no), kind=spec.kind,
                    idempotency_key=call.context.idempotency_key) as traced:
         if claim is None:
@@ -141,7 +140,6 @@ async def _call_and_commit(snap: TaskSnapshot, step: Step, spec: ToolSpec, admit
         # Recorded before the status query is asked (it may take long or fail).
         await hop(ledger.record, claim, outcome)
         outcome, claim = await _settle(hop, call, prepared, first_error=outcome.error), None
-    memo.waited_s += time.monotonic() - started
     if outcome.kind is OutcomeKind.PROCESSING:
         return StepResult(Next.LATER, 0.5, "another executor holds this call")
     return await hop(commit_then, snap, step, spec, outcome, actor, memo=memo, claim=claim,

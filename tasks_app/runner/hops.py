@@ -45,6 +45,12 @@ FRESH_S = 1.0  # a connection used this recently is kept and trusted (see `threa
 
 
 class Hop(Protocol):
+    # CPU seconds its phases used (the thread's, from start to return): the
+    # slice's own work. Not its wall time, which in a process driving hundreds
+    # of slices is mostly their turns (a thread to run in, the GIL) and
+    # grows with the load, not with the work.
+    worked_s: float
+
     async def __call__(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T: ...
 
 
@@ -111,20 +117,32 @@ _UNSET = object()
 
 
 class ThreadHop:
+    def __init__(self) -> None:
+        self.worked_s = 0.0
+
     async def __call__(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         ctx = contextvars.copy_context()
         job = functools.partial(fn, *args, **kwargs)
         try:
             return await asyncio.get_running_loop().run_in_executor(
-                db_threads(), ctx.run, in_db_thread, job)
+                db_threads(), ctx.run, self._timed, job)
         finally:
             _carry_back(ctx)
+
+    def _timed(self, job: Callable[[], T]) -> T:
+        # A slice awaits one phase at a time: no two threads add at once.
+        started = time.thread_time()
+        try:
+            return in_db_thread(job)
+        finally:
+            self.worked_s += time.thread_time() - started
 
 
 class CallerHop:
     """Phases run on the thread that called `drive`, which waits for the slice."""
 
     def __init__(self) -> None:
+        self.worked_s = 0.0
         self._jobs: queue.SimpleQueue[
             tuple[Callable[[], Any], contextvars.Context, asyncio.Future[Any]] | None
         ] = queue.SimpleQueue()
@@ -146,12 +164,14 @@ class CallerHop:
         while (item := self._jobs.get()) is not None:
             job, ctx, future = item
             loop = future.get_loop()
+            started = time.thread_time()
+            value, error = None, None
             try:
                 value = ctx.run(job)
             except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
-                loop.call_soon_threadsafe(_settle, future, None, exc)
-            else:
-                loop.call_soon_threadsafe(_settle, future, value, None)
+                error = exc
+            self.worked_s += time.thread_time() - started  # before the slice reads it
+            loop.call_soon_threadsafe(_settle, future, value, error)
         return done.result()
 
 

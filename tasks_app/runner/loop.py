@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 import uuid
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
@@ -73,7 +72,6 @@ async def slice_of(task_id: int, *, hop: Hop, owner: str | None = None,
     that admission starts because this one freed its slot is advanced next, in
     what is left of the slice, instead of through the broker (`HAND_ON_MAX`)."""
     owner = owner or new_owner()
-    until = time.monotonic() + settings.TETHER["SLICE_S"]
     first: SliceReport | None = None
     handed_on = 0
     while True:
@@ -81,18 +79,26 @@ async def slice_of(task_id: int, *, hop: Hop, owner: str | None = None,
         slot: AbstractContextManager[list[int]] = (
             handing_off_one() if may_hand_on else nullcontext([]))
         with slot as handed, log_scope():  # the context of each task's slice, cleared after
-            report = await _advance(task_id, owner=owner, until=until, hop=hop)
+            report = await _advance(task_id, owner=owner, hop=hop)
         first = first or report
         if not handed:
             return replace(first, handed_on=handed_on)
         task_id = handed[0]
-        if time.monotonic() >= until:
+        if _used_up(hop):
             await hop(schedule_advance, task_id)  # no time left: its own slice, through the queue
             return replace(first, handed_on=handed_on)
         handed_on += 1
 
 
-async def _advance(task_id: int, *, owner: str, until: float, hop: Hop) -> SliceReport:
+def _used_up(hop: Hop) -> bool:
+    """Has the slice done `SLICE_S` of its own work? The CPU its phases used
+    (`Hop.worked_s`), not its wall time: that includes the calls it awaits
+    (waiting holds nothing) and, in a process driving hundreds of slices, the
+    turns of all the others (which ended most slices after a step or two)."""
+    return hop.worked_s >= settings.TETHER["SLICE_S"]
+
+
+async def _advance(task_id: int, *, owner: str, hop: Hop) -> SliceReport:
     leased = await hop(lease_take, task_id=task_id, owner=owner)
     if leased is None:
         # Another executor holds it, or the task is not RUNNING: nothing to do.
@@ -103,11 +109,10 @@ async def _advance(task_id: int, *, owner: str, until: float, hop: Hop) -> Slice
     # its calls take; a slice's time counts its own work, not its awaited calls:
     # a task waiting on the network holds no worker, so it need not hand over.
     async with beats.holding(task_id, owner):
-        return await _steps(task_id, owner=owner, until=until, leased=leased, hop=hop)
+        return await _steps(task_id, owner=owner, leased=leased, hop=hop)
 
 
-async def _steps(task_id: int, *, owner: str, until: float, leased: Task, hop: Hop
-                 ) -> SliceReport:
+async def _steps(task_id: int, *, owner: str, leased: Task, hop: Hop) -> SliceReport:
     cfg = settings.TETHER
     steps = 0
     memo = SliceMemo(leased=leased)  # what each step leaves for the next one of this slice
@@ -124,8 +129,7 @@ async def _steps(task_id: int, *, owner: str, until: float, leased: Task, hop: H
             if result.next is Next.LATER:
                 await hop(_release_until, task_id, owner, result.delay_s)
                 return SliceReport(True, steps, "later")
-            worked_until = time.monotonic() - memo.waited_s
-            if worked_until >= until or steps >= cfg["SLICE_MAX_STEPS"]:
+            if _used_up(hop) or steps >= cfg["SLICE_MAX_STEPS"]:
                 await hop(_release_until, task_id, owner, None)
                 return SliceReport(True, steps, "slice")
     except Exception as exc:

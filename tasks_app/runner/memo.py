@@ -53,7 +53,6 @@ class SliceMemo:
     human_facts: list[dict[str, Any]] | None = None  # answers, approvals: set while waiting
     sources: ContextSources | None = None  # what the last context was built from
     output_hashes: dict[int, str] = field(default_factory=dict)  # step_no -> hash, recent steps
-    waited_s: float = 0.0  # time the slice spent awaiting calls (not its own work)
 
     def still_valid(self, task_id: int) -> bool:
         """Does the task still stand where this slice left it? (Else forget it all.)

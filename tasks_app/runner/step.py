@@ -26,7 +26,6 @@ manual runner): its phases run on the calling thread.
 from __future__ import annotations
 
 import functools
-import time
 
 from django.db import IntegrityError
 
@@ -71,11 +70,9 @@ async def step(*, task_id: int, owner: str, memo: SliceMemo, hop: Hop) -> StepRe
             return await execute(plan.snap, plan.step, owner=owner, actor=Actor.worker(owner),
                                  memo=memo, hop=hop)
         if isinstance(plan, Ask):
-            started = time.monotonic()
             guard = ModelGuard(plan.snap, owner=owner, hop=hop)  # the model's breakers
             # the slice's lease is kept alive meanwhile (`beats`)
             reply = await ask_model(plan, guard)
-            memo.waited_s += time.monotonic() - started
             if isinstance(reply, GatewayError):
                 return await hop(model_failed, plan.snap, reply, guard)
             plan = await hop(record_model_reply, plan, reply, owner=owner, memo=memo)
