@@ -35,6 +35,7 @@ from django.db.models import F, IntegerField, Max, Sum
 from config.errors import conflict, forbidden, invalid, not_found
 
 from ..gateway import GatewayError, get_backend
+from ..gateway.base import CallGuard
 from ..machine import TERMINAL
 from ..models import ContextSummary, Event, Role, Step, Task
 from ..services.actors import SYSTEM, Actor
@@ -54,7 +55,8 @@ ROLLBACK_ROLES = (Role.OPERATOR, Role.ADMIN, "system")
 
 
 def summary_maybe_create(*, task_id: int, steps_count: int | None = None,
-                         sources: ContextSources | None = None) -> ContextSummary | None:
+                         sources: ContextSources | None = None,
+                         guard: CallGuard | None = None) -> ContextSummary | None:
     """Fold older steps into a new summary version if a threshold is passed.
 
     Called by the runner after a step commits, outside any transaction. A
@@ -68,7 +70,7 @@ def summary_maybe_create(*, task_id: int, steps_count: int | None = None,
         if steps_count is not None and sources is not None and not _maybe_due(
                 task_id, steps_count=steps_count, sources=sources):
             return None
-        return _maybe_create(task_id)
+        return _maybe_create(task_id, guard)
     except Exception:
         log.exception("summarizing the context of task %s failed", task_id)
         return None
@@ -91,7 +93,7 @@ def _maybe_due(task_id: int, *, steps_count: int, sources: ContextSources) -> bo
     return chars >= limits["threshold_chars"]
 
 
-def _maybe_create(task_id: int) -> ContextSummary | None:
+def _maybe_create(task_id: int, guard: CallGuard | None = None) -> ContextSummary | None:
     task = (Task.objects.only("id", "tenant_id", "trace_id", "status", "steps_count", "goal",
                               "agent_snapshot").filter(pk=task_id).first())
     if task is None or task.status in TERMINAL:
@@ -124,9 +126,10 @@ def _maybe_create(task_id: int) -> ContextSummary | None:
     text = ""
     model = (task.agent_snapshot or {}).get("model") or {}
     if model.get("backend") == "openai":
+        calls = 1
         try:
             keys = model_keys(tenant_id=task.tenant_id, model=model)  # the task's tenant only
-            backend: Any = get_backend(model, keys)
+            backend: Any = get_backend(model, keys, guard)
             notes = backend.summarize(
                 goal=task.goal, previous=previous, steps=views, max_chars=limits["summary_chars"])
             text, tokens, model_name, method = notes.text, notes.tokens, notes.model, "model"
@@ -135,9 +138,9 @@ def _maybe_create(task_id: int) -> ContextSummary | None:
                               agent=task.agent_snapshot or {}, model=notes.model,
                               usage=notes.usage, used_fallback=notes.used_fallback)
         except GatewayError as exc:
-            error = str(exc)
+            error, calls = str(exc), exc.calls  # none when a breaker held the call
         # A model call, answered or not, kept or not: it counts against the budget.
-        Task.objects.filter(pk=task.pk).update(model_calls=F("model_calls") + 1,
+        Task.objects.filter(pk=task.pk).update(model_calls=F("model_calls") + calls,
                                                tokens=F("tokens") + tokens)
     if not text:
         text = deterministic_summary(previous=previous, views=views, until=until,

@@ -21,11 +21,14 @@ budget other than time: its deadline still holds.
 """
 from __future__ import annotations
 
+import asyncio
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 
 from tools_app.breakers import (
     Admission,
@@ -51,6 +54,7 @@ from ..snapshot import TaskSnapshot
 from ..store.events import event_append
 from .hops import Hop
 
+T = TypeVar("T")
 BREAKER_ACTOR = Actor.worker("breaker")
 
 
@@ -137,6 +141,32 @@ class ModelGuard:
         await self.hop(record, target, owner=self.owner, failed=failed, policy=self.policy,
                        seen=seen, error={"message": error} if error else None,
                        task_id=self.snap.id)
+
+
+class _OffPool:
+    """A hop for a guard used from inside a database phase (a summary's call,
+    which waits for the I/O loop from that phase): the breaker's own queries run
+    in the loop's default executor, never in the busy database pool it waits
+    from, which could be full of such waits."""
+
+    def __init__(self) -> None:
+        self.worked_s = 0.0
+
+    async def __call__(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        return await asyncio.to_thread(_closing, functools.partial(fn, *args, **kwargs))
+
+
+def _closing(job: Callable[[], T]) -> T:
+    try:
+        return job()
+    finally:
+        connection.close()  # a rare path: the thread keeps no connection (nor pool slot)
+
+
+def summary_guard(snap: TaskSnapshot, *, owner: str) -> ModelGuard:
+    """The model's breakers for a context summary's call: an open breaker makes
+    the summary the deterministic digest, without a call."""
+    return ModelGuard(snap, owner=owner, hop=_OffPool())
 
 
 def model_wait(snap: TaskSnapshot, guard: ModelGuard, delay_s: float) -> float:

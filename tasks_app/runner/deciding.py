@@ -38,7 +38,7 @@ from ..snapshot import TaskSnapshot
 from ..vault.lookup import model_keys
 from ..vault.values import Resolved
 from .backoff import backoff_s, model_failure_count
-from .breaker_waits import ModelGuard, model_wait
+from .breaker_waits import ModelGuard, model_wait, summary_guard
 from .budgets import exhausted_budget, past_deadline
 from .executing import prepare_call
 from .memo import SliceMemo
@@ -221,17 +221,18 @@ def record_reply(snap: TaskSnapshot, decision: Decision, model_log: dict[str, An
             spent.charge(snap.id)
         raise
     if isinstance(recorded, StepResult):
-        after_step(snap, sources, memo)
+        after_step(snap, sources, memo, owner=owner)
         return Recorded(recorded, None, snap, sources)
     return Recorded(recorded, prepare_call(recorded.snap, recorded.step, recorded.spec),
                     snap, sources)
 
 
-def after_step(snap: TaskSnapshot, sources: ContextSources | None, memo: SliceMemo) -> None:
+def after_step(snap: TaskSnapshot, sources: ContextSources | None, memo: SliceMemo, *,
+               owner: str) -> None:
     """After the step committed (in its last phase); never raises. With the
     sources the context was built from, most steps need no query to know no
-    summary is due."""
+    summary is due. A summary's model call goes through the model's breakers."""
     summary = summary_maybe_create(task_id=snap.id, steps_count=snap.steps_count + 1,
-                                   sources=sources)
+                                   sources=sources, guard=summary_guard(snap, owner=owner))
     if summary is not None and memo.sources is not None:
         memo.sources = memo.sources.on_summary(summary)  # the context starts from it

@@ -95,5 +95,6 @@ async def _after_recording(recorded: Recorded, *, owner: str, memo: SliceMemo,
     return await execute(
         decided.snap, decided.step, owner=owner, actor=Actor.worker(owner), memo=memo, hop=hop,
         decided=decided, prepared=recorded.prepared,
-        after=functools.partial(after_step, recorded.snap, recorded.sources, memo))
+        after=functools.partial(after_step, recorded.snap, recorded.sources, memo,
+                                owner=owner))
 

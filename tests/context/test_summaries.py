@@ -8,9 +8,10 @@ from django.test.utils import CaptureQueriesContext
 
 from config.errors import DomainError
 from tasks_app.context.builder import build_context
-from tasks_app.context.summaries import summary_list, summary_rollback
+from tasks_app.context.summaries import summary_list, summary_maybe_create, summary_rollback
 from tasks_app.machine import TaskStatus
 from tasks_app.models import ContextSummary, Event, Task
+from tasks_app.runner.breaker_waits import summary_guard
 from tasks_app.runner.step import Next, advance_one_step
 from tasks_app.services.admission import admit_created_tasks
 from tasks_app.services.demo import demo_agent_ensure, demo_tools_ensure
@@ -18,6 +19,7 @@ from tasks_app.snapshot import TaskSnapshot
 from tests.factories import TenantFactory, actor_of, submit
 from tests.fakes.fixtures import openai_agent
 from tests.fakes.openai_server import error, reply
+from tools_app.models import Breaker, BreakerState
 from tools_app.registry import tool_specs
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -227,3 +229,47 @@ def test_a_failing_model_summary_falls_back_to_the_deterministic_digest(world, o
     task = Task.objects.get(pk=task.pk)
     assert task.status == TaskStatus.SUCCEEDED
     assert task.model_calls == len(openai_server.requests)  # the failed call counts too
+
+
+def test_a_summary_call_goes_through_the_models_breaker(world, openai_server, settings):
+    """A summary's failed call counts towards the model's breaker like a decision's;
+    while the breaker is open a summary is the deterministic digest, with no call."""
+    openai_agent(world.tenant, openai_server,
+                 model={"max_retries": 0, "breaker": {"failures": 1, "cooldown_s": 600}}, **LONG)
+    respond, state = _scripted_model(40)
+
+    def summaries_down(request):  # type: ignore[no-untyped-def]
+        if "tools" not in request.body:
+            state["summaries"] += 1
+            return error(503, "summaries are down")
+        return respond(request)
+
+    openai_server.responder = summaries_down
+    settings.TETHER = {**settings.TETHER, "SUMMARY_THRESHOLD_STEPS": 1000,
+                       "SUMMARY_THRESHOLD_CHARS": 10**9}
+    first, second = (submit(world.tenant, None, agent="llm", goal="Look up orders")
+                     for _ in range(2))
+    admit_created_tasks()
+    for task in (first, second):
+        _advance_to(task.pk, 20)
+    assert not ContextSummary.objects.exists() and state["summaries"] == 0
+    settings.TETHER = {**settings.TETHER, "SUMMARY_THRESHOLD_STEPS": 8}
+    calls_before = {t.pk: Task.objects.get(pk=t.pk).model_calls for t in (first, second)}
+
+    def summarize(task_id: int) -> ContextSummary | None:
+        snap = TaskSnapshot.of(Task.objects.get(pk=task_id))
+        return summary_maybe_create(task_id=task_id, guard=summary_guard(snap, owner="test"))
+
+    made = summarize(first.pk)  # the call fails: an outage, and the breaker opens
+    assert made is not None and made.created_by == "summarizer:deterministic"
+    assert state["summaries"] == 1
+    breaker = Breaker.objects.get(kind="model", name="primary")
+    assert breaker.state == BreakerState.OPEN
+    assert Task.objects.get(pk=first.pk).model_calls == calls_before[first.pk] + 1
+
+    held = summarize(second.pk)  # the breaker holds the call: none is made, none counted
+    assert held is not None and held.created_by == "summarizer:deterministic"
+    assert state["summaries"] == 1
+    assert Task.objects.get(pk=second.pk).model_calls == calls_before[second.pk]
+    event = Event.objects.filter(task_id=second.pk, type="context_summarized").get()
+    assert "circuit breaker" in event.payload["model_error"]
