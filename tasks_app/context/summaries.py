@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, IntegerField, Max, Sum
+from django.db.models import IntegerField, Max, Sum
 
 from config.errors import conflict, forbidden, invalid, not_found
 
@@ -39,6 +39,7 @@ from ..machine import TERMINAL
 from ..models import ContextSummary, Event, Role, Step, Task
 from ..services.actors import SYSTEM, Actor
 from ..services.spend import spend_of_call
+from ..store.counters import task_model_call_count
 from ..store.events import event_append
 from ..vault.lookup import model_keys
 from .builder import ContextSources, active_summary, context_limits, step_chars, step_view
@@ -137,8 +138,7 @@ def _maybe_create(task_id: int) -> ContextSummary | None:
         except GatewayError as exc:
             error = str(exc)
         # A model call, answered or not, kept or not: it counts against the budget.
-        Task.objects.filter(pk=task.pk).update(model_calls=F("model_calls") + 1,
-                                               tokens=F("tokens") + tokens)
+        task_model_call_count(task.pk, tokens=tokens)
     if not text:
         text = deterministic_summary(previous=previous, views=views, until=until,
                                      max_chars=limits["summary_chars"])
