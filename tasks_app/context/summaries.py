@@ -34,10 +34,10 @@ from django.db.models import IntegerField, Max, Sum
 
 from config.errors import conflict, forbidden, invalid, not_found
 
+from ..actors import SYSTEM, Actor
 from ..gateway import GatewayError, get_backend
 from ..machine import TERMINAL
 from ..models import ContextSummary, Event, Role, Step, Task
-from ..services.actors import SYSTEM, Actor
 from ..services.spend import spend_of_call
 from ..store.counters import task_model_call_count
 from ..store.events import event_append

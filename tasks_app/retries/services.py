@@ -31,9 +31,9 @@ from django.db import transaction
 
 from config.errors import DomainError, conflict, invalid, not_found
 
+from ..actors import Actor
 from ..machine import TaskStatus
 from ..models import Event, Step, StepKind, StepStatus, Task
-from ..services.actors import Actor
 from ..services.admission import admission_after_commit
 from ..services.tasks import budget_extension_checked, budget_extension_merged
 from ..store.creation import task_create

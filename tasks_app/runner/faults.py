@@ -24,9 +24,9 @@ from django.conf import settings
 
 from tools_app.executor.jsonsafe import storable
 
+from ..actors import Actor
 from ..machine import TaskStatus
 from ..models import Task
-from ..services.actors import Actor
 from ..snapshot import TaskSnapshot
 from ..store.counters import task_fault_count
 from .backoff import backoff_s

@@ -14,6 +14,7 @@ from django.utils import timezone
 from approvals_app.models import Question
 from config.errors import DomainError, conflict, invalid, not_found
 
+from ..actors import Actor
 from ..keys import canonical_json, sha256_hex
 from ..machine import NON_TERMINAL
 from ..models import AgentProfile, StepStatus, Task
@@ -21,7 +22,6 @@ from ..pricing import MAX_BUDGET, money, money_problem, money_text
 from ..store.creation import task_create
 from ..store.steps import step_move
 from ..store.tasks import Transitioned, task_transition
-from .actors import Actor
 from .admission import admission_after_commit
 from .agent_versions import version_for_submission
 from .dispatch import schedule_advance_on_commit

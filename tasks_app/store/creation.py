@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..actors import Actor
 from ..machine import TaskStatus
 from ..models import Step, Task
-from ..services.actors import Actor
 from .events import event_append
 
 # Step fields a retry copies as they are.

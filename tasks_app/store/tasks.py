@@ -27,9 +27,9 @@ from django.db.models import Expression
 
 from config.errors import DomainError, ErrorKind, conflict
 
+from ..actors import Actor
 from ..machine import TRANSITIONS
 from ..models import Task
-from ..services.actors import Actor
 from .writes import Commit, TaskAt, write
 
 
