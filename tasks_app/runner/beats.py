@@ -6,8 +6,9 @@ work); when the process dies, it must expire (kill -9: another worker takes
 the task over after `LEASE_TTL_S`). A slice registers its (task, owner) while
 it runs (`holding`, from the lease taken to the lease released); every third
 of the TTL, one task on the I/O loop extends the leases of all registered
-pairs in one statement, in a database thread. A process with a thousand calls in flight writes one
-statement per ten seconds, not a thousand (nor holds a thread per call).
+pairs in one statement (the store's `leases_extend`), in a database thread.
+A process with a thousand calls in flight writes one statement per ten
+seconds, not a thousand (nor holds a thread per call).
 """
 from __future__ import annotations
 
