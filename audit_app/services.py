@@ -36,7 +36,7 @@ FIELD_CHANGES = frozenset({"updated"})
 
 
 class Who(Protocol):
-    """The actor of a change (`tasks_app.services.actors.Actor` is one)."""
+    """The actor of a change (`tasks_app.actors.Actor` is one)."""
 
     @property
     def name(self) -> str: ...

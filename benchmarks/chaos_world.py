@@ -63,8 +63,8 @@ def setup(base: str, tenants: list[str]) -> None:
 
 
 def submit(tenant_name: str, count: int) -> list[int]:
+    from tasks_app.actors import SYSTEM
     from tasks_app.models import Tenant
-    from tasks_app.services.actors import SYSTEM
     from tasks_app.services.tasks import task_submit
 
     tenant = Tenant.objects.get(name=tenant_name)

@@ -46,8 +46,8 @@ from rest_framework.settings import api_settings
 from rest_framework.throttling import UserRateThrottle
 
 from config.errors import forbidden
+from tasks_app.actors import Actor
 from tasks_app.models import ApiKey, Membership, Role
-from tasks_app.services.actors import Actor
 
 R = Role
 ALL_ROLES = frozenset(Role.values)

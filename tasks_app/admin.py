@@ -17,6 +17,7 @@ from django.http import HttpRequest
 
 from config.admin_site import ReadOnlyAdmin, ServiceCheckedForm
 
+from .actors import Actor
 from .models import (
     AgentProfile,
     AgentReleaseEntry,
@@ -30,7 +31,6 @@ from .models import (
     Tenant,
 )
 from .services.accounts import membership_audit, membership_revoke
-from .services.actors import Actor
 from .services.agent_versions import version_record
 from .services.agents import EDITABLE, agent_audit, agent_audited, agent_errors
 

@@ -44,9 +44,9 @@ from django.utils.module_loading import import_string
 from audit_app.services import audit_record
 from config.errors import invalid
 from config.named_resources import NamedResource, model_field_errors
+from tasks_app.actors import SYSTEM, Actor
 from tasks_app.models import Tenant
 from tasks_app.selectors import missing_secret_names
-from tasks_app.services.actors import SYSTEM, Actor
 from tasks_app.vault.references import EXAMPLE, header_secret_names, template_errors
 
 from .breakers import breaker_errors, retry_delays_errors

@@ -15,9 +15,9 @@ from django.db.models import F
 from django.utils import timezone
 
 from config.errors import conflict, forbidden, invalid, not_found
+from tasks_app.actors import SYSTEM, Actor
 from tasks_app.keys import idempotency_key
 from tasks_app.models import Role, Step, StepStatus, Task
-from tasks_app.services.actors import SYSTEM, Actor
 from tasks_app.services.dispatch import schedule_advance_on_commit
 from tasks_app.store.steps import step_move
 from tasks_app.store.tasks import task_transition

@@ -28,8 +28,8 @@ from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import render
 
+from ..actors import Actor
 from ..models import Membership, Role, Task
-from ..services.actors import Actor
 
 DECIDERS = frozenset({Role.REVIEWER, Role.ADMIN})
 OPERATORS = frozenset({Role.OPERATOR, Role.ADMIN})

@@ -30,16 +30,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, IntegerField, Max, Sum
+from django.db.models import IntegerField, Max, Sum
 
 from config.errors import conflict, forbidden, invalid, not_found
 
+from ..actors import SYSTEM, Actor
 from ..gateway import GatewayError, get_backend
 from ..gateway.base import CallGuard
 from ..machine import TERMINAL
 from ..models import ContextSummary, Event, Role, Step, Task
-from ..services.actors import SYSTEM, Actor
 from ..services.spend import spend_of_call
+from ..store.counters import task_model_call_count
 from ..store.events import event_append
 from ..vault.lookup import model_keys
 from .builder import ContextSources, active_summary, context_limits, step_chars, step_view
@@ -140,8 +141,7 @@ def _maybe_create(task_id: int, guard: CallGuard | None = None) -> ContextSummar
         except GatewayError as exc:
             error, calls = str(exc), exc.calls  # none when a breaker held the call
         # A model call, answered or not, kept or not: it counts against the budget.
-        Task.objects.filter(pk=task.pk).update(model_calls=F("model_calls") + calls,
-                                               tokens=F("tokens") + tokens)
+        task_model_call_count(task.pk, calls=calls, tokens=tokens)
     if not text:
         text = deterministic_summary(previous=previous, views=views, until=until,
                                      max_chars=limits["summary_chars"])

@@ -33,9 +33,9 @@ from config.celery import app
 from tools_app.models import Breaker, Tool
 from tools_app.outbound.policy import url_problem
 
+from ..actors import SYSTEM
 from ..machine import TERMINAL, TaskStatus
 from ..models import Event, Step, Task, Tenant
-from ..services.actors import SYSTEM
 from ..services.releases import agent_seed
 from ..services.tasks import task_submit
 from .downstream import MODEL_PATH, Downstream

@@ -36,9 +36,9 @@ from django.utils import timezone
 from tools_app.executor.types import ToolCall, ToolSpec
 from tools_app.resources import render_resource
 
+from ..actors import Actor
 from ..machine import TaskStatus
 from ..models import LeaseWaiter, ResourceLease, Task
-from ..services.actors import Actor
 from ..services.dispatch import schedule_advance
 from ..store.events import event_append
 from .takeover import Holder, settle_dead_holder

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from tools_app.executor import ToolCall, ToolContext, execute_through_ledger, ledger
 from tools_app.registry import tool_specs
 
+from ..actors import Actor
 from ..models import Task
-from ..services.actors import Actor
 from ..services.dispatch import schedule_advance
 from ..store.events import event_append
 

@@ -31,18 +31,16 @@ from django.db import transaction
 
 from config.errors import DomainError, conflict, invalid, not_found
 
+from ..actors import Actor
 from ..machine import TaskStatus
 from ..models import Event, Step, StepKind, StepStatus, Task
-from ..services.actors import Actor
 from ..services.admission import admission_after_commit
 from ..services.tasks import budget_extension_checked, budget_extension_merged
+from ..store.creation import task_create
 from ..store.events import event_append
 
 RETRYABLE = (TaskStatus.FAILED, TaskStatus.CANCELED)
 MAX_COMMENT = 2000
-# Step fields a retry copies as they are.
-COPIED = ("step_no", "kind", "status", "decision", "model_log", "tool", "args", "idempotency_key",
-          "attempt", "output", "output_hash", "error", "finished_at", "latency_ms")
 
 
 @dataclass(frozen=True)
@@ -117,7 +115,10 @@ def _create(original: Task, inherited: list[Step], *, extend: dict[str, Any],
     per_tool: dict[str, int] = {}
     for step in called:
         per_tool[step.tool] = per_tool.get(step.tool, 0) + 1
-    task = Task.objects.create(
+    return task_create(
+        actor=Actor(name="system", role="system"),
+        agent_name=(original.agent_snapshot or {}).get("name", ""),
+        inherited=inherited,
         tenant_id=original.tenant_id, requester_id=original.requester_id,
         agent_id=original.agent_id, agent_snapshot=original.agent_snapshot,
         agent_version=original.agent_version, goal=original.goal, input=original.input,
@@ -131,16 +132,6 @@ def _create(original: Task, inherited: list[Step], *, extend: dict[str, Any],
         tool_calls=len(called), per_tool=per_tool,
         budget_extension=budget_extension_merged(original.budget_extension or {}, extend),
     )
-    Step.objects.bulk_create([
-        Step(task=task, inherited_from=s, started_at=s.started_at,
-             **{name: getattr(s, name) for name in COPIED})
-        for s in inherited])
-    event_append(task_id=task.pk, tenant_id=task.tenant_id, trace_id=task.trace_id,
-                 task_version=0, type="task_created", actor=Actor(name="system", role="system"),
-                 payload={"agent": (original.agent_snapshot or {}).get("name", ""),
-                          "agent_version": original.agent_version, "goal": original.goal[:500],
-                          "to": TaskStatus.CREATED})
-    return task
 
 
 def task_retry_many(*, tenant_id: int, task_ids: list[int], actor: Actor,

@@ -15,10 +15,9 @@ from __future__ import annotations
 import random
 
 from django.conf import settings
-from django.db.models import Case, F, Value, When
 
-from ..models import Task
 from ..snapshot import TaskSnapshot
+from ..store.counters import task_model_failure_count
 
 
 def backoff_s(attempt: int, retry_after: float | None = None, *,
@@ -35,8 +34,4 @@ def model_failure_count(snap: TaskSnapshot) -> int:
     """Count one more failure of the task's model where it stands; the count,
     this failure included."""
     at = f"{snap.version}/{snap.steps_count}"
-    Task.objects.filter(pk=snap.id).update(
-        model_failures=Case(When(model_failure_at=at, then=F("model_failures") + 1),
-                            default=Value(1)),
-        model_failure_at=at)
-    return Task.objects.filter(pk=snap.id).values_list("model_failures", flat=True).first() or 1
+    return task_model_failure_count(snap.id, at=at)

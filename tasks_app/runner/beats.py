@@ -6,8 +6,9 @@ work); when the process dies, it must expire (kill -9: another worker takes
 the task over after `LEASE_TTL_S`). A slice registers its (task, owner) while
 it runs (`holding`, from the lease taken to the lease released); every third
 of the TTL, one task on the I/O loop extends the leases of all registered
-pairs in one statement, in a database thread. A process with a thousand calls in flight writes one
-statement per ten seconds, not a thousand (nor holds a thread per call).
+pairs in one statement (the store's `leases_extend`), in a database thread.
+A process with a thousand calls in flight writes one statement per ten
+seconds, not a thousand (nor holds a thread per call).
 """
 from __future__ import annotations
 
@@ -20,25 +21,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from django.conf import settings
-from django.utils import timezone
 
-from ..models import Task
+from ..store.leases import leases_extend
 from .hops import db_threads, in_db_thread
-from .lease import lease_ttl
 
 log = logging.getLogger(__name__)
-
-
-def leases_extend(pairs: list[tuple[int, str]]) -> int:
-    """Extend the leases of `pairs` (task id, owner) still held by those owners."""
-    if not pairs:
-        return 0
-    now = timezone.now()
-    # An owner is one slice's (unique), so (id in ids, owner in owners) extends
-    # only leases that one of these slices holds.
-    return Task.objects.filter(pk__in={t for t, _ in pairs},
-                               lease_owner__in={o for _, o in pairs}).update(
-        lease_expires_at=now + lease_ttl(), heartbeat_at=now)
 
 
 class Beats:

@@ -46,9 +46,9 @@ from tools_app.executor import ToolOutcome, ledger
 from tools_app.executor.types import ToolSpec
 from tools_app.models import Breaker
 
+from ..actors import Actor
 from ..machine import TaskStatus
 from ..models import Task
-from ..services.actors import Actor
 from ..services.dispatch import schedule_advance_on_commit
 from ..snapshot import TaskSnapshot
 from ..store.events import event_append

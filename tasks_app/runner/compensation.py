@@ -29,10 +29,10 @@ from tools_app.executor import OutcomeKind, ToolCall, ToolContext, execute_throu
 from tools_app.executor.types import ToolSpec
 from tools_app.registry import tool_specs
 
+from ..actors import SYSTEM
 from ..keys import compensation_key
 from ..machine import TaskStatus
 from ..models import Event, Step, StepKind, StepStatus, Task
-from ..services.actors import SYSTEM
 from ..store.events import event_append
 
 log = logging.getLogger(__name__)

@@ -27,12 +27,12 @@ from tools_app.executor.dispatch import Prepared
 from tools_app.executor.types import ToolOutcome, ToolSpec
 from tools_app.registry import tool_specs
 
+from ..actors import Actor
 from ..context.builder import ContextSources, build_context, gather
 from ..context.summaries import summary_maybe_create
 from ..gateway import ContextSnapshot, Decision, GatewayError, ModelReply, get_backend
 from ..machine import TaskStatus
 from ..models import Step, StepKind, StepStatus, Task
-from ..services.actors import Actor
 from ..services.spend import spend_of_reply
 from ..snapshot import TaskSnapshot
 from ..vault.lookup import model_keys

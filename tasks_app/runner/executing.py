@@ -42,11 +42,11 @@ from tools_app.executor.dispatch import Prepared, ask_status, prepare
 from tools_app.executor.types import ToolSpec
 from tools_app.registry import tool_specs
 
+from ..actors import Actor
 from ..gateway.messages import call_id
 from ..keys import call_fingerprint, canonical_json, sha256_hex
 from ..leases import ResourceHold, lease_for_call
 from ..models import Step, StepStatus, Task
-from ..services.actors import Actor
 from ..snapshot import TaskSnapshot
 from ..store.commits import commit_outcome
 from ..store.events import event_append

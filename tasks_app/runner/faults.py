@@ -24,10 +24,11 @@ from django.conf import settings
 
 from tools_app.executor.jsonsafe import storable
 
+from ..actors import Actor
 from ..machine import TaskStatus
 from ..models import Task
-from ..services.actors import Actor
 from ..snapshot import TaskSnapshot
+from ..store.counters import task_fault_count
 from .backoff import backoff_s
 from .stopping import exhaust
 
@@ -55,8 +56,7 @@ def step_fault(*, task_id: int, owner: str, exc: Exception) -> float | None:
             exhaust(TaskSnapshot.of(task), "step_error", Actor.worker(owner),
                      detail={"type": "step_error", "error": error, "attempts": attempt})
             return None
-        Task.objects.filter(pk=task_id, lease_owner=owner).update(
-            fault_attempts=attempt, fault_at=at)
+        task_fault_count(task_id, owner=owner, attempt=attempt, at=at)
     except Exception as counting:  # noqa: BLE001 - an outage: try again later, uncounted
         _log(task_id, exc, f"not counted ({type(counting).__name__}: {counting})")
         return backoff_s(1, full_jitter=True)

@@ -23,11 +23,11 @@ from tools_app.executor.jsonsafe import has_unstorable, storable, storable_text
 from tools_app.executor.types import ToolSpec
 from tools_app.schemas import schema_errors
 
+from ..actors import Actor
 from ..gateway import Decision
 from ..keys import call_fingerprint, canonical_json, sha256_hex
 from ..models import Step, StepKind, StepStatus
 from ..retries.lineage import lineage_key
-from ..services.actors import Actor
 from ..snapshot import TaskSnapshot
 from ..store.commits import commit_decision, commit_final
 from ..store.events import event_append

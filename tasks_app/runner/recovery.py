@@ -29,9 +29,9 @@ from approvals_app.services.decisions import approvals_expire
 from config.errors import DomainError
 from config.metrics import count_recoveries
 
+from ..actors import SYSTEM
 from ..machine import TaskStatus
 from ..models import Task
-from ..services.actors import SYSTEM
 from ..services.admission import admit_created_tasks
 from ..services.dispatch import schedule_advance
 from ..store.hooks import run_sweep_hooks

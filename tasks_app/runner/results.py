@@ -14,7 +14,7 @@ from typing import Any
 from django.db.models import F
 
 from ..snapshot import TaskSnapshot
-from ..store.tasks import task_charge
+from ..store.counters import task_charge
 
 
 class Next(StrEnum):

@@ -31,8 +31,8 @@ from django.db import IntegrityError
 
 from config.errors import DomainError, ErrorKind
 
+from ..actors import Actor
 from ..gateway import GatewayError
-from ..services.actors import Actor
 from .breaker_waits import ModelGuard
 from .deciding import (
     Ask,

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from ..services.actors import Actor
+from ..actors import Actor
 from ..snapshot import TaskSnapshot
 from ..store.tasks import KnownTask, task_transition
 from .results import STOP, StepResult

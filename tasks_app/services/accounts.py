@@ -17,9 +17,9 @@ from django.db import transaction
 from audit_app.services import audit_record
 from config.errors import invalid
 
+from ..actors import SYSTEM, Actor
 from ..live.publish import end_user_sockets
 from ..models import ApiKey, Membership, Role, Tenant
-from .actors import SYSTEM, Actor
 
 KEY_PREFIX = "tth_"
 

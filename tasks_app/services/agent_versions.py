@@ -23,8 +23,8 @@ from django.db import transaction
 
 from audit_app.diffs import config_diff
 
+from ..actors import SYSTEM, Actor
 from ..models import AgentProfile, AgentVersion, VersionKind
-from .actors import SYSTEM, Actor
 
 
 def config_apply(agent: AgentProfile, config: dict[str, Any]) -> None:

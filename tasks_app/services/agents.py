@@ -22,13 +22,13 @@ from config.named_resources import NamedResource, model_field_errors
 from tools_app.models import Tool
 from tools_app.schemas import check_schema
 
+from ..actors import SYSTEM, Actor
 from ..gateway.model_settings import model_settings_errors
 from ..models import AgentProfile, OnExhaustion, Tenant
 from ..pricing import MAX_BUDGET, money, money_problem
 from ..selectors import missing_secret_names
 from ..vault.grants import env_granted, not_granted_message
 from ..vault.references import model_env_names, model_secret_names
-from .actors import SYSTEM, Actor
 from .agent_versions import version_record
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")

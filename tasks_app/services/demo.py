@@ -10,9 +10,9 @@ from django.db import transaction
 from tools_app.demo.tools import DEMO_TOOLS
 from tools_app.models import DemoOrder, Tool
 
+from ..actors import SYSTEM
 from ..models import AgentProfile, Role, Task, Tenant
 from .accounts import tenant_create, user_ensure
-from .actors import SYSTEM
 from .releases import agent_seed
 from .tasks import task_submit
 

@@ -23,8 +23,8 @@ from django.db import transaction
 
 from config.errors import invalid, not_found
 
+from ..actors import SYSTEM, Actor
 from ..models import AgentProfile, AgentReleaseEntry, AgentVersion, ReleaseAction, VersionKind
-from .actors import SYSTEM, Actor
 from .agent_versions import config_apply, version_record
 from .agents import agent_audit, agent_audited, agent_errors, agent_update
 

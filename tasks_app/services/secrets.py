@@ -27,6 +27,7 @@ from audit_app.services import audit_record
 from config.errors import DomainError, conflict, invalid, not_found
 from tools_app.models import McpServer, Tool
 
+from ..actors import Actor
 from ..models import AgentProfile, TenantSecret
 from ..vault.keyring import seal
 from ..vault.references import (
@@ -35,7 +36,6 @@ from ..vault.references import (
     header_secret_names,
     model_secret_names,
 )
-from .actors import Actor
 
 log = logging.getLogger(__name__)
 

@@ -20,14 +20,14 @@ from functools import cache
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import F
 from django.utils import timezone
 
 from config.metrics import count_spend
 
 from ..gateway.base import ModelReply
-from ..models import DailySpend, Task
+from ..models import DailySpend
 from ..pricing import PICO, TokenUsage, pico_text, prices_of
+from ..store.counters import task_usage_add
 
 COUNTERS = ("input_tokens", "output_tokens", "cached_input_tokens", "cost_pico")
 
@@ -86,7 +86,7 @@ def spend_record(*, task_id: int, tenant_id: int, agent: str, model: str,
                "cached_input_tokens": u.cached_input_tokens, "cost_pico": charged.cost_pico}
     day = timezone.now().date()  # UTC (USE_TZ): the rollup's days are UTC days
     with transaction.atomic():
-        Task.objects.filter(pk=task_id).update(**{k: F(k) + v for k, v in amounts.items()})
+        task_usage_add(task_id, amounts)
         _rollup(tenant_id=tenant_id, day=day, agent=agent[:64], model=model[:200],
                 amounts=amounts)
         transaction.on_commit(lambda: count_spend(model=model, dollars=charged.cost_pico / PICO))

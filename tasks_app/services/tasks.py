@@ -14,14 +14,14 @@ from django.utils import timezone
 from approvals_app.models import Question
 from config.errors import DomainError, conflict, invalid, not_found
 
+from ..actors import Actor
 from ..keys import canonical_json, sha256_hex
-from ..machine import NON_TERMINAL, TaskStatus
+from ..machine import NON_TERMINAL
 from ..models import AgentProfile, StepStatus, Task
 from ..pricing import MAX_BUDGET, money, money_problem, money_text
-from ..store.events import event_append
+from ..store.creation import task_create
 from ..store.steps import step_move
 from ..store.tasks import Transitioned, task_transition
-from .actors import Actor
 from .admission import admission_after_commit
 from .agent_versions import version_for_submission
 from .dispatch import schedule_advance_on_commit
@@ -85,7 +85,9 @@ def task_submit(
 
     try:
         with transaction.atomic():
-            task = Task.objects.create(
+            task = task_create(
+                actor=actor,
+                agent_name=agent,
                 tenant_id=tenant_id,
                 requester_id=requester_id,
                 agent=profile,
@@ -97,12 +99,6 @@ def task_submit(
                 trace_id=trace_id,
                 idempotency_key=idempotency_key or None,
                 request_hash=request_hash,
-            )
-            event_append(
-                task_id=task.pk, tenant_id=tenant_id, trace_id=task.trace_id, task_version=0,
-                type="task_created", actor=actor,
-                payload={"agent": agent, "agent_version": version.number, "goal": goal[:500],
-                         "to": TaskStatus.CREATED},
             )
             admission_after_commit()
     except IntegrityError:

@@ -1,10 +1,18 @@
 """The store: the one place that writes tasks, steps, events and ledger rows.
 
-Everything above it (the runner, admission, the human-decision services, the
-API) calls these modules and writes none of those rows itself:
+Everything above it (the runner, admission, retries, the context summaries,
+the human-decision services, the API) calls these modules and writes none of
+those rows itself (the ledger's own statements are `tools_app.executor.ledger`,
+in the same layer):
 
 - `tasks`: a task's transitions (`task_transition`, through the state machine's
   guard) and the guarded writes that are not transitions;
+- `creation`: a task's row, a retry's copies of its inherited steps, and the
+  `task_created` event;
+- `leases`: the lease's statements (take, extend, release; one heartbeat for
+  a process's many leases);
+- `counters`: plain counters that never move the version (model calls and
+  usage, a step's errors, a model's failures in a row);
 - `writes`: a commit described once as a `Commit` (version guard, rows,
   ledger claim or record, event, and the effects of the transition); from it
   come the one PostgreSQL statement and the ORM path (SQLite);

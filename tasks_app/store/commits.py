@@ -36,9 +36,9 @@ from tools_app.executor.ledger import Claim, recorded_fields
 from tools_app.executor.types import OutcomeKind, ToolCall, ToolContext, ToolOutcome, ToolSpec
 from tools_app.models import LedgerStatus
 
+from ..actors import SYSTEM, Actor
 from ..machine import TaskStatus
 from ..models import Step, StepKind, StepStatus
-from ..services.actors import SYSTEM, Actor
 from .writes import Commit, LedgerRecord, NewStep, StepMove, TaskAt, write
 
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from django.db import transaction
 
+from ..actors import Actor
 from ..models import Event
-from ..services.actors import Actor
 from .hooks import run_event_hooks, run_publishers
 from .sql import table
 

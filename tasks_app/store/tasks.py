@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Expression, F
+from django.db.models import Expression
 
 from config.errors import DomainError, ErrorKind, conflict
 
+from ..actors import Actor
 from ..machine import TRANSITIONS
 from ..models import Task
-from ..services.actors import Actor
 from .writes import Commit, TaskAt, write
 
 
@@ -93,14 +93,6 @@ def task_transition(
             raise conflict("stale_version", "another writer committed first", current_version=None)
     return Transitioned(task_id=task_id, version=done.version, status=done.target,
                         event_id=done.event_id)
-
-
-def task_charge(task_id: int, *, model_calls: int, tokens: int) -> None:
-    """Count model calls whose decision did not commit, in a short commit of
-    their own (plain counters: the version does not move)."""
-    if model_calls:
-        Task.objects.filter(pk=task_id).update(model_calls=F("model_calls") + model_calls,
-                                               tokens=F("tokens") + tokens)
 
 
 def task_update_guarded(*, task_id: int, version: int, **fields: Any) -> bool:

@@ -32,9 +32,9 @@ from config.errors import conflict
 from tools_app.executor.ledger import record_while, recordable
 from tools_app.models import ToolExecution
 
+from ..actors import Actor
 from ..keys import idempotency_key, idempotency_key_around
 from ..models import Event, Step, Task
-from ..services.actors import Actor
 from .effects import (
     after_transition,
     close_open_work,

@@ -16,8 +16,8 @@ import pytest
 from approvals_app.models import Approval, Question, Reconciliation
 from notify_app.models import NotificationSettings, WebhookSubscription
 from notify_app.services.subscriptions import webhook_create
+from tasks_app.actors import SYSTEM
 from tasks_app.models import AgentProfile, ContextSummary, Event, Role, Task, TenantSecret
-from tasks_app.services.actors import SYSTEM
 from tasks_app.services.agents import agent_update
 from tasks_app.services.releases import release_set
 from tasks_app.services.secrets import secret_create

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from benchmarks.edge_server import EdgeServer
+from tasks_app.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Step, Task
-from tasks_app.services.actors import SYSTEM
 from tasks_app.services.tasks import task_cancel_many
 from tests.factories import ToolFactory, submit
 from tests.fakes.fixtures import openai_agent

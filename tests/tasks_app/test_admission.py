@@ -8,10 +8,10 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
+from tasks_app.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Task
 from tasks_app.services import admission
-from tasks_app.services.actors import SYSTEM
 from tasks_app.services.admission import PAGE, Candidate, admit_created_tasks
 from tasks_app.services.demo import demo_agent_ensure, demo_tools_ensure
 from tasks_app.services.tasks import task_cancel

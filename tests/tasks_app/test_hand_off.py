@@ -9,11 +9,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from tasks_app.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Task
 from tasks_app.runner.loop import run_slice
 from tasks_app.runner.recovery import STALE_UNLEASED_S, recovery_sweep
-from tasks_app.services.actors import SYSTEM
 from tasks_app.services.admission import handing_off_one
 from tasks_app.services.dispatch import MANUAL_QUEUE
 from tasks_app.services.tasks import task_cancel

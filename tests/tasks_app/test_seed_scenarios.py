@@ -8,11 +8,11 @@ import time
 import pytest
 from prometheus_client import REGISTRY
 
+from tasks_app.actors import SYSTEM
 from tasks_app.context.builder import build_context
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Step, StepKind, StepStatus, Task
 from tasks_app.runner.step import Next
-from tasks_app.services.actors import SYSTEM
 from tasks_app.services.tasks import task_cancel
 from tasks_app.snapshot import TaskSnapshot
 from tests.factories import submit

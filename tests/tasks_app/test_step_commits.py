@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from tasks_app.actors import Actor
 from tasks_app.keys import idempotency_key
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Step, Task
-from tasks_app.services.actors import Actor
 from tasks_app.services.admission import admit_created_tasks
 from tasks_app.services.tasks import task_cancel
 from tasks_app.snapshot import TaskSnapshot

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
+from tasks_app.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Step, Task
 from tasks_app.runner.faults import trimmed_traceback
 from tasks_app.runner.loop import run_slice
-from tasks_app.services.actors import SYSTEM
 from tasks_app.services.admission import admit_created_tasks
 from tasks_app.services.tasks import task_cancel, task_resume
 from tests.factories import actor_of, submit

@@ -9,10 +9,10 @@ import pytest
 from django.utils import timezone
 
 from config.errors import DomainError, ErrorKind
+from tasks_app.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Step, StepStatus, Task
 from tasks_app.runner.recovery import recovery_sweep
-from tasks_app.services.actors import SYSTEM
 from tasks_app.services.tasks import (
     task_cancel,
     task_fail_by_operator,

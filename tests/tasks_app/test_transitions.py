@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from config.errors import DomainError, ErrorKind
+from tasks_app.actors import SYSTEM
 from tasks_app.machine import EVENTS, TERMINAL, TaskStatus, target_of
 from tasks_app.models import Event, Task
-from tasks_app.services.actors import SYSTEM
 from tasks_app.store.tasks import task_transition
 from tests.factories import submit
 

@@ -8,9 +8,9 @@ import pytest
 from django.utils import timezone
 
 from approvals_app.models import Reconciliation
+from tasks_app.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Step, StepStatus, Task
-from tasks_app.services.actors import SYSTEM
 from tasks_app.services.secrets import secret_create
 from tests.factories import submit
 from tests.fakes.http_tool_server import FakeToolServer, Recorded, Reply

@@ -11,9 +11,9 @@ import logging
 
 import pytest
 
+from tasks_app.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Step, StepStatus, Task
-from tasks_app.services.actors import SYSTEM
 from tasks_app.services.secrets import secret_create, secret_rotate
 from tasks_app.vault.values import MASK
 from tests.factories import TenantFactory, submit
