@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from tasks_app.runner.hops import CallerHop, ThreadHop
 from tools_app.outbound.ioloop import run_io
+
+# A phase runs the way the runner's do, in a database thread that checks its
+# connection first: the database must be reachable, though nothing is written.
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _waits() -> str:

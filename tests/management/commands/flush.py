@@ -8,9 +8,9 @@ tables are emptied with DELETE in one transaction (the foreign keys are
 deferred, so the order does not matter) and the rows `post_migrate` would
 re-create are kept, so the signal has nothing to do. The database ends as
 Django's flush leaves it: every table empty but those two, which hold exactly
-what migrating made. Anything else (sequence resets, cascades, an interactive
-run, another `post_migrate` receiver, another database engine) goes to Django's
-own flush.
+what migrating made (and their sequences past those rows). Anything else
+(sequence resets, cascades, an interactive run, another `post_migrate`
+receiver, another database engine) goes to Django's own flush.
 """
 
 from __future__ import annotations
@@ -55,3 +55,11 @@ class Command(DjangoFlush):
         with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
             for table in sorted(set(tables) - KEPT_TABLES):
                 cursor.execute(f"DELETE FROM {connection.ops.quote_name(table)}")
+            # A test with `reset_sequences` restarts every sequence at 1, the kept
+            # tables' too, while their rows stay: bring those two past their rows,
+            # or the next content type made (a migrate in a test) takes id 1 again.
+            for table in sorted(KEPT_TABLES & set(tables)):
+                quoted = connection.ops.quote_name(table)
+                cursor.execute(
+                    f"SELECT setval(pg_get_serial_sequence(%s, 'id'), COALESCE(MAX(id), 1), "
+                    f"MAX(id) IS NOT NULL) FROM {quoted}", [table])
