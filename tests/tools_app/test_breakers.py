@@ -21,9 +21,11 @@ from tools_app.breakers import (
     record,
     retry_delay_s,
     retry_delays_errors,
+    wait_register,
+    waiters_take,
 )
 from tools_app.executor.types import OutcomeKind, ToolOutcome
-from tools_app.models import Breaker, BreakerState
+from tools_app.models import Breaker, BreakerState, BreakerWaiter
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -243,3 +245,16 @@ def test_an_open_breaker_row_outlives_a_late_failure_unchanged():
     assert (after.state, after.open_until, after.failures) == (
         before.state, before.open_until, before.failures)
     assert after.open_until - timezone.now() <= timedelta(seconds=0.3)
+
+
+def test_a_waiter_is_noted_only_while_the_breaker_is_open():
+    for _ in range(3):
+        _fail()
+    assert wait_register(TARGET, task_id=7) is True
+    assert wait_register(TARGET, task_id=7) is False  # once per task
+    assert waiters_take(_row().pk) == [7]
+    # The breaker closes before a late waiter is noted: nothing stays behind
+    # for a close that has already handed its waiters over.
+    Breaker.objects.filter(key=TARGET.key).update(state=BreakerState.CLOSED)
+    assert wait_register(TARGET, task_id=8) is False
+    assert not BreakerWaiter.objects.exists()

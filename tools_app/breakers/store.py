@@ -217,14 +217,22 @@ def _announce(target: Target, change: str, task_id: int | None) -> None:
 
 
 def wait_register(target: Target, *, task_id: int) -> bool:
-    """Note that `task_id` waits for `target`'s breaker; True when it did not yet."""
+    """Note that `task_id` waits for `target`'s breaker; True when it did not yet.
+
+    A close hands over the waiters it finds after its commit, so a waiter noted
+    just after a close would stay behind for good: the state is read again
+    after the insert, and a breaker found closed takes the row back (the task
+    comes back at its own delay)."""
     breaker_id = Breaker.objects.filter(key=target.key).values_list("id", flat=True).first()
     if breaker_id is None:
         return False
     try:
         with transaction.atomic():
-            BreakerWaiter.objects.create(breaker_id=breaker_id, task_id=task_id)
+            waiter = BreakerWaiter.objects.create(breaker_id=breaker_id, task_id=task_id)
     except IntegrityError:
+        return False
+    if Breaker.objects.filter(pk=breaker_id, state=BreakerState.CLOSED).exists():
+        BreakerWaiter.objects.filter(pk=waiter.pk).delete()
         return False
     return True
 
