@@ -37,6 +37,7 @@ import pytest
 
 from benchmarks.private_services import free_port, port_open
 from tests.helpers import wait_for
+from tests.isolation import per_worker_redis
 
 __all__ = [
     "REDIS_BROKER_URL",
@@ -52,7 +53,8 @@ __all__ = [
 ]
 
 ROOT = Path(__file__).resolve().parent.parent
-REDIS_BROKER_URL = os.environ.get("TETHER_TEST_BROKER_URL", "redis://127.0.0.1:6379/12")
+REDIS_BROKER_URL = per_worker_redis(
+    os.environ.get("TETHER_TEST_BROKER_URL", "redis://127.0.0.1:6379/12"), role="broker")
 RABBITMQ_BROKER_URL = os.environ.get("TETHER_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
 # What the worker runs with: a short lease and a fast sweep, so a crash is
 # noticed within seconds instead of the production defaults (30 s, 5 s).

@@ -12,6 +12,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from tests.isolation import per_worker_redis
+
 os.environ.setdefault("TEST_DATABASE_NAME", "test_tether")
 TETHER_TEST_DB = os.environ.get("TETHER_TEST_DB", "postgresql")
 if TETHER_TEST_DB == "sqlite":
@@ -23,7 +25,9 @@ elif TETHER_TEST_DB == "postgresql":
     os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/tether")
 else:
     raise ValueError(f"TETHER_TEST_DB must be postgresql or sqlite, not {TETHER_TEST_DB!r}")
-os.environ.setdefault("CHANNEL_LAYER_URL", "redis://127.0.0.1:6379/14")
+# Each pytest-xdist worker has a Redis database of its own (tests/isolation.py).
+os.environ["CHANNEL_LAYER_URL"] = per_worker_redis(
+    os.environ.get("CHANNEL_LAYER_URL", "redis://127.0.0.1:6379/14"), role="layer")
 os.environ.setdefault("TETHER_RUNNER", "manual")
 os.environ.setdefault("TETHER_BACKOFF_BASE_S", "0.05")
 os.environ.setdefault("TETHER_BACKOFF_MAX_S", "0.2")

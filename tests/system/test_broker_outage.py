@@ -98,7 +98,8 @@ class SilentBroker:
             self.sock.close()
 
 
-@pytest.mark.parametrize("celery_workers", [f"redis://127.0.0.1:{OWN_PORT}/0"], indirect=True)
+@pytest.mark.parametrize("celery_workers", [f"redis://127.0.0.1:{OWN_PORT}/0"], indirect=True,
+                         ids=["own-redis"])
 @pytest.mark.parametrize("outage", ["down", "silent"])
 def test_a_task_submitted_while_the_broker_is_out_is_201_and_runs_once_it_is_back(
     world: Any, own_redis: OwnRedis, celery_workers: CeleryWorkers, caplog: Any, outage: str
