@@ -89,3 +89,38 @@ def test_with_the_pool_an_idle_thread_holds_no_connection_and_calls_open_none():
         assert db_pool.get_stats()["connections_num"] == opened  # none opened since
     finally:
         threads.shutdown()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(not POOLED, reason="with the connection pool only")
+def test_with_the_pool_each_thread_gives_its_connection_back_as_its_call_returns():
+    """Many tool threads share the pool's few connections with the runner: one
+    that kept its connection while idle left other threads waiting for the
+    pool's timeout."""
+    db_pool = connection.pool
+    with connection.cursor() as cur:  # the test's own connection, taken before counting
+        cur.execute("SELECT 1")
+    stats = db_pool.get_stats()
+    in_use = stats["pool_size"] - stats["pool_available"]
+    threads = ToolThreads()
+    together = threading.Barrier(4)
+
+    def query_together() -> dict[str, Any]:
+        seen = _call()
+        together.wait(10)  # four calls at once: four threads, four connections
+        return seen
+
+    try:
+        calls: list[Any] = []
+        runners = [threading.Thread(target=lambda: calls.append(
+            threads.run(query_together, timeout_s=10))) for _ in range(4)]
+        for runner in runners:
+            runner.start()
+        for runner in runners:
+            runner.join(20)
+        assert [(finished, error) for finished, _v, error in calls] == [(True, None)] * 4
+        assert len({value["thread"] for _f, value, _e in calls}) == 4
+        stats = db_pool.get_stats()
+        assert stats["pool_size"] - stats["pool_available"] == in_use  # all four given back
+    finally:
+        threads.shutdown()

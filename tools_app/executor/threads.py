@@ -7,8 +7,8 @@ call also opened a fresh database connection per call for tools that use the
 ORM, which cost more than most tools; these threads are kept and keep their
 connection (subject to CONN_MAX_AGE) between calls. With the connection pool
 (`DB_POOL_MAX_SIZE`, CONN_MAX_AGE 0) a thread gives its connection back to the
-pool between calls instead, so an idle thread holds none, and the next call
-borrows a pooled one (checked by the pool, not opened anew). A thread idle for
+pool as each call returns instead, so an idle thread holds none, and the next
+call borrows a pooled one (checked by the pool, not opened anew). A thread idle for
 `IDLE_S` closes its connection and ends. There is no upper bound on threads:
 a hung tool occupies one, and the next call gets another rather than waiting
 behind it.
@@ -60,6 +60,7 @@ class _Worker(threading.Thread):
                 except BaseException as exc:  # noqa: BLE001 - reported to the caller
                     box["error"] = exc
                 finally:
+                    self._give_back_connection()
                     self.last_job_at = time.monotonic()
                     done.set()
                     self.pool._release(self)
@@ -68,6 +69,15 @@ class _Worker(threading.Thread):
                         notify()
         finally:
             connection.close()  # this thread's own connection
+
+    def _give_back_connection(self) -> None:
+        """With the pool, the call's connection goes back to it as soon as the
+        call returns: up to `TOOL_THREADS` threads share the pool's few
+        connections with the runner's database threads, and a thread that
+        kept its connection while idle left the others waiting for the pool's
+        timeout (it did until the next call on the same thread)."""
+        if connection.connection is not None and _pooled():
+            connection.close()
 
     def _tidy_connection(self) -> None:
         """Between calls, as between requests: a connection past CONN_MAX_AGE, or
@@ -78,6 +88,11 @@ class _Worker(threading.Thread):
         fresh = time.monotonic() - self.last_job_at < FRESH_S
         if fresh and connection.connection is not None and not connection.errors_occurred:
             connection.health_check_done = True  # type: ignore[attr-defined]  # not in the stubs
+
+
+def _pooled() -> bool:
+    """Is this process's database behind Django's connection pool?"""
+    return bool(connection.settings_dict.get("OPTIONS", {}).get("pool"))
 
 
 class ToolThreads:
