@@ -21,9 +21,9 @@ from django.db import connection
 from django.db.backends.signals import connection_created
 from django.test.utils import CaptureQueriesContext
 
-from tasks_app.runner.lease import lease_release, lease_take
 from tasks_app.runner.memo import SliceMemo
 from tasks_app.runner.step import Next, advance_one_step
+from tasks_app.store.leases import lease_release, lease_take
 
 from .world import World, cancel_open, step_script, submit
 

@@ -21,25 +21,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from django.conf import settings
-from django.utils import timezone
 
-from ..models import Task
+from ..store.leases import leases_extend
 from .hops import db_threads, in_db_thread
-from .lease import lease_ttl
 
 log = logging.getLogger(__name__)
-
-
-def leases_extend(pairs: list[tuple[int, str]]) -> int:
-    """Extend the leases of `pairs` (task id, owner) still held by those owners."""
-    if not pairs:
-        return 0
-    now = timezone.now()
-    # An owner is one slice's (unique), so (id in ids, owner in owners) extends
-    # only leases that one of these slices holds.
-    return Task.objects.filter(pk__in={t for t, _ in pairs},
-                               lease_owner__in={o for _, o in pairs}).update(
-        lease_expires_at=now + lease_ttl(), heartbeat_at=now)
 
 
 class Beats:

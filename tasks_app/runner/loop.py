@@ -31,10 +31,10 @@ from config.metrics import step_scope
 from ..models import Task
 from ..services.admission import handing_off_one
 from ..services.dispatch import schedule_advance
+from ..store.leases import lease_release, lease_take
 from .beats import beats
 from .faults import step_fault
 from .hops import CallerHop, Hop
-from .lease import lease_release, lease_take
 from .memo import SliceMemo
 from .results import Next
 from .step import step

@@ -9,6 +9,8 @@ in the same layer):
   guard) and the guarded writes that are not transitions;
 - `creation`: a task's row, a retry's copies of its inherited steps, and the
   `task_created` event;
+- `leases`: the lease's statements (take, extend, release; one heartbeat for
+  a process's many leases);
 - `counters`: plain counters that never move the version (model calls and
   usage, a step's errors, a model's failures in a row);
 - `writes`: a commit described once as a `Commit` (version guard, rows,

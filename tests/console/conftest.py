@@ -169,10 +169,10 @@ def step_once(task_id: int) -> None:
     """Advance a task by exactly one durable step (admitting it first if queued)."""
     from tasks_app.machine import TaskStatus
     from tasks_app.models import Task
-    from tasks_app.runner.lease import lease_release, lease_take
     from tasks_app.runner.loop import new_owner
     from tasks_app.runner.step import advance_one_step
     from tasks_app.services.admission import admit_created_tasks
+    from tasks_app.store.leases import lease_release, lease_take
 
     task = Task.objects.get(pk=task_id)
     if task.status == TaskStatus.CREATED:

@@ -10,9 +10,9 @@ from django.utils import timezone
 
 from tasks_app.actors import SYSTEM
 from tasks_app.models import Task
-from tasks_app.runner.lease import lease_release, lease_take
 from tasks_app.services.admission import admit_created_tasks
 from tasks_app.services.tasks import task_cancel
+from tasks_app.store.leases import lease_release, lease_take
 from tests.factories import submit
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -12,12 +12,12 @@ from django.test.utils import CaptureQueriesContext
 from tasks_app.actors import SYSTEM
 from tasks_app.context.builder import gather
 from tasks_app.models import ContextSummary, Event, Task
-from tasks_app.runner.lease import lease_release, lease_take
 from tasks_app.runner.memo import SliceMemo
 from tasks_app.runner.step import Next, advance_one_step
 from tasks_app.services.admission import admit_created_tasks
 from tasks_app.services.tasks import task_cancel
 from tasks_app.snapshot import TaskSnapshot
+from tasks_app.store.leases import lease_release, lease_take
 from tests.factories import submit
 from tools_app.models import ToolExecution
 
