@@ -1,10 +1,13 @@
 """Spend per tenant, UTC day, agent and model: the rollup the dashboard and
 `/metrics` read.
 
-One row per (tenant, day, agent, model), incremented by
-`services.spend.spend_record` in the same transaction as the task's usage
-counters, with one `INSERT ... ON CONFLICT DO UPDATE` (no read, no lock held
-beyond the row's). Amounts are pico-dollars (`tasks_app.pricing`). The agent
+Incremented by `services.spend.spend_record` in the same transaction as the
+task's usage counters, with one `INSERT ... ON CONFLICT DO UPDATE` (no read, no
+lock held beyond the row's). Each (tenant, day, agent, model) is spread over
+`SPEND_SHARDS` rows, a task always adding to the same one (its id modulo the
+shards): concurrent replies of one agent's tasks would otherwise queue for one
+row's lock, each through the commit of the one before. Readers sum the rows;
+the sums are exact. Amounts are pico-dollars (`tasks_app.pricing`). The agent
 is its name (names never change), so the history outlives a deleted profile.
 """
 from __future__ import annotations
@@ -12,6 +15,8 @@ from __future__ import annotations
 from django.db import models
 
 from .tenancy import Tenant
+
+SPEND_SHARDS = 16
 
 
 class DailySpend(models.Model):
@@ -25,12 +30,13 @@ class DailySpend(models.Model):
     output_tokens = models.BigIntegerField(default=0)
     cached_input_tokens = models.BigIntegerField(default=0)
     cost_pico = models.BigIntegerField(default=0)
+    shard = models.PositiveSmallIntegerField(default=0, help_text="task id % SPEND_SHARDS")
 
     class Meta:
         constraints = [
             # the upsert's conflict target; also serves a tenant's days (tenant, day, ...)
-            models.UniqueConstraint(fields=["tenant", "day", "agent", "model"],
-                                    name="daily_spend_unique"),
+            models.UniqueConstraint(fields=["tenant", "day", "agent", "model", "shard"],
+                                    name="daily_spend_unique_shard"),
         ]
         indexes = [models.Index(fields=["day"], name="daily_spend_day")]  # /metrics: today
 

@@ -8,9 +8,9 @@ its cost counts against the task's `max_cost` and the tenant's spend either
 way, like every model call counts against the budget. In one short
 transaction it adds the tokens and the cost to the task's counters (plain
 increments: the task's version does not move) and to the tenant's
-`DailySpend` row for the day, agent and model (`INSERT ... ON CONFLICT DO
-UPDATE`, written from the model's `_meta`); the process's spend counter moves
-after commit.
+`DailySpend` row for the day, agent, model and the task's shard (`INSERT ...
+ON CONFLICT DO UPDATE`, written from the model's `_meta`); the process's spend
+counter moves after commit.
 """
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from config.metrics import count_spend
 
 from ..gateway.base import ModelReply
 from ..models import DailySpend
+from ..models.spend import SPEND_SHARDS
 from ..pricing import PICO, TokenUsage, pico_text, prices_of
 from ..store.counters import task_usage_add
 
@@ -88,7 +89,7 @@ def spend_record(*, task_id: int, tenant_id: int, agent: str, model: str,
     with transaction.atomic():
         task_usage_add(task_id, amounts)
         _rollup(tenant_id=tenant_id, day=day, agent=agent[:64], model=model[:200],
-                amounts=amounts)
+                shard=task_id % SPEND_SHARDS, amounts=amounts)
         transaction.on_commit(lambda: count_spend(model=model, dollars=charged.cost_pico / PICO))
 
 
@@ -96,7 +97,7 @@ def spend_record(*, task_id: int, tenant_id: int, agent: str, model: str,
 def _upsert_sql() -> str:
     meta = DailySpend._meta
     column = {f.name: str(f.column) for f in meta.concrete_fields}
-    keys = [column[k] for k in ("tenant", "day", "agent", "model")]
+    keys = [column[k] for k in ("tenant", "day", "agent", "model", "shard")]
     added = [column[k] for k in ("calls", *COUNTERS)]
     table = connection.ops.quote_name(meta.db_table)
     increments = ", ".join(f"{c} = {table}.{c} + EXCLUDED.{c}" for c in added)
@@ -105,8 +106,9 @@ def _upsert_sql() -> str:
             f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {increments}")
 
 
-def _rollup(*, tenant_id: int, day: date, agent: str, model: str,
+def _rollup(*, tenant_id: int, day: date, agent: str, model: str, shard: int,
             amounts: dict[str, int]) -> None:
     with connection.cursor() as cursor:
         cursor.execute(_upsert_sql(),
-                       [tenant_id, day, agent, model, 1, *(amounts[k] for k in COUNTERS)])
+                       [tenant_id, day, agent, model, shard, 1,
+                        *(amounts[k] for k in COUNTERS)])

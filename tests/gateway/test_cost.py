@@ -6,13 +6,16 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
+from django.db.models import Sum
 from django.utils import timezone
 from rest_framework.test import APIClient
 
 from config.errors import DomainError
+from tasks_app.console.selectors import spend_summary
 from tasks_app.machine import TaskStatus
 from tasks_app.models import DailySpend, Role, Step, Task
-from tasks_app.pricing import PICO
+from tasks_app.models.spend import SPEND_SHARDS
+from tasks_app.pricing import PICO, pico_text
 from tasks_app.services.accounts import api_key_create
 from tasks_app.services.tasks import task_resume
 from tests.factories import actor_of, submit
@@ -106,10 +109,18 @@ def test_the_daily_rollup_adds_up_across_tasks_of_the_same_day(world, openai_ser
     for _ in range(3):
         openai_server.push(reply('{"answer": "ok"}', usage=(400, 100)))
     tasks = [drive(submit(world.tenant, None, agent="llm", goal=f"g{i}").pk) for i in range(3)]
-    row = DailySpend.objects.get(tenant=world.tenant)
-    assert row.calls == 3
-    assert row.cost_pico == sum(t.cost_pico for t in tasks) == 3 * (400 * 25 + 100 * 100) * 10**5
-    assert (row.input_tokens, row.output_tokens) == (1200, 300)
+    rows = DailySpend.objects.filter(tenant=world.tenant)
+    # one row per shard (consecutive task ids: three), each task's on its own
+    assert sorted(r.shard for r in rows) == sorted(t.pk % SPEND_SHARDS for t in tasks)
+    total = rows.aggregate(calls=Sum("calls"), cost=Sum("cost_pico"), input=Sum("input_tokens"),
+                           output=Sum("output_tokens"))
+    assert total["calls"] == 3
+    assert total["cost"] == sum(t.cost_pico for t in tasks) == 3 * (400 * 25 + 100 * 100) * 10**5
+    assert (total["input"], total["output"]) == (1200, 300)
+    # what the dashboard reads adds the shards up
+    today = spend_summary(world.tenant.pk, today=timezone.now().date())
+    assert today["today"] == pico_text(total["cost"])
+    assert [(r.calls, r.cost) for r in today["today_by_agent"]] == [(3, pico_text(total["cost"]))]
 
 
 def test_max_cost_fail_after_the_reply_that_went_over_runs_no_tool(world, openai_server):
