@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import socket
 import time
 
 import httpx2
@@ -350,3 +351,17 @@ def test_a_tool_whose_name_stopped_resolving_fails_as_refused_and_is_not_retried
     assert step.error == {"type": "egress_refused", "message": REFUSED}
     assert step.attempt == 0 and events_of(task.pk, "retryable_error") == []
     assert_log_consistent(task.pk)
+
+
+def test_an_idle_keep_alive_socket_reads_as_closed_once_its_server_closes_it():
+    """The probe the async pool makes of each idle connection (`_readable`)."""
+    from tools_app.outbound.transport import _readable
+
+    ours, server = socket.socketpair()
+    try:
+        assert _readable(ours) is False  # idle, open: reusable
+        server.close()
+        assert _readable(ours) is True  # the server hung up: not reused
+    finally:
+        ours.close()
+    assert _readable(ours) is True and _readable(None) is True

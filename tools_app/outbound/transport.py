@@ -23,6 +23,7 @@ request's deadline.
 from __future__ import annotations
 
 import contextlib
+import select
 import socket
 import ssl
 import time
@@ -224,9 +225,20 @@ class PolicyTransport(httpx2.BaseTransport):
 # --- async (the same, on anyio) -------------------------------------------------------
 
 
+def _readable(sock: socket.socket | None) -> bool:
+    """httpcore's probe: an idle keep-alive socket with something to read has
+    been closed by the server (no socket, or a closed one: as good as closed)."""
+    if sock is None or sock.fileno() == -1:
+        return True
+    probe = select.poll()
+    probe.register(sock.fileno(), select.POLLIN)
+    return bool(probe.poll(0))
+
+
 class _AsyncStream(httpcore2.AsyncNetworkStream):
     def __init__(self, inner: httpcore2.AsyncNetworkStream) -> None:
         self._inner = inner
+        self._socket: socket.socket | None = None
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         return await self._inner.read(max_bytes, _left(timeout, httpcore2.ReadTimeout))
@@ -243,6 +255,13 @@ class _AsyncStream(httpcore2.AsyncNetworkStream):
             ssl_context, server_hostname, _left(timeout, httpcore2.ConnectTimeout)))
 
     def get_extra_info(self, info: str) -> Any:
+        if info == "is_readable":
+            # Asked of every idle connection of the pool each time a request
+            # starts or ends; anyio builds its attribute table on each lookup,
+            # so the socket is looked up once (the readiness probe is the same).
+            if self._socket is None:
+                self._socket = self._inner.get_extra_info("socket")
+            return _readable(self._socket)
         return self._inner.get_extra_info(info)
 
 
