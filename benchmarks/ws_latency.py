@@ -1,9 +1,10 @@
 """Event -> browser latency on the console's live channel.
 
 Producers in this process commit steps at a steady total rate, each through
-`task_transition(step_succeeded)`: the same service, the same event row and
-the same on-commit publication (Redis channel layer, the task's and the
-tenant's groups) as a runner step. The rate is spread over as few producer
+`task_transition(step_succeeded)`: the same event row and the same on-commit
+publication (Redis channel layer, the task's and the tenant's groups) as a
+runner step (whose commit on PostgreSQL is the store's one statement,
+`store.commits.commit_outcome`). The rate is spread over as few producer
 threads as can keep it (each paced at half of what one thread manages,
 probed first), each with its own task and database connection. A WebSocket client in its
 own process subscribes to those tasks through daphne (session cookie,

@@ -116,7 +116,7 @@ else:
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
     # Django turns psycopg's prepared statements off (for transaction-mode poolers).
     # Its own cursors bind on the client and never prepare anyway; this lets the
-    # runner's few hot statements (`tasks_app/runner/prepared.py`) be prepared.
+    # runner's few hot statements (`tasks_app/prepared.py`) be prepared.
     # Behind a pooler that cannot keep them (PgBouncer < 1.21), set it false.
     if env.bool("DB_PREPARED_STATEMENTS", default=True):
         DATABASES["default"].setdefault("OPTIONS", {}).setdefault("prepare_threshold", 5)

@@ -1,7 +1,7 @@
 """Tenant secrets: values a tenant stores for its tools and models, encrypted at rest.
 
 Only the ciphertext (Fernet, keys from `TETHER_SECRETS_KEY`) is stored; the
-value is never read back except by `tasks_app.vault.resolve` at call time.
+value is never read back except by `tasks_app.vault.lookup` at call time.
 A secret's name is unique within its tenant and is how tools and agent
 profiles refer to it.
 """

@@ -5,7 +5,7 @@ and each slice is the driver's (`driver.spawn`): the same coroutine as in a
 Celery worker, its calls awaited on the loop and its database phases in the
 database threads. Live events reach the loop through the publisher's outbox
 (`live.publish`), so the in-memory layer delivers them at once. A periodic
-sweep admits and recovers tasks, as Celery beat does in production.
+sweep admits and recovers tasks, as the workers' sweepers do in production.
 
 When the runner gets the server's loop (the choice, and why):
 - uvicorn and hypercorn send the ASGI lifespan startup: `config.asgi` binds

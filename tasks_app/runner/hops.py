@@ -3,9 +3,10 @@ phases in threads.
 
 A slice is a coroutine on the process's I/O loop (`tools_app.outbound.ioloop`).
 It awaits model calls, tool calls and status queries there, and hands each
-database phase (lease, plan the step, record a decision, commit an outcome:
-the synchronous functions of `deciding`, `recording`, `executing`) to a
-`Hop`, which runs it where the ORM may run and awaits the result:
+database phase (take and release the lease: the store's `leases`; plan the
+step, record a decision, commit an outcome: the synchronous functions of
+`deciding`, `recording`, `executing`) to a `Hop`, which runs it where the ORM
+may run and awaits the result:
 
 - `ThreadHop` (the driver, `driver`): a bounded pool of database threads per
   process (`TETHER_DRIVER_DB_THREADS`), each keeping its connection while it

@@ -1,5 +1,6 @@
-"""Crash recovery, driven by the database (run periodically by Celery beat, or by
-the embedded runner's own timer).
+"""Crash recovery, driven by the database (run periodically by every worker
+process's sweeper, `runner.sweeper`, one at a time; by Celery beat too where it
+runs; by the embedded runner's own timer).
 
 - CREATED tasks are admitted while slots are free;
 - RUNNING tasks whose lease expired (their worker died) are re-enqueued, and

@@ -15,8 +15,9 @@ importing them (the layers point one way: the registering app does it from its
   FAILED transition commits (compensation).
 - `on_task_end_close(model, open_status)`: a kind of human request a task that
   ends closes (`status` becomes 'canceled'), in the transaction that ends it.
-- `on_sweep(hook)`: `hook()` runs at the end of every recovery sweep (Celery
-  beat in production, the embedded runner's timer otherwise). A hook that
+- `on_sweep(hook)`: `hook()` runs at the end of every recovery sweep (the
+  workers' sweepers and Celery beat in production, the embedded runner's
+  timer otherwise). A hook that
   raises is logged and does not stop the sweep or the other hooks.
 """
 from __future__ import annotations
