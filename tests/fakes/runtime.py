@@ -95,13 +95,13 @@ def assert_log_consistent(task_id: int) -> None:
 
 def _tool_threads_alive() -> list[str]:
     return [t.name for t in threading.enumerate()
-            if t.is_alive() and t.name.startswith(("tether-tool", "tether-heartbeat"))]
+            if t.is_alive() and t.name.startswith("tether-tool")]
 
 
 @pytest.fixture
 def quiet_tools() -> Iterator[None]:
     """Release every blocked test tool after the test and wait for the executor's
-    tool and heartbeat threads to end, so nothing spills into the next test."""
+    tool threads to end, so nothing spills into the next test."""
     python_tools.reset()
     yield
     python_tools.reset()
