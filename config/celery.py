@@ -25,6 +25,7 @@ Its signals keep the worker's and beat's logging and metrics Tether's own:
   survive a fork), the worker itself with another pool, and beat; what is
   queued is sent when a pool process or the worker ends.
 """
+import gc
 import logging
 import logging.config
 import os
@@ -96,6 +97,16 @@ def _serve_child_metrics(**_: Any) -> None:
 @beat_init.connect
 def _beat_traces(**_: Any) -> None:
     tracing.setup("beat")
+
+
+@worker_process_init.connect
+def _freeze_startup_objects(**_: Any) -> None:
+    """Everything a pool process holds once it has started (modules, settings,
+    Django's and the SDKs' tables: about 250,000 objects) lives as long as the
+    process: moved out of the collector's reach, so that the collections the
+    driver's churn triggers walk only what the tasks create. Measured in the
+    I/O workload: collections took 13 % of a pool process's CPU."""
+    gc.freeze()
 
 
 @worker_process_init.connect
