@@ -104,9 +104,14 @@ def _freeze_startup_objects(**_: Any) -> None:
     """Everything a pool process holds once it has started (modules, settings,
     Django's and the SDKs' tables: about 250,000 objects) lives as long as the
     process: moved out of the collector's reach, so that the collections the
-    driver's churn triggers walk only what the tasks create. Measured in the
-    I/O workload: collections took 13 % of a pool process's CPU."""
+    driver's churn triggers walk only what the tasks create; and the youngest
+    generation is collected every 10,000 allocations instead of 700, so that
+    most of a step's short-lived objects are freed by their reference count
+    before any collection walks them. Measured in the I/O workload (1,000
+    tasks): the collector's time per pool process 5.6-6.2 s, then 4.0-4.5 s
+    with the freeze, then 1.4-1.7 s with the threshold too, of about 45 s."""
     gc.freeze()
+    gc.set_threshold(10_000, 20, 50)
 
 
 @worker_process_init.connect
