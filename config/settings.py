@@ -104,7 +104,7 @@ else:
             "min_size": min(env.int("DB_POOL_MIN_SIZE", default=1), DB_POOL_MAX_SIZE),
             "max_size": DB_POOL_MAX_SIZE,
             "timeout": env.float("DB_POOL_TIMEOUT_S", default=10.0),
-            # After a database restart (CONN_HEALTH_CHECKS tests each idle connection
+            # After a database restart (the pool tests each idle connection
             # as it is lent): a reconnection that keeps failing gives its slot up
             # after a few seconds, so the next borrower connects at once. With
             # psycopg's default (5 min) each failed reconnection backs off 1, 2,
@@ -113,6 +113,8 @@ else:
         }
     else:
         DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DB_CONN_MAX_AGE", default=60))
+    # With the pool: each connection is tested as it is lent, and one found broken
+    # has every idle one tested at once (a restart breaks them all: config/db_pool.py).
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
     # Django turns psycopg's prepared statements off (for transaction-mode poolers).
     # Its own cursors bind on the client and never prepare anyway; this lets the
@@ -191,7 +193,9 @@ else:
 
 # Runtime knobs (seconds unless named otherwise).
 TETHER = {
-    "LEASE_TTL_S": env.float("TETHER_LEASE_TTL_S", default=30.0),
+    # A live process renews its leases every third of this (one statement for
+    # all); a killed one's tasks are taken over after it, plus the sweep's interval.
+    "LEASE_TTL_S": env.float("TETHER_LEASE_TTL_S", default=10.0),
     "SWEEP_INTERVAL_S": TETHER_SWEEP_INTERVAL_S,
     # each Celery worker process runs the recovery sweep itself (false: beat only)
     "WORKER_SWEEP": env.bool("TETHER_WORKER_SWEEP", default=True),

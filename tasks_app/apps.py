@@ -8,6 +8,11 @@ class TasksAppConfig(AppConfig):
 
     def ready(self) -> None:
         # Imported here, not at the top: Django imports apps.py before any model exists.
+        from django.db.backends.signals import connection_created
+
+        from config.db_pool import install
+
         from .registrations import register
 
         register()
+        connection_created.connect(install, dispatch_uid="tether-db-pool-check")

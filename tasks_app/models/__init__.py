@@ -6,6 +6,7 @@ from .agents import AgentProfile, OnExhaustion
 from .context import ContextSummary
 from .events import Event
 from .leases import LeaseWaiter, ResourceLease
+from .processes import RunnerProcess
 from .secrets import TenantSecret
 from .spend import DailySpend
 from .sweeps import SweepRun
@@ -27,6 +28,7 @@ __all__ = [
     "ReleaseAction",
     "ResourceLease",
     "Role",
+    "RunnerProcess",
     "Step",
     "StepKind",
     "StepStatus",

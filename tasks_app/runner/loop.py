@@ -15,14 +15,16 @@ once per message).
 """
 from __future__ import annotations
 
-import os
-import socket
+import asyncio
+import logging
+import time
 import uuid
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from django.conf import settings
+from django.db import DatabaseError
 from django.utils import timezone
 
 from config.logs import bind_log, log_scope
@@ -32,6 +34,7 @@ from ..models import Task
 from ..services.admission import handing_off_one
 from ..services.dispatch import schedule_advance
 from ..store.leases import lease_release, lease_take
+from ..store.liveness import liveness
 from .beats import beats
 from .faults import step_fault
 from .hops import CallerHop, Hop
@@ -39,9 +42,11 @@ from .memo import SliceMemo
 from .results import Next
 from .step import step
 
+log = logging.getLogger(__name__)
 
 def new_owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    """A slice's lease owner: this process's name (`store.liveness`), then its own part."""
+    return f"{liveness.name()}:{uuid.uuid4().hex[:8]}"
 
 
 @dataclass(frozen=True)
@@ -137,11 +142,36 @@ async def _steps(task_id: int, *, owner: str, leased: Task, hop: Hop) -> SliceRe
         # that failed was not committed; the error is counted and the task comes
         # back after a growing backoff, or stops when the errors go on (`faults`).
         delay = await hop(step_fault, task_id=task_id, owner=owner, exc=exc)
-        if delay is None:
-            await hop(lease_release, task_id=task_id, owner=owner)
-            return SliceReport(True, steps, "error")
-        await hop(_release_until, task_id, owner, delay)
+        await _hand_back(task_id, owner=owner, delay_s=delay, stopped=delay is None, hop=hop)
         return SliceReport(True, steps, "error")
+
+
+HAND_BACK_WAIT_S = (0.25, 2.0)  # the first wait and the largest between tries
+
+
+async def _hand_back(task_id: int, *, owner: str, delay_s: float | None, stopped: bool,
+                     hop: Hop) -> None:
+    """Release the lease after a failed step, through a database outage: when
+    the database is what failed (a restart), the release fails too, and a
+    slice that gave up would leave the task idle until its lease expired and
+    the sweep came by. So it is tried again, with growing waits, for as long
+    as the lease is ours (`LEASE_TTL_S`: the process's beats keep it meanwhile)."""
+    give_up_at = time.monotonic() + settings.TETHER["LEASE_TTL_S"]
+    wait, largest = HAND_BACK_WAIT_S
+    while True:
+        try:
+            if stopped:
+                await hop(lease_release, task_id=task_id, owner=owner)
+            else:
+                await hop(_release_until, task_id, owner, delay_s)
+            return
+        except DatabaseError:
+            if time.monotonic() + wait >= give_up_at:
+                raise
+            log.warning("task %s: the database refused the hand-back; again in %.2fs",
+                        task_id, wait)
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, largest)
 
 
 def _release_until(task_id: int, owner: str, delay_s: float | None) -> None:

@@ -163,3 +163,56 @@ def test_a_traceback_thousands_of_frames_deep_is_logged_trimmed() -> None:
     assert "RecursionError" in text
     assert "frames left out" in text
     assert len(text.splitlines()) < 80
+
+
+REFUSED_RELEASES = 2
+REFUSE_RELEASES_SQL = f"""
+CREATE SEQUENCE tether_test_refusals;
+CREATE FUNCTION tether_test_refuse_release() RETURNS trigger AS $$
+BEGIN
+    IF NEW.lease_owner = '' AND OLD.lease_owner <> ''
+       AND nextval('tether_test_refusals') <= {REFUSED_RELEASES} THEN
+        RAISE EXCEPTION 'the database is going away (a test)';
+    END IF;
+    RETURN NEW;
+END $$ LANGUAGE plpgsql;
+CREATE TRIGGER tether_test_refuse_release BEFORE UPDATE ON {Task._meta.db_table}
+    FOR EACH ROW EXECUTE FUNCTION tether_test_refuse_release();
+"""
+ALLOW_RELEASES_SQL = f"""
+DROP TRIGGER tether_test_refuse_release ON {Task._meta.db_table};
+DROP FUNCTION tether_test_refuse_release();
+DROP SEQUENCE tether_test_refusals;
+"""
+
+
+@pytest.mark.postgres_only("a trigger stands for the database refusing statements")
+def test_a_failed_step_hands_its_task_back_through_a_database_that_refuses_for_a_while(
+        world: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """A database restart fails the step and then the release of its lease:
+    the slice tries the release again rather than leave the task to the lease's
+    expiry and the sweep (half a minute of nothing, seen after PostgreSQL restarts)."""
+    from django.db import connection
+
+    _stored_hostile_args_schema(world)
+    add_agent(world.tenant, "plain", ["lookup_order"], on_exhaustion="fail")
+    task = submit(world.tenant, [{"tool": "lookup_order", "args": {"order_id": "A-1"}},
+                                 {"final": {"ok": True}}], agent="plain")
+    admit_created_tasks()
+    with connection.cursor() as cursor:
+        cursor.execute(REFUSE_RELEASES_SQL)
+    try:
+        with caplog.at_level(logging.WARNING, logger="tasks_app.runner.loop"):
+            report = run_slice(task.pk, owner="worker-under-test")
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(ALLOW_RELEASES_SQL)
+
+    assert report.ended == "error"
+    task = Task.objects.get(pk=task.pk)
+    assert task.status == TaskStatus.RUNNING
+    assert task.lease_owner == "" and task.next_run_at is not None  # handed back, to come back
+    assert task.fault_attempts == 1
+    refused = [r.getMessage() for r in caplog.records
+               if "the database refused the hand-back" in r.getMessage()]
+    assert len(refused) == REFUSED_RELEASES
