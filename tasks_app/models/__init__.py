@@ -6,7 +6,6 @@ from .agents import AgentProfile, OnExhaustion
 from .context import ContextSummary
 from .events import Event
 from .leases import LeaseWaiter, ResourceLease
-from .processes import RunnerProcess
 from .secrets import TenantSecret
 from .spend import DailySpend
 from .sweeps import SweepRun
@@ -28,7 +27,6 @@ __all__ = [
     "ReleaseAction",
     "ResourceLease",
     "Role",
-    "RunnerProcess",
     "Step",
     "StepKind",
     "StepStatus",

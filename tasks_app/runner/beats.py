@@ -7,10 +7,8 @@ the task over after `LEASE_TTL_S`). A slice registers its (task, owner) while
 it runs (`holding`, from the lease taken to the lease released); every third
 of the TTL, one task on the I/O loop extends the leases of all registered
 pairs in one statement (the store's `leases_extend`), in a database thread.
-A process with a thousand calls in flight writes one statement per beat,
-not a thousand (nor holds a thread per call). A process registered as alive
-(`store.liveness`) checks its lock first, and takes it again after a
-database restart.
+A process with a thousand calls in flight writes one statement per ten
+seconds, not a thousand (nor holds a thread per call).
 """
 from __future__ import annotations
 
@@ -25,7 +23,6 @@ from contextlib import asynccontextmanager
 from django.conf import settings
 
 from ..store.leases import leases_extend
-from ..store.liveness import liveness
 from .hops import db_threads, in_db_thread
 
 log = logging.getLogger(__name__)
@@ -67,18 +64,9 @@ class Beats:
                 continue
             try:
                 await loop.run_in_executor(db_threads(), in_db_thread,
-                                           functools.partial(_beat, pairs))
+                                           functools.partial(leases_extend, pairs))
             except Exception:  # noqa: BLE001 - the next beat tries again
                 log.exception("lease heartbeat of %s tasks failed", len(pairs))
-
-
-def _beat(pairs: list[tuple[int, str]]) -> None:
-    if liveness.registered:
-        try:
-            liveness.hold()  # after a database restart, this process's lock again first
-        except Exception:  # noqa: BLE001 - the leases first; the next beat tries again
-            log.warning("could not take this process's liveness lock again", exc_info=True)
-    leases_extend(pairs)
 
 
 beats = Beats()

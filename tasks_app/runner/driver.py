@@ -40,7 +40,6 @@ from config import tracing
 from config.logs import log_scope
 from tools_app.outbound.ioloop import io_loop
 
-from ..store.liveness import liveness
 from .hops import ThreadHop, start
 from .loop import SliceReport, slice_of
 
@@ -102,21 +101,12 @@ class Driver:
             if self._slots is None or self._pid != os.getpid():  # a forked child: its own
                 self._slots = threading.BoundedSemaphore(settings.TETHER["DRIVER_MAX_TASKS"])
                 self._pid, self.in_flight, self.peak = os.getpid(), 0, 0
-                _register_alive()
             return self._slots
 
     def _ended(self, slots: threading.BoundedSemaphore) -> None:
         with self._lock:
             self.in_flight -= 1
         slots.release()
-
-
-def _register_alive() -> None:
-    """Let the recovery sweep see at once when this process dies (`store.liveness`)."""
-    try:
-        liveness.hold()
-    except Exception:  # noqa: BLE001 - the database may be down: the lease beats try again
-        log.warning("could not register this process as alive", exc_info=True)
 
 
 driver = Driver()

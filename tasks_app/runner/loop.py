@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 import time
 import uuid
 from contextlib import AbstractContextManager, nullcontext
@@ -34,7 +36,6 @@ from ..models import Task
 from ..services.admission import handing_off_one
 from ..services.dispatch import schedule_advance
 from ..store.leases import lease_release, lease_take
-from ..store.liveness import liveness
 from .beats import beats
 from .faults import step_fault
 from .hops import CallerHop, Hop
@@ -45,8 +46,7 @@ from .step import step
 log = logging.getLogger(__name__)
 
 def new_owner() -> str:
-    """A slice's lease owner: this process's name (`store.liveness`), then its own part."""
-    return f"{liveness.name()}:{uuid.uuid4().hex[:8]}"
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,6 @@ process's sweeper, `runner.sweeper`, one at a time; by Celery beat too where it
 runs; by the embedded runner's own timer).
 
 - CREATED tasks are admitted while slots are free;
-- the leases of worker processes that are gone expire at once (their database
-  session ended: `store.liveness`), not after their TTL;
 - RUNNING tasks whose lease expired (their worker died) are re-enqueued, and
   so are RUNNING tasks nobody holds whose next run is due (a lost message, or
   one never sent: an enqueue that failed while the broker was down);
@@ -38,7 +36,6 @@ from ..models import Task
 from ..services.admission import admit_created_tasks
 from ..services.dispatch import schedule_advance
 from ..store.hooks import run_sweep_hooks
-from ..store.liveness import expire_dead_processes_leases
 from ..store.tasks import task_transition
 
 DEADLINE_WAITS = (TaskStatus.WAITING_FOR_INPUT, TaskStatus.WAITING_FOR_APPROVAL)
@@ -56,7 +53,6 @@ class SweepReport:
 
 def recovery_sweep(*, batch: int = 500) -> SweepReport:
     admitted = admit_created_tasks()
-    expire_dead_processes_leases()
     now = timezone.now()
     stale = now - timedelta(seconds=STALE_UNLEASED_S)
     orphans = list(

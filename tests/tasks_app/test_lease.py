@@ -9,11 +9,10 @@ import pytest
 from django.utils import timezone
 
 from tasks_app.actors import SYSTEM
-from tasks_app.models import RunnerProcess, Task
+from tasks_app.models import Task
 from tasks_app.services.admission import admit_created_tasks
 from tasks_app.services.tasks import task_cancel
 from tasks_app.store.leases import lease_release, lease_take
-from tasks_app.store.liveness import Liveness, expire_dead_processes_leases
 from tests.factories import submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -80,34 +79,3 @@ def test_taking_the_lease_returns_the_row_as_the_orm_reads_it(running):
     fields = [f.attname for f in Task._meta.concrete_fields]
     assert {f: getattr(taken, f) for f in fields} == {f: getattr(fresh, f) for f in fields}
     assert taken.lease_owner == "a" and isinstance(taken.agent_snapshot, dict)
-
-
-@pytest.mark.postgres_only("liveness is a PostgreSQL session's advisory lock")
-def test_the_sweep_expires_at_once_only_the_leases_of_processes_whose_session_ended(world):
-    alive = Liveness()
-    alive.hold()  # this process, registered and holding its lock
-    try:
-        _only_the_gone_expire(world, alive)
-    finally:
-        alive.close()
-
-
-def _only_the_gone_expire(world, alive: Liveness) -> None:  # type: ignore[no-untyped-def]
-    gone = RunnerProcess.objects.create(name="gone-host:41:0badf00d", key=0x1234_5678_9ABC)
-    tasks = []
-    for _ in range(3):
-        tasks.append(submit(world.tenant, [{"final": {"ok": True}}]))
-    admit_created_tasks()
-    later = timezone.now() + timedelta(minutes=10)
-    owners = [f"{alive.name()}:aaaa", f"{gone.name}:bbbb",
-              "gone-host:41:0badf00dx:cccc"]  # a longer name with the same start: not gone's
-    for task, owner in zip(tasks, owners, strict=True):
-        Task.objects.filter(pk=task.pk).update(lease_owner=owner, lease_expires_at=later)
-
-    assert expire_dead_processes_leases() == 1
-
-    expired = {t.pk: _lease(t)[1] < later for t in tasks}
-    assert expired == {tasks[0].pk: False, tasks[1].pk: True, tasks[2].pk: False}
-    assert not RunnerProcess.objects.filter(pk=gone.pk).exists()  # forgotten
-    assert RunnerProcess.objects.filter(name=alive.name()).exists()
-    assert expire_dead_processes_leases() == 0
