@@ -57,7 +57,7 @@ REDIS_BROKER_URL = per_worker_redis(
     os.environ.get("TETHER_TEST_BROKER_URL", "redis://127.0.0.1:6379/12"), role="broker")
 RABBITMQ_BROKER_URL = os.environ.get("TETHER_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
 # What the worker runs with: a short lease and a fast sweep, so a crash is
-# noticed within seconds instead of the production defaults (30 s, 5 s).
+# noticed within seconds instead of the production defaults (10 s, 5 s).
 WORKER_KNOBS = {
     "TETHER_LEASE_TTL_S": "3",
     "TETHER_SWEEP_INTERVAL_S": "1",
