@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.db import connections
 from psycopg_pool import ConnectionPool
 
 log = logging.getLogger(__name__)
@@ -42,8 +43,6 @@ def install(sender: Any, connection: Any, **kwargs: Any) -> None:
 
 
 def _check_idle_connections() -> None:
-    from django.db import connections
-
     for alias in connections:
         pool = getattr(connections[alias], "pool", None)
         if pool is None:

@@ -4,20 +4,22 @@ than lend them one after another with a growing sleep between each."""
 from __future__ import annotations
 
 import pytest
+from django.conf import settings
 from django.db import connection
 
 from config.db_pool import check_lent
 
+POOLED = bool(settings.DATABASES["default"].get("OPTIONS", {}).get("pool"))
 pytestmark = [pytest.mark.django_db(transaction=True),
-              pytest.mark.postgres_only("the connection pool is PostgreSQL's")]
+              pytest.mark.postgres_only("the connection pool is PostgreSQL's"),
+              pytest.mark.skipif(not POOLED, reason="with the connection pool only "
+                                 "(DB_POOL_MAX_SIZE > 0; the suite's default)")]
 
 IDLE = 4
 
 
 def test_one_broken_connection_has_every_idle_one_tested_and_replaced() -> None:
     pool = connection.pool
-    if pool is None:
-        pytest.skip("with the connection pool only (DB_POOL_MAX_SIZE > 0)")
     with connection.cursor():  # the pool has lent one: it tests with `check_lent`
         assert pool._check is check_lent
     lent = [pool.getconn() for _ in range(IDLE)]
