@@ -141,9 +141,17 @@ async def _call_and_commit(snap: TaskSnapshot, step: Step, spec: ToolSpec, admit
         await hop(ledger.record, claim, outcome)
         outcome, claim = await _settle(hop, call, prepared, first_error=outcome.error), None
     if outcome.kind is OutcomeKind.PROCESSING:
-        return StepResult(Next.LATER, 0.5, "another executor holds this call")
+        return held_elsewhere(outcome)
     return await hop(commit_then, snap, step, spec, outcome, actor, memo=memo, claim=claim,
                      after=after)
+
+
+def held_elsewhere(outcome: ToolOutcome) -> StepResult:
+    """Another executor's claim holds the call's key: the task comes back when
+    the ledger says (`ledger.claim_or_answer`: waits that double, at the latest
+    when the claim ends), not every half second for the claim's whole life."""
+    return StepResult(Next.LATER, outcome.retry_after_s or ledger.MIN_ASK_AGAIN_S,
+                      "another executor holds this call")
 
 
 def admit_call(snap: TaskSnapshot, step: Step, spec: ToolSpec, claim: ledger.Claim | None,
@@ -203,7 +211,7 @@ def open_call(snap: TaskSnapshot, step: Step, *, owner: str, actor: Actor,
     claimed = ledger.claim_or_answer(call, owner=owner)
     if isinstance(claimed, ToolOutcome):
         if claimed.kind is OutcomeKind.PROCESSING:
-            return StepResult(Next.LATER, 0.5, "another executor holds this call")
+            return held_elsewhere(claimed)
         return commit_outcome_of(snap, step, spec, claimed, actor, memo=memo)
     return _Open(spec, claimed, prepare(call))
 

@@ -4,8 +4,10 @@ executors advancing one task at once."""
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 from prometheus_client import REGISTRY
 
 from tasks_app.actors import SYSTEM
@@ -147,6 +149,34 @@ def test_a_write_run_by_two_executors_for_one_step_has_one_effect(world):
     assert task.status == TaskStatus.SUCCEEDED and task.tool_calls == 1
     assert DemoRefund.objects.count() == 1
     assert_log_consistent(task.pk)
+
+
+@pytest.mark.parametrize(("left_s", "wait_s"), [(35, 5), (10, 10)])
+def test_a_step_whose_call_another_executor_holds_waits_longer_each_time(world, left_s, wait_s):
+    """Executor A is inside the call (a claim of 30 s timeout + 10 s grace); B,
+    running the same step, does not call: it comes back after as long as A's
+    claim has lasted so far, at the latest when the claim ends, not every half
+    second."""
+    _refund_agent(world, "refund_slow", "blocking_refund", timeout_s=30)
+    task = submit(world.tenant, [
+        {"tool": "refund_slow", "args": {"order_id": "A-2", "amount_cents": 700, "gate": "h"}},
+        {"final": {"refunded": 700}},
+    ], agent="refunder")
+    gate = python_tools.gate("h")
+
+    a = InThread(lambda: advance(task.pk, owner="executor-a"))
+    wait_for(lambda: gate.entries == 1, message="executor A inside the tool")
+    step = Step.objects.get(task=task, step_no=1)
+    ToolExecution.objects.filter(idempotency_key=step.idempotency_key).update(
+        claimed_until=timezone.now() + timedelta(seconds=left_s))  # it has lasted 40 - left_s
+    b = advance(task.pk, owner="executor-b")
+
+    assert b.next is Next.LATER and b.note == "another executor holds this call"
+    assert wait_s - 1 <= b.delay_s <= wait_s + 1
+    assert gate.entries == 1  # B did not call
+    gate.release.set()
+    assert a.join().next is Next.CONTINUE
+    assert python_tools.CALLS[step.idempotency_key] == 1
 
 
 def test_cancel_during_a_slow_tool_discards_its_late_result(world):

@@ -41,6 +41,7 @@ from ..outbound.ioloop import run_io
 from .dispatch import Prepared, prepare, query_status, send
 from .types import OutcomeKind, StatusAnswer, ToolCall, ToolOutcome
 
+MIN_ASK_AGAIN_S = 0.5  # the first look again at a claim taken just now
 FINAL_KINDS = {OutcomeKind.BUSINESS: "business", OutcomeKind.PERMISSION: "permission"}
 STATUS_OF = {
     OutcomeKind.OK: LedgerStatus.SUCCEEDED,
@@ -115,10 +116,22 @@ async def acall_claimed(claim: Claim, prepared: Prepared | ToolOutcome) -> ToolO
     )
 
 
-def _claim_until(call: ToolCall, now):  # type: ignore[no-untyped-def]
+def _claim_s(call: ToolCall) -> float:
     # The claim outlives the call's own timeout by a grace period; past it, the
     # claimer is presumed dead and recovery may take the key over.
-    return now + timedelta(seconds=call.spec.timeout_s + settings.TETHER["LEDGER_CLAIM_GRACE_S"])
+    return call.spec.timeout_s + float(settings.TETHER["LEDGER_CLAIM_GRACE_S"])
+
+
+def _claim_until(call: ToolCall, now):  # type: ignore[no-untyped-def]
+    return now + timedelta(seconds=_claim_s(call))
+
+
+def _ask_again_s(call: ToolCall, claimed_until, now) -> float:  # type: ignore[no-untyped-def]
+    """When to look at another executor's claim again. A living claimer records
+    its outcome any moment, a dead one never (its claim just ends): wait as long
+    as the claim has lasted so far (so the waits double), at most until it ends."""
+    remaining = (claimed_until - now).total_seconds()
+    return max(0.0, min(remaining, max(MIN_ASK_AGAIN_S, _claim_s(call) - remaining)))
 
 
 def settle_with_status_query(
@@ -248,7 +261,8 @@ def claim_or_answer(call: ToolCall, *, owner: str) -> Claim | ToolOutcome | None
         elif row.status == LedgerStatus.IN_PROGRESS and row.claimed_by != owner and (
             row.claimed_until and row.claimed_until > now
         ):
-            return ToolOutcome(kind=OutcomeKind.PROCESSING, from_ledger=True)
+            return ToolOutcome(kind=OutcomeKind.PROCESSING, from_ledger=True,
+                               retry_after_s=_ask_again_s(call, row.claimed_until, now))
         else:
             # an orphaned claim (its executor died) or a retryable failure
             uncertain = row.status == LedgerStatus.IN_PROGRESS and not call.spec.honours_keys
