@@ -208,7 +208,7 @@ def open_call(snap: TaskSnapshot, step: Step, *, owner: str, actor: Actor,
             "type": "tool_unavailable", "message": f"tool {step.tool!r} was disabled or removed"})
         return commit_outcome_of(snap, step, None, outcome, actor, memo=memo)
     call = call_of(snap, step, spec)
-    claimed = ledger.claim_or_answer(call, owner=owner)
+    claimed = ledger.claim_or_answer(call, owner=owner, holds_task_lease=True)
     if isinstance(claimed, ToolOutcome):
         if claimed.kind is OutcomeKind.PROCESSING:
             return held_elsewhere(claimed)

@@ -116,9 +116,11 @@ def test_a_write_retried_after_a_transient_error_has_one_effect(world):
     assert_log_consistent(task.pk)
 
 
-def test_a_write_run_by_two_executors_for_one_step_has_one_effect(world):
-    """Executor A's claim on the key expires while its call hangs; executor B runs the
-    same step with the same key; both calls reach the downstream service."""
+@pytest.mark.parametrize("claim", ["ended", "held"])
+def test_a_write_run_by_two_executors_for_one_step_has_one_effect(world, claim):
+    """Executor A's lease ended while its call hangs (its claim too, or not yet);
+    executor B runs the same step with the same key, at once: the downstream
+    dedups by key, so both calls reach it and it applies one."""
     _refund_agent(world, "refund_slow", "blocking_refund", timeout_s=30)
     task = submit(world.tenant, [
         {"tool": "refund_slow", "args": {"order_id": "A-1", "amount_cents": 700, "gate": "g"}},
@@ -129,8 +131,9 @@ def test_a_write_run_by_two_executors_for_one_step_has_one_effect(world):
     a = InThread(lambda: advance(task.pk, owner="executor-a"))
     wait_for(lambda: gate.entries == 1, message="executor A inside the tool")
     step = Step.objects.get(task=task, step_no=1)
-    ToolExecution.objects.filter(idempotency_key=step.idempotency_key).update(
-        claimed_until="2000-01-01T00:00:00Z")  # A looks dead to everybody else
+    if claim == "ended":
+        ToolExecution.objects.filter(idempotency_key=step.idempotency_key).update(
+            claimed_until="2000-01-01T00:00:00Z")  # A looks dead to everybody else
     b = InThread(lambda: advance(task.pk, owner="executor-b"))
     wait_for(lambda: gate.entries == 2, message="executor B inside the tool")
     gate.release.set()
@@ -152,16 +155,18 @@ def test_a_write_run_by_two_executors_for_one_step_has_one_effect(world):
 
 
 @pytest.mark.parametrize(("left_s", "wait_s"), [(35, 5), (10, 10)])
-def test_a_step_whose_call_another_executor_holds_waits_longer_each_time(world, left_s, wait_s):
-    """Executor A is inside the call (a claim of 30 s timeout + 10 s grace); B,
-    running the same step, does not call: it comes back after as long as A's
-    claim has lasted so far, at the latest when the claim ends, not every half
-    second."""
-    _refund_agent(world, "refund_slow", "blocking_refund", timeout_s=30)
+def test_a_plain_write_another_executor_holds_is_waited_for_longer_each_time(world, left_s,
+                                                                             wait_s):
+    """Executor A is inside a plain write (a claim of 30 s timeout + 10 s grace);
+    B, running the same step (A's lease ended), must not call: it comes back
+    after as long as A's claim has lasted so far, at the latest when the claim
+    ends, not every half second."""
+    add_tool(world.tenant, "slow_note", "blocking_note", side_effect="write", timeout_s=30)
+    add_agent(world.tenant, "notifier", ["slow_note"])
     task = submit(world.tenant, [
-        {"tool": "refund_slow", "args": {"order_id": "A-2", "amount_cents": 700, "gate": "h"}},
-        {"final": {"refunded": 700}},
-    ], agent="refunder")
+        {"tool": "slow_note", "args": {"to": "Ada", "text": "hello", "gate": "h"}},
+        {"final": {"sent": True}},
+    ], agent="notifier")
     gate = python_tools.gate("h")
 
     a = InThread(lambda: advance(task.pk, owner="executor-a"))
@@ -176,7 +181,7 @@ def test_a_step_whose_call_another_executor_holds_waits_longer_each_time(world, 
     assert gate.entries == 1  # B did not call
     gate.release.set()
     assert a.join().next is Next.CONTINUE
-    assert python_tools.CALLS[step.idempotency_key] == 1
+    assert DemoNotification.objects.filter(idempotency_key=step.idempotency_key).count() == 1
 
 
 def test_cancel_during_a_slow_tool_discards_its_late_result(world):

@@ -233,10 +233,17 @@ def _claim(call: ToolCall, *, owner: str) -> Claim | ToolOutcome:
     return settle_with_status_query(call) if claimed is None else claimed
 
 
-def claim_or_answer(call: ToolCall, *, owner: str) -> Claim | ToolOutcome | None:
+def claim_or_answer(call: ToolCall, *, owner: str,
+                    holds_task_lease: bool = False) -> Claim | ToolOutcome | None:
     """Take the key for this executor (a Claim: call the tool), or answer from the
     ledger; None when the key is UNCERTAIN: its status query must settle it
-    (`settle_with_answer`)."""
+    (`settle_with_answer`).
+
+    `holds_task_lease`: `owner` holds the task's lease (a runner's slice), so the
+    lease of whoever claimed the key before has ended: that claimer is dead or
+    late. A call that is safe to repeat (a read, a write the downstream dedups by
+    key) is then taken over at once, not after its claim; a late claimer can no
+    longer record (`record_while`). A plain write waits the claim out."""
     key = call.context.idempotency_key
     try:
         with transaction.atomic():
@@ -260,7 +267,7 @@ def claim_or_answer(call: ToolCall, *, owner: str) -> Claim | ToolOutcome | None
             uncertain = True
         elif row.status == LedgerStatus.IN_PROGRESS and row.claimed_by != owner and (
             row.claimed_until and row.claimed_until > now
-        ):
+        ) and not (holds_task_lease and call.spec.honours_keys):
             return ToolOutcome(kind=OutcomeKind.PROCESSING, from_ledger=True,
                                retry_after_s=_ask_again_s(call, row.claimed_until, now))
         else:
