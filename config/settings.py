@@ -166,7 +166,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 # Every worker process sweeps on its own timer under an advisory lock
 # (tasks_app/runner/sweeper.py): beat is optional. Its entry stays for
 # deployments that run it; it takes the same lock, so it adds no second sweep.
-TETHER_SWEEP_INTERVAL_S = env.float("TETHER_SWEEP_INTERVAL_S", default=5.0)
+TETHER_SWEEP_INTERVAL_S = env.float("TETHER_SWEEP_INTERVAL_S", default=2.0)
 CELERY_BEAT_SCHEDULE = {
     "tether-recovery-sweep": {
         "task": "tasks_app.tasks.recovery_sweep",
