@@ -116,6 +116,13 @@ def test_a_write_retried_after_a_transient_error_has_one_effect(world):
     assert_log_consistent(task.pk)
 
 
+def _executor_a_inside(task: Task, gate: python_tools.Gate) -> tuple[InThread, Step]:
+    """Executor A runs the task's first step and is inside its (gated) tool."""
+    a = InThread(lambda: advance(task.pk, owner="executor-a"))
+    wait_for(lambda: gate.entries == 1, message="executor A inside the tool")
+    return a, Step.objects.get(task=task, step_no=1)
+
+
 @pytest.mark.parametrize("claim", ["ended", "held"])
 def test_a_write_run_by_two_executors_for_one_step_has_one_effect(world, claim):
     """Executor A's lease ended while its call hangs (its claim too, or not yet);
@@ -127,10 +134,7 @@ def test_a_write_run_by_two_executors_for_one_step_has_one_effect(world, claim):
         {"final": {"refunded": 700}},
     ], agent="refunder")
     gate = python_tools.gate("g")
-
-    a = InThread(lambda: advance(task.pk, owner="executor-a"))
-    wait_for(lambda: gate.entries == 1, message="executor A inside the tool")
-    step = Step.objects.get(task=task, step_no=1)
+    a, step = _executor_a_inside(task, gate)
     if claim == "ended":
         ToolExecution.objects.filter(idempotency_key=step.idempotency_key).update(
             claimed_until="2000-01-01T00:00:00Z")  # A looks dead to everybody else
@@ -154,6 +158,19 @@ def test_a_write_run_by_two_executors_for_one_step_has_one_effect(world, claim):
     assert_log_consistent(task.pk)
 
 
+def _slow_note_task(world, gate_name: str,  # type: ignore[no-untyped-def]
+                    **fields) -> tuple[Task, python_tools.Gate]:
+    """A task whose first step is a plain write (30 s timeout) that waits on a gate."""
+    add_tool(world.tenant, "slow_note", "blocking_note", side_effect="write", timeout_s=30,
+             **fields)
+    add_agent(world.tenant, "notifier", ["slow_note"])
+    task = submit(world.tenant, [
+        {"tool": "slow_note", "args": {"to": "Ada", "text": "hello", "gate": gate_name}},
+        {"final": {"sent": True}},
+    ], agent="notifier")
+    return task, python_tools.gate(gate_name)
+
+
 @pytest.mark.parametrize(("left_s", "wait_s"), [(35, 5), (10, 10)])
 def test_a_plain_write_another_executor_holds_is_waited_for_longer_each_time(world, left_s,
                                                                              wait_s):
@@ -161,17 +178,8 @@ def test_a_plain_write_another_executor_holds_is_waited_for_longer_each_time(wor
     B, running the same step (A's lease ended), must not call: it comes back
     after as long as A's claim has lasted so far, at the latest when the claim
     ends, not every half second."""
-    add_tool(world.tenant, "slow_note", "blocking_note", side_effect="write", timeout_s=30)
-    add_agent(world.tenant, "notifier", ["slow_note"])
-    task = submit(world.tenant, [
-        {"tool": "slow_note", "args": {"to": "Ada", "text": "hello", "gate": "h"}},
-        {"final": {"sent": True}},
-    ], agent="notifier")
-    gate = python_tools.gate("h")
-
-    a = InThread(lambda: advance(task.pk, owner="executor-a"))
-    wait_for(lambda: gate.entries == 1, message="executor A inside the tool")
-    step = Step.objects.get(task=task, step_no=1)
+    task, gate = _slow_note_task(world, "h")
+    a, step = _executor_a_inside(task, gate)
     ToolExecution.objects.filter(idempotency_key=step.idempotency_key).update(
         claimed_until=timezone.now() + timedelta(seconds=left_s))  # it has lasted 40 - left_s
     b = advance(task.pk, owner="executor-b")
@@ -185,14 +193,7 @@ def test_a_plain_write_another_executor_holds_is_waited_for_longer_each_time(wor
 
 
 def test_cancel_during_a_slow_tool_discards_its_late_result(world):
-    add_tool(world.tenant, "slow_note", "blocking_note", side_effect="write", timeout_s=30,
-             max_retries=0)
-    add_agent(world.tenant, "notifier", ["slow_note"])
-    task = submit(world.tenant, [
-        {"tool": "slow_note", "args": {"to": "Ada", "text": "hello", "gate": "slow"}},
-        {"final": {"sent": True}},
-    ], agent="notifier")
-    gate = python_tools.gate("slow")
+    task, gate = _slow_note_task(world, "slow", max_retries=0)
     late_before = REGISTRY.get_sample_value("tether_late_results_discarded_total") or 0
 
     runner = InThread(lambda: advance(task.pk, owner="executor-a"))
