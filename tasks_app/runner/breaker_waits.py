@@ -39,6 +39,7 @@ from tools_app.breakers import (
     on_change,
     outcome_signal,
     record,
+    record_needed,
     wait_register,
     waiters_take,
 )
@@ -98,6 +99,12 @@ def tool_wait(snap: TaskSnapshot, gate: ToolGate, claim: ledger.Claim | None) ->
     return gate.admission.wait_s(gate.policy.cooldown_s)
 
 
+def tool_record_needed(gate: ToolGate, outcome: ToolOutcome) -> bool:
+    """Has `tool_record` anything to write (else no database phase for it)?"""
+    return gate.target is not None and record_needed(gate.admission,
+                                                     failed=outcome_signal(outcome))
+
+
 def tool_record(snap: TaskSnapshot, gate: ToolGate, outcome: ToolOutcome, *, owner: str) -> None:
     """After an admitted tool call: tell its breaker what came of it."""
     if gate.target is None or gate.policy is None:
@@ -138,6 +145,8 @@ class ModelGuard:
             return
         target = self._target(base_url, model)
         seen = self.seen.pop(target.key, Admission(allowed=True))
+        if not record_needed(seen, failed=failed):
+            return  # nothing to write: no database phase
         await self.hop(record, target, owner=self.owner, failed=failed, policy=self.policy,
                        seen=seen, error={"message": error} if error else None,
                        task_id=self.snap.id)

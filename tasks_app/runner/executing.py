@@ -134,7 +134,7 @@ async def _call_and_commit(snap: TaskSnapshot, step: Step, spec: ToolSpec, admit
         else:
             outcome = await ledger.acall_claimed(claim, prepared)
         traced.outcome(outcome.kind.value, error=outcome.error, from_ledger=outcome.from_ledger)
-    if admitted.gate.target is not None:
+    if breaker_waits.tool_record_needed(admitted.gate, outcome):
         await hop(breaker_waits.tool_record, snap, admitted.gate, outcome, owner=owner)
     if claim is not None and outcome.kind is OutcomeKind.UNCERTAIN:
         # Recorded before the status query is asked (it may take long or fail).

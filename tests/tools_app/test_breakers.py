@@ -19,6 +19,7 @@ from tools_app.breakers import (
     breaker_policy,
     outcome_signal,
     record,
+    record_needed,
     retry_delay_s,
     retry_delays_errors,
     wait_register,
@@ -90,6 +91,23 @@ def test_an_answer_resets_the_run_and_a_call_that_never_went_out_counts_for_noth
     record(TARGET, owner="w1", failed=None, policy=POLICY,
            seen=admit(TARGET, owner="w1", probe_ttl_s=TTL))
     assert _row().failures == 2 and _row().state == BreakerState.CLOSED
+
+
+def test_the_runner_skips_recording_exactly_what_would_write_nothing():
+    """`record_needed` False (the runner then enters no database phase) only
+    where `record` writes nothing: an answer with no failures counted, or a
+    call that never went out, outside a probe."""
+    clean = admit(TARGET, owner="w1", probe_ttl_s=TTL)
+    assert not record_needed(clean, failed=False) and not record_needed(clean, failed=None)
+    assert record_needed(clean, failed=True)
+    _fail()
+    after_a_failure = admit(TARGET, owner="w1", probe_ttl_s=TTL)
+    assert record_needed(after_a_failure, failed=False)  # the run of failures must end
+    assert not record_needed(after_a_failure, failed=None)
+    Breaker.objects.filter(key=TARGET.key).update(
+        state=BreakerState.OPEN, open_until=timezone.now() - timedelta(seconds=1))
+    probe = admit(TARGET, owner="w1", probe_ttl_s=TTL)
+    assert probe.probe and record_needed(probe, failed=None)  # the probe is handed on
 
 
 def test_after_the_cool_down_one_probe_at_a_time_and_its_success_closes():

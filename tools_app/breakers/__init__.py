@@ -15,7 +15,16 @@ from .policy import (
     retry_delay_s,
     retry_delays_errors,
 )
-from .store import Admission, Target, admit, on_change, record, wait_register, waiters_take
+from .store import (
+    Admission,
+    Target,
+    admit,
+    on_change,
+    record,
+    record_needed,
+    wait_register,
+    waiters_take,
+)
 
 __all__ = [
     "Admission",
@@ -27,6 +36,7 @@ __all__ = [
     "on_change",
     "outcome_signal",
     "record",
+    "record_needed",
     "retry_delay_s",
     "retry_delays_errors",
     "wait_register",

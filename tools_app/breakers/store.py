@@ -138,6 +138,14 @@ def admit(target: Target, *, owner: str, probe_ttl_s: float) -> Admission:
                      until=until or now + timedelta(seconds=WAIT_FALLBACK_S))
 
 
+def record_needed(seen: Admission, *, failed: bool | None) -> bool:
+    """Has `record` anything to write? Not for the common case, an answer to a
+    call admitted with no failures counted, nor for a call that never reached
+    the downstream (outside a probe): the caller need not enter a database
+    phase for it."""
+    return seen.probe or failed is True or (failed is False and seen.failures > 0)
+
+
 def record(target: Target, *, owner: str, failed: bool | None, policy: BreakerPolicy,
            seen: Admission = OPEN, error: Any = None, task_id: int | None = None) -> str | None:
     """What came of a call `admit` allowed (`seen`): `failed` True (an outage),
@@ -147,12 +155,11 @@ def record(target: Target, *, owner: str, failed: bool | None, policy: BreakerPo
     if seen.probe:
         return _probe_done(target, owner=owner, failed=failed, policy=policy, error=error,
                            task_id=task_id, now=now)
-    if failed is None:
+    if not record_needed(seen, failed=failed):
         return None
-    if not failed:
-        if seen.failures:
-            Breaker.objects.filter(key=target.key, state=BreakerState.CLOSED,
-                                   failures__gt=0).update(failures=0)
+    if not failed:  # an answer after failures: their run ends
+        Breaker.objects.filter(key=target.key, state=BreakerState.CLOSED,
+                               failures__gt=0).update(failures=0)
         return None
     Breaker.objects.bulk_create([Breaker(key=target.key, tenant_id=target.tenant_id,
                                          kind=target.kind, name=target.name[:200],
