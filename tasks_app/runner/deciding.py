@@ -133,7 +133,9 @@ def plan_step(*, task_id: int, owner: str, memo: SliceMemo) -> StepResult | Resu
     memo.sources, memo.human_facts = sources, sources.human_facts
     memo.output_hashes.update({s.step_no: s.output_hash for s in sources.recent})
     context = build_context(snap, tools=specs, sources=sources)
-    keys = model_keys(tenant_id=snap.tenant_id, model=snap.agent.get("model") or {})
+    if memo.keys is None:
+        memo.keys = model_keys(tenant_id=snap.tenant_id, model=snap.agent.get("model") or {})
+    keys = memo.keys
     ask = Ask(snap, context, keys, specs, sources)
     if backend_of(snap) != SCRIPTED:
         return ask

@@ -15,8 +15,9 @@ committed step is appended, and a new summary version takes the steps it
 covers out) and the pinned human facts (which change only while the task
 waits, never within a slice).
 
-What may lag by at most one slice (`SLICE_S`): a tool disabled or edited, or
-a summary rolled back, while the slice runs (the task's own status is never
+What may lag by at most one slice (`SLICE_S`): a tool disabled or edited, a
+model API key rotated (the secret is read once per slice), or a summary
+rolled back, while the slice runs (the task's own status is never
 taken from the memo).
 """
 from __future__ import annotations
@@ -33,6 +34,7 @@ from ..models import Step, Task
 from ..models.tasks import OPEN_STEP_STATUSES
 from ..prepared import fetch_one_prepared
 from ..snapshot import TaskSnapshot
+from ..vault.lookup import Resolved
 
 PROBE_SQL = f"SELECT version, status FROM {Task._meta.db_table} WHERE id = %s"
 
@@ -50,6 +52,7 @@ class SliceMemo:
     snap: TaskSnapshot | None = None  # the task as this slice last committed it
     current: Step | None = None  # its latest step, as committed
     specs: dict[str, ToolSpec] | None = None  # the agent's enabled tools
+    keys: Resolved | None = None  # its model's API keys (a rotation applies from the next slice)
     human_facts: list[dict[str, Any]] | None = None  # answers, approvals: set while waiting
     sources: ContextSources | None = None  # what the last context was built from
     output_hashes: dict[int, str] = field(default_factory=dict)  # step_no -> hash, recent steps
@@ -84,6 +87,7 @@ class SliceMemo:
 
     def forget(self) -> None:
         self.snap, self.current, self.specs, self.human_facts = None, None, None, None
+        self.keys = None
         self.sources, self.output_hashes = None, {}
 
     def remember(self, snap: TaskSnapshot, current: Step) -> None:

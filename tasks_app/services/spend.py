@@ -6,16 +6,16 @@ is committed: the call was made and
 paid for whether or not its decision commits (a stale version, a crash), so
 its cost counts against the task's `max_cost` and the tenant's spend either
 way, like every model call counts against the budget. In one short
-transaction it adds the tokens and the cost to the task's counters (plain
-increments: the task's version does not move) and to the tenant's
-`DailySpend` row for the day, agent, model and the task's shard (`INSERT ...
-ON CONFLICT DO UPDATE`, written from the model's `_meta`); the process's spend
-counter moves after commit.
+transaction (on PostgreSQL one statement: `store.counters.task_usage_add`) it
+adds the tokens and the cost to the task's counters (plain increments: the
+task's version does not move) and to the tenant's `DailySpend` row for the
+day, agent, model and the task's shard (`INSERT ... ON CONFLICT DO UPDATE`,
+written from the model's `_meta`); the process's spend counter moves after
+commit.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date
 from functools import cache
 from typing import Any
 
@@ -86,29 +86,23 @@ def spend_record(*, task_id: int, tenant_id: int, agent: str, model: str,
     amounts = {"input_tokens": u.input_tokens, "output_tokens": u.output_tokens,
                "cached_input_tokens": u.cached_input_tokens, "cost_pico": charged.cost_pico}
     day = timezone.now().date()  # UTC (USE_TZ): the rollup's days are UTC days
-    with transaction.atomic():
-        task_usage_add(task_id, amounts)
-        _rollup(tenant_id=tenant_id, day=day, agent=agent[:64], model=model[:200],
-                shard=task_id % SPEND_SHARDS, amounts=amounts)
-        transaction.on_commit(lambda: count_spend(model=model, dollars=charged.cost_pico / PICO))
+    rollup = {"tenant": tenant_id, "day": day, "agent": agent[:64], "model": model[:200],
+              "shard": task_id % SPEND_SHARDS, "calls": 1, **amounts}
+    task_usage_add(task_id, amounts,
+                   with_statement=(_upsert_sql(), {f"r_{k}": v for k, v in rollup.items()}))
+    transaction.on_commit(lambda: count_spend(model=model, dollars=charged.cost_pico / PICO))
 
 
 @cache
 def _upsert_sql() -> str:
     meta = DailySpend._meta
     column = {f.name: str(f.column) for f in meta.concrete_fields}
-    keys = [column[k] for k in ("tenant", "day", "agent", "model", "shard")]
-    added = [column[k] for k in ("calls", *COUNTERS)]
+    keys = ["tenant", "day", "agent", "model", "shard"]
+    added = ["calls", *COUNTERS]
     table = connection.ops.quote_name(meta.db_table)
-    increments = ", ".join(f"{c} = {table}.{c} + EXCLUDED.{c}" for c in added)
-    return (f"INSERT INTO {table} ({', '.join(keys + added)}) "
-            f"VALUES ({', '.join(['%s'] * (len(keys) + len(added)))}) "
-            f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {increments}")
-
-
-def _rollup(*, tenant_id: int, day: date, agent: str, model: str, shard: int,
-            amounts: dict[str, int]) -> None:
-    with connection.cursor() as cursor:
-        cursor.execute(_upsert_sql(),
-                       [tenant_id, day, agent, model, shard, 1,
-                        *(amounts[k] for k in COUNTERS)])
+    increments = ", ".join(f"{column[k]} = {table}.{column[k]} + EXCLUDED.{column[k]}"
+                           for k in added)
+    return (f"INSERT INTO {table} ({', '.join(column[k] for k in keys + added)}) "
+            f"VALUES ({', '.join(f'%(r_{k})s' for k in keys + added)}) "
+            f"ON CONFLICT ({', '.join(column[k] for k in keys)}) DO UPDATE SET {increments} "
+            "RETURNING 1")

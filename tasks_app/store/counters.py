@@ -8,9 +8,14 @@ Each is one UPDATE with the increments as expressions (no read, no lock).
 """
 from __future__ import annotations
 
+from functools import cache
+from typing import Any
+
+from django.db import connection, transaction
 from django.db.models import Case, F, Value, When
 
 from ..models import Task
+from .sql import column, one_statement, run_one, table
 
 
 def task_charge(task_id: int, *, model_calls: int, tokens: int) -> None:
@@ -27,9 +32,30 @@ def task_model_call_count(task_id: int, *, calls: int = 1, tokens: int) -> None:
                                            tokens=F("tokens") + tokens)
 
 
-def task_usage_add(task_id: int, amounts: dict[str, int]) -> None:
-    """Add one call's usage and cost (`amounts`: counter name -> increment)."""
-    Task.objects.filter(pk=task_id).update(**{k: F(k) + v for k, v in amounts.items()})
+def task_usage_add(task_id: int, amounts: dict[str, int], *,
+                   with_statement: tuple[str, dict[str, Any]] | None = None) -> None:
+    """Add one call's usage and cost (`amounts`: counter name -> increment).
+
+    `with_statement`: SQL (named parameters, returning a row) that must commit
+    with it (the spend rollup's upsert). On PostgreSQL the two are one statement,
+    the UPDATE as a CTE before it: one round trip, not BEGIN, two statements and
+    COMMIT. Elsewhere they share a transaction."""
+    if with_statement is not None and one_statement():
+        sql, params = with_statement
+        run_one(_usage_cte(tuple(amounts)) + sql,
+                {**params, "u_task_id": task_id, **{f"u_{k}": v for k, v in amounts.items()}})
+        return
+    with transaction.atomic():
+        Task.objects.filter(pk=task_id).update(**{k: F(k) + v for k, v in amounts.items()})
+        if with_statement is not None:
+            with connection.cursor() as cursor:
+                cursor.execute(*with_statement)
+
+
+@cache
+def _usage_cte(names: tuple[str, ...]) -> str:
+    sets = ", ".join(f"{column(Task, k)} = {column(Task, k)} + %(u_{k})s" for k in names)
+    return f"WITH usage AS (UPDATE {table(Task)} SET {sets} WHERE id = %(u_task_id)s) "
 
 
 def task_model_failure_count(task_id: int, *, at: str) -> int:

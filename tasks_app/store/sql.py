@@ -17,6 +17,11 @@ def table(model: type[models.Model]) -> str:
     return model._meta.db_table
 
 
+def column(model: type[models.Model], name: str) -> str:
+    """The column of field `name` (as the model's `_meta` says)."""
+    return str(cast(models.Field, model._meta.get_field(name)).column)  # type: ignore[type-arg]
+
+
 def json_param(model: type[models.Model], field: str, value: Any) -> Any:
     """`value` adapted for a JSON column exactly as the ORM would write it."""
     return cast(models.Field, model._meta.get_field(field)).get_db_prep_save(  # type: ignore[type-arg]

@@ -6,7 +6,7 @@ prepared on the server (`prepared`)."""
 from __future__ import annotations
 
 from functools import cache
-from typing import Any, cast
+from typing import Any
 
 from django.db import models
 
@@ -16,7 +16,7 @@ from tools_app.models import ToolExecution
 from ..models import Step, Task
 from .effects import closing_ctes
 from .events import EVENT_COLUMNS, EVENT_INSERT
-from .sql import json_param, table
+from .sql import column, json_param, table
 
 
 @cache
@@ -35,17 +35,13 @@ def db_value(model: type[models.Model], name: str, value: Any) -> Any:
     return json_param(model, name, value) if name in _json_fields(model) else value
 
 
-def _col(model: type[models.Model], name: str) -> str:
-    return str(cast(models.Field, model._meta.get_field(name)).column)  # type: ignore[type-arg]
-
-
 @cache
 def statement_of(shape: tuple[Any, ...]) -> tuple[str, dict[str, Any]]:
     """The one statement of every commit of this shape, and its fixed parameters."""
     transition, ending, set_cols, add_cols, new, move_cols, claim_cols, record_cols, keyed_event = (
         shape)
-    sets = [f"{_col(Task, k)} = %(t_{k})s" for k in set_cols]
-    sets += [f"{_col(Task, k)} = {_col(Task, k)} + %(a_{k})s" for k in add_cols]
+    sets = [f"{column(Task, k)} = %(t_{k})s" for k in set_cols]
+    sets += [f"{column(Task, k)} = {column(Task, k)} + %(a_{k})s" for k in add_cols]
     if transition:
         sets += ["status = %(to)s", "version = version + 1"]
     parts = [f"task AS (UPDATE {table(Task)} SET {', '.join(sets)} WHERE id = %(task_id)s "
@@ -54,7 +50,7 @@ def statement_of(shape: tuple[Any, ...]) -> tuple[str, dict[str, Any]]:
     if new is not None:
         names = [f.name for f in insertable(Step) if f.name != "task"]
         keyed = new[1]
-        cols = [_col(Step, n) for n in names if not (keyed and n == "idempotency_key")]
+        cols = [column(Step, n) for n in names if not (keyed and n == "idempotency_key")]
         values = [f"%(s_{n})s" for n in names if not (keyed and n == "idempotency_key")]
         if keyed:
             parts.append(f"new_step AS (SELECT nextval(pg_get_serial_sequence("
@@ -69,19 +65,19 @@ def statement_of(shape: tuple[Any, ...]) -> tuple[str, dict[str, Any]]:
                          f"SELECT %(task_id)s, {', '.join(values)} FROM task "
                          "RETURNING id, idempotency_key)")
     if move_cols is not None:
-        moved = ", ".join(f"{_col(Step, k)} = %(m_{k})s" for k in move_cols)
+        moved = ", ".join(f"{column(Step, k)} = %(m_{k})s" for k in move_cols)
         parts.append(f"moved AS (UPDATE {table(Step)} SET {moved} WHERE id = %(step_id)s "
                      f"AND status = ANY(%(step_from)s) AND {after_task})")
     if claim_cols is not None:
-        claimed = ", ".join(_col(ToolExecution, k) for k in claim_cols)
+        claimed = ", ".join(column(ToolExecution, k) for k in claim_cols)
         claim_values = ", ".join(f"%(c_{k})s" for k in claim_cols)
         parts.append(f"claim AS (INSERT INTO {table(ToolExecution)} (idempotency_key, step_id, "
                      f"{claimed}) SELECT step.idempotency_key, step.id, {claim_values} FROM step)")
     if record_cols is not None:
         equal, differ = record_while("", "")
-        recorded = ", ".join(f"{_col(ToolExecution, k)} = %(r_{k})s" for k in record_cols)
-        where = [f"{_col(ToolExecution, k)} = %(r_eq_{k})s" for k in equal]
-        where += [f"{_col(ToolExecution, k)} <> %(r_ne_{k})s" for k in differ]
+        recorded = ", ".join(f"{column(ToolExecution, k)} = %(r_{k})s" for k in record_cols)
+        where = [f"{column(ToolExecution, k)} = %(r_eq_{k})s" for k in equal]
+        where += [f"{column(ToolExecution, k)} <> %(r_ne_{k})s" for k in differ]
         parts.append(f"ledger AS (UPDATE {table(ToolExecution)} SET {recorded} WHERE "
                      f"{' AND '.join(where)} AND {after_task} RETURNING id)")
     payload = "%(payload)s"
