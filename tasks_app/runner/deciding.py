@@ -23,8 +23,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from tools_app.executor.dispatch import Prepared
-from tools_app.executor.types import ToolOutcome, ToolSpec
+from tools_app.executor.types import ToolSpec
 from tools_app.registry import tool_specs
 
 from ..actors import Actor
@@ -40,7 +39,7 @@ from ..vault.values import Resolved
 from .backoff import backoff_s, model_failure_count
 from .breaker_waits import ModelGuard, model_wait, summary_guard
 from .budgets import exhausted_budget, past_deadline
-from .executing import prepare_call
+from .executing import Admitted, ready_call
 from .memo import SliceMemo
 from .progress import stalled
 from .recording import Decided, record_decision
@@ -72,11 +71,11 @@ class Ask:
 @dataclass(frozen=True)
 class Recorded:
     """A decision committed: what the step does next (`Decided`: run the tool,
-    its database part `prepared` already done), and what the summary check
-    after the step needs."""
+    already admitted or told to wait, `admitted`: `executing.ready_call`), and
+    what the summary check after the step needs."""
 
     result: StepResult | Decided
-    prepared: Prepared | ToolOutcome | None
+    admitted: StepResult | Admitted | None
     snap: TaskSnapshot
     sources: ContextSources | None
 
@@ -225,7 +224,7 @@ def record_reply(snap: TaskSnapshot, decision: Decision, model_log: dict[str, An
     if isinstance(recorded, StepResult):
         after_step(snap, sources, memo, owner=owner)
         return Recorded(recorded, None, snap, sources)
-    return Recorded(recorded, prepare_call(recorded.snap, recorded.step, recorded.spec),
+    return Recorded(recorded, ready_call(recorded, owner=owner, actor=Actor.worker(owner)),
                     snap, sources)
 
 

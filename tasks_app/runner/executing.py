@@ -70,9 +70,16 @@ def call_of(snap: TaskSnapshot, step: Step, spec: ToolSpec) -> ToolCall:
         tenant_id=snap.tenant_id, trace_id=snap.trace_id))
 
 
-def prepare_call(snap: TaskSnapshot, step: Step, spec: ToolSpec) -> Prepared | ToolOutcome:
-    """The call's database part (its secrets), in the phase that decided it."""
-    return prepare(call_of(snap, step, spec))
+def ready_call(decided: Decided, *, owner: str, actor: Actor) -> StepResult | Admitted | None:
+    """In the phase that decided the call: its database part (its secrets) and
+    its admission (resource lease, breaker: `admit_call`), so that the call goes
+    out with no database phase of its own first. None when the ledger must be
+    asked first (a retried task's call that reuses an earlier key: no claim)."""
+    if decided.claim is None:
+        return None
+    prepared = prepare(call_of(decided.snap, decided.step, decided.spec))
+    return admit_call(decided.snap, decided.step, decided.spec, decided.claim, prepared,
+                      owner=owner, actor=actor)
 
 
 @dataclass(frozen=True)
@@ -83,10 +90,11 @@ class _Open:
 
 
 @dataclass(frozen=True)
-class _Admitted:
-    """The call may be made now: under `hold` (its resource lease, if any; the
-    call and claim fenced with it) and past its breaker (`gate`)."""
+class Admitted:
+    """The call of `spec` may be made now: under `hold` (its resource lease, if
+    any; the call and claim fenced with it) and past its breaker (`gate`)."""
 
+    spec: ToolSpec
     hold: ResourceHold
     gate: breaker_waits.ToolGate
     call: ToolCall
@@ -95,37 +103,34 @@ class _Admitted:
 
 
 async def execute(snap: TaskSnapshot, step: Step, *, owner: str, actor: Actor, memo: SliceMemo,
-                  hop: Hop, decided: Decided | None = None,
-                  prepared: Prepared | ToolOutcome | None = None,
+                  hop: Hop, admitted: StepResult | Admitted | None = None,
                   after: After = None) -> StepResult:
-    """Run a decided tool step. With `decided` (its claim taken in the decision's
-    commit) the outcome is recorded in the ledger by the commit of the outcome;
-    without (a resumed or retried step, or a retried task's call that reuses
-    an earlier key: no claim was taken), the ledger is asked first."""
-    claim: ledger.Claim | None
-    if decided is None or decided.claim is None or prepared is None:
+    """Run a decided tool step. With `admitted` (`ready_call`: its claim taken
+    in the decision's commit, its admission in the same phase) the call goes
+    out at once, and its outcome is recorded in the ledger by the commit of the
+    outcome; without (a resumed or retried step, or a retried task's call that
+    reuses an earlier key: no claim was taken), the ledger is asked first."""
+    if admitted is None:
         opened = await hop(open_call, snap, step, owner=owner, actor=actor, memo=memo)
         if isinstance(opened, StepResult):
             return opened
-        spec, claim, prepared = opened.spec, opened.claim, opened.prepared
-    else:
-        spec, claim = decided.spec, decided.claim
-    admitted = await hop(admit_call, snap, step, spec, claim, prepared, owner=owner, actor=actor)
+        admitted = await hop(admit_call, snap, step, opened.spec, opened.claim, opened.prepared,
+                             owner=owner, actor=actor)
     if isinstance(admitted, StepResult):
         return admitted
     hold = admitted.hold
     try:
-        return await _call_and_commit(snap, step, spec, admitted, owner=owner, actor=actor,
+        return await _call_and_commit(snap, step, admitted, owner=owner, actor=actor,
                                       memo=memo, hop=hop, after=after)
     finally:
         if hold.held:  # after the outcome committed, or on any failure or cancellation
             await hop(_release, hold)
 
 
-async def _call_and_commit(snap: TaskSnapshot, step: Step, spec: ToolSpec, admitted: _Admitted,
+async def _call_and_commit(snap: TaskSnapshot, step: Step, admitted: Admitted,
                            *, owner: str, actor: Actor, memo: SliceMemo, hop: Hop,
                            after: After) -> StepResult:
-    call, claim, prepared = admitted.call, admitted.claim, admitted.prepared
+    spec, call, claim, prepared = admitted.spec, admitted.call, admitted.claim, admitted.prepared
     # the slice's lease is kept alive meanwhile (`beats`)
     with tool_span(tool=spec.name, call_id=call_id(step.step_no), kind=spec.kind,
                    idempotency_key=call.context.idempotency_key) as traced:
@@ -156,7 +161,7 @@ def held_elsewhere(outcome: ToolOutcome) -> StepResult:
 
 def admit_call(snap: TaskSnapshot, step: Step, spec: ToolSpec, claim: ledger.Claim | None,
                prepared: Prepared | ToolOutcome, *, owner: str,
-               actor: Actor) -> StepResult | _Admitted:
+               actor: Actor) -> StepResult | Admitted:
     """May the call be made now (a database phase)? Its resource lease, then its
     breaker; either one busy: the claim is given back (no attempt, no retry
     spent) and the task comes back later, holding no worker."""
@@ -176,7 +181,7 @@ def admit_call(snap: TaskSnapshot, step: Step, spec: ToolSpec, claim: ledger.Cla
         if not gate.allowed:  # its breaker is open: no call, no retry spent; come back later
             return StepResult(Next.LATER, breaker_waits.tool_wait(snap, gate, claim), "breaker")
         admitted = True
-        return _Admitted(hold, gate, call, claim, prepared)
+        return Admitted(spec, hold, gate, call, claim, prepared)
     finally:
         if not admitted:
             _release(hold)

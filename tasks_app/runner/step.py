@@ -94,7 +94,7 @@ async def _after_recording(recorded: Recorded, *, owner: str, memo: SliceMemo,
     decided = recorded.result
     return await execute(
         decided.snap, decided.step, owner=owner, actor=Actor.worker(owner), memo=memo, hop=hop,
-        decided=decided, prepared=recorded.prepared,
+        admitted=recorded.admitted,
         after=functools.partial(after_step, recorded.snap, recorded.sources, memo,
                                 owner=owner))
 
