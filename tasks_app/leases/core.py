@@ -33,6 +33,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from tools_app.executor.ledger import claim_s
 from tools_app.executor.types import ToolCall, ToolSpec
 from tools_app.resources import render_resource
 
@@ -109,8 +110,7 @@ def lease_for_call(*, spec: ToolSpec, call: ToolCall, step_no: int, owner: str,
         row.holder_owner, row.acquired_at = owner, now
         # A second past the call's ledger claim (taken no earlier than now): once the
         # lease expired, the ledger can tell whether its call was interrupted.
-        row.expires_at = now + timedelta(
-            seconds=spec.timeout_s + settings.TETHER["LEDGER_CLAIM_GRACE_S"] + 1)
+        row.expires_at = now + timedelta(seconds=claim_s(spec.timeout_s) + 1)
         row.save()
         LeaseWaiter.objects.filter(tenant_id=ctx.tenant_id, resource=resource,
                                    task_id=ctx.task_id).delete()

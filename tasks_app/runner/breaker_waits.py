@@ -27,7 +27,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from django.conf import settings
 from django.db import connection, transaction
 
 from tools_app.breakers import (
@@ -84,8 +83,8 @@ def tool_admit(snap: TaskSnapshot, spec: ToolSpec, *, owner: str) -> ToolGate:
     if not policy.enabled:
         return FREE
     target = Target.tool(tenant_id=snap.tenant_id, name=spec.name, url=spec.url)
-    ttl = spec.timeout_s + float(settings.TETHER["LEDGER_CLAIM_GRACE_S"])
-    return ToolGate(target, policy, admit(target, owner=owner, probe_ttl_s=ttl))
+    return ToolGate(target, policy,
+                    admit(target, owner=owner, probe_ttl_s=ledger.claim_s(spec.timeout_s)))
 
 
 def tool_wait(snap: TaskSnapshot, gate: ToolGate, claim: ledger.Claim | None) -> float:
@@ -131,8 +130,8 @@ class ModelGuard:
         if not self.policy.enabled:
             return None
         target = self._target(base_url, model)
-        ttl = timeout_s + float(settings.TETHER["LEDGER_CLAIM_GRACE_S"])
-        admission = await self.hop(admit, target, owner=self.owner, probe_ttl_s=ttl)
+        admission = await self.hop(admit, target, owner=self.owner,
+                                   probe_ttl_s=ledger.claim_s(timeout_s))
         if admission.allowed:
             self.seen[target.key] = admission
             return None

@@ -45,6 +45,7 @@ from .step import step
 
 log = logging.getLogger(__name__)
 
+
 def new_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 

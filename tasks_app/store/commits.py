@@ -29,10 +29,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from django.conf import settings
 from django.utils import timezone
 
-from tools_app.executor.ledger import Claim, recorded_fields
+from tools_app.executor.ledger import Claim, claim_s, recorded_fields
 from tools_app.executor.types import OutcomeKind, ToolCall, ToolContext, ToolOutcome, ToolSpec
 from tools_app.models import LedgerStatus
 
@@ -95,8 +94,7 @@ def commit_decision(snap: TaskView, *, decision: dict[str, Any], model_log: dict
     claim = None if reused_key else {
         "tenant_id": snap.tenant_id, "task_id": snap.id, "tool": tool, "args": args or {},
         "status": LedgerStatus.IN_PROGRESS.value, "attempts": attempts, "claimed_by": owner,
-        "claimed_until": now + timedelta(
-            seconds=spec.timeout_s + settings.TETHER["LEDGER_CLAIM_GRACE_S"]),
+        "claimed_until": now + timedelta(seconds=claim_s(spec.timeout_s)),
         "created_at": now, "updated_at": now}
     done = write(Commit(
         task=_at(snap), event="decision_recorded", actor=actor,

@@ -26,11 +26,11 @@ from django.utils import timezone
 from ..machine import TaskStatus
 from ..models import Task
 from ..prepared import fetch_one_prepared
-from .sql import table
+from .sql import column, table
 
 
 def _col(name: str) -> str:
-    return str(Task._meta.get_field(name).column)  # type: ignore[union-attr]
+    return column(Task, name)
 
 
 TAKE_SQL = f"""
@@ -78,9 +78,9 @@ def _task_of(row: tuple[Any, ...]) -> Task:
     """A Task from the raw row `TAKE_SQL` returns, converted as the ORM would."""
     attnames, converters = _row_converters(connection.alias)
     values = []
-    for value, (column, converts) in zip(row, converters, strict=True):
+    for value, (col, converts) in zip(row, converters, strict=True):
         for convert in converts:
-            value = convert(value, column, connection)
+            value = convert(value, col, connection)
         values.append(value)
     return Task.from_db(connection.alias, attnames, values)
 
@@ -92,9 +92,9 @@ def _row_converters(alias: str) -> tuple[list[str], list[tuple[Any, list[Any]]]]
     fields = Task._meta.concrete_fields
     converters = []
     for field in fields:
-        column = field.get_col(Task._meta.db_table)
-        converters.append((column, connection.ops.get_db_converters(column)
-                           + column.get_db_converters(connection)))
+        col = field.get_col(Task._meta.db_table)
+        converters.append((col, connection.ops.get_db_converters(col)
+                           + col.get_db_converters(connection)))
     return [f.attname for f in fields], converters
 
 

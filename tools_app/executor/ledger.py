@@ -116,14 +116,15 @@ async def acall_claimed(claim: Claim, prepared: Prepared | ToolOutcome) -> ToolO
     )
 
 
-def _claim_s(call: ToolCall) -> float:
-    # The claim outlives the call's own timeout by a grace period; past it, the
-    # claimer is presumed dead and recovery may take the key over.
-    return call.spec.timeout_s + float(settings.TETHER["LEDGER_CLAIM_GRACE_S"])
+def claim_s(timeout_s: float) -> float:
+    """How long a call's claim lasts: it outlives the call's own timeout by a
+    grace period; past it, the claimer is presumed dead and recovery may take
+    the key over. (A breaker's probe and a resource lease last as long.)"""
+    return timeout_s + float(settings.TETHER["LEDGER_CLAIM_GRACE_S"])
 
 
 def _claim_until(call: ToolCall, now):  # type: ignore[no-untyped-def]
-    return now + timedelta(seconds=_claim_s(call))
+    return now + timedelta(seconds=claim_s(call.spec.timeout_s))
 
 
 def _ask_again_s(call: ToolCall, claimed_until, now) -> float:  # type: ignore[no-untyped-def]
@@ -131,7 +132,7 @@ def _ask_again_s(call: ToolCall, claimed_until, now) -> float:  # type: ignore[n
     its outcome any moment, a dead one never (its claim just ends): wait as long
     as the claim has lasted so far (so the waits double), at most until it ends."""
     remaining = (claimed_until - now).total_seconds()
-    return max(0.0, min(remaining, max(MIN_ASK_AGAIN_S, _claim_s(call) - remaining)))
+    return max(0.0, min(remaining, max(MIN_ASK_AGAIN_S, claim_s(call.spec.timeout_s) - remaining)))
 
 
 def settle_with_status_query(
