@@ -22,12 +22,14 @@ Fixtures (registered for every test by `tests/conftest.py`):
 from __future__ import annotations
 
 import os
+import random
 import signal
+import socket
 import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,7 @@ __all__ = [
     "CeleryWorkers",
     "EmbeddedServer",
     "free_port",
+    "free_port_run",
     "port_open",
     "celery_workers",
     "embedded_server",
@@ -57,13 +60,33 @@ REDIS_BROKER_URL = per_worker_redis(
     os.environ.get("TETHER_TEST_BROKER_URL", "redis://127.0.0.1:6379/12"), role="broker")
 RABBITMQ_BROKER_URL = os.environ.get("TETHER_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
 # What the worker runs with: a short lease and a fast sweep, so a crash is
-# noticed within seconds instead of the production defaults (10 s, 5 s).
+# noticed within seconds instead of the production defaults (10 s, 2 s).
 WORKER_KNOBS = {
     "TETHER_LEASE_TTL_S": "3",
     "TETHER_SWEEP_INTERVAL_S": "1",
     "TETHER_LEDGER_CLAIM_GRACE_S": "2",
 }
 START_TIMEOUT_S = 60.0
+
+
+def free_port_run(count: int) -> int:
+    """The first of COUNT consecutive free ports, for a server that binds
+    BASE+offset itself. Chosen below the kernel's ephemeral range, where no
+    outgoing connection or `bind(0)` is given a port: a `free_port()` + 1
+    lies inside that range and was taken by one now and then under the suite."""
+    ephemeral = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+    low = int(ephemeral[0])
+    for _ in range(200):
+        base = random.randrange(10_000, low - count)
+        try:
+            with ExitStack() as stack:
+                for port in range(base, base + count):
+                    s = stack.enter_context(socket.socket())
+                    s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError(f"no {count} consecutive free ports below {low}")
 
 
 def require_service(name: str, host: str, port: int) -> None:

@@ -22,7 +22,7 @@ from tests.factories import submit
 from tests.fakes.fixtures import openai_agent, openai_server  # noqa: F401 - a fixture
 from tests.fakes.openai_server import error, reply
 from tests.helpers import wait_for
-from tests.processes import database_url, free_port
+from tests.processes import database_url, free_port_run
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -177,7 +177,7 @@ def test_a_workers_log_lines_are_json_with_the_tasks_context(world, celery_worke
 
 def test_without_a_shared_directory_each_worker_process_serves_its_own_figures(
         world, celery_workers):
-    port = free_port()
+    port = free_port_run(2)  # the main process on PORT, its pool child on PORT+1
     celery_workers.start(concurrency=1, env={"TETHER_WORKER_METRICS_PORT": f"127.0.0.1:{port}"})
     task = submit(world.tenant, [
         {"tool": "lookup_order", "args": {"order_id": "A-1"}},
