@@ -4,10 +4,19 @@ Schemas are checked and applied by `tools_app.schemas`. An mcp tool's spec
 carries its server's address and secret headers; until an admin confirms its
 settings (`Tool.review`), it is a plain `write` that needs approval, whatever
 the server's annotations suggested. A disabled server's tools are not offered.
+
+The runner reads an agent's tools at the start of every slice: `recent_tool_specs`
+serves them from what this process read less than `SPECS_FRESH_S` ago (the
+ORM compiling that join was a tenth of a busy worker's CPU). A change saved
+in this process clears it at once; one saved elsewhere (the console, another
+worker) applies within `SPECS_FRESH_S`, on top of the slice's own lag (the
+slice memo).
 """
 from __future__ import annotations
 
+import time
 from dataclasses import replace
+from typing import Any
 
 from django.db.models import Q
 
@@ -44,6 +53,32 @@ def spec_of(tool: Tool) -> ToolSpec:
         if tool.review:  # the server's hints are not yet an admin's word
             spec = replace(spec, side_effect=SideEffect.WRITE.value, requires_approval=True)
     return spec
+
+
+SPECS_FRESH_S = 1.0
+_RECENT_MAX = 1024  # (tenant, tool list) entries kept before all are dropped
+
+_recent: dict[tuple[int, tuple[str, ...]], tuple[float, dict[str, ToolSpec]]] = {}
+
+
+def recent_tool_specs(*, tenant_id: int, names: list[str]) -> dict[str, ToolSpec]:
+    """`tool_specs`, as this process read them at most `SPECS_FRESH_S` ago."""
+    key = (tenant_id, tuple(names))
+    now = time.monotonic()
+    held = _recent.get(key)
+    if held is not None and now - held[0] < SPECS_FRESH_S:
+        return dict(held[1])
+    specs = tool_specs(tenant_id=tenant_id, names=names)
+    if len(_recent) >= _RECENT_MAX:
+        _recent.clear()
+    _recent[key] = (now, specs)
+    return dict(specs)
+
+
+def forget_recent_specs(**_: Any) -> None:
+    """Drop what `recent_tool_specs` holds (connected to the tools' and
+    servers' save and delete signals)."""
+    _recent.clear()
 
 
 def tool_specs(*, tenant_id: int, names: list[str] | None = None) -> dict[str, ToolSpec]:
