@@ -19,6 +19,7 @@ commit either way.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -104,18 +105,27 @@ class Committed:
     recorded: bool  # the ledger record was written (the claim held)
 
 
-def fire_guard(task: Task, event: str) -> tuple[str, str]:
-    """Fire `event` on the in-memory `task` (django-fsm: a pure guard that sets
-    its status, nothing else): (source, target). Refused (409) when the state
-    machine does not allow it."""
+def fire_guard(source: str, event: str, *, version: int) -> str:
+    """The status `event` moves a task in `source` to, as the model's django-fsm
+    transition says. Refused (409) when the state machine does not allow it."""
+    target = _target_of(source, event)
+    if target is None:
+        raise conflict("illegal_transition", f"{event} is not allowed when the task is {source}",
+                       event=event, status=source, version=version)
+    return target
+
+
+@functools.cache
+def _target_of(source: str, event: str) -> str | None:
+    """Fire `event` on a task in `source` (a pure guard on the status alone, so
+    its answer is remembered: building a model instance for it was a few
+    per cent of a worker's CPU); None when refused."""
+    task = Task(status=source)
     method = getattr(task, event)
     if not can_proceed(method):
-        raise conflict("illegal_transition",
-                       f"{event} is not allowed when the task is {task.status}",
-                       event=event, status=task.status, version=task.version)
-    source = task.status
+        return None
     method()
-    return source, task.status
+    return str(task.status)
 
 
 def write(c: Commit, *, statement: bool | None = None, savepoint: bool = True) -> Committed | None:
@@ -127,8 +137,7 @@ def write(c: Commit, *, statement: bool | None = None, savepoint: bool = True) -
     payload = c.payload
     set_ = {**c.set, "updated_at": now}
     if c.transition:
-        _, target = fire_guard(Task(pk=c.task.id, status=c.task.status, version=c.task.version),
-                               c.event)
+        target = fire_guard(c.task.status, c.event, version=c.task.version)
         payload = {"from": c.task.status, "to": target, **payload}
         set_.update(ending_fields(target, now))
     if c.move is not None:
