@@ -5,87 +5,111 @@ carries its server's address and secret headers; until an admin confirms its
 settings (`Tool.review`), it is a plain `write` that needs approval, whatever
 the server's annotations suggested. A disabled server's tools are not offered.
 
-The runner reads an agent's tools at the start of every slice: `recent_tool_specs`
-serves them from what this process read less than `SPECS_FRESH_S` ago (the
-ORM compiling that join was a tenth of a busy worker's CPU). A change saved
-in this process clears it at once; one saved elsewhere (the console, another
-worker) applies within `SPECS_FRESH_S`, on top of the slice's own lag (the
-slice memo).
+The runner reads an agent's tools at every slice's start, so `tool_specs` is
+one statement built once from the models' `_meta` (prepared on PostgreSQL),
+not a query the ORM compiles on every call: with its join, compiling it was
+a tenth of a busy worker's CPU. It is read fresh every time: a tool an admin
+fixes applies to the very next slice, in whichever process.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import replace
+from functools import cache
 from typing import Any
 
-from django.db.models import Q
+from django.db import connection, models
+
+from tasks_app.prepared import fetch_all_prepared
 
 from .executor.types import ToolSpec
-from .models import SideEffect, Tool, ToolKind
+from .models import McpServer, SideEffect, Tool, ToolKind
+
+TOOL_FIELDS = ("name", "kind", "target", "url", "status_url", "status_tool", "compensation_tool",
+               "resource", "secret_headers", "args_schema", "result_schema", "risk",
+               "requires_approval", "timeout_s", "side_effect", "max_retries", "retry_delays_s",
+               "breaker", "description", "review")
+SERVER_FIELDS = ("name", "url", "stdio", "secret_headers")
 
 
-def spec_of(tool: Tool) -> ToolSpec:
+def _column(model: type[models.Model], name: str) -> str:
+    return str(model._meta.get_field(name).column)  # type: ignore[union-attr]
+
+
+@cache
+def _specs_sql(names: int | None) -> str:
+    """The enabled tools of a tenant whose server, if any, is enabled; with
+    `names` placeholders for the names asked for."""
+    t, s = Tool, McpServer
+    select = ", ".join([f"t.{_column(t, f)}" for f in TOOL_FIELDS]
+                       + [f"s.{_column(s, f)}" for f in SERVER_FIELDS])
+    sql = (f"SELECT {select} FROM {t._meta.db_table} t"
+           f" LEFT JOIN {s._meta.db_table} s ON s.id = t.{_column(t, 'mcp_server')}"
+           f" WHERE t.{_column(t, 'tenant')} = %s AND t.{_column(t, 'enabled')}"
+           f" AND (t.{_column(t, 'mcp_server')} IS NULL OR s.{_column(s, 'enabled')})")
+    if names is not None:
+        sql += f" AND t.{_column(t, 'name')} IN ({', '.join(['%s'] * names)})"
+    return sql
+
+
+def _rows(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+    if connection.vendor == "postgresql":
+        return fetch_all_prepared(sql, params)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return list(cursor.fetchall())
+
+
+def _values(model: type[models.Model], fields: tuple[str, ...],
+            row: tuple[Any, ...]) -> dict[str, Any]:
+    """A row's columns as the ORM would give them (JSON decoded, booleans as such)."""
+    values = {}
+    for name, value in zip(fields, row, strict=True):
+        field = model._meta.get_field(name)
+        if isinstance(field, models.JSONField):
+            value = field.from_db_value(value, None, connection)  # type: ignore[arg-type]  # a plain column
+        elif isinstance(field, models.BooleanField):
+            value = bool(value)
+        values[name] = value
+    return values
+
+
+def _spec_of(row: tuple[Any, ...]) -> ToolSpec:
+    tool = _values(Tool, TOOL_FIELDS, row[:len(TOOL_FIELDS)])
+    server = row[len(TOOL_FIELDS):]
     spec = ToolSpec(
-        name=tool.name,
-        kind=tool.kind,
-        target=tool.target,
-        url=tool.url,
-        status_url=tool.status_url,
-        status_tool=tool.status_tool,
-        compensation_tool=tool.compensation_tool,
-        resource=tool.resource,
-        secret_headers=dict(tool.secret_headers or {}),
-        args_schema=dict(tool.args_schema or {}),
-        result_schema=dict(tool.result_schema or {}),
-        risk=tool.risk,
-        requires_approval=tool.requires_approval,
-        timeout_s=tool.timeout_s,
-        side_effect=tool.side_effect,
-        max_retries=tool.max_retries,
-        retry_delays_s=tuple(float(d) for d in tool.retry_delays_s or ()),
-        breaker=dict(tool.breaker or {}),
-        description=tool.description,
+        name=tool["name"],
+        kind=tool["kind"],
+        target=tool["target"],
+        url=tool["url"],
+        status_url=tool["status_url"],
+        status_tool=tool["status_tool"],
+        compensation_tool=tool["compensation_tool"],
+        resource=tool["resource"],
+        secret_headers=dict(tool["secret_headers"] or {}),
+        args_schema=dict(tool["args_schema"] or {}),
+        result_schema=dict(tool["result_schema"] or {}),
+        risk=tool["risk"],
+        requires_approval=tool["requires_approval"],
+        timeout_s=tool["timeout_s"],
+        side_effect=tool["side_effect"],
+        max_retries=tool["max_retries"],
+        retry_delays_s=tuple(float(d) for d in tool["retry_delays_s"] or ()),
+        breaker=dict(tool["breaker"] or {}),
+        description=tool["description"],
     )
-    if tool.kind == ToolKind.MCP and tool.mcp_server is not None:
-        server = tool.mcp_server
-        spec = replace(spec, url=server.url, secret_headers=dict(server.secret_headers or {}),
-                       mcp_server=server.name, mcp_stdio=server.stdio)
-        if tool.review:  # the server's hints are not yet an admin's word
+    if tool["kind"] == ToolKind.MCP and server[0] is not None:
+        mcp = _values(McpServer, SERVER_FIELDS, server)
+        spec = replace(spec, url=mcp["url"], secret_headers=dict(mcp["secret_headers"] or {}),
+                       mcp_server=mcp["name"], mcp_stdio=mcp["stdio"])
+        if tool["review"]:  # the server's hints are not yet an admin's word
             spec = replace(spec, side_effect=SideEffect.WRITE.value, requires_approval=True)
     return spec
 
 
-SPECS_FRESH_S = 1.0
-_RECENT_MAX = 1024  # (tenant, tool list) entries kept before all are dropped
-
-_recent: dict[tuple[int, tuple[str, ...]], tuple[float, dict[str, ToolSpec]]] = {}
-
-
-def recent_tool_specs(*, tenant_id: int, names: list[str]) -> dict[str, ToolSpec]:
-    """`tool_specs`, as this process read them at most `SPECS_FRESH_S` ago."""
-    key = (tenant_id, tuple(names))
-    now = time.monotonic()
-    held = _recent.get(key)
-    if held is not None and now - held[0] < SPECS_FRESH_S:
-        return dict(held[1])
-    specs = tool_specs(tenant_id=tenant_id, names=names)
-    if len(_recent) >= _RECENT_MAX:
-        _recent.clear()
-    _recent[key] = (now, specs)
-    return dict(specs)
-
-
-def forget_recent_specs(**_: Any) -> None:
-    """Drop what `recent_tool_specs` holds (connected to the tools' and
-    servers' save and delete signals)."""
-    _recent.clear()
-
-
 def tool_specs(*, tenant_id: int, names: list[str] | None = None) -> dict[str, ToolSpec]:
     """Enabled tools of a tenant, by name (restricted to `names` when given)."""
-    qs = (Tool.objects.filter(tenant_id=tenant_id, enabled=True)
-          .filter(Q(mcp_server__isnull=True) | Q(mcp_server__enabled=True))
-          .select_related("mcp_server"))
-    if names is not None:
-        qs = qs.filter(name__in=names)
-    return {t.name: spec_of(t) for t in qs}
+    if names is not None and not names:
+        return {}
+    sql = _specs_sql(None if names is None else len(names))
+    rows = _rows(sql, [tenant_id, *(names or [])])
+    return {spec.name: spec for spec in map(_spec_of, rows)}

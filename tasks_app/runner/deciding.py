@@ -24,7 +24,7 @@ from typing import Any
 from django.utils import timezone
 
 from tools_app.executor.types import ToolSpec
-from tools_app.registry import recent_tool_specs
+from tools_app.registry import tool_specs
 
 from ..actors import Actor
 from ..context.builder import ContextSources, build_context, gather
@@ -119,8 +119,8 @@ def plan_step(*, task_id: int, owner: str, memo: SliceMemo) -> StepResult | Resu
     if budget is not None:
         return exhaust(snap, budget, actor)
     if memo.specs is None:
-        memo.specs = recent_tool_specs(tenant_id=snap.tenant_id,
-                                       names=list(snap.agent.get("tools") or []))
+        memo.specs = tool_specs(tenant_id=snap.tenant_id,
+                                names=list(snap.agent.get("tools") or []))
     specs = memo.specs
     if queued:
         decision = Decision.from_dict(queued[0])

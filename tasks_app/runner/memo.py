@@ -15,8 +15,7 @@ committed step is appended, and a new summary version takes the steps it
 covers out) and the pinned human facts (which change only while the task
 waits, never within a slice).
 
-What may lag by at most one slice (`SLICE_S`): a tool disabled or edited (and
-by `registry.SPECS_FRESH_S` more when saved by another process), a
+What may lag by at most one slice (`SLICE_S`): a tool disabled or edited, a
 model API key rotated (the secret is read once per slice), or a summary
 rolled back, while the slice runs (the task's own status is never
 taken from the memo).

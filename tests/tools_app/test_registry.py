@@ -1,79 +1,77 @@
-"""The runner's read of an agent's tools: served from this process's recent
-read, cleared by any change saved here, fresh again after `SPECS_FRESH_S`."""
+"""The registry's read of a tenant's tools: one statement (no ORM), the same
+specs the models say, and always fresh: a fix applies to the next read."""
 from __future__ import annotations
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from tasks_app.models import Task, TaskStatus
-from tests.factories import submit
-from tests.helpers import drive
-from tools_app import registry
-from tools_app.models import Tool
-from tools_app.registry import recent_tool_specs, tool_specs
+from tests.factories import TenantFactory
+from tools_app.models import McpServer, Review, SideEffect, Tool, ToolKind
+from tools_app.registry import tool_specs
 
 pytestmark = pytest.mark.django_db
 
 NAMES = ["lookup_order", "issue_refund"]
 
 
-@pytest.fixture(autouse=True)
-def _nothing_recent():
-    registry.forget_recent_specs()
-    yield
-    registry.forget_recent_specs()
+def _mcp_tool(tenant, server: McpServer, name: str, **fields) -> Tool:  # type: ignore[no-untyped-def]
+    return Tool.objects.create(tenant=tenant, name=name, kind=ToolKind.MCP, target=name,
+                               mcp_server=server, args_schema={"type": "object"}, **fields)
 
 
-def _queries(fn):  # type: ignore[no-untyped-def]
-    with CaptureQueriesContext(connection) as captured:
-        value = fn()
-    return value, len(captured.captured_queries)
-
-
-def test_a_second_read_within_the_window_asks_the_database_nothing(world):
-    first, asked = _queries(lambda: recent_tool_specs(tenant_id=world.tenant.pk, names=NAMES))
-    again, asked_again = _queries(lambda: recent_tool_specs(tenant_id=world.tenant.pk, names=NAMES))
-    assert (asked, asked_again) == (1, 0)
-    assert again == first == tool_specs(tenant_id=world.tenant.pk, names=NAMES)
-    assert set(again) == set(NAMES)
-    # each reader gets its own mapping: one slice's edits never reach another's
-    again.pop("lookup_order")
-    assert "lookup_order" in recent_tool_specs(tenant_id=world.tenant.pk, names=NAMES)
-
-
-def test_a_change_saved_in_this_process_applies_at_once(world):
-    recent_tool_specs(tenant_id=world.tenant.pk, names=NAMES)
+def test_the_specs_are_the_tools_as_saved_in_one_statement(world):
     refund = Tool.objects.get(tenant=world.tenant, name="issue_refund")
-    refund.enabled = False
+    refund.secret_headers = {"X-Key": "k"}
+    refund.retry_delays_s = [1, 2.5]
+    refund.breaker = {"failures": 3}
+    refund.requires_approval = True
     refund.save()
-    assert set(recent_tool_specs(tenant_id=world.tenant.pk, names=NAMES)) == {"lookup_order"}
-    refund.enabled, refund.timeout_s = True, 7
-    refund.save()
-    assert recent_tool_specs(tenant_id=world.tenant.pk, names=NAMES)["issue_refund"].timeout_s == 7
-    refund.delete()
-    assert set(recent_tool_specs(tenant_id=world.tenant.pk, names=NAMES)) == {"lookup_order"}
-
-
-def test_a_change_made_elsewhere_applies_once_the_window_has_passed(world, monkeypatch):
-    recent_tool_specs(tenant_id=world.tenant.pk, names=NAMES)
-    # An UPDATE that sends no signal, as another process's save looks from here.
-    Tool.objects.filter(tenant=world.tenant, name="issue_refund").update(enabled=False)
-    assert set(recent_tool_specs(tenant_id=world.tenant.pk, names=NAMES)) == set(NAMES)
-    monkeypatch.setattr(registry, "SPECS_FRESH_S", 0.0)
-    assert set(recent_tool_specs(tenant_id=world.tenant.pk, names=NAMES)) == {"lookup_order"}
-
-
-def test_the_runner_reads_each_agents_tools_once_per_window(world):
-    """Two tasks of one agent, each in its own slice: the tools table is read once."""
-    tasks = [submit(world.tenant, [{"tool": "lookup_order", "args": {"order_id": "A-1"}},
-                                   {"final": {"answer": "ok"}}]) for _ in range(2)]
-    tools_table = Tool._meta.db_table
     with CaptureQueriesContext(connection) as captured:
-        for task in tasks:
-            drive(task.pk)
-    reads = [q for q in captured.captured_queries
-             if q["sql"].startswith("SELECT") and f'FROM "{tools_table}"' in q["sql"]]
-    for task in tasks:
-        assert Task.objects.get(pk=task.pk).status == TaskStatus.SUCCEEDED
-    assert len(reads) == 1, [q["sql"][:120] for q in reads]
+        specs = tool_specs(tenant_id=world.tenant.pk, names=NAMES)
+    assert len(captured.captured_queries) == 1
+    assert set(specs) == set(NAMES)
+    spec = specs["issue_refund"]
+    assert spec.secret_headers == {"X-Key": "k"} and spec.retry_delays_s == (1.0, 2.5)
+    assert spec.breaker == {"failures": 3} and spec.requires_approval is True
+    assert spec.args_schema == refund.args_schema and spec.timeout_s == refund.timeout_s
+    assert spec.side_effect == refund.side_effect and spec.kind == refund.kind
+    assert specs["lookup_order"].requires_approval is False
+    # without names: every enabled tool of the tenant; an empty list: none
+    assert set(NAMES) <= set(tool_specs(tenant_id=world.tenant.pk))
+    assert tool_specs(tenant_id=world.tenant.pk, names=[]) == {}
+
+
+def test_a_fix_applies_to_the_next_read_even_one_that_sends_no_signal(world):
+    """As another process's save looks from here: an UPDATE behind our back."""
+    assert "issue_refund" in tool_specs(tenant_id=world.tenant.pk, names=NAMES)
+    Tool.objects.filter(tenant=world.tenant, name="issue_refund").update(enabled=False)
+    assert set(tool_specs(tenant_id=world.tenant.pk, names=NAMES)) == {"lookup_order"}
+    Tool.objects.filter(tenant=world.tenant, name="issue_refund").update(enabled=True,
+                                                                        timeout_s=7)
+    assert tool_specs(tenant_id=world.tenant.pk, names=NAMES)["issue_refund"].timeout_s == 7
+
+
+def test_another_tenants_tools_are_never_read(world):
+    other = TenantFactory(name="t-other")
+    Tool.objects.create(tenant=other, name="lookup_order", target="x", args_schema={},
+                        timeout_s=99)
+    assert tool_specs(tenant_id=world.tenant.pk, names=NAMES)["lookup_order"].timeout_s != 99
+    assert set(tool_specs(tenant_id=other.pk)) == {"lookup_order"}
+
+
+def test_an_mcp_tool_carries_its_servers_address_and_is_a_write_until_confirmed(world):
+    server = McpServer.objects.create(tenant=world.tenant, name="shop", url="https://mcp.test/mcp",
+                                      secret_headers={"Authorization": "Bearer s"})
+    _mcp_tool(world.tenant, server, "shop__new", side_effect=SideEffect.READ,
+              review=Review.NEW)
+    _mcp_tool(world.tenant, server, "shop__ok", side_effect=SideEffect.READ)
+    specs = tool_specs(tenant_id=world.tenant.pk)
+    new, ok = specs["shop__new"], specs["shop__ok"]
+    assert (new.side_effect, new.requires_approval) == (SideEffect.WRITE, True)
+    assert (ok.side_effect, ok.requires_approval) == (SideEffect.READ, False)
+    assert (ok.url, ok.mcp_server, ok.secret_headers) == (
+        "https://mcp.test/mcp", "shop", {"Authorization": "Bearer s"})
+    # a disabled server's tools are not offered
+    McpServer.objects.filter(pk=server.pk).update(enabled=False)
+    assert not {"shop__new", "shop__ok"} & set(tool_specs(tenant_id=world.tenant.pk))
