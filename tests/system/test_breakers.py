@@ -95,7 +95,15 @@ def test_an_outage_opens_the_breaker_tasks_wait_without_calling_and_all_succeed(
                     .values_list("created_at", flat=True).first())
     assert first_opened is not None
     while_open = outage.per_task_between(_epoch(first_opened), ended_at)
-    assert max(while_open.values(), default=0) <= 2, while_open
+    # A task calls while the breaker is open with the call it had in flight as
+    # it opened and with a probe; each failed probe re-opens the breaker and
+    # gives its task `breaker_opened`. A task given two probes makes one call
+    # more, never a retry of its own.
+    reopened_by = Counter(str(task_id) for task_id in Event.objects.filter(
+        type="breaker_opened", created_at__gt=first_opened).values_list("task_id", flat=True))
+    over = {task: calls for task, calls in while_open.items()
+            if calls > 2 + max(0, reopened_by[task] - 1)}
+    assert not over, (over, reopened_by)
     # Before it opened, the run of failures was short: the breaker stopped the storm.
     assert len(outage.calls) <= FAILURES + 2 * TASKS + TASKS, len(outage.calls)
 
