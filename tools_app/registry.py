@@ -29,6 +29,10 @@ TOOL_FIELDS = ("name", "kind", "target", "url", "status_url", "status_tool", "co
                "requires_approval", "timeout_s", "side_effect", "max_retries", "retry_delays_s",
                "breaker", "description", "review")
 SERVER_FIELDS = ("name", "url", "stdio", "secret_headers")
+# the spec's fields that are the tool's columns as they are
+SPEC_AS_SAVED = ("name", "kind", "target", "url", "status_url", "status_tool", "compensation_tool",
+                 "resource", "risk", "requires_approval", "timeout_s", "side_effect",
+                 "max_retries", "description")
 
 
 def _column(model: type[models.Model], name: str) -> str:
@@ -77,25 +81,12 @@ def _spec_of(row: tuple[Any, ...]) -> ToolSpec:
     tool = _values(Tool, TOOL_FIELDS, row[:len(TOOL_FIELDS)])
     server = row[len(TOOL_FIELDS):]
     spec = ToolSpec(
-        name=tool["name"],
-        kind=tool["kind"],
-        target=tool["target"],
-        url=tool["url"],
-        status_url=tool["status_url"],
-        status_tool=tool["status_tool"],
-        compensation_tool=tool["compensation_tool"],
-        resource=tool["resource"],
+        **{name: tool[name] for name in SPEC_AS_SAVED},
         secret_headers=dict(tool["secret_headers"] or {}),
         args_schema=dict(tool["args_schema"] or {}),
         result_schema=dict(tool["result_schema"] or {}),
-        risk=tool["risk"],
-        requires_approval=tool["requires_approval"],
-        timeout_s=tool["timeout_s"],
-        side_effect=tool["side_effect"],
-        max_retries=tool["max_retries"],
         retry_delays_s=tuple(float(d) for d in tool["retry_delays_s"] or ()),
         breaker=dict(tool["breaker"] or {}),
-        description=tool["description"],
     )
     if tool["kind"] == ToolKind.MCP and server[0] is not None:
         mcp = _values(McpServer, SERVER_FIELDS, server)
