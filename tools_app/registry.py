@@ -13,6 +13,7 @@ fixes applies to the very next slice, in whichever process.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from functools import cache
 from typing import Any
@@ -20,23 +21,18 @@ from typing import Any
 from django.db import connection, models
 
 from tasks_app.prepared import fetch_all_prepared
+from tasks_app.store.sql import column
 
 from .executor.types import ToolSpec
 from .models import McpServer, SideEffect, Tool, ToolKind
 
-TOOL_FIELDS = ("name", "kind", "target", "url", "status_url", "status_tool", "compensation_tool",
-               "resource", "secret_headers", "args_schema", "result_schema", "risk",
-               "requires_approval", "timeout_s", "side_effect", "max_retries", "retry_delays_s",
-               "breaker", "description", "review")
-SERVER_FIELDS = ("name", "url", "stdio", "secret_headers")
 # the spec's fields that are the tool's columns as they are
 SPEC_AS_SAVED = ("name", "kind", "target", "url", "status_url", "status_tool", "compensation_tool",
                  "resource", "risk", "requires_approval", "timeout_s", "side_effect",
                  "max_retries", "description")
-
-
-def _column(model: type[models.Model], name: str) -> str:
-    return str(model._meta.get_field(name).column)  # type: ignore[union-attr]
+TOOL_FIELDS = (*SPEC_AS_SAVED, "secret_headers", "args_schema", "result_schema", "retry_delays_s",
+               "breaker", "review")
+SERVER_FIELDS = ("name", "url", "stdio", "secret_headers")
 
 
 @cache
@@ -44,14 +40,14 @@ def _specs_sql(names: int | None) -> str:
     """The enabled tools of a tenant whose server, if any, is enabled; with
     `names` placeholders for the names asked for."""
     t, s = Tool, McpServer
-    select = ", ".join([f"t.{_column(t, f)}" for f in TOOL_FIELDS]
-                       + [f"s.{_column(s, f)}" for f in SERVER_FIELDS])
+    select = ", ".join([f"t.{column(t, f)}" for f in TOOL_FIELDS]
+                       + [f"s.{column(s, f)}" for f in SERVER_FIELDS])
     sql = (f"SELECT {select} FROM {t._meta.db_table} t"
-           f" LEFT JOIN {s._meta.db_table} s ON s.id = t.{_column(t, 'mcp_server')}"
-           f" WHERE t.{_column(t, 'tenant')} = %s AND t.{_column(t, 'enabled')}"
-           f" AND (t.{_column(t, 'mcp_server')} IS NULL OR s.{_column(s, 'enabled')})")
+           f" LEFT JOIN {s._meta.db_table} s ON s.id = t.{column(t, 'mcp_server')}"
+           f" WHERE t.{column(t, 'tenant')} = %s AND t.{column(t, 'enabled')}"
+           f" AND (t.{column(t, 'mcp_server')} IS NULL OR s.{column(s, 'enabled')})")
     if names is not None:
-        sql += f" AND t.{_column(t, 'name')} IN ({', '.join(['%s'] * names)})"
+        sql += f" AND t.{column(t, 'name')} IN ({', '.join(['%s'] * names)})"
     return sql
 
 
@@ -66,15 +62,21 @@ def _rows(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
 def _values(model: type[models.Model], fields: tuple[str, ...],
             row: tuple[Any, ...]) -> dict[str, Any]:
     """A row's columns as the ORM would give them (JSON decoded, booleans as such)."""
-    values = {}
-    for name, value in zip(fields, row, strict=True):
-        field = model._meta.get_field(name)
+    return {name: convert(value) for (name, convert), value
+            in zip(_converters(model, fields), row, strict=True)}
+
+
+@cache
+def _converters(model: type[models.Model],
+                fields: tuple[str, ...]) -> tuple[tuple[str, Callable[[Any], Any]], ...]:
+    def of(field: Any) -> Callable[[Any], Any]:
         if isinstance(field, models.JSONField):
-            value = field.from_db_value(value, None, connection)  # type: ignore[arg-type]  # a plain column
-        elif isinstance(field, models.BooleanField):
-            value = bool(value)
-        values[name] = value
-    return values
+            return lambda value: field.from_db_value(value, None, connection)  # type: ignore[arg-type]  # a plain column
+        if isinstance(field, models.BooleanField):
+            return bool
+        return lambda value: value
+
+    return tuple((name, of(model._meta.get_field(name))) for name in fields)
 
 
 def _spec_of(row: tuple[Any, ...]) -> ToolSpec:
