@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import socket
 import time
 
 import httpx2
@@ -189,17 +188,37 @@ def test_a_redirect_is_not_followed(world, fake_http, attacker):
     assert attacker.connections == 0
 
 
+def _spellings(attacker: Listener) -> list[str]:
+    """127.0.0.2 as a URL may spell it: aiohttp connects to an address literal
+    without any resolver, so each one must be checked as it stands."""
+    return [attacker.url("/"), f"http://2130706434:{attacker.port}/",
+            f"http://127.2:{attacker.port}/", f"http://0x7f.0.0.2:{attacker.port}/",
+            f"http://[::ffff:127.0.0.2]:{attacker.port}/"]
+
+
 def test_the_connection_goes_to_the_checked_address(settings, attacker):
     """A name is resolved, checked and connected to in one place: there is no
     second lookup a rebinding DNS answer could change. `localhost` allowed by
     address only (127.0.0.1) may not reach 127.0.0.2, even though it is the
     same machine, and a raw IP spelled otherwise is resolved before the check."""
     settings.TETHER_EGRESS_ALLOW = ["127.0.0.1"]
-    for url in (attacker.url("/"), f"http://2130706434:{attacker.port}/",
-                f"http://[::ffff:127.0.0.2]:{attacker.port}/"):
+    for url in _spellings(attacker):
         with pytest.raises(EgressRefusedError) as refused:
             client_for(url).get(url, timeout=2)
         assert str(refused.value) == REFUSED
+    assert attacker.connections == 0
+
+
+def test_the_async_client_checks_every_spelling_of_an_address(settings, attacker):
+    settings.TETHER_EGRESS_ALLOW = ["127.0.0.1"]
+
+    async def scenario() -> None:
+        for url in _spellings(attacker):
+            with pytest.raises(EgressRefusedError) as refused:
+                await async_client_for(url).get(url, timeout=2)
+            assert str(refused.value) == REFUSED
+
+    asyncio.run(scenario())
     assert attacker.connections == 0
 
 
@@ -353,15 +372,21 @@ def test_a_tool_whose_name_stopped_resolving_fails_as_refused_and_is_not_retried
     assert_log_consistent(task.pk)
 
 
-def test_an_idle_keep_alive_socket_reads_as_closed_once_its_server_closes_it():
-    """The probe the async pool makes of each idle connection (`_readable`)."""
-    from tools_app.outbound.transport import _readable
+def test_no_client_keeps_a_cookie_for_the_next_call(fake_http):
+    """One client serves every tenant calling its endpoint: a cookie set in
+    answer to one call must not go out with the next (another tenant's)."""
+    fake_http.on("GET", "/login", Reply(200, {}, headers={"Set-Cookie": "session=tenant-a"}))
+    fake_http.on("GET", "/next", Reply(200, {}))
+    url = fake_http.url("/login")
 
-    ours, server = socket.socketpair()
-    try:
-        assert _readable(ours) is False  # idle, open: reusable
-        server.close()
-        assert _readable(ours) is True  # the server hung up: not reused
-    finally:
-        ours.close()
-    assert _readable(ours) is True and _readable(None) is True
+    client_for(url).get(url, timeout=2)
+    client_for(url).get(fake_http.url("/next"), timeout=2)
+
+    async def scenario() -> None:
+        client = async_client_for(url)
+        await client.get(url, timeout=2)
+        await client.get(fake_http.url("/next"), timeout=2)
+
+    asyncio.run(scenario())
+    sent = fake_http.requests_to("GET", "/next")
+    assert len(sent) == 2 and all("cookie" not in r.headers for r in sent)

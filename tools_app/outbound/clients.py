@@ -16,15 +16,18 @@ and a change of the policy (tests change the setting) starts new ones, so a
 pooled connection never outlives the policy it was checked under. At most
 `MAX_ENDPOINTS` clients are kept, the least recently used are let go (not
 closed: a thread may still be using one; they close when collected).
-`async_client_for` is the same for asyncio code, one set per event loop, with
-`ASYNC_SHARDS` clients per endpoint: one httpcore2 pool serving a thousand
-calls at once spends most of its CPU scanning its own connection list (about
-8 ms of CPU per call at 1,000 in flight, 1.3 ms with 16 shards, measured).
+`async_client_for` is the same for asyncio code (on aiohttp), one set per
+event loop, with `ASYNC_SHARDS` clients per endpoint.
+
+No client keeps cookies: one client serves every tenant that calls its
+endpoint, and a cookie one tenant's call was given must not go out with
+another's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import http.cookiejar
 import os
 import ssl
 import threading
@@ -48,6 +51,16 @@ ASYNC_LIMITS = httpx2.Limits(max_connections=200, max_keepalive_connections=100,
 ASYNC_SHARDS = 16
 
 T = TypeVar("T")
+
+
+class _KeepNoCookies(http.cookiejar.DefaultCookiePolicy):
+    def set_ok(self, cookie: http.cookiejar.Cookie, request: object) -> bool:
+        return False
+
+
+def _no_cookies() -> http.cookiejar.CookieJar:
+    """A jar that never stores what a response sets (each client has its own)."""
+    return http.cookiejar.CookieJar(policy=_KeepNoCookies())
 
 
 class Registry(Generic[T]):
@@ -113,7 +126,7 @@ def client_for(url: str) -> httpx2.Client:
     return process.clients.get(endpoint, lambda: httpx2.Client(
         transport=PolicyTransport(process.policy, ssl_context=process.ssl_context,
                                   limits=LIMITS),
-        follow_redirects=False, trust_env=False, timeout=DEFAULT_TIMEOUT))
+        follow_redirects=False, trust_env=False, timeout=DEFAULT_TIMEOUT, cookies=_no_cookies()))
 
 
 def async_client_for(url: str, *, shard: int = 0) -> httpx2.AsyncClient:
@@ -128,7 +141,7 @@ def async_client_for(url: str, *, shard: int = 0) -> httpx2.AsyncClient:
     return clients.get((endpoint, shard % ASYNC_SHARDS), lambda: httpx2.AsyncClient(
         transport=AsyncPolicyTransport(process.policy, ssl_context=process.ssl_context,
                                        limits=ASYNC_LIMITS),
-        follow_redirects=False, trust_env=False, timeout=DEFAULT_TIMEOUT))
+        follow_redirects=False, trust_env=False, timeout=DEFAULT_TIMEOUT, cookies=_no_cookies()))
 
 
 def owned_async_client(*, headers: dict[str, str], timeout: httpx2.Timeout,
@@ -143,4 +156,4 @@ def owned_async_client(*, headers: dict[str, str], timeout: httpx2.Timeout,
     if wrap is not None:
         transport = wrap(transport)
     return httpx2.AsyncClient(transport=transport, headers=headers, follow_redirects=False,
-                              trust_env=False, timeout=timeout)
+                              trust_env=False, timeout=timeout, cookies=_no_cookies())

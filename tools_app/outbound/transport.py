@@ -1,29 +1,35 @@
-"""The httpx2 transports of every outbound call: the policy at connect time, a total deadline.
+"""The transports of every outbound call: the policy at connect time, a total deadline.
 
-- `PolicyBackend` (httpcore2's network backend) resolves the host, checks
-  every address with the outbound-address policy and connects to a checked
-  address: a DNS answer that changes between the check and the connection
-  (rebinding) cannot redirect the call. TLS still verifies the URL's host
-  name (httpcore2 passes it to `start_tls` as the server name).
-- A request's timeout is the *whole call's*: the transport turns it into a
-  deadline (the largest of its connect/read/write/pool values from now), and
-  every socket operation of that request, from connecting to the last byte of
-  the body, waits at most what is left of it. httpx2 alone applies the
-  timeout to each read, so a server sending a byte every 0.7 s could hold a
-  1 s call for as long as it liked.
-- Only http and https; redirects are the client's business (never followed
-  by the clients of `tools_app.outbound.clients`); no proxy from the environment.
+Two transports under httpx2 clients, one rule set:
 
-The deadline travels in a context variable that is set only while this
-transport is inside httpcore2 for the request (sending, then each read of the
-body), so pooled connections, threads and asyncio tasks never see another
-request's deadline.
+- `PolicyTransport` (sync: notifications, the console's checks) runs httpcore2
+  on `PolicyBackend`, which resolves the host, checks every address with the
+  outbound-address policy and connects to a checked address.
+- `AsyncPolicyTransport` (the runner's model calls, HTTP tools and status
+  queries, hundreds at once on one loop; MCP connections) runs aiohttp:
+  `PolicyResolver` resolves and checks every host name, and the transport
+  checks an address literal itself (aiohttp never resolves one).
+
+Either way a DNS answer that changes between the check and the connection
+(rebinding) cannot redirect the call, and TLS still verifies the URL's host
+name. A request's timeout is the *whole call's*: from connecting to the last
+byte of the body (httpx2 alone applies it to each read, so a server sending a
+byte every 0.7 s could hold a 1 s call for as long as it liked). Only http and
+https; redirects are the client's business (never followed by the clients of
+`tools_app.outbound.clients`); no proxy from the environment.
+
+In the sync transport the deadline travels in a context variable that is set
+only while the transport is inside httpcore2 for the request (sending, then
+each read of the body), so pooled connections and threads never see another
+request's deadline; aiohttp's own total timeout carries it in the async one.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import select
+import functools
+import math
 import socket
 import ssl
 import time
@@ -31,9 +37,12 @@ from collections.abc import AsyncIterator, Iterable, Iterator
 from contextvars import ContextVar
 from typing import Any
 
-import anyio
+import aiohttp
 import httpcore2
 import httpx2
+import yarl
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.helpers import is_ip_address
 
 from .policy import DNS_TIMEOUT_S, SCHEMES, EgressRefusedError, Policy
 
@@ -90,9 +99,15 @@ def _left(timeout: float | None, expired: type[Exception]) -> float | None:
     return left if timeout is None else min(timeout, left)
 
 
-def _deadline_of(request: httpx2.Request) -> float | None:
+def _timeout_s(request: httpx2.Request) -> float | None:
+    """The whole call's timeout: the largest of the request's timeout values."""
     values = [v for v in (request.extensions.get("timeout") or {}).values() if v is not None]
-    return time.monotonic() + max(values) if values else None
+    return max(values) if values else None
+
+
+def _deadline_of(request: httpx2.Request) -> float | None:
+    seconds = _timeout_s(request)
+    return None if seconds is None else time.monotonic() + seconds
 
 
 def _core_request(request: httpx2.Request) -> httpcore2.Request:
@@ -222,124 +237,156 @@ class PolicyTransport(httpx2.BaseTransport):
         self._pool.close()
 
 
-# --- async (the same, on anyio) -------------------------------------------------------
+# --- async: aiohttp under httpx2 ----------------------------------------------------
 
 
-def _readable(sock: socket.socket | None) -> bool:
-    """httpcore's probe: an idle keep-alive socket with something to read has
-    been closed by the server (no socket, or a closed one: as good as closed)."""
-    if sock is None or sock.fileno() == -1:
-        return True
-    probe = select.poll()
-    probe.register(sock.fileno(), select.POLLIN)
-    return bool(probe.poll(0))
+class PolicyResolver(AbstractResolver):
+    """aiohttp's resolver for every host name it connects to: each address the
+    name resolves to is checked, and aiohttp connects to those addresses only.
+    An address literal never reaches a resolver: the transport checks it."""
 
-
-class _AsyncStream(httpcore2.AsyncNetworkStream):
-    def __init__(self, inner: httpcore2.AsyncNetworkStream) -> None:
-        self._inner = inner
-        self._socket: socket.socket | None = None
-
-    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return await self._inner.read(max_bytes, _left(timeout, httpcore2.ReadTimeout))
-
-    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        await self._inner.write(buffer, _left(timeout, httpcore2.WriteTimeout))
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
-                        timeout: float | None = None) -> httpcore2.AsyncNetworkStream:
-        return _AsyncStream(await self._inner.start_tls(
-            ssl_context, server_hostname, _left(timeout, httpcore2.ConnectTimeout)))
-
-    def get_extra_info(self, info: str) -> Any:
-        if info == "is_readable":
-            # Asked of every idle connection of the pool each time a request
-            # starts or ends; anyio builds its attribute table on each lookup,
-            # so the socket is looked up once (the readiness probe is the same).
-            if self._socket is None:
-                self._socket = self._inner.get_extra_info("socket")
-            return _readable(self._socket)
-        return self._inner.get_extra_info(info)
-
-
-class AsyncPolicyBackend(httpcore2.AsyncNetworkBackend):
     def __init__(self, policy: Policy) -> None:
         self._policy = policy
-        self._inner = httpcore2.AnyIOBackend()
 
-    async def connect_tcp(self, host: str, port: int, timeout: float | None = None,
-                          local_address: str | None = None,
-                          socket_options: Iterable[Any] | None = None
-                          ) -> httpcore2.AsyncNetworkStream:
-        left = _left(timeout, httpcore2.ConnectTimeout)
+    async def resolve(self, host: str, port: int = 0,
+                      family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
         try:
-            with anyio.fail_after(DNS_TIMEOUT_S if left is None else min(left, DNS_TIMEOUT_S)):
-                infos = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                                proto=socket.IPPROTO_TCP)
+            async with asyncio.timeout(DNS_TIMEOUT_S):
+                infos = await asyncio.get_running_loop().getaddrinfo(
+                    host, port, family=family, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
         except TimeoutError:
-            raise httpcore2.ConnectTimeout("the host did not resolve in time") from None
+            raise httpx2.ConnectTimeout("the host did not resolve in time") from None
         except OSError as exc:
             self._policy.refuse_unresolved(host, port)
-            raise httpcore2.ConnectError(f"cannot resolve the host: {exc.strerror or exc}")
+            raise httpx2.ConnectError(f"cannot resolve the host: {exc.strerror or exc}") from None
         addresses = self._policy.checked(host, port, [str(info[4][0]) for info in infos])
-        last: Exception | None = None
-        for address in addresses:
-            try:
-                stream = await self._inner.connect_tcp(
-                    address, port, _left(timeout, httpcore2.ConnectTimeout), local_address,
-                    socket_options)
-            except (httpcore2.ConnectError, httpcore2.ConnectTimeout) as exc:
-                last = exc
-                continue
-            return _AsyncStream(stream)
-        assert last is not None
-        raise last
+        return [{"hostname": host, "host": address, "port": port,
+                 "family": socket.AF_INET6 if ":" in address else socket.AF_INET,
+                 "proto": socket.IPPROTO_TCP, "flags": socket.AI_NUMERICHOST}
+                for address in addresses]
 
-    async def connect_unix_socket(self, path: str, timeout: float | None = None,
-                                  socket_options: Iterable[Any] | None = None
-                                  ) -> httpcore2.AsyncNetworkStream:
+    async def close(self) -> None:
+        pass
+
+
+def _check_literal(policy: Policy, url: yarl.URL) -> None:
+    """An address in the URL itself, decided as aiohttp decides it (`is_ip_address`),
+    checked by the policy; a form the policy cannot read (`127.1`) is refused."""
+    host = url.raw_host or ""
+    if is_ip_address(host) and not _literal_allowed(policy, host,
+                                                    url.port or SCHEMES[url.scheme]):
         raise EgressRefusedError()
 
-    async def sleep(self, seconds: float) -> None:
-        await self._inner.sleep(seconds)
+
+@functools.lru_cache(maxsize=1024)
+def _literal_allowed(policy: Policy, host: str, port: int) -> bool:
+    """Remembered: the policy is immutable, and an address's ranges do not change
+    (`ipaddress` walks its tables at each check, a few percent of a worker's CPU)."""
+    try:
+        policy.checked(host, port, [host])
+    except (EgressRefusedError, ValueError):
+        return False
+    return True
 
 
-class _AsyncBody(httpx2.AsyncByteStream):
-    def __init__(self, inner: Any, deadline: float | None) -> None:
-        self._inner = inner
-        self._deadline = deadline
+# aiohttp's exceptions as httpx2's, the most specific first. What fails before the
+# request is sent is a connect error or timeout (callers retry any tool then);
+# anything later is a read or protocol error: the request may have had its effect.
+_AIOHTTP_EXCEPTIONS: tuple[tuple[type[BaseException], type[httpx2.HTTPError]], ...] = (
+    (aiohttp.ConnectionTimeoutError, httpx2.ConnectTimeout),
+    (aiohttp.ClientConnectorError, httpx2.ConnectError),
+    (TimeoutError, httpx2.ReadTimeout),
+    (aiohttp.ClientPayloadError, httpx2.ReadError),
+    (aiohttp.ServerDisconnectedError, httpx2.RemoteProtocolError),
+    (aiohttp.ClientResponseError, httpx2.RemoteProtocolError),
+    (aiohttp.InvalidURL, httpx2.UnsupportedProtocol),
+    (aiohttp.ClientError, httpx2.ReadError),
+)
+
+
+@contextlib.contextmanager
+def _aiohttp_mapped() -> Iterator[None]:
+    try:
+        yield
+    except httpx2.HTTPError:  # ours (the policy, the resolver), as raised
+        raise
+    except Exception as exc:
+        for source, target in _AIOHTTP_EXCEPTIONS:
+            if isinstance(exc, source):
+                raise target(str(exc) or type(exc).__name__) from exc
+        raise
+
+
+# The connect phase's own timeout is the call's; the whole call's is this much
+# longer, so that a deadline reached while connecting reads as a connect timeout
+# (nothing was sent) rather than as a read timeout (it may have had its effect).
+CONNECT_FIRST_S = 0.05
+
+
+class _AiohttpBody(httpx2.AsyncByteStream):
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self._response = response
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        chunks = self._inner.__aiter__()
-        while True:
-            with _within(self._deadline), _mapped():
-                try:
-                    chunk = await chunks.__anext__()
-                except StopAsyncIteration:
-                    return
-            yield chunk
+        with _aiohttp_mapped():  # the call's deadline still runs (aiohttp's total timeout)
+            async for chunk in self._response.content.iter_any():
+                yield chunk
 
     async def aclose(self) -> None:
-        with _mapped():
-            if hasattr(self._inner, "aclose"):
-                await self._inner.aclose()
+        self._response.release()  # back to the pool when read to the end, else closed
 
 
 class AsyncPolicyTransport(httpx2.AsyncBaseTransport):
+    """An httpx2 transport on an aiohttp session (its C parser and asyncio's own
+    sockets: a third of the CPU of httpcore2 on anyio per call), under the
+    same rules as `PolicyTransport`: host names through `PolicyResolver`,
+    address literals checked here, the request's timeout the whole call's, no
+    redirects, no proxy from the environment, no cookies kept (a client serves
+    every tenant calling its endpoint)."""
+
     def __init__(self, policy: Policy, *, ssl_context: ssl.SSLContext,
                  limits: httpx2.Limits) -> None:
-        self._pool = httpcore2.AsyncConnectionPool(network_backend=AsyncPolicyBackend(policy),
-                                                   **_pool_options(ssl_context, limits))
+        self._policy = policy
+        self._ssl_context = ssl_context
+        self._limits = limits
+        self._session: aiohttp.ClientSession | None = None
+
+    def _open(self) -> aiohttp.ClientSession:
+        """The session, made on first use: on the running loop, which it is bound to."""
+        if self._session is None:
+            connector = aiohttp.TCPConnector(
+                resolver=PolicyResolver(self._policy), ssl=self._ssl_context,
+                limit=self._limits.max_connections or 0,
+                keepalive_timeout=self._limits.keepalive_expiry,
+                timeout_ceil_threshold=math.inf)  # timeouts as given, not rounded up
+            self._session = aiohttp.ClientSession(
+                connector=connector, cookie_jar=aiohttp.DummyCookieJar(), trust_env=False,
+                auto_decompress=False, skip_auto_headers=("Content-Type",))
+        return self._session
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        deadline = _deadline_of(request)
-        core = _core_request(request)
-        with _within(deadline), _mapped():
-            response = await self._pool.handle_async_request(core)
-        return _response(response, _AsyncBody(response.stream, deadline))
+        if request.url.scheme not in SCHEMES:
+            raise httpx2.UnsupportedProtocol(f"only http and https URLs: {request.url.scheme!r}")
+        url = yarl.URL(str(request.url), encoded=True)
+        _check_literal(self._policy, url)
+        seconds = _timeout_s(request)
+        timeout = aiohttp.ClientTimeout(
+            total=None if seconds is None else seconds + CONNECT_FIRST_S, connect=seconds)
+        data: Any
+        try:
+            data = request.content or None
+        except httpx2.RequestNotRead:
+            data = request.stream  # sent as it comes, chunked
+        with _aiohttp_mapped():
+            response = await self._open().request(
+                request.method, url, headers=request.headers.multi_items(), data=data,
+                allow_redirects=False, timeout=timeout)
+        return httpx2.Response(
+            status_code=response.status, headers=response.raw_headers,
+            stream=_AiohttpBody(response),
+            extensions={"http_version": b"HTTP/1.1",
+                        "reason_phrase": (response.reason or "").encode("latin-1", "replace")})
 
     async def aclose(self) -> None:
-        await self._pool.aclose()
+        if self._session is not None:
+            await self._session.close()
