@@ -8,7 +8,10 @@ wait for an open breaker, and their waking.
   probe time, with jitter (`tool_wait`). What came of an admitted call is
   recorded after it (`tool_record`).
 - A model call asks the breaker of each endpoint and model (`ModelGuard`, the
-  gateway's `CallGuard`): a held primary makes the gateway try the fallback;
+  gateway's `CallGuard`): the primary's first answer is read ahead, in the
+  phase that plans the step (`model_admit_ahead`), so a call to a healthy
+  model needs no database phase of its own; a held primary makes the gateway
+  try the fallback;
   when the last word is a breaker's, the task waits in the same way
   (`model_wait`), and no model call is counted.
 - When a breaker opens (or re-opens after a failed probe), the task whose call
@@ -47,6 +50,7 @@ from tools_app.executor.types import ToolSpec
 from tools_app.models import Breaker
 
 from ..actors import Actor
+from ..gateway.model_settings import parse_model_settings
 from ..machine import TaskStatus
 from ..models import Task
 from ..services.dispatch import schedule_advance_on_commit
@@ -117,9 +121,11 @@ class ModelGuard:
     awaited by the model call on the I/O loop, their database work handed to
     the slice's `hop`."""
 
-    def __init__(self, snap: TaskSnapshot, *, owner: str, hop: Hop) -> None:
+    def __init__(self, snap: TaskSnapshot, *, owner: str, hop: Hop,
+                 ahead: dict[str, Admission] | None = None) -> None:
         self.snap, self.owner, self.hop = snap, owner, hop
         self.policy = breaker_policy((snap.agent.get("model") or {}).get("breaker"))
+        self.ahead = dict(ahead or {})  # `model_admit_ahead`'s, each used once
         self.seen: dict[str, Admission] = {}
         self.held: list[tuple[Target, Admission]] = []
 
@@ -130,8 +136,10 @@ class ModelGuard:
         if not self.policy.enabled:
             return None
         target = self._target(base_url, model)
-        admission = await self.hop(admit, target, owner=self.owner,
-                                   probe_ttl_s=ledger.claim_s(timeout_s))
+        admission = self.ahead.pop(target.key, None)
+        if admission is None:  # a retry, or the fallback: asked now
+            admission = await self.hop(admit, target, owner=self.owner,
+                                       probe_ttl_s=ledger.claim_s(timeout_s))
         if admission.allowed:
             self.seen[target.key] = admission
             return None
@@ -149,6 +157,25 @@ class ModelGuard:
         await self.hop(record, target, owner=self.owner, failed=failed, policy=self.policy,
                        seen=seen, error={"message": error} if error else None,
                        task_id=self.snap.id)
+
+
+def model_admit_ahead(snap: TaskSnapshot, *, owner: str) -> dict[str, Admission]:
+    """The admission of the model's primary endpoint, asked in the database
+    phase just before the call (`deciding.plan_step`) instead of one of its own:
+    what `ModelGuard.admit` would have read a moment later. Settings the
+    gateway will refuse are left to it (nothing is read ahead)."""
+    model = snap.agent.get("model") or {}
+    policy = breaker_policy(model.get("breaker"))
+    if not policy.enabled:
+        return {}
+    try:
+        settings = parse_model_settings(model)
+    except (TypeError, ValueError):
+        return {}
+    primary = settings.primary
+    target = Target.model(tenant_id=snap.tenant_id, base_url=primary.base_url, name=primary.name)
+    return {target.key: admit(target, owner=owner,
+                              probe_ttl_s=ledger.claim_s(settings.timeout_s))}
 
 
 class _OffPool:

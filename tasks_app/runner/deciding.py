@@ -6,10 +6,11 @@ and says what comes next:
 
 - a `StepResult` (the task stopped, or comes back later: a backoff);
 - `Resume`: the current tool step is still open (resumed or retried): run it;
-- `Ask`: the model must be asked, with this context (and the tenant's keys,
-  read here, where the ORM may run); the slice awaits `ask_model` on the I/O
-  loop, holding no thread (the model's circuit breakers, `ModelGuard`, hand
-  their database work to the slice's hop), then records what it said (its
+- `Ask`: the model must be asked, with this context (and the tenant's keys
+  and the primary endpoint's breaker admission, read here, where the ORM may
+  run); the slice awaits `ask_model` on the I/O loop, holding no thread (the
+  model's circuit breakers, `ModelGuard`, hand any further database work to
+  the slice's hop), then records what it said (its
   cost, `services.spend`, committed first on its own);
 - `Decided`: the decision cost no call (the scripted backend, or the next
   decision queued from a multi-call reply): it was asked and recorded in this
@@ -18,11 +19,12 @@ and says what comes next:
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.utils import timezone
 
+from tools_app.breakers import Admission
 from tools_app.executor.types import ToolSpec
 from tools_app.registry import tool_specs
 
@@ -37,7 +39,7 @@ from ..snapshot import TaskSnapshot
 from ..vault.lookup import model_keys
 from ..vault.values import Resolved
 from .backoff import backoff_s, model_failure_count
-from .breaker_waits import ModelGuard, model_wait, summary_guard
+from .breaker_waits import ModelGuard, model_admit_ahead, model_wait, summary_guard
 from .budgets import exhausted_budget, past_deadline
 from .executing import Admitted, ready_call
 from .memo import SliceMemo
@@ -66,6 +68,7 @@ class Ask:
     keys: Resolved
     specs: dict[str, ToolSpec]
     sources: ContextSources
+    admitted: dict[str, Admission] = field(default_factory=dict)  # `model_admit_ahead`'s
 
 
 @dataclass(frozen=True)
@@ -135,9 +138,10 @@ def plan_step(*, task_id: int, owner: str, memo: SliceMemo) -> StepResult | Resu
     if memo.keys is None:
         memo.keys = model_keys(tenant_id=snap.tenant_id, model=snap.agent.get("model") or {})
     keys = memo.keys
-    ask = Ask(snap, context, keys, specs, sources)
     if backend_of(snap) != SCRIPTED:
-        return ask
+        return Ask(snap, context, keys, specs, sources,
+                   admitted=model_admit_ahead(snap, owner=owner))
+    ask = Ask(snap, context, keys, specs, sources)
     # The scripted backend answers at once, from the context: no I/O to await.
     started = time.monotonic()
     try:

@@ -70,7 +70,8 @@ async def step(*, task_id: int, owner: str, memo: SliceMemo, hop: Hop) -> StepRe
             return await execute(plan.snap, plan.step, owner=owner, actor=Actor.worker(owner),
                                  memo=memo, hop=hop)
         if isinstance(plan, Ask):
-            guard = ModelGuard(plan.snap, owner=owner, hop=hop)  # the model's breakers
+            # the model's breakers (the primary's asked ahead, in `plan_step`)
+            guard = ModelGuard(plan.snap, owner=owner, hop=hop, ahead=plan.admitted)
             # the slice's lease is kept alive meanwhile (`beats`)
             reply = await ask_model(plan, guard)
             if isinstance(reply, GatewayError):

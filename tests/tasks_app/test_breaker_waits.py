@@ -12,7 +12,8 @@ from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Step, StepStatus, Task
 from tasks_app.runner.backoff import backoff_s
 from tasks_app.runner.breaker_waits import tool_admit, tool_record
-from tasks_app.runner.loop import run_slice
+from tasks_app.runner.hops import CallerHop
+from tasks_app.runner.loop import run_slice, slice_of
 from tasks_app.services.admission import admit_created_tasks
 from tasks_app.services.dispatch import MANUAL_QUEUE
 from tasks_app.snapshot import TaskSnapshot
@@ -243,3 +244,47 @@ def test_backoff_with_full_jitter_grows_then_stays_under_the_cap(settings):
         assert all(0 <= s <= ceiling for s in samples)
         assert max(samples) > ceiling * 0.75  # the whole range is used: it grows
         assert min(samples) < ceiling * 0.25  # full jitter: down to nothing
+
+
+class _Phases(CallerHop):
+    """The caller's hop, noting the name of each database phase it runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    async def __call__(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self.names.append(getattr(fn, "__name__", ""))
+        return await super().__call__(fn, *args, **kwargs)
+
+
+def test_a_model_breaker_is_asked_in_the_planning_phase_not_in_one_of_its_own(
+        world, openai_server):  # noqa: F811
+    openai_agent(world.tenant, openai_server, model={
+        "max_retries": 0, "breaker": {"failures": 1, "cooldown_s": 60},
+        "fallback": {"name": "backup"}})
+    openai_server.push(reply('{"answer": "done"}'), error(503), model="primary")
+    openai_server.push(reply('{"answer": "from the backup"}'), reply('{"answer": "again"}'),
+                       model="backup")
+
+    def run(task_id: int) -> list[str]:
+        hop = _Phases()
+        hop.drive(slice_of(task_id, hop=hop))
+        return hop.names
+
+    healthy = submit(world.tenant, None, agent="llm", goal="One")
+    admit_created_tasks()
+    assert run(healthy.pk) == ["lease_take", "plan_step", "record_model_reply", "lease_release"]
+    assert Task.objects.get(pk=healthy.pk).status == TaskStatus.SUCCEEDED
+
+    failing = submit(world.tenant, None, agent="llm", goal="Two")
+    admit_created_tasks()
+    assert run(failing.pk)[:4] == ["lease_take", "plan_step", "record", "admit"]  # the fallback's
+    assert Breaker.objects.get(kind="model", name="primary").state == BreakerState.OPEN
+
+    held = submit(world.tenant, None, agent="llm", goal="Three")
+    admit_created_tasks()
+    # the open primary is read ahead: no call to it, the backup's breaker asked
+    assert run(held.pk) == ["lease_take", "plan_step", "admit", "record_model_reply",
+                            "lease_release"]
+    assert [r.model for r in openai_server.requests] == ["primary", "primary", "backup", "backup"]
