@@ -9,6 +9,8 @@ from typing import Any
 
 from django.db import connection
 
+IO_TARGET_TASKS = 200  # the I/O workload's wall time and concurrency targets are at this size
+
 # name, where in the document, comparison, bound
 TARGETS: list[tuple[str, tuple[str, ...], str, float]] = [
     ("runner throughput / psycopg floor", ("runner", "ratio_to_floor"), ">=", 0.5),
@@ -17,6 +19,8 @@ TARGETS: list[tuple[str, tuple[str, ...], str, float]] = [
     ("task list p99 (ms)", ("console", "task_list", "p99_ms"), "<", 200.0),
     ("task page p99 (ms)", ("console", "task_page", "p99_ms"), "<", 200.0),
     ("busy workers while tasks wait", ("waiting", "busy_worker_processes"), "<=", 0),
+    ("I/O steps/s / scripted-instant, same shape", ("io", "io_to_scripted_steps_ratio"),
+     ">=", 0.7),
 ]
 
 
@@ -65,11 +69,13 @@ def dig(doc: dict[str, Any], path: tuple[str, ...]) -> Any:
 def check_targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for name, path, op, bound in TARGETS:
-        value = dig(doc, path)
-        met = None
-        if isinstance(value, int | float):
-            met = {"<": value < bound, "<=": value <= bound, ">=": value >= bound}[op]
-        out.append({"target": f"{name} {op} {bound:g}", "value": value, "met": met})
+        out.append(_target(name, op, bound, dig(doc, path)))
+    for run in (doc.get("io") or {}).get("runs") or []:
+        if run.get("tasks") == IO_TARGET_TASKS:
+            out.append(_target(f"I/O {IO_TARGET_TASKS} tasks: wall / ideal", "<=", 2.0,
+                               run.get("ratio_to_ideal")))
+            out.append(_target(f"I/O {IO_TARGET_TASKS} tasks: peak model calls in flight",
+                               ">=", 150, run.get("peak_model_calls_in_flight")))
     conns = doc.get("waiting") or {}
     if "db_connections_before" in conns:
         grew = conns["db_connections_while_waiting"] - conns["db_connections_before"]
@@ -81,6 +87,13 @@ def check_targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def _target(name: str, op: str, bound: float, value: Any) -> dict[str, Any]:
+    met = None
+    if isinstance(value, int | float):
+        met = {"<": value < bound, "<=": value <= bound, ">=": value >= bound}[op]
+    return {"target": f"{name} {op} {bound:g}", "value": value, "met": met}
 
 
 def _fmt(value: Any, unit: str = "") -> str:
@@ -211,13 +224,21 @@ def _io_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
             f"worker RSS {_fmt(run.get('worker_rss_mb_max'), ' MB')}; CPU/step: "
             + ", ".join(f"{k} {_fmt(v, ' ms')}" for k, v in cpu.items()),
         ))
-    if io.get("scripted"):
+    cmp = io.get("compare")
+    if cmp:
         rows.append((
             "I/O vs scripted",
-            f"{_fmt(io['runs'][-1].get('steps_per_s') if io.get('runs') else None)} steps/s "
-            f"(I/O, largest run) vs {_fmt(io['scripted'].get('steps_per_s'))} steps/s "
-            f"(scripted-instant, same worker): {_fmt(io.get('io_to_scripted_steps_ratio'))}",
+            f"{cmp.get('tasks')} tasks x {cmp.get('steps_per_task')} steps, medians of "
+            f"{cmp.get('rounds')} alternated runs: {_fmt(cmp.get('io_median_steps_per_s'))} "
+            f"steps/s (I/O: {', '.join(_fmt(v) for v in cmp.get('io_steps_per_s') or [])}) vs "
+            f"{_fmt(cmp.get('scripted_median_steps_per_s'))} steps/s (scripted-instant: "
+            f"{', '.join(_fmt(v) for v in cmp.get('scripted_steps_per_s') or [])}): ratio "
+            f"{_fmt(cmp.get('ratio'))}",
         ))
+        for name in ("io", "scripted"):
+            cpu = cmp.get(f"{name}_cpu_ms_per_step") or {}
+            rows.append((f"  CPU/step, {name}", ", ".join(f"{k} {_fmt(v, ' ms')}"
+                                                          for k, v in cpu.items())))
     return rows
 
 

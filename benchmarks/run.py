@@ -72,8 +72,8 @@ def bench_run(cfg: BenchConfig, *, log_dir: Path, say: Callable[[str], None]) ->
     purge_queue()
 
     phase("io", f"I/O workload: {', '.join(str(n) for n in cfg.io_tasks)} tasks ...")
-    doc["io"] = run_io_phase(world, env, sizes=list(cfg.io_tasks), scripted_tasks=cfg.tasks,
-                             scripted_steps=cfg.steps, log_dir=log_dir, say=say)
+    doc["io"] = run_io_phase(world, env, sizes=list(cfg.io_tasks), rounds=cfg.rounds,
+                             log_dir=log_dir, say=say)
     purge_queue()
     if cfg.only == "io":
         load["end"] = round(os.getloadavg()[0], 2)

@@ -19,6 +19,11 @@ from benchmarks.report import dig
 
 FIGURES = [
     ("machine", "cpus"),
+    ("io", "io_to_scripted_steps_ratio"),
+    ("io", "compare", "io_median_steps_per_s"),
+    ("io", "compare", "scripted_median_steps_per_s"),
+    ("io", "compare", "scripted_cpu_ms_per_step", "worker_pool"),
+    ("io", "compare", "io_cpu_ms_per_step", "postgres"),
     ("runner", "steps_per_s"),
     ("runner", "tasks_per_s"),
     ("runner", "step_latency", "p50_ms"),
@@ -68,6 +73,11 @@ def test_quick_bench_reports_every_figure(tmp_path, capfd):
     doc = json.loads(out.read_text())
     missing = [".".join(path) for path in FIGURES if not isinstance(dig(doc, path), int | float)]
     assert missing == []
+    (io_run,) = doc["io"]["runs"]
+    assert io_run["succeeded"] == io_run["tasks"] == 20 and io_run["steps"] == 20 * 5
+    cmp = doc["io"]["compare"]
+    assert (cmp["tasks"], cmp["steps_per_task"], cmp["rounds"]) == (20, 5, 1)
+    assert len(cmp["io_steps_per_s"]) == len(cmp["scripted_steps_per_s"]) == 1
     runner = doc["runner"]
     assert runner["complete"] and runner["succeeded"] == runner["tasks"] == 8
     assert runner["steps"] == 8 * 4
