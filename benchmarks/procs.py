@@ -67,12 +67,17 @@ class Workers:
 
 
 def server_cpu_s(name: str) -> float:
-    """CPU seconds used so far by the live processes named `name` (postgres, redis-server)."""
-    return sum(cpu_by_process(lambda pid, pgrp, comm: comm == name).values())
+    """CPU seconds used so far by the processes named `name` (postgres,
+    redis-server), the ended ones included: a PostgreSQL backend whose
+    connection closed during a measurement takes its CPU with it, unless its
+    parent's count of its ended children is added (`cpu_by_process`)."""
+    return sum(cpu_by_process(lambda pid, pgrp, comm: comm == name, ended_children=True).values())
 
 
-def cpu_by_process(wanted: Callable[[int, int, str], bool]) -> dict[int, float]:
-    """CPU seconds (user + system) of each live process that `wanted(pid, pgrp, comm)`."""
+def cpu_by_process(wanted: Callable[[int, int, str], bool], *,
+                   ended_children: bool = False) -> dict[int, float]:
+    """CPU seconds (user + system) of each live process that `wanted(pid, pgrp, comm)`;
+    with `ended_children`, plus those of its children that ended (and were waited for)."""
     ticks = os.sysconf("SC_CLK_TCK")
     found: dict[int, float] = {}
     for entry in os.listdir("/proc"):
@@ -86,7 +91,10 @@ def cpu_by_process(wanted: Callable[[int, int, str], bool]) -> dict[int, float]:
         comm, fields = head.split("(", 1)[1], tail.split()
         # after the command name: state, ppid, pgrp, ..., utime (12th), stime (13th)
         if wanted(int(entry), int(fields[2]), comm):
-            found[int(entry)] = (int(fields[11]) + int(fields[12])) / ticks
+            used = int(fields[11]) + int(fields[12])  # utime, stime
+            if ended_children:
+                used += int(fields[13]) + int(fields[14])  # cutime, cstime
+            found[int(entry)] = used / ticks
     return found
 
 
