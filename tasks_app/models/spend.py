@@ -1,12 +1,13 @@
 """Spend per tenant, UTC day, agent and model: the rollup the dashboard and
 `/metrics` read.
 
-Incremented by `services.spend.spend_record` in the same transaction as the
-task's usage counters, with one `INSERT ... ON CONFLICT DO UPDATE` (no read, no
-lock held beyond the row's). Each (tenant, day, agent, model) is spread over
-`SPEND_SHARDS` rows, a task always adding to the same one (its id modulo the
-shards): concurrent replies of one agent's tasks would otherwise queue for one
-row's lock, each through the commit of the one before. Readers sum the rows;
+Incremented in the same transaction as the task's usage counters (`store.spend`:
+in the statement of the decision the call made, or on its own), with one
+`INSERT ... ON CONFLICT DO UPDATE` (no read, no lock held beyond the row's).
+Each (tenant, day, agent, model) is spread over `SPEND_SHARDS` rows, a task
+always adding to the same one (its id modulo the shards): concurrent replies
+of one agent's tasks would otherwise queue for one row's lock, each through
+the commit of the one before. Readers sum the rows;
 the sums are exact. Amounts are pico-dollars (`tasks_app.pricing`). The agent
 is its name (names never change), so the history outlives a deleted profile.
 """

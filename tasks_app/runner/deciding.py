@@ -11,7 +11,7 @@ and says what comes next:
   run); the slice awaits `ask_model` on the I/O loop, holding no thread (the
   model's circuit breakers, `ModelGuard`, hand any further database work to
   the slice's hop), then records what it said (its
-  cost, `services.spend`, committed first on its own);
+  cost, `services.spend`, committed with it);
 - `Decided`: the decision cost no call (the scripted backend, or the next
   decision queued from a multi-call reply): it was asked and recorded in this
   same phase.
@@ -34,7 +34,7 @@ from ..context.summaries import summary_maybe_create
 from ..gateway import ContextSnapshot, Decision, GatewayError, ModelReply, get_backend
 from ..machine import TaskStatus
 from ..models import Step, StepKind, StepStatus, Task
-from ..services.spend import spend_of_reply
+from ..services.spend import priced_reply
 from ..snapshot import TaskSnapshot
 from ..vault.lookup import model_keys
 from ..vault.values import Resolved
@@ -191,9 +191,9 @@ def model_failed(snap: TaskSnapshot, exc: GatewayError,
 
 def record_model_reply(ask: Ask, reply: ModelReply, *, owner: str,
                        memo: SliceMemo) -> Recorded:
-    """Record what the model said (a database phase), its cost first."""
-    charged = spend_of_reply(task_id=ask.snap.id, tenant_id=ask.snap.tenant_id,
-                             agent=ask.snap.agent, reply=reply)  # committed on its own
+    """Record what the model said (a database phase), with its cost."""
+    charged = priced_reply(task_id=ask.snap.id, tenant_id=ask.snap.tenant_id,
+                           agent=ask.snap.agent, reply=reply)
     snap = replace(ask.snap, cost_pico=ask.snap.cost_pico + charged.cost_pico)
     decision = reply.decisions[0] if reply.decisions else Decision(
         kind="invalid", raw=reply.raw, error="the model returned no decision")
@@ -206,7 +206,7 @@ def record_model_reply(ask: Ask, reply: ModelReply, *, owner: str,
         **charged.model_log,
     }
     # every request sent counts: the failed attempts before the reply too
-    spent = Spent(model_calls=max(1, reply.attempts), tokens=reply.tokens)
+    spent = Spent(model_calls=max(1, reply.attempts), tokens=reply.tokens, bill=charged.bill)
     return record_reply(snap, decision, model_log, spent,
                         ask.specs, ask.sources, owner=owner, memo=memo,
                         free=backend_of(snap) == SCRIPTED)

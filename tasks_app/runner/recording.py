@@ -81,7 +81,6 @@ def record_decision(
 ) -> StepResult | Decided:
     """Commit the decision with its counters: in the same transaction as its step,
     or not at all."""
-    counters = spent.fields()
     step_no = snap.steps_count + 1
     bind_log(step_no=step_no, step_kind=decision.kind)
     model_log = storable(model_log)
@@ -95,7 +94,7 @@ def record_decision(
             error="the decision contains NUL characters or lone surrogates")
 
     if decision.kind == "invalid":
-        return _invalid(snap, decision, model_log, counters, actor,
+        return _invalid(snap, decision, model_log, spent, actor,
                         {"type": "invalid_decision", "message": decision.error,
                          "raw": decision.raw[:2000]})
 
@@ -103,9 +102,10 @@ def record_decision(
         with transaction.atomic():
             step = _new_step(snap, kind=StepKind.ASK, status=StepStatus.RUNNING, decision=decision,
                              model_log=model_log)
+            spent.roll_up()
             done = task_transition(task_id=snap.id, event="need_input", actor=actor,
                                    expected_version=snap.version, known=known(snap),
-                                   fields=counters,
+                                   fields=spent.fields(),
                                    payload={"step_no": step_no, "question": decision.question})
             opening.question_open(task_id=snap.id, tenant_id=snap.tenant_id, step_id=step.pk,
                                   question=decision.question, task_version=done.version)
@@ -117,13 +117,13 @@ def record_decision(
         if decision.result is None:
             errors = ["a final answer needs a result"]
         if errors:
-            return _invalid(snap, decision, model_log, counters, actor,
+            return _invalid(snap, decision, model_log, spent, actor,
                             {"type": "invalid_result",
                              "message": "the final result failed validation",
                              "errors": errors})
         if not commit_final(snap, decision=decision.as_dict(), model_log=model_log,
                             result=decision.result, model_calls=spent.model_calls,
-                            tokens=spent.tokens, actor=actor):
+                            tokens=spent.tokens, actor=actor, bill=spent.bill):
             raise Stale()
         return STOP
 
@@ -131,7 +131,7 @@ def record_decision(
     spec = specs.get(decision.tool)
     call_hash = call_fingerprint(decision.tool, decision.args)
     if repeats_too_often(snap, call_hash):
-        return _refuse(snap, decision, model_log, counters, actor, reason="no_progress", error={
+        return _refuse(snap, decision, model_log, spent, actor, reason="no_progress", error={
             "type": "no_progress", "signal": "repeated_call", "tool": decision.tool,
             "repeats": snap.repeat_count,
             "message": "the same call with the same arguments was already repeated too often"})
@@ -140,10 +140,10 @@ def record_decision(
               if spec is not None and spec.requires_approval else frozenset())
     verdict = check_tool_call(decision, spec=spec, snap=snap, always_allowed=always)
     if verdict.verdict == "invalid":
-        return _invalid(snap, decision, model_log, counters, actor, verdict.error or {})
+        return _invalid(snap, decision, model_log, spent, actor, verdict.error or {})
     if verdict.verdict == "budget":
         error = verdict.error or {}
-        return _refuse(snap, decision, model_log, counters, actor,
+        return _refuse(snap, decision, model_log, spent, actor,
                        reason=str(error.get("budget", "budget")), error=error, offer_again=True)
     assert spec is not None
     # A retried task's call the chain already made takes that call's key (None: a fresh key).
@@ -155,9 +155,10 @@ def record_decision(
                              decision=decision, model_log=model_log, tool=decision.tool,
                              args=decision.args)
             step_keyed(step, reused)
+            spent.roll_up()
             done = task_transition(task_id=snap.id, event="need_approval", actor=actor,
                                    expected_version=snap.version, known=known(snap),
-                                   fields=counters,
+                                   fields=spent.fields(),
                                    payload={"step_no": step_no, "tool": decision.tool})
             opening.approval_open(task_id=snap.id, tenant_id=snap.tenant_id, step_id=step.pk,
                                   tool=decision.tool, args=decision.args, risk=spec.risk,
@@ -170,14 +171,14 @@ def record_decision(
     committed = commit_decision(
         snap, decision=decision.as_dict(), model_log=model_log, tool=decision.tool,
         args=decision.args, reason=decision.reason, spec=spec, model_calls=spent.model_calls,
-        tokens=spent.tokens, owner=owner, actor=actor, reused_key=reused)
+        tokens=spent.tokens, owner=owner, actor=actor, reused_key=reused, bill=spent.bill)
     if committed is None:
         raise Stale()
     return Decided(spent.applied_to(snap), committed.step, spec, committed.claim)
 
 
 def _invalid(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
-             counters: dict[str, Any], actor: Actor, error: dict[str, Any]) -> StepResult:
+             spent: Spent, actor: Actor, error: dict[str, Any]) -> StepResult:
     """An invalid decision is recorded and fed back to the model as the step's error.
     The same error again within the window is no new observation (no progress)."""
     step_no = snap.steps_count + 1
@@ -188,7 +189,8 @@ def _invalid(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
                   model_log=model_log, tool=decision.tool[:100], args=decision.args or None,
                   error=error, output_hash=output_hash, finished_at=timezone.now())
         is_new = not seen_recently(snap, step_no, output_hash)
-        _guard(snap, **counters, stale_steps=0 if is_new else snap.stale_steps + 1)
+        _guard(snap, **spent.fields(), stale_steps=0 if is_new else snap.stale_steps + 1)
+        spent.roll_up()
         _event(snap, "invalid_decision", actor, {"step_no": step_no, "error": error})
     return CONTINUE
 
@@ -207,7 +209,7 @@ def seen_recently(snap: TaskSnapshot, step_no: int, output_hash: str,
 
 
 def _refuse(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
-            counters: dict[str, Any], actor: Actor, *, reason: str, error: dict[str, Any],
+            spent: Spent, actor: Actor, *, reason: str, error: dict[str, Any],
             offer_again: bool = False) -> StepResult:
     """A tool call the runner will not make (a budget is used up, or no progress):
     recorded as a failed step, so every decision has its step and the model sees
@@ -219,5 +221,6 @@ def _refuse(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
         _new_step(snap, kind=StepKind.TOOL, status=StepStatus.FAILED, decision=decision,
                   model_log=model_log, tool=decision.tool, args=decision.args, error=error,
                   finished_at=timezone.now())
-        return exhaust(snap, reason, actor, counters=counters, detail=error,
+        spent.roll_up()
+        return exhaust(snap, reason, actor, counters=spent.fields(), detail=error,
                         step_no=snap.steps_count + 1)

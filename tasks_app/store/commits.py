@@ -8,14 +8,15 @@ by the task's version and status: when the check fails nothing at all is
 written (None or False), when it holds everything is written at once.
 
 1. `commit_decision`: the task's counters (version unchanged: a decision is not
-   a transition), the step (its idempotency key computed from the step's new
-   id, `keys.idempotency_key_around`), the `decision_recorded` event and the
+   a transition) and the spend of the model call that made it (`spend.Bill`),
+   the step (its idempotency key computed from the step's new id,
+   `keys.idempotency_key_around`), the `decision_recorded` event and the
    ledger row claimed by this executor.
 2. `commit_outcome`: the `step_succeeded` transition (version + 1, counters,
    no-progress state), the ledger's record of the call (while this executor's
    claim holds: `ledger.record_while`), the step's result and the event.
 3. `commit_final`: an accepted final answer, once per task: the
-   `final_accepted` transition with the result and the counters, the final
+   `final_accepted` transition with the result, the counters and the spend, the final
    step, the event, and what every task that ends does (`effects`).
 4. `commit_start`: admission's `task_started`, with the start and deadline.
 
@@ -38,6 +39,7 @@ from tools_app.models import LedgerStatus
 from ..actors import SYSTEM, Actor
 from ..machine import TaskStatus
 from ..models import Step, StepKind, StepStatus
+from .spend import Bill
 from .writes import Commit, LedgerRecord, NewStep, StepMove, TaskAt, write
 
 
@@ -79,7 +81,8 @@ class DecisionCommitted:
 def commit_decision(snap: TaskView, *, decision: dict[str, Any], model_log: dict[str, Any],
                     tool: str, args: dict[str, Any], reason: str, spec: ToolSpec,
                     model_calls: int, tokens: int, owner: str, actor: Actor,
-                    reused_key: str | None = None) -> DecisionCommitted | None:
+                    reused_key: str | None = None,
+                    bill: Bill | None = None) -> DecisionCommitted | None:
     """Record a tool-call decision and claim its key; None when the task moved on.
 
     With `reused_key` (a retried task's call the chain already made,
@@ -99,7 +102,7 @@ def commit_decision(snap: TaskView, *, decision: dict[str, Any], model_log: dict
     done = write(Commit(
         task=_at(snap), event="decision_recorded", actor=actor,
         payload={"step_no": step_no, "tool": tool, "args": args, "reason": reason},
-        add=_spent(model_calls, tokens), claim=claim, payload_key=True,
+        add=_spent(model_calls, tokens), bill=bill, claim=claim, payload_key=True,
         new_step=(NewStep({**fields, "idempotency_key": reused_key}) if reused_key
                   else NewStep(fields, keyed=(tool, args or {})))))
     if done is None or done.step is None:
@@ -158,7 +161,8 @@ def commit_outcome(snap: TaskView, step: Step, outcome: ToolOutcome, *,
 
 
 def commit_final(snap: TaskView, *, decision: dict[str, Any], model_log: dict[str, Any],
-                 result: Any, model_calls: int, tokens: int, actor: Actor) -> bool:
+                 result: Any, model_calls: int, tokens: int, actor: Actor,
+                 bill: Bill | None = None) -> bool:
     """Accept a validated final answer: the task SUCCEEDED with its result.
     False when the version moved on (nothing written)."""
     now = timezone.now()
@@ -166,6 +170,7 @@ def commit_final(snap: TaskView, *, decision: dict[str, Any], model_log: dict[st
     return write(Commit(
         task=_at(snap), event="final_accepted", actor=actor, transition=True,
         payload={"step_no": step_no}, set={"result": result}, add=_spent(model_calls, tokens),
+        bill=bill,
         new_step=NewStep({"step_no": step_no, "kind": StepKind.FINAL.value,
                           "status": StepStatus.SUCCEEDED.value, "decision": decision,
                           "model_log": model_log, "output": result, "started_at": now,

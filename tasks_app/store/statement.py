@@ -16,6 +16,7 @@ from tools_app.models import ToolExecution
 from ..models import Step, Task
 from .effects import closing_ctes
 from .events import EVENT_COLUMNS, EVENT_INSERT
+from .spend import rollup_sql
 from .sql import column, json_param, table
 
 
@@ -38,8 +39,8 @@ def db_value(model: type[models.Model], name: str, value: Any) -> Any:
 @cache
 def statement_of(shape: tuple[Any, ...]) -> tuple[str, dict[str, Any]]:
     """The one statement of every commit of this shape, and its fixed parameters."""
-    transition, ending, set_cols, add_cols, new, move_cols, claim_cols, record_cols, keyed_event = (
-        shape)
+    (transition, ending, set_cols, add_cols, new, move_cols, claim_cols, record_cols, keyed_event,
+     billed) = shape
     sets = [f"{column(Task, k)} = %(t_{k})s" for k in set_cols]
     sets += [f"{column(Task, k)} = {column(Task, k)} + %(a_{k})s" for k in add_cols]
     if transition:
@@ -80,6 +81,8 @@ def statement_of(shape: tuple[Any, ...]) -> tuple[str, dict[str, Any]]:
         where += [f"{column(ToolExecution, k)} <> %(r_ne_{k})s" for k in differ]
         parts.append(f"ledger AS (UPDATE {table(ToolExecution)} SET {recorded} WHERE "
                      f"{' AND '.join(where)} AND {after_task} RETURNING id)")
+    if billed:
+        parts.append(f"rollup AS ({rollup_sql(from_task=True)})")
     payload = "%(payload)s"
     if keyed_event:
         payload += " || jsonb_build_object('idempotency_key', step.idempotency_key)"

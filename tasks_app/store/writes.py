@@ -7,8 +7,9 @@ version), a new step and/or the move of an existing one (`steps`' guard), the
 ledger row claimed for a new step's key or the record of a claimed call
 (`tools_app.executor.ledger.record_while`), the event, and, for a transition,
 its effects (`effects`: the ending fields, closing open work, admission and
-compensation after commit). Either all of it is written, or nothing (the
-version moved on: `write` returns None).
+compensation after commit), and the spend of the model call it records
+(`bill`: `spend`). Either all of it is written, or nothing (the version moved
+on: `write` returns None).
 
 `write` runs it as one PostgreSQL statement of data-modifying CTEs, each part
 hanging off the version-checked UPDATE (`statement`: built per shape, once,
@@ -20,7 +21,7 @@ commit either way.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -44,6 +45,7 @@ from .effects import (
     ends,
 )
 from .events import announce_written, event_append
+from .spend import Bill, bill_rollup, rollup_params
 from .sql import one_statement, run_one
 from .statement import db_value, insertable, statement_of
 from .steps import BORN_AS, sources_of, step_guard
@@ -94,6 +96,7 @@ class Commit:
     claim: dict[str, Any] | None = None  # the new step's ledger row, but its key and step
     record: LedgerRecord | None = None
     payload_key: bool = False  # the event's payload also carries the new step's key
+    bill: Bill | None = None  # the spend of the model call the commit records (`spend`)
 
 
 @dataclass(frozen=True)
@@ -144,6 +147,8 @@ def write(c: Commit, *, statement: bool | None = None, savepoint: bool = True) -
         step_guard(c.move.source, c.move.fields["status"], step_id=c.move.step_id)
     if c.new_step is not None and c.new_step.fields["status"] not in BORN_AS:
         step_guard("(new)", c.new_step.fields["status"])
+    if c.bill is not None:
+        c = replace(c, add={**c.add, **c.bill.task})
     use_sql = _one_statement() if statement is None else statement
     run = _with_sql if use_sql else _with_orm
     done = run(c, target=target, set_=set_, payload=payload, now=now, savepoint=savepoint)
@@ -195,6 +200,8 @@ def _with_orm(c: Commit, *, target: str, set_: dict[str, Any], payload: dict[str
                              task_version=version, type=c.event, actor=c.actor, payload=payload)
         if c.transition and ends(target):
             close_open_work(t.id, event=c.event, payload=c.payload)
+        if c.bill is not None:
+            bill_rollup(c.bill)
     return Committed(version=version, event_id=event.pk, target=target, step=step,
                      recorded=recorded)
 
@@ -211,7 +218,8 @@ def _with_sql(c: Commit, *, target: str, set_: dict[str, Any], payload: dict[str
              None if new is None else (tuple(new.fields), new.keyed is not None),
              None if move is None else tuple(move.fields),
              None if c.claim is None else tuple(c.claim),
-             None if record is None else tuple(record.fields), c.payload_key)
+             None if record is None else tuple(record.fields), c.payload_key,
+             c.bill is not None)
     params: dict[str, Any] = {
         "task_id": t.id, "tenant_id": t.tenant_id, "trace_id": t.trace_id, "version": t.version,
         "from": t.status, "to": target, "now": now, "event_type": c.event,
@@ -231,6 +239,8 @@ def _with_sql(c: Commit, *, target: str, set_: dict[str, Any], payload: dict[str
                       step_id=move.step_id, step_from=list(sources_of(move.fields["status"])))
     if c.claim is not None:
         params.update({f"c_{k}": db_value(ToolExecution, k, v) for k, v in c.claim.items()})
+    if c.bill is not None:
+        params.update(rollup_params(c.bill))
     if record is not None:
         equal, differ = record_while(record.key, record.owner)
         params.update({f"r_{k}": db_value(ToolExecution, k, v) for k, v in record.fields.items()})

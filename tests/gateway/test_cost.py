@@ -221,3 +221,29 @@ def test_context_summaries_made_by_the_model_are_priced_too(world, openai_server
                                                        5 * decisions + 7 * summaries)
     row = DailySpend.objects.get(tenant=world.tenant)
     assert (row.calls, row.cost_pico) == (len(openai_server.requests), task.cost_pico)
+
+
+def test_a_reply_whose_decision_is_fenced_still_costs_once(world, openai_server):
+    """The spend commits with the decision; a task canceled while its model
+    answered fences the decision, and the call is billed on its own, once."""
+    from tasks_app.services.admission import admit_created_tasks
+    from tasks_app.services.tasks import task_cancel
+
+    _agent(world, openai_server)
+    task = submit(world.tenant, None, agent="llm", goal="g")
+    admit_created_tasks()
+
+    def cancel_then_answer(received):  # type: ignore[no-untyped-def]
+        task_cancel(task_id=task.pk, actor=actor_of(world.users["operator"]), reason="enough")
+        return reply("look", tool_calls=LOOKUP, usage=(1000, 200), cached=400)  # $0.004
+
+    openai_server.responder = cancel_then_answer
+    task = drive(task.pk)
+
+    assert task.status == TaskStatus.CANCELED
+    assert not Step.objects.filter(task=task).exists()  # the late decision was not recorded
+    assert len(openai_server.requests) == 1 and task.model_calls == 1
+    assert _dollars(task.cost_pico) == Decimal("0.004")
+    assert (task.input_tokens, task.output_tokens, task.cached_input_tokens) == (1000, 200, 400)
+    row = DailySpend.objects.get(tenant=world.tenant)
+    assert (row.calls, row.cost_pico, row.input_tokens) == (1, task.cost_pico, 1000)
