@@ -163,14 +163,18 @@ def model_admit_ahead(snap: TaskSnapshot, *, owner: str) -> dict[str, Admission]
     """The admission of the model's primary endpoint, asked in the database
     phase just before the call (`deciding.plan_step`) instead of one of its own:
     what `ModelGuard.admit` would have read a moment later. Settings the
-    gateway will refuse are left to it (nothing is read ahead)."""
+    gateway will refuse, or under which it would not call, are left to it
+    (nothing is read ahead: a probe taken for a call never made would be held
+    until it expires)."""
     model = snap.agent.get("model") or {}
     policy = breaker_policy(model.get("breaker"))
-    if not policy.enabled:
+    if not policy.enabled or model.get("backend") != "openai":
         return {}
     try:
         settings = parse_model_settings(model)
     except (TypeError, ValueError):
+        return {}
+    if settings.max_retries < 0 or not (settings.primary.name and settings.primary.base_url):
         return {}
     primary = settings.primary
     target = Target.model(tenant_id=snap.tenant_id, base_url=primary.base_url, name=primary.name)

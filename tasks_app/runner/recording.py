@@ -102,11 +102,11 @@ def record_decision(
         with transaction.atomic():
             step = _new_step(snap, kind=StepKind.ASK, status=StepStatus.RUNNING, decision=decision,
                              model_log=model_log)
-            spent.roll_up()
             done = task_transition(task_id=snap.id, event="need_input", actor=actor,
                                    expected_version=snap.version, known=known(snap),
                                    fields=spent.fields(),
                                    payload={"step_no": step_no, "question": decision.question})
+            spent.roll_up()  # last: the rollup row's lock is held until the commit
             opening.question_open(task_id=snap.id, tenant_id=snap.tenant_id, step_id=step.pk,
                                   question=decision.question, task_version=done.version)
         return STOP
@@ -155,7 +155,6 @@ def record_decision(
                              decision=decision, model_log=model_log, tool=decision.tool,
                              args=decision.args)
             step_keyed(step, reused)
-            spent.roll_up()
             done = task_transition(task_id=snap.id, event="need_approval", actor=actor,
                                    expected_version=snap.version, known=known(snap),
                                    fields=spent.fields(),
@@ -165,6 +164,7 @@ def record_decision(
                                   reason=decision.reason, cites=list(decision.cites),
                                   task_version=done.version,
                                   sla_s=int(snap.agent.get("approval_sla_s") or 0))
+            spent.roll_up()
         return STOP
     # The step, its event and the ledger claim commit together, in one statement.
     # A cancel from now on is fenced when the outcome commits.
@@ -221,6 +221,7 @@ def _refuse(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
         _new_step(snap, kind=StepKind.TOOL, status=StepStatus.FAILED, decision=decision,
                   model_log=model_log, tool=decision.tool, args=decision.args, error=error,
                   finished_at=timezone.now())
+        stopped = exhaust(snap, reason, actor, counters=spent.fields(), detail=error,
+                          step_no=snap.steps_count + 1)
         spent.roll_up()
-        return exhaust(snap, reason, actor, counters=spent.fields(), detail=error,
-                        step_no=snap.steps_count + 1)
+        return stopped
