@@ -2,12 +2,16 @@
 
 Runs a short task in this process as one slice would (the bench holds its
 lease, so no worker touches it, and carries the slice's memo from step to
-step) and, for each tool step, counts the statements sent on the
-runner's own database connection (by verb: SELECT, INSERT, UPDATE, BEGIN,
-COMMIT, SAVEPOINT, ...) and the database connections opened meanwhile (a
-python tool runs in its own thread, with its own connection). Deterministic
-figures that do not depend on the machine's load: they say where the time of
-a step goes, and show each optimisation of the runner.
+step) and, for each tool step, counts the database phases the step hands to
+its hop (each a turn of a database thread in a worker), the statements sent
+on the runner's own database connection (by verb: SELECT, INSERT, UPDATE,
+BEGIN, COMMIT, SAVEPOINT, ...) and the database connections opened meanwhile
+(a python tool runs in its own thread, with its own connection; with the pool,
+a connection borrowed from it). Deterministic figures that do not depend on
+the machine's load: they say where the time of a step goes, and show each
+optimisation of the runner. `run_anatomy` takes the scripted model and
+instant python tools; the I/O workload (`io_load`) runs it on its own agent
+too, whose steps ask the model over HTTP and call an HTTP tool.
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ from django.db import connection
 from django.db.backends.signals import connection_created
 from django.test.utils import CaptureQueriesContext
 
+from tasks_app.runner.hops import CallerHop
 from tasks_app.runner.memo import SliceMemo
-from tasks_app.runner.step import Next, advance_one_step
+from tasks_app.runner.step import Next, step
 from tasks_app.store.leases import lease_release, lease_take
 
 from .world import World, cancel_open, step_script, submit
@@ -30,8 +35,24 @@ from .world import World, cancel_open, step_script, submit
 OWNER = "bench-anatomy"
 
 
-def run_anatomy(world: World, *, steps: int = 21) -> dict[str, Any]:
-    task_id = submit(world, step_script(steps + 1, salt="anatomy-"), goal="bench step anatomy")
+class _CountedHop(CallerHop):
+    """The synchronous caller's hop, counting the database phases it runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.phases = 0
+
+    async def __call__(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        self.phases += 1
+        return await super().__call__(fn, *args, **kwargs)
+
+
+def run_anatomy(world: World, *, steps: int = 21, task_id: int | None = None) -> dict[str, Any]:
+    """The anatomy of the steps of a scripted task (`steps` tool steps), or of
+    the RUNNING task `task_id`, up to `steps` of them."""
+    if task_id is None:
+        task_id = submit(world, step_script(steps + 1, salt="anatomy-"),
+                         goal="bench step anatomy")
     leased = lease_take(task_id=task_id, owner=OWNER)
     if leased is None:
         cancel_open(world, [task_id])
@@ -44,15 +65,18 @@ def run_anatomy(world: World, *, steps: int = 21) -> dict[str, Any]:
     connection_created.connect(count_connection, weak=False)
     per_step: list[Counter[str]] = []
     conns: list[int] = []
+    phases: list[int] = []
     wall: list[float] = []
     memo = SliceMemo(leased=leased)  # as the runner's slice starts
     try:
         for _ in range(steps):
             opened.clear()
             started = time.perf_counter()
+            hop = _CountedHop()
             with CaptureQueriesContext(connection) as ctx:
-                result = advance_one_step(task_id=task_id, owner=OWNER, memo=memo)
+                result = hop.drive(step(task_id=task_id, owner=OWNER, memo=memo, hop=hop))
             wall.append(time.perf_counter() - started)
+            phases.append(hop.phases)
             per_step.append(
                 Counter(q["sql"].split(None, 1)[0].upper() for q in ctx.captured_queries)
             )
@@ -78,5 +102,6 @@ def run_anatomy(world: World, *, steps: int = 21) -> dict[str, Any]:
         if tool_steps
         else None,
         "connections_opened_per_step": round(statistics.fmean(conns[1:]), 2) if conns[1:] else None,
+        "phases_per_step": round(statistics.fmean(phases[1:]), 2) if phases[1:] else None,
         "in_process_step_ms": round(statistics.median(wall[1:]) * 1000, 2) if wall[1:] else None,
     }

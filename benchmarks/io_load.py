@@ -49,7 +49,17 @@ from tasks_app.services.releases import agent_seed
 from tasks_app.services.tasks import task_submit
 from tools_app.models import Tool
 
-from .procs import BASE_DIR, BIN, Workers, _spawn, cpu_by_process, server_cpu_s, stop
+from .anatomy import run_anatomy
+from .procs import (
+    BASE_DIR,
+    BIN,
+    Workers,
+    _spawn,
+    cpu_by_process,
+    purge_queue,
+    server_cpu_s,
+    stop,
+)
 from .throughput import wait_terminal
 from .world import BIG_BUDGET, World, cancel_open, step_script, submit
 
@@ -197,8 +207,8 @@ def run_scripted(world: World, *, tasks: int, edge_pid: int,
     with transaction.atomic():
         ids = [submit(world, step_script(TOOL_CALLS + 1, salt=f"io-cmp{i}-"),
                       goal=f"bench cmp {i}") for i in range(tasks)]
+    before = _cpu_now(workers, edge_pid)  # admission hands them to the worker
     _admit_all()
-    before = _cpu_now(workers, edge_pid)
     wait_terminal(ids, timeout=max(300.0, tasks * 0.5))
     spent = _cpu_since(before, workers, edge_pid)
     cancel_open(world, ids)
@@ -218,7 +228,7 @@ def compare(world: World, *, first_io: dict[str, Any], rounds: int, edge_url: st
     steps/s of each and their ratio."""
     tasks = first_io["tasks"]
     io_runs, scripted_runs = [first_io], []
-    for n in range(rounds):
+    for n in range(max(1, rounds)):
         if n:
             io_runs.append(run_io(world, tasks=tasks, edge_url=edge_url, edge_pid=edge_pid,
                                   workers=workers))
@@ -251,29 +261,63 @@ def run_io_phase(world: World, env: dict[str, str], *, sizes: list[int], rounds:
     doc: dict[str, Any] = {"worker": "celery -A config worker (pool and concurrency from "
                                      "config/celery.py settings)", "runs": []}
     try:
-        with edge_process(log_dir) as (edge_url, edge_pid), \
-                readme_worker({**env, **roomy}, log_dir=log_dir) as workers:
+        with edge_process(log_dir) as (edge_url, edge_pid):
             io_world_ensure(world, edge_url)
-            run_io(world, tasks=10, edge_url=edge_url, edge_pid=edge_pid, workers=workers)  # warm
-            for n in sizes:
-                say(f"  I/O workload: {n} tasks x ({TOOL_CALLS + 1} model calls of "
-                    f"{MODEL_LATENCY_S} s, {TOOL_CALLS} tool calls of {TOOL_LATENCY_S} s) ...")
-                run = run_io(world, tasks=n, edge_url=edge_url, edge_pid=edge_pid,
-                             workers=workers)
-                doc["runs"].append(run)
-                say(f"    wall {run['wall_s']} s (ideal {run['ideal_s']} s, ratio "
-                    f"{run['ratio_to_ideal']}), peak {run['peak_model_calls_in_flight']} model "
-                    f"calls in flight, {run['steps_per_s']} steps/s, worker RSS "
-                    f"{run['worker_rss_mb_max']} MB, CPU ms/step {run['cpu_ms_per_step']}")
-            largest = max(doc["runs"], key=lambda r: r["tasks"])
-            say(f"  I/O vs scripted-instant, {largest['tasks']} tasks of the same shape, "
-                f"alternated {rounds} times ...")
-            doc["compare"] = cmp = compare(world, first_io=largest, rounds=rounds,
-                                           edge_url=edge_url, edge_pid=edge_pid, workers=workers)
-            say(f"    I/O {cmp['io_steps_per_s']} steps/s, scripted "
-                f"{cmp['scripted_steps_per_s']} steps/s: medians' ratio {cmp['ratio']}")
+            doc["anatomy"] = io_anatomy(world)
+            say(f"  an I/O step: {doc['anatomy'].get('phases_per_step')} database phases, "
+                f"{doc['anatomy'].get('statements_per_step')} statements, "
+                f"{doc['anatomy'].get('commits_per_step')} commits")
+            doc.update(_with_worker(world, env, roomy, sizes=sizes, rounds=rounds,
+                                    edge_url=edge_url, edge_pid=edge_pid, log_dir=log_dir,
+                                    say=say))
     finally:
         settings.TETHER.clear()
         settings.TETHER.update(saved)
     doc["io_to_scripted_steps_ratio"] = (doc.get("compare") or {}).get("ratio")
+    return doc
+
+
+def io_anatomy(world: World) -> dict[str, Any]:
+    """`anatomy.run_anatomy` of an I/O task's tool steps, run in this process
+    before the worker starts (so no worker takes the task)."""
+    saved = getattr(settings, "TETHER_EGRESS_ALLOW", [])
+    settings.TETHER_EGRESS_ALLOW = ["127.0.0.1"]  # the edge, as the worker is allowed
+    try:
+        with transaction.atomic():
+            task_id = task_submit(tenant_id=world.tenant_id, requester_id=world.user_id,
+                                  agent=IO_AGENT, goal="bench io anatomy", input={},
+                                  script=None, actor=SYSTEM).task.pk
+        _admit_all()
+        return run_anatomy(world, steps=TOOL_CALLS, task_id=task_id)
+    finally:
+        settings.TETHER_EGRESS_ALLOW = saved
+        purge_queue()  # its admission enqueued it; no worker is there to take it
+
+
+def _with_worker(world: World, env: dict[str, str], roomy: dict[str, str], *, sizes: list[int],
+                 rounds: int, edge_url: str, edge_pid: int, log_dir: Any,
+                 say: Any) -> dict[str, Any]:
+    """The runs on the worker started as the README says."""
+    doc: dict[str, Any] = {"runs": []}
+    with readme_worker({**env, **roomy}, log_dir=log_dir) as workers:
+        run_io(world, tasks=10, edge_url=edge_url, edge_pid=edge_pid, workers=workers)  # warm
+        for n in sizes:
+            say(f"  I/O workload: {n} tasks x ({TOOL_CALLS + 1} model calls of "
+                f"{MODEL_LATENCY_S} s, {TOOL_CALLS} tool calls of {TOOL_LATENCY_S} s) ...")
+            run = run_io(world, tasks=n, edge_url=edge_url, edge_pid=edge_pid,
+                         workers=workers)
+            doc["runs"].append(run)
+            say(f"    wall {run['wall_s']} s (ideal {run['ideal_s']} s, ratio "
+                f"{run['ratio_to_ideal']}), peak {run['peak_model_calls_in_flight']} model "
+                f"calls in flight, {run['steps_per_s']} steps/s, worker RSS "
+                f"{run['worker_rss_mb_max']} MB, CPU ms/step {run['cpu_ms_per_step']}")
+        if not doc["runs"]:
+            return doc
+        largest = max(doc["runs"], key=lambda r: r["tasks"])
+        say(f"  I/O vs scripted-instant, {largest['tasks']} tasks of the same shape, "
+            f"alternated {rounds} times ...")
+        doc["compare"] = cmp = compare(world, first_io=largest, rounds=rounds,
+                                       edge_url=edge_url, edge_pid=edge_pid, workers=workers)
+        say(f"    I/O {cmp['io_steps_per_s']} steps/s, scripted "
+            f"{cmp['scripted_steps_per_s']} steps/s: medians' ratio {cmp['ratio']}")
     return doc

@@ -89,6 +89,13 @@ def check_targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _anatomy_text(anatomy: dict[str, Any]) -> str:
+    return (f"{_fmt(anatomy.get('phases_per_step'))} database phases, "
+            f"{_fmt(anatomy.get('statements_per_step'))} statements, "
+            f"{_fmt(anatomy.get('commits_per_step'))} commits, "
+            f"{_fmt(anatomy.get('connections_opened_per_step'))} connections taken per tool step")
+
+
 def _target(name: str, op: str, bound: float, value: Any) -> dict[str, Any]:
     met = None
     if isinstance(value, int | float):
@@ -154,13 +161,7 @@ def table(doc: dict[str, Any]) -> str:
             f"median of rounds {_rounds(f)}",
         ),
         ("runner / floor", _fmt(r.get("ratio_to_floor"))),
-        (
-            "step anatomy",
-            f"{_fmt(dig(doc, ('anatomy', 'statements_per_step')))} statements, "
-            f"{_fmt(dig(doc, ('anatomy', 'commits_per_step')))} commits, "
-            f"{_fmt(dig(doc, ('anatomy', 'connections_opened_per_step')))} new DB connections "
-            "per tool step",
-        ),
+        ("step anatomy", _anatomy_text(doc.get("anatomy") or {})),
         (
             "long task",
             f"step ~10 {_fmt(lt.get('step_10_ms'), ' ms')}, step ~{lt.get('steps')} "
@@ -224,6 +225,9 @@ def _io_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
             f"worker RSS {_fmt(run.get('worker_rss_mb_max'), ' MB')}; CPU/step: "
             + ", ".join(f"{k} {_fmt(v, ' ms')}" for k, v in cpu.items()),
         ))
+    anatomy = io.get("anatomy") or {}
+    if anatomy.get("tool_steps"):
+        rows.append(("I/O step anatomy", _anatomy_text(anatomy)))
     cmp = io.get("compare")
     if cmp:
         rows.append((

@@ -20,6 +20,8 @@ from benchmarks.report import dig
 FIGURES = [
     ("machine", "cpus"),
     ("io", "io_to_scripted_steps_ratio"),
+    ("io", "anatomy", "phases_per_step"),
+    ("io", "anatomy", "commits_per_step"),
     ("io", "compare", "io_median_steps_per_s"),
     ("io", "compare", "scripted_median_steps_per_s"),
     ("io", "compare", "scripted_cpu_ms_per_step", "worker_pool"),
@@ -38,6 +40,7 @@ FIGURES = [
     ("floor", "steps_per_s"),
     ("anatomy", "statements_per_step"),
     ("anatomy", "commits_per_step"),
+    ("anatomy", "phases_per_step"),
     ("long_task", "step_10_ms"),
     ("long_task", "step_last_ms"),
     ("long_task", "ratio_last_to_10"),
