@@ -355,6 +355,38 @@ def test_host_name_lookups_in_flight_are_bounded(settings):
     assert policy_module.lookup("localhost", 80, timeout=5.0)
 
 
+def test_the_async_clients_lookups_share_the_bound_and_no_executor(settings):
+    """The async clients' resolver counts its lookups under the same MAX_LOOKUPS
+    (past it, a connect timeout at once) and runs them in threads of their own:
+    names that never answer cannot fill the loop's default executor, which
+    other work shares."""
+    settings.TETHER_EGRESS_ALLOW = ["localhost"]
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        blocked = loop.run_in_executor(None, time.sleep, 0)  # the default executor exists
+        await blocked
+        executor = loop._default_executor  # type: ignore[attr-defined]
+        threads = len(executor._threads)
+        taken = 0
+        try:
+            while policy_module._lookups.acquire(blocking=False):
+                taken += 1
+            assert taken == policy_module.MAX_LOOKUPS
+            with pytest.raises(httpx2.ConnectTimeout, match="too many host name lookups"):
+                await async_client_for("http://localhost:9/").get("http://localhost:9/",
+                                                                   timeout=2)
+        finally:
+            for _ in range(taken):
+                policy_module._lookups.release()
+        assert await policy_module.alookup("localhost", 9, 5.0)
+        with pytest.raises(httpx2.ConnectError):  # resolved, allowed, nothing listens
+            await async_client_for("http://localhost:9/").get("http://localhost:9/", timeout=2)
+        assert len(executor._threads) == threads  # no lookup took an executor thread
+
+    asyncio.run(scenario())
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_tool_whose_name_stopped_resolving_fails_as_refused_and_is_not_retried(world):
     """Registered while its name resolved (written here directly: registration

@@ -23,18 +23,24 @@ does not resolve is refused like a private address (a permission error, not
 retried), unless the operator allowed that very name (then it is a
 connection error, retried: the operator's own DNS had a bad moment).
 
-The system resolver has no timeout of its own, so `lookup` runs it in a
-thread and waits at most `DNS_TIMEOUT_S` (less when the call's deadline is
-nearer); at most `MAX_LOOKUPS` lookups are in flight, so names that never
-answer cannot pile up threads. A lookup that times out is a timeout.
+The system resolver has no timeout of its own, so `lookup` (and `alookup`,
+awaited on an event loop) runs it in a thread of its own and waits at most
+`DNS_TIMEOUT_S` (less when the call's deadline is nearer); at most
+`MAX_LOOKUPS` lookups are in flight in a process, sync and async together, so
+names that never answer cannot pile up threads, nor fill a thread pool that
+other work shares (the event loop's default executor). A lookup that times
+out, or finds the limit reached, is a timeout.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import ipaddress
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,27 +147,66 @@ def lookup(host: str, port: int, timeout: float) -> list[str]:
     """The system resolver's addresses for `host:port`, waited for at most
     `timeout` seconds (the lookup itself cannot be cancelled: its thread ends
     when the resolver gives up). Raises `OSError` or `TimeoutError`."""
-    if not _lookups.acquire(blocking=False):
-        raise TimeoutError("too many host name lookups in flight")
     answer: list[Any] = []
     done = threading.Event()
 
-    def work() -> None:
-        try:
-            answer.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                             proto=socket.IPPROTO_TCP))
-        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
-            answer.append(exc)
-        finally:
-            _lookups.release()
-            done.set()
+    def settle(result: Any) -> None:
+        answer.append(result)
+        done.set()
 
-    threading.Thread(target=work, name="tether-dns", daemon=True).start()
+    _start_lookup(host, port, 0, settle)
     if not done.wait(max(timeout, 0.0)):
         raise TimeoutError("the host did not resolve in time")
-    if isinstance(answer[0], BaseException):
-        raise answer[0]
-    return [str(info[4][0]) for info in answer[0]]
+    return _addresses(answer[0])
+
+
+async def alookup(host: str, port: int, timeout: float, family: int = 0) -> list[str]:
+    """`lookup`, awaited: the loop is free meanwhile, and the lookup's thread is
+    its own, not one of the loop's executor."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(result: Any) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
+            loop.call_soon_threadsafe(_settle, future, result)
+
+    _start_lookup(host, port, family, settle)
+    try:
+        async with asyncio.timeout(max(timeout, 0.0)):
+            result = await future
+    except TimeoutError:
+        raise TimeoutError("the host did not resolve in time") from None
+    return _addresses(result)
+
+
+def _settle(future: asyncio.Future[Any], result: Any) -> None:
+    if not future.done():
+        future.set_result(result)
+
+
+def _start_lookup(host: str, port: int, family: int, settle: Callable[[Any], None]) -> None:
+    """Resolve in a thread of its own, counted under `MAX_LOOKUPS`; `settle` gets
+    getaddrinfo's answer or its exception. Raises `TimeoutError` at the limit."""
+    if not _lookups.acquire(blocking=False):
+        raise TimeoutError("too many host name lookups in flight")
+
+    def work() -> None:
+        try:
+            result: Any = socket.getaddrinfo(host, port, family=family, type=socket.SOCK_STREAM,
+                                             proto=socket.IPPROTO_TCP)
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting side
+            result = exc
+        finally:
+            _lookups.release()
+        settle(result)
+
+    threading.Thread(target=work, name="tether-dns", daemon=True).start()
+
+
+def _addresses(result: Any) -> list[str]:
+    if isinstance(result, BaseException):
+        raise result
+    return [str(info[4][0]) for info in result]
 
 
 def is_public(address: IPAddress) -> bool:

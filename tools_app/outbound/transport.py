@@ -26,7 +26,6 @@ request's deadline; aiohttp's own total timeout carries it in the async one.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import math
@@ -44,7 +43,7 @@ import yarl
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.helpers import is_ip_address
 
-from .policy import DNS_TIMEOUT_S, SCHEMES, EgressRefusedError, Policy
+from .policy import DNS_TIMEOUT_S, SCHEMES, EgressRefusedError, Policy, alookup
 
 _deadline: ContextVar[float | None] = ContextVar("tether_outbound_deadline", default=None)
 
@@ -254,15 +253,14 @@ class PolicyResolver(AbstractResolver):
     async def resolve(self, host: str, port: int = 0,
                       family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
         try:
-            async with asyncio.timeout(DNS_TIMEOUT_S):
-                infos = await asyncio.get_running_loop().getaddrinfo(
-                    host, port, family=family, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
-        except TimeoutError:
-            raise httpx2.ConnectTimeout("the host did not resolve in time") from None
+            found = await alookup(host, port, DNS_TIMEOUT_S, family)
+        except TimeoutError as exc:
+            raise httpx2.ConnectTimeout(str(exc)) from None
         except OSError as exc:
-            self._policy.refuse_unresolved(host, port)
+            if not (isinstance(exc, socket.gaierror) and exc.errno == socket.EAI_AGAIN):
+                self._policy.refuse_unresolved(host, port)  # as `Policy.resolve` decides
             raise httpx2.ConnectError(f"cannot resolve the host: {exc.strerror or exc}") from None
-        addresses = self._policy.checked(host, port, [str(info[4][0]) for info in infos])
+        addresses = self._policy.checked(host, port, found)
         return [{"hostname": host, "host": address, "port": port,
                  "family": socket.AF_INET6 if ":" in address else socket.AF_INET,
                  "proto": socket.IPPROTO_TCP, "flags": socket.AI_NUMERICHOST}
