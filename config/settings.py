@@ -204,9 +204,11 @@ TETHER = {
     # The driver (tasks_app/runner/driver.py): slices one process drives at once,
     # the threads its database phases run in, the threads python tools run in.
     "DRIVER_MAX_TASKS": env.int("TETHER_DRIVER_MAX_TASKS", default=500),
-    # 8, not 6: with 1,000 tasks waiting on a model, 6 threads were the limit
-    # (each holds its slot through its phase's round trips): 205-233 I/O
-    # steps/s with 6, 244-261 with 8, no more with 12 (README "Performance").
+    # 8, not 6: each thread holds its slot through its phase's round trips, and
+    # with 1,000 tasks waiting on a model single runs measured 202-265 I/O
+    # steps/s with 6 (seven of nine below 235), 203-261 with 8 or 12 (eight of
+    # twelve above 235): a weak effect on a noisy machine (README "Performance");
+    # 8 stays under the pool's 10 connections.
     "DRIVER_DB_THREADS": env.int("TETHER_DRIVER_DB_THREADS", default=8),
     "DRIVER_DRAIN_S": env.float("TETHER_DRIVER_DRAIN_S", default=10.0),
     "TOOL_THREADS": env.int("TETHER_TOOL_THREADS", default=64),
