@@ -9,7 +9,6 @@ its step becomes UNCERTAIN (a reconciliation), exactly as with a real provider.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +25,7 @@ from tasks_app.models import Role, Task, Tenant
 from tasks_app.services.accounts import api_key_create
 from tasks_app.services.demo import demo_agent_ensure, demo_tools_ensure
 from tests.factories import TenantFactory, ToolFactory, make_user, submit
+from tests.fakes.listeners import Hanging
 from tests.helpers import drive
 
 REFUND_ARGS = {"order_id": "A-1", "amount_cents": 500, "reason": "damaged"}
@@ -66,11 +66,9 @@ def _fresh_throttle_cache() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def hanging_url() -> Iterator[str]:
     """A URL whose server accepts the connection and never answers."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(512)
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}/call"
-    sock.close()
+    server = Hanging()
+    yield server.url("/call")
+    server.close()
 
 
 @dataclass

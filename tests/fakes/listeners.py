@@ -4,6 +4,11 @@
   (127.0.0.2 is loopback on Linux and not in the suite's TETHER_EGRESS_ALLOW).
   It records every connection it accepts, so a test can assert that nothing
   (not even a TCP handshake) reached it.
+- `Hanging`: a server that accepts every connection and never answers, each
+  connection held until the client closes it (so the calls of a whole session
+  never fill its backlog: a listener that never accepts stops completing
+  handshakes after its backlog, about 500, and every later call is a connect
+  timeout instead of a read timeout).
 - `DripServer`: an HTTP server that answers one byte every `interval_s`, from
   the status line on or after the headers, and notes when the client closed
   the connection (the end of a call bounded by its total timeout).
@@ -20,11 +25,11 @@ from dataclasses import dataclass, field
 
 
 class _Acceptor:
-    def __init__(self, host: str) -> None:
+    def __init__(self, host: str, backlog: int = 16) -> None:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._sock = socket.socket(family, socket.SOCK_STREAM)
         self._sock.bind((host, 0))
-        self._sock.listen(16)
+        self._sock.listen(backlog)
         self._sock.settimeout(0.2)
         self._stop = threading.Event()
         self.host = host
@@ -75,6 +80,21 @@ class Listener(_Acceptor):
                 data = b""
         with self._lock:
             self.received.append(data)
+
+
+class Hanging(_Acceptor):
+    """Accepts connections, reads what arrives until the client closes, answers nothing."""
+
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        super().__init__(host, backlog=512)  # a burst of calls is queued, not dropped
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                while conn.recv(65536):
+                    pass
+            except OSError:
+                pass
 
 
 @dataclass
