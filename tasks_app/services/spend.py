@@ -84,8 +84,8 @@ def _priced(*, task_id: int, tenant_id: int, agent: dict[str, Any], model: str,
     amounts = {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
                "cached_input_tokens": usage.cached_input_tokens, "cost_pico": cost_pico}
     day = timezone.now().date()  # UTC (USE_TZ): the rollup's days are UTC days
-    bill = Bill(task=amounts, rollup={
+    bill = Bill(task=amounts, key={
         "tenant": tenant_id, "day": day, "agent": str(agent.get("name") or "")[:64],
-        "model": model[:200], "shard": task_id % SPEND_SHARDS, "calls": 1, **amounts})
+        "model": model[:200], "shard": task_id % SPEND_SHARDS})
     count_spend(model=model, dollars=cost_pico / PICO)
     return Charged(usage=usage, cost_pico=cost_pico, priced=prices is not None, bill=bill)

@@ -2,8 +2,8 @@
 rollup (`DailySpend`), always written together.
 
 A `Bill` is what one call adds: `task` (counter -> increment, on the task
-row; plain counters, the version does not move) and `rollup` (the rollup
-row's key and its increments). It is written
+row; plain counters, the version does not move) and the same increments, and
+one call, to the rollup row named by `key`. It is written
 
 - inside the commit of the decision it paid for, so that both commit at once,
   in one round trip: `writes.Commit.bill`, the rollup a CTE of the commit's
@@ -31,8 +31,8 @@ ROLLUP_ADDED = ("calls", "input_tokens", "output_tokens", "cached_input_tokens",
 
 @dataclass(frozen=True)
 class Bill:
-    task: dict[str, int]  # task counter -> increment
-    rollup: dict[str, Any]  # `ROLLUP_KEYS` and `ROLLUP_ADDED` of the day's row
+    task: dict[str, int]  # task counter -> increment (the rollup's too)
+    key: dict[str, Any]  # `ROLLUP_KEYS`: the day's rollup row
 
 
 def bill_write(task_id: int, bill: Bill) -> None:
@@ -50,7 +50,7 @@ def bill_rollup(bill: Bill) -> None:
 
 
 def rollup_params(bill: Bill) -> dict[str, Any]:
-    return {f"sp_{k}": v for k, v in bill.rollup.items()}
+    return {f"sp_{k}": v for k, v in {**bill.key, "calls": 1, **bill.task}.items()}
 
 
 @cache
