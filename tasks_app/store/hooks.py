@@ -9,7 +9,10 @@ importing them (the layers point one way: the registering app does it from its
   one-statement commits (`ONE_STATEMENT_TYPES`) write their events in SQL on
   PostgreSQL and call no hook: registering for those types is refused.
 - `on_event_committed(hook)`: `hook(event)` publishes every event once its
-  transaction has committed (metrics, the task's trace, the live feed).
+  transaction has committed (metrics, the task's trace, the live feed). A
+  publisher that raises is logged: the write it publishes has committed, and
+  must not read as failed to its caller (a step's decision would then be
+  counted twice), nor keep the other publishers from running.
 - `on_slot_freed(hook)`: a task left RUNNING; `hook()` schedules admission
   after commit. `on_task_failed(hook)`: `hook(task_id)` runs after a task's
   FAILED transition commits (compensation).
@@ -91,7 +94,11 @@ def run_event_hooks(event: Event) -> None:
 
 def run_publishers(event: Event) -> None:
     for hook in _publishers:
-        hook(event)
+        try:
+            hook(event)
+        except Exception:  # noqa: BLE001 - the event has committed; see the module docstring
+            log.exception("publishing event %s (%s) failed in %s", event.pk, event.type,
+                          getattr(hook, "__qualname__", hook))
 
 
 def run_slot_freed() -> None:

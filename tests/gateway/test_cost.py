@@ -247,3 +247,32 @@ def test_a_reply_whose_decision_is_fenced_still_costs_once(world, openai_server)
     assert (task.input_tokens, task.output_tokens, task.cached_input_tokens) == (1000, 200, 400)
     row = DailySpend.objects.get(tenant=world.tenant)
     assert (row.calls, row.cost_pico, row.input_tokens) == (1, task.cost_pico, 1000)
+
+
+def test_a_publisher_that_fails_after_the_decision_committed_costs_nothing_twice(
+        world, openai_server, caplog):
+    """Publication runs after the commit; a publisher that raises is logged, the
+    step goes on, and the model call is counted once (it was billed with its
+    decision; a failure read as the decision's would bill it again)."""
+    from tasks_app.store import hooks
+
+    _agent(world, openai_server)
+    openai_server.push(reply("look", tool_calls=LOOKUP, usage=(1000, 200)),
+                       reply('{"answer": "with Ada"}', usage=(1000, 200)))
+    seen: list[str] = []
+
+    def broken(event):  # type: ignore[no-untyped-def]
+        raise RuntimeError("the live feed is down")
+
+    hooks._publishers.insert(0, broken)
+    hooks.on_event_committed(lambda event: seen.append(event.type))
+    try:
+        task = drive(submit(world.tenant, None, agent="llm", goal="g").pk)
+    finally:
+        hooks._publishers.remove(broken)
+        hooks._publishers.pop()
+    assert task.status == TaskStatus.SUCCEEDED
+    assert task.model_calls == 2 and task.input_tokens == 2000
+    assert DailySpend.objects.get(tenant=world.tenant).calls == 2
+    assert {"decision_recorded", "step_succeeded", "final_accepted"} <= set(seen)
+    assert "the live feed is down" in caplog.text
