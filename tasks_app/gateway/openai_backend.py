@@ -9,7 +9,7 @@ are bounded, logged and deterministic:
   (connect to last byte);
 - calls are async (`adecide`; the runner awaits them on the process's I/O
   loop, holding no thread); the SDK client of a base URL is built once per
-  loop and shard, on the long-lived httpx2 async client of
+  loop, on the long-lived httpx2 async client of
   `tools_app.outbound` (the outbound-address policy, no redirects, the total
   deadline); an address the policy refuses is not retried;
 - the waits between retries are `asyncio.sleep`: they hold no thread either;
@@ -54,7 +54,7 @@ from openai._base_client import make_request_options
 from config.metrics import observe_model_call
 from config.tracing import model_call_span
 from tools_app.outbound import REFUSED, EgressRefusedError, Registry, async_client_for
-from tools_app.outbound.clients import ASYNC_SHARDS, MAX_ENDPOINTS
+from tools_app.outbound.clients import MAX_ENDPOINTS
 from tools_app.outbound.ioloop import run_io
 from tools_app.outbound.retry_after import retry_after_s
 
@@ -124,7 +124,7 @@ class OpenAIBackend:
         tools = tool_catalogue(context.tools)
         request: dict[str, Any] = {"messages": messages, "tools": tools}
         request.update(self._sampling())
-        done = await self._complete(request, shard=context.task_id)
+        done = await self._complete(request)
         choice = (done.body.get("choices") or [{}])[0]
         decisions = decisions_from_message(choice.get("message") or {},
                                            finish_reason=choice.get("finish_reason"))
@@ -155,7 +155,7 @@ class OpenAIBackend:
         }
         if self.settings.temperature is not None:
             request["temperature"] = 0.0
-        done = run_io(self._complete(request, shard=0))
+        done = run_io(self._complete(request))
         choice = (done.body.get("choices") or [{}])[0]
         text = str((choice.get("message") or {}).get("content") or "").strip()
         if not text:
@@ -174,7 +174,7 @@ class OpenAIBackend:
             out["top_p"] = self.settings.top_p
         return out
 
-    async def _complete(self, request: dict[str, Any], *, shard: int) -> _Completed:
+    async def _complete(self, request: dict[str, Any]) -> _Completed:
         s = self.settings
         targets = [s.primary] + ([s.fallback] if s.fallback else [])
         failures: list[dict[str, Any]] = []
@@ -194,7 +194,7 @@ class OpenAIBackend:
                     with model_call_span(provider=self.name, model=target.name,
                                          base_url=target.base_url, request=request) as traced:
                         body = self.keys.redact(
-                            await self._call_once(target, request, shard, traced.headers))
+                            await self._call_once(target, request, traced.headers))
                         traced.reply(body)
                 except _Failure as raw:
                     exc = last = _Failure(self.keys.redact(str(raw)), retryable=raw.retryable,
@@ -247,7 +247,7 @@ class OpenAIBackend:
         await self.guard.record(target.base_url, target.name, failed=outage,
                                 error=str(failure)[:500])
 
-    async def _call_once(self, target: ModelTarget, request: dict[str, Any], shard: int,
+    async def _call_once(self, target: ModelTarget, request: dict[str, Any],
                          headers: dict[str, str]) -> dict[str, Any]:
         try:
             key = self.keys.get(target.key_ref) if target.key_ref else NO_KEY
@@ -255,7 +255,7 @@ class OpenAIBackend:
             raise _Failure(f"no API key for {target.name}: {exc}", retryable=False,
                            kind="no_api_key")
         try:
-            client = sdk_client(target.base_url, shard, key=key, timeout_s=self.settings.timeout_s)
+            client = sdk_client(target.base_url, key=key, timeout_s=self.settings.timeout_s)
         except (httpx2.InvalidURL, httpx2.UnsupportedProtocol):
             raise _Failure(f"{target.base_url!r} is not an http(s) URL", retryable=False,
                            kind="invalid_url")
@@ -304,18 +304,17 @@ def _without_nulls(value: Any) -> Any:
     return value
 
 
-_sdk_clients: Registry[openai.AsyncOpenAI] = Registry(MAX_ENDPOINTS * ASYNC_SHARDS)
+_sdk_clients: Registry[openai.AsyncOpenAI] = Registry(MAX_ENDPOINTS * 4)
 
 
-def sdk_client(base_url: str, shard: int = 0, *, key: str = NO_KEY,
+def sdk_client(base_url: str, *, key: str = NO_KEY,
                timeout_s: float | None = None) -> openai.AsyncOpenAI:
     """The SDK client of `base_url` with `key` and `timeout_s`, on the outbound
-    async client of its endpoint and `shard` (a new one when that client was
-    replaced). Kept, not derived per call (`with_options`): a fresh SDK client
-    looks up the platform in a thread on its first request, a thread hop per
-    model call. The SDK's own retries are off: ours are bounded, logged and
-    deterministic."""
-    http = async_client_for(base_url, shard=shard)
+    async client of its endpoint (a new one when that client was replaced).
+    Kept, not derived per call (`with_options`): a fresh SDK client looks up
+    the platform in a thread on its first request, a thread hop per model call.
+    The SDK's own retries are off: ours are bounded, logged and deterministic."""
+    http = async_client_for(base_url)
 
     def build() -> openai.AsyncOpenAI:
         client = openai.AsyncOpenAI(base_url=base_url, api_key=key, max_retries=0,

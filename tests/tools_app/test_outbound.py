@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import threading
 import time
 
 import httpx2
@@ -30,7 +31,9 @@ from tools_app.outbound import (
     url_problem,
 )
 from tools_app.outbound import policy as policy_module
+from tools_app.outbound.clients import Registry
 from tools_app.outbound.policy import Allowed, is_public, parse_entry
+from tools_app.outbound.transport import AsyncPolicyTransport
 from tools_app.services import tool_create
 
 FINAL = {"final": {"ok": True}}
@@ -312,6 +315,54 @@ def test_the_async_client_keeps_the_same_policy_and_deadline(settings, attacker)
         assert attacker.connections == 0
     finally:
         server.close()
+
+
+def test_an_async_client_let_go_finishes_its_calls_then_closes(fake_http, settings):
+    """A new policy replaces the process's async clients: the old one's call
+    already out is answered, and then its connections close (a session left to
+    the collector keeps its sockets until then, and aiohttp logs it)."""
+    gate = threading.Event()
+    fake_http.on("GET", "/slow", Reply(200, {"n": 1}, hold=gate))
+    url = fake_http.url("/slow")
+
+    async def scenario() -> None:
+        old = async_client_for(url)
+        out = asyncio.ensure_future(old.get(url, timeout=10))
+        await _until(lambda: len(fake_http.requests_to("GET", "/slow")) == 1)
+        settings.TETHER_EGRESS_ALLOW = ["127.0.0.1"]  # a new policy: new clients
+        new = async_client_for(url)
+        assert new is not old
+        await asyncio.sleep(0)  # the old client's retirement runs on this loop
+        gate.set()
+        assert (await out).json() == {"n": 1}  # the call out was not cut short
+        await _until(lambda: _closed(old))
+        assert (await new.get(url, timeout=10)).json() == {"n": 1}
+        # a call that still comes to the old client is served, then closed too
+        assert (await old.get(url, timeout=10)).json() == {"n": 1}
+        await _until(lambda: _closed(old))
+
+    asyncio.run(scenario())
+
+
+def test_an_evicted_endpoint_is_handed_to_its_owner():
+    dropped: list[str] = []
+    registry: Registry[str] = Registry(2, on_drop=dropped.append)
+    for key in ("a", "b", "a", "c"):  # "a" used again: "b" is the least recent
+        registry.get(key, lambda k=key: k.upper())  # type: ignore[misc]
+    assert dropped == ["B"] and sorted(registry.values()) == ["A", "C"]
+
+
+async def _until(condition, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "the condition did not hold in time"
+        await asyncio.sleep(0.01)
+
+
+def _closed(client: httpx2.AsyncClient) -> bool:
+    transport = client._transport
+    assert isinstance(transport, AsyncPolicyTransport)
+    return transport.closed
 
 
 # --- names that do not resolve ---------------------------------------------------------

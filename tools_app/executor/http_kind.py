@@ -20,7 +20,7 @@ clear. Classification of the answer:
   same whatever the target (the task stops; nothing was sent).
 
 Calls are awaited on the process's I/O loop, through the long-lived async
-client of the URL's endpoint (`tools_app.outbound`, sharded by task):
+client of the URL's endpoint (`tools_app.outbound`):
 redirects are not followed, and `timeout_s` bounds the whole call, connecting
 to the last byte. Bodies are read up to
 ``MAX_TOOL_RESULT_BYTES``, never more.
@@ -91,7 +91,7 @@ async def acall(call: ToolCall) -> ToolOutcome:
     limit = settings.TETHER["MAX_TOOL_RESULT_BYTES"]
     ambiguous = OutcomeKind.TRANSIENT if call.spec.honours_keys else OutcomeKind.UNCERTAIN
     try:
-        client = async_client_for(call.spec.url, shard=call.context.task_id)
+        client = async_client_for(call.spec.url)
         async with client.stream("POST", call.spec.url, json=call.args, headers=_headers(call),
                                  timeout=call.spec.timeout_s) as response:
             content, too_large = await _read_capped(response, limit)
@@ -138,7 +138,7 @@ async def aquery_status(call: ToolCall) -> StatusAnswer:
     url = call.spec.status_url.replace("{key}", call.context.idempotency_key)
     limit = settings.TETHER["MAX_TOOL_RESULT_BYTES"]
     try:
-        client = async_client_for(url, shard=call.context.task_id)
+        client = async_client_for(url)
         async with client.stream("GET", url, headers=_headers(call),
                                  timeout=max(call.spec.timeout_s, 5.0)) as response:
             content, too_large = await _read_capped(response, limit)

@@ -16,8 +16,9 @@ and a change of the policy (tests change the setting) starts new ones, so a
 pooled connection never outlives the policy it was checked under. At most
 `MAX_ENDPOINTS` clients are kept, the least recently used are let go (not
 closed: a thread may still be using one; they close when collected).
-`async_client_for` is the same for asyncio code (on aiohttp), one set per
-event loop, with `ASYNC_SHARDS` clients per endpoint.
+`async_client_for` is the same for asyncio code (on aiohttp), one client per
+endpoint per event loop; one let go (evicted, or its policy replaced) closes
+its connections once its calls still out are done (`AsyncPolicyTransport.retire`).
 
 No client keeps cookies: one client serves every tenant that calls its
 endpoint, and a cookie one tenant's call was given must not go out with
@@ -27,6 +28,7 @@ another's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.cookiejar
 import os
 import ssl
@@ -45,10 +47,9 @@ from .transport import AsyncPolicyTransport, PolicyTransport
 MAX_ENDPOINTS = 512
 DEFAULT_TIMEOUT = httpx2.Timeout(30.0)  # callers pass their own, per request
 LIMITS = httpx2.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=30.0)
-# The async clients keep more idle connections: their calls come in waves of hundreds.
-ASYNC_LIMITS = httpx2.Limits(max_connections=200, max_keepalive_connections=100,
-                             keepalive_expiry=30.0)
-ASYNC_SHARDS = 16
+# An async client carries all of a process's calls to its endpoint, hundreds at
+# once: aiohttp keeps every idle connection (up to the limit) for 30 s.
+ASYNC_LIMITS = httpx2.Limits(max_connections=1000, keepalive_expiry=30.0)
 
 T = TypeVar("T")
 
@@ -64,23 +65,45 @@ def _no_cookies() -> http.cookiejar.CookieJar:
 
 
 class Registry(Generic[T]):
-    """A thread-safe, bounded map of long-lived objects built on first use."""
+    """A thread-safe, bounded map of long-lived objects built on first use;
+    `on_drop(item)` for each item evicted to keep the bound."""
 
-    def __init__(self, limit: int = MAX_ENDPOINTS) -> None:
+    def __init__(self, limit: int = MAX_ENDPOINTS,
+                 on_drop: Callable[[T], None] | None = None) -> None:
         self._lock = threading.Lock()
         self._items: OrderedDict[Hashable, T] = OrderedDict()
         self._limit = limit
+        self._on_drop = on_drop
 
     def get(self, key: Hashable, build: Callable[[], T]) -> T:
+        dropped: list[T] = []
         with self._lock:
             item = self._items.get(key)
             if item is None:
                 item = self._items[key] = build()
                 while len(self._items) > self._limit:
-                    self._items.popitem(last=False)
+                    dropped.append(self._items.popitem(last=False)[1])
             else:
                 self._items.move_to_end(key)
-            return item
+        if self._on_drop is not None:
+            for old in dropped:
+                self._on_drop(old)
+        return item
+
+    def values(self) -> list[T]:
+        with self._lock:
+            return list(self._items.values())
+
+
+class _AsyncEndpoint:
+    """An async client and the transport under it (which closes when retired)."""
+
+    def __init__(self, client: httpx2.AsyncClient, transport: AsyncPolicyTransport) -> None:
+        self.client, self.transport = client, transport
+
+
+def _retire(endpoint: _AsyncEndpoint) -> None:
+    endpoint.transport.retire()
 
 
 class _Process:
@@ -93,7 +116,17 @@ class _Process:
         self.ssl_context = ssl_context
         self.clients: Registry[httpx2.Client] = Registry()
         self.async_clients: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, Registry[httpx2.AsyncClient]] = weakref.WeakKeyDictionary()
+            asyncio.AbstractEventLoop, Registry[_AsyncEndpoint]] = weakref.WeakKeyDictionary()
+
+    def retire_async(self) -> None:
+        """Let this process's async clients go, each on its own loop (they are
+        bound to it): replaced by the clients of a new policy."""
+        for loop, registry in list(self.async_clients.items()):
+            if loop.is_closed():
+                continue
+            for endpoint in registry.values():
+                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                    loop.call_soon_threadsafe(endpoint.transport.retire)
 
 
 _lock = threading.Lock()
@@ -115,6 +148,7 @@ def _process() -> _Process:
         if _current is None or _current.pid != os.getpid() or _current.ca_bundle != ca_bundle:
             _current = _Process(policy, ca_bundle, _ssl_context(ca_bundle))
         elif _current.policy != policy:
+            _current.retire_async()
             _current = _Process(policy, ca_bundle, _current.ssl_context)
         return _current
 
@@ -129,19 +163,24 @@ def client_for(url: str) -> httpx2.Client:
         follow_redirects=False, trust_env=False, timeout=DEFAULT_TIMEOUT, cookies=_no_cookies()))
 
 
-def async_client_for(url: str, *, shard: int = 0) -> httpx2.AsyncClient:
-    """The async client of `url`'s endpoint for the running event loop; `shard`
-    (any integer, e.g. a task id) spreads one endpoint's calls over
-    `ASYNC_SHARDS` clients."""
+def async_client_for(url: str) -> httpx2.AsyncClient:
+    """The async client of `url`'s endpoint for the running event loop."""
     endpoint = endpoint_of(url)
     process = _process()
     loop = asyncio.get_running_loop()
     with _lock:
-        clients = process.async_clients.setdefault(loop, Registry(MAX_ENDPOINTS * ASYNC_SHARDS))
-    return clients.get((endpoint, shard % ASYNC_SHARDS), lambda: httpx2.AsyncClient(
-        transport=AsyncPolicyTransport(process.policy, ssl_context=process.ssl_context,
-                                       limits=ASYNC_LIMITS),
-        follow_redirects=False, trust_env=False, timeout=DEFAULT_TIMEOUT, cookies=_no_cookies()))
+        clients = process.async_clients.get(loop)
+        if clients is None:
+            clients = process.async_clients[loop] = Registry(MAX_ENDPOINTS, on_drop=_retire)
+
+    def build() -> _AsyncEndpoint:
+        transport = AsyncPolicyTransport(process.policy, ssl_context=process.ssl_context,
+                                         limits=ASYNC_LIMITS)
+        return _AsyncEndpoint(httpx2.AsyncClient(
+            transport=transport, follow_redirects=False, trust_env=False,
+            timeout=DEFAULT_TIMEOUT, cookies=_no_cookies()), transport)
+
+    return clients.get(endpoint, build).client
 
 
 def owned_async_client(*, headers: dict[str, str], timeout: httpx2.Timeout,

@@ -26,13 +26,14 @@ request's deadline; aiohttp's own total timeout carries it in the async one.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import math
 import socket
 import ssl
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextvars import ContextVar
 from typing import Any
 
@@ -313,8 +314,9 @@ CONNECT_FIRST_S = 0.05
 
 
 class _AiohttpBody(httpx2.AsyncByteStream):
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
+    def __init__(self, response: aiohttp.ClientResponse, done: Callable[[], None]) -> None:
         self._response = response
+        self._done: Callable[[], None] | None = done
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         # the call's deadline still runs: aiohttp's total timeout
@@ -324,6 +326,9 @@ class _AiohttpBody(httpx2.AsyncByteStream):
 
     async def aclose(self) -> None:
         self._response.release()  # back to the pool when read to the end, else closed
+        done, self._done = self._done, None
+        if done is not None:
+            done()
 
 
 class AsyncPolicyTransport(httpx2.AsyncBaseTransport):
@@ -333,7 +338,11 @@ class AsyncPolicyTransport(httpx2.AsyncBaseTransport):
     same rules as `PolicyTransport`: host names through `PolicyResolver`,
     address literals checked here, the request's timeout the whole call's, no
     redirects, no proxy from the environment, no cookies kept (a client serves
-    every tenant calling its endpoint)."""
+    every tenant calling its endpoint).
+
+    A transport let go by its owner (`retire`, on its loop) closes its session
+    once the calls still out on it are done: a session left for the collector
+    keeps its sockets open until then, and aiohttp logs it as unclosed."""
 
     def __init__(self, policy: Policy, *, ssl_context: ssl.SSLContext,
                  limits: httpx2.Limits) -> None:
@@ -341,6 +350,9 @@ class AsyncPolicyTransport(httpx2.AsyncBaseTransport):
         self._ssl_context = ssl_context
         self._limits = limits
         self._session: aiohttp.ClientSession | None = None
+        self._out = 0  # calls sent whose response is not closed yet
+        self._retired = False
+        self._closing: set[asyncio.Task[None]] = set()
 
     def _open(self) -> aiohttp.ClientSession:
         """The session, made on first use: on the running loop, which it is bound to."""
@@ -368,16 +380,50 @@ class AsyncPolicyTransport(httpx2.AsyncBaseTransport):
             data = request.content or None
         except httpx2.RequestNotRead:
             data = request.stream  # sent as it comes, chunked
-        with _mapped(_AIOHTTP_EXCEPTIONS):
-            response = await self._open().request(
-                request.method, url, headers=request.headers.multi_items(), data=data,
-                allow_redirects=False, timeout=timeout)
+        session = self._open()
+        self._out += 1
+        try:
+            with _mapped(_AIOHTTP_EXCEPTIONS):
+                response = await session.request(
+                    request.method, url, headers=request.headers.multi_items(), data=data,
+                    allow_redirects=False, timeout=timeout)
+        except BaseException:
+            self._call_done()
+            raise
         return httpx2.Response(
             status_code=response.status, headers=response.raw_headers,
-            stream=_AiohttpBody(response),
+            stream=_AiohttpBody(response, self._call_done),
             extensions={"http_version": b"HTTP/1.1",
                         "reason_phrase": (response.reason or "").encode("latin-1", "replace")})
 
+    def _call_done(self) -> None:
+        self._out -= 1
+        if self._retired and self._out == 0:
+            self._close_session()
+
+    def retire(self) -> None:
+        """No new calls are expected (call on the transport's loop): close the
+        session now, or when the last call out on it is done. A call that comes
+        anyway opens a new session, closed in turn when it is done."""
+        self._retired = True
+        if self._out == 0:
+            self._close_session()
+
+    @property
+    def closed(self) -> bool:
+        """Retired, and every session it opened has closed."""
+        return self._retired and self._session is None and not self._closing
+
+    def _close_session(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            closing = asyncio.get_running_loop().create_task(session.close())
+            self._closing.add(closing)  # a task nobody holds may be collected mid-way
+            closing.add_done_callback(self._closing.discard)
+
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+        if self._closing:
+            await asyncio.gather(*self._closing)
