@@ -22,6 +22,7 @@ from tasks_app.models import Event, Step, Task
 from tools_app.models import ToolExecution
 
 from .procs import machine_cpu_ticks, steal_pct
+from .vacuum import vacuum
 from .world import World
 
 # The real tables, named by their models (read once, at import).
@@ -64,6 +65,7 @@ VALUES (%s, %s, %s, %s, %s, %s, 'SUCCEEDED', %s, %s, '', now(), now())
 
 
 def run_floor(dsn: str, world: World, *, tasks: int, steps: int) -> dict[str, Any]:
+    vacuum()
     with psycopg.connect(dsn, autocommit=False) as conn:
         task_ids = []
         with conn.cursor() as cur:

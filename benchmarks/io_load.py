@@ -61,6 +61,7 @@ from .procs import (
     stop,
 )
 from .throughput import wait_terminal
+from .vacuum import vacuum
 from .world import BIG_BUDGET, World, cancel_open, step_script, submit
 
 IO_AGENT = "bench-io"
@@ -147,6 +148,7 @@ def _admit_all() -> None:
 
 def run_io(world: World, *, tasks: int, edge_url: str, edge_pid: int,
            workers: Workers) -> dict[str, Any]:
+    vacuum()
     httpx.post(f"{edge_url}/reset")
     before = _cpu_now(workers, edge_pid)
     with transaction.atomic():
@@ -204,6 +206,7 @@ def run_scripted(world: World, *, tasks: int, edge_pid: int,
                  workers: Workers) -> dict[str, Any]:
     """The scripted model and instant tools on the same worker, in the I/O
     workload's shape: its steps/s and CPU per step."""
+    vacuum()
     with transaction.atomic():
         ids = [submit(world, step_script(TOOL_CALLS + 1, salt=f"io-cmp{i}-"),
                       goal=f"bench cmp {i}") for i in range(tasks)]

@@ -23,13 +23,17 @@ from tasks_app.models import Task
 from .config import BenchConfig
 from .stats import step_intervals
 from .throughput import wait_terminal
+from .vacuum import vacuum
 from .world import World, cancel_open, step_script, submit
 
 WINDOW = 19  # steps in each window: 2..20, and the last nineteen tool steps
 
 
 def run_long_tasks(world: World, cfg: BenchConfig) -> dict[str, Any]:
-    rounds = [run_long_task(world, cfg) for _ in range(max(1, cfg.rounds))]
+    rounds = []
+    for _ in range(max(1, cfg.rounds)):
+        vacuum()
+        rounds.append(run_long_task(world, cfg))
     early = [s for r in rounds for s in r.pop("_early")]
     late = [s for r in rounds for s in r.pop("_late")]
     doc = dict(rounds[-1])  # the last round's task, status and curve

@@ -46,6 +46,8 @@ def machine_info() -> dict[str, Any]:
         pg = cur.fetchone()[0]
         cur.execute("SHOW synchronous_commit")
         sync = cur.fetchone()[0]
+        cur.execute("SHOW autovacuum")
+        autovacuum = cur.fetchone()[0]
     return {
         "cpus": os.cpu_count(),
         "cpu": cpu,
@@ -53,6 +55,7 @@ def machine_info() -> dict[str, Any]:
         "python": platform.python_version(),
         "postgresql": pg,
         "synchronous_commit": sync,
+        "autovacuum": autovacuum,
         "platform": platform.platform(),
     }
 
@@ -122,7 +125,8 @@ def table(doc: dict[str, Any]) -> str:
     machine = (
         "machine",
         f"{m.get('cpus')} CPUs ({m.get('cpu')}), {m.get('memory_gb')} GB, "
-        f"PostgreSQL {m.get('postgresql')}",
+        f"PostgreSQL {m.get('postgresql')}, autovacuum {m.get('autovacuum')} "
+        "(every run starts from a vacuumed database)",
     )
     if doc.get("config", {}).get("only") == "io":
         return _rows_text([machine, *_io_rows(doc)], doc)

@@ -20,6 +20,7 @@ from tasks_app.models import Task
 from .config import BenchConfig
 from .procs import Workers, busy_pct, machine_cpu_ticks, server_cpu_s, steal_pct
 from .stats import slices_of, step_intervals, summary_ms
+from .vacuum import vacuum
 from .world import World, cancel_open, step_script, submit
 
 POLL_S = 0.25
@@ -47,6 +48,7 @@ def warm_up(world: World, cfg: BenchConfig) -> None:
 
 def run_throughput(world: World, cfg: BenchConfig, *, workers: Workers) -> dict[str, Any]:
     timeout = max(300.0, cfg.tasks * cfg.steps / 2.0)
+    vacuum()
     cpu0, machine0 = workers.cpu_s(), machine_cpu_ticks()
     consumer0, pg0, redis0 = workers.consumer_cpu_s(), server_cpu_s("postgres"), server_cpu_s(
         "redis-server")
