@@ -1,8 +1,8 @@
 """A fake of the process edge for I/O workloads: an OpenAI-compatible model and
 HTTP tools that answer any number of calls at once, after a set latency.
 
-One asyncio server (asyncio streams, HTTP/1.1 keep-alive), in a thread of the
-caller (`EdgeServer.start`) or in a process of its own on uvloop (`python -m
+One asyncio server (stdlib only, HTTP/1.1 keep-alive), in a thread of the
+caller (`EdgeServer.start`) or in a process of its own (`python -m
 benchmarks.edge_server --port N`, for the benchmark):
 
 - ``POST /v1/chat/completions``: after `model_latency_s`, the model calls the
@@ -30,8 +30,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
-
-import uvloop
 
 
 @dataclass
@@ -230,9 +228,7 @@ def main() -> None:
         print(server.port, flush=True)  # the caller reads the port from the first line
         await asyncio.Event().wait()
 
-    # uvloop, as under the worker's I/O loop: the fake shares the machine with
-    # the worker it measures, and a real provider's CPU is not the worker's.
-    uvloop.run(serve())
+    asyncio.run(serve())
 
 
 if __name__ == "__main__":
