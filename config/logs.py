@@ -63,7 +63,7 @@ def logging_config(*, fmt: str, level: str) -> dict[str, Any]:
         "root": {"handlers": ["console"], "level": level},
         "loggers": {
             "django.channels.server": {"level": "WARNING"},
-            # httpx and httpx2 log every request at INFO
+            # the openai SDK's HTTP client logs every request at INFO
             "httpx": {"level": "WARNING"},
             "httpx2": {"level": "WARNING"},
             # the MCP SDK logs every session it opens and closes at INFO

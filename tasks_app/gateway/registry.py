@@ -5,7 +5,6 @@ from typing import Any
 
 from ..vault.values import Resolved
 from .base import CallGuard, GatewayError, ModelBackend
-from .openai_backend import OpenAIBackend
 from .scripted import ScriptedBackend
 
 
@@ -18,5 +17,8 @@ def get_backend(model: dict[str, Any], keys: Resolved | None = None,
     if backend == "scripted":
         return ScriptedBackend()
     if backend == "openai":
+        # Imported on first use: the OpenAI SDK is heavy, and scripted agents never need it.
+        from .openai_backend import OpenAIBackend
+
         return OpenAIBackend(model, keys, guard)
     raise GatewayError(f"unknown model backend {backend!r}", retryable=False, calls=0)

@@ -22,7 +22,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import urlsplit
 
 __all__ = ["FakeOpenAI", "Scripted", "error", "reply", "slow"]
 
@@ -146,7 +145,7 @@ class FakeOpenAI:
                     body = {"_unparsed": raw.decode(errors="replace")}
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 received = Received(path=self.path, headers=headers, body=body, at=time.monotonic())
-                if not urlsplit(self.path).path.rstrip("/").endswith("/chat/completions"):
+                if not self.path.rstrip("/").endswith("/chat/completions"):
                     self._send(error(404, f"no route {self.path}"))
                     return
                 item = fake._next(received)

@@ -1,8 +1,7 @@
 """Model endpoints under the outbound-address policy and a total timeout: an
 address refused at call time fails the task without a retry and without a
-byte sent; a drip-fed answer is cut at the profile's `timeout_s`; every call
-goes out on the endpoint's one long-lived client; a reply is read up to
-`MAX_MODEL_REPLY_BYTES`; an error reply's own message is what the task says."""
+byte sent; a drip-fed answer is cut at the profile's `timeout_s`; the SDK
+client of a base URL is built once per process."""
 
 from __future__ import annotations
 
@@ -11,13 +10,13 @@ from typing import Any
 import pytest
 
 from tasks_app.gateway.base import GatewayError
-from tasks_app.gateway.openai_backend import OpenAIBackend
+from tasks_app.gateway.openai_backend import OpenAIBackend, sdk_client
 from tasks_app.machine import TaskStatus
 from tasks_app.services.agents import agent_create
 from tests.factories import submit
 from tests.fakes.fixtures import openai_agent
 from tests.fakes.listeners import DripServer, Listener
-from tests.fakes.openai_server import Scripted, error, reply
+from tests.fakes.openai_server import reply
 from tests.helpers import drive, wait_for
 from tools_app.outbound import REFUSED, async_client_for
 from tools_app.outbound.ioloop import run_io
@@ -63,58 +62,16 @@ def test_a_drip_fed_model_answer_is_cut_at_the_timeout():
         server.close()
 
 
-def test_model_calls_go_out_on_the_endpoints_one_client(world, openai_server):
+def test_the_sdk_client_of_a_base_url_is_built_once(world, openai_server):
     openai_agent(world.tenant, openai_server)
 
-    async def client() -> Any:  # on the I/O loop, where the runner calls
-        return async_client_for(openai_server.base_url)
+    async def clients() -> tuple[Any, Any]:  # on the I/O loop, where the runner calls
+        return sdk_client(openai_server.base_url), async_client_for(openai_server.base_url)
 
-    http = run_io(client())
+    sdk, http = run_io(clients())
     openai_server.push(reply('{"answer": 1}'), reply('{"answer": 2}'))
     for _ in range(2):
         assert drive(submit(world.tenant, None, agent="llm").pk).status == TaskStatus.SUCCEEDED
-    assert run_io(client()) is http
-    assert [r.path for r in openai_server.requests] == ["/v1/chat/completions"] * 2
-    sent = openai_server.requests[0]
-    assert sent.headers["content-type"] == "application/json"
-    assert sent.model == "primary" and sent.body["messages"][0]["role"] == "system"
-
-
-def _backend(base_url: str, **model: Any) -> OpenAIBackend:
-    return OpenAIBackend({"backend": "openai", "name": "primary", "timeout_s": 5,
-                          "max_retries": 0, "base_url": base_url, **model})
-
-
-def _summary_error(backend: OpenAIBackend) -> GatewayError:
-    with pytest.raises(GatewayError) as failed:
-        backend.summarize(goal="g", previous="", steps=[], max_chars=100)
-    return failed.value
-
-
-def test_a_base_url_keeps_its_query(openai_server):
-    openai_server.push(reply("notes"))
-    backend = _backend(openai_server.base_url + "/?api-version=2024-10-21")
-    assert backend.summarize(goal="g", previous="", steps=[], max_chars=100).text == "notes"
-    assert openai_server.requests[0].path == "/v1/chat/completions?api-version=2024-10-21"
-
-
-def test_a_reply_larger_than_the_limit_fails_the_call_unretried(openai_server, settings):
-    settings.TETHER = {**settings.TETHER, "MAX_MODEL_REPLY_BYTES": 2000}
-    openai_server.push(reply("x" * 3000), reply("small enough"))
-    failed = _summary_error(_backend(openai_server.base_url, max_retries=2))
-    assert "bad reply: larger than 2000 bytes" in str(failed) and not failed.retryable
-    assert len(openai_server.requests) == 1 and openai_server.pending() == 1
-
-
-@pytest.mark.parametrize(("answer", "expected", "retryable"), [
-    (error(400, "context too long"), "HTTP 400: context too long", False),  # OpenAI, vLLM
-    (Scripted(404, {"error": "model 'primary' not found"}),
-     "HTTP 404: model 'primary' not found", False),  # Ollama
-    (Scripted(503, "<html>overloaded</html>"), 'HTTP 503: "<html>overloaded</html>"', True),
-    (Scripted(200, ["not", "an", "object"]), "bad reply: not a JSON object", True),
-])
-def test_an_error_reply_says_what_the_endpoint_said(openai_server, answer, expected, retryable):
-    openai_server.push(answer)
-    failed = _summary_error(_backend(openai_server.base_url))
-    assert str(failed) == f"primary failed after 1 attempts: {expected}"
-    assert failed.retryable is retryable
+    assert run_io(clients()) == (sdk, http)
+    assert sdk._client is http  # the endpoint's outbound client
+    assert len(openai_server.requests) == 2

@@ -35,7 +35,7 @@ from django.conf import settings
 
 from config.tracing import outgoing_headers
 
-from ..outbound import REFUSED, EgressRefusedError, async_client_for, read_capped
+from ..outbound import REFUSED, EgressRefusedError, async_client_for
 from ..outbound.retry_after import retry_after_s
 from .ledger_answers import status_answer_from
 from .types import OutcomeKind, StatusAnswer, ToolCall, ToolOutcome
@@ -69,6 +69,18 @@ def _body(content: bytes) -> Any:
     return content[:2000].decode("utf-8", "replace")
 
 
+async def _read_capped(response: httpx2.Response, limit: int) -> tuple[bytes, bool]:
+    """Read at most `limit` bytes of the body; the flag says there was more."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            return b"".join(chunks)[:limit], True
+    return b"".join(chunks), False
+
+
 def _unavailable(call: ToolCall, exc: Exception) -> ToolOutcome:
     # A broken registration (bad URL or scheme): nothing was sent, retrying cannot help.
     return ToolOutcome(kind=OutcomeKind.PERMISSION, error={
@@ -82,7 +94,7 @@ async def acall(call: ToolCall) -> ToolOutcome:
         client = async_client_for(call.spec.url)
         async with client.stream("POST", call.spec.url, json=call.args, headers=_headers(call),
                                  timeout=call.spec.timeout_s) as response:
-            content, too_large = await read_capped(response, limit)
+            content, too_large = await _read_capped(response, limit)
     except (httpx2.InvalidURL, httpx2.UnsupportedProtocol) as exc:
         return _unavailable(call, exc)
     except EgressRefusedError:
@@ -129,7 +141,7 @@ async def aquery_status(call: ToolCall) -> StatusAnswer:
         client = async_client_for(url)
         async with client.stream("GET", url, headers=_headers(call),
                                  timeout=max(call.spec.timeout_s, 5.0)) as response:
-            content, too_large = await read_capped(response, limit)
+            content, too_large = await _read_capped(response, limit)
     except EgressRefusedError:
         return StatusAnswer(state="unknown", detail=f"status query: {REFUSED}")
     except (httpx2.HTTPError, httpx2.InvalidURL) as exc:

@@ -11,7 +11,7 @@ A refusal is `EgressRefusedError`: a permission error for a tool step, a
 non-retryable error for a model call, never a hint about the target.
 """
 
-from .clients import Registry, async_client_for, client_for, owned_async_client, read_capped
+from .clients import Registry, async_client_for, client_for, owned_async_client
 from .policy import REFUSED, EgressRefusedError, current_policy, endpoint_of, url_problem
 
 __all__ = [
@@ -23,6 +23,5 @@ __all__ = [
     "current_policy",
     "endpoint_of",
     "owned_async_client",
-    "read_capped",
     "url_problem",
 ]

@@ -196,16 +196,3 @@ def owned_async_client(*, headers: dict[str, str], timeout: httpx2.Timeout,
         transport = wrap(transport)
     return httpx2.AsyncClient(transport=transport, headers=headers, follow_redirects=False,
                               trust_env=False, timeout=timeout, cookies=_no_cookies())
-
-
-async def read_capped(response: httpx2.Response, limit: int) -> tuple[bytes, bool]:
-    """At most `limit` bytes of a streamed response's body; the flag says there
-    was more (a tenant's endpoint decides how much it sends)."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in response.aiter_bytes():
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > limit:
-            return b"".join(chunks)[:limit], True
-    return b"".join(chunks), False
