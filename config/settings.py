@@ -225,6 +225,7 @@ TETHER = {
     "BREAKER_COOLDOWN_S": env.float("TETHER_BREAKER_COOLDOWN_S", default=10.0),
     "BREAKER_MAX_COOLDOWN_S": env.float("TETHER_BREAKER_MAX_COOLDOWN_S", default=300.0),
     "MAX_TOOL_RESULT_BYTES": env.int("TETHER_MAX_TOOL_RESULT_BYTES", default=256 * 1024),
+    "MAX_RESPONSE_BYTES": env.int("TETHER_MAX_RESPONSE_BYTES", default=8 * 1024 * 1024),
     "CONTEXT_WINDOW_STEPS": env.int("TETHER_CONTEXT_WINDOW_STEPS", default=8),
     "CONTEXT_RESULT_CHARS": env.int("TETHER_CONTEXT_RESULT_CHARS", default=2000),
     # older steps beyond the window are folded into a summary past either threshold

@@ -53,7 +53,13 @@ from openai._base_client import make_request_options
 
 from config.metrics import observe_model_call
 from config.tracing import model_call_span
-from tools_app.outbound import REFUSED, EgressRefusedError, Registry, async_client_for
+from tools_app.outbound import (
+    REFUSED,
+    EgressRefusedError,
+    Registry,
+    ResponseTooLargeError,
+    async_client_for,
+)
 from tools_app.outbound.clients import MAX_ENDPOINTS
 from tools_app.outbound.ioloop import run_io
 from tools_app.outbound.retry_after import retry_after_s
@@ -275,6 +281,9 @@ class OpenAIBackend:
         except openai.APIConnectionError as exc:
             if isinstance(exc.__cause__, EgressRefusedError):
                 raise _Failure(REFUSED, retryable=False, kind="egress_refused")
+            if isinstance(exc.__cause__, ResponseTooLargeError):  # asking again gets as much
+                raise _Failure(f"bad reply: {exc.__cause__}", retryable=False,
+                               kind="reply_too_large")
             raise _Failure(f"connection failed: {exc}", retryable=True, kind="connection")
         except openai.APIStatusError as exc:
             status = exc.status_code

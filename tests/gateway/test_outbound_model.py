@@ -75,3 +75,17 @@ def test_the_sdk_client_of_a_base_url_is_built_once(world, openai_server):
     assert run_io(clients()) == (sdk, http)
     assert sdk._client is http  # the endpoint's outbound client
     assert len(openai_server.requests) == 2
+
+
+def test_a_model_reply_past_the_limit_fails_the_call_unretried(openai_server, settings):
+    """The base URL is the tenant's: its reply is read up to TETHER_MAX_RESPONSE_BYTES."""
+    settings.TETHER = {**settings.TETHER, "MAX_RESPONSE_BYTES": 20_000,
+                       "MAX_TOOL_RESULT_BYTES": 1_000}
+    openai_server.push(reply("x" * 50_000), reply("small enough"))
+    backend = OpenAIBackend({"backend": "openai", "name": "primary", "timeout_s": 5,
+                             "max_retries": 2, "base_url": openai_server.base_url})
+    with pytest.raises(GatewayError) as failed:
+        backend.summarize(goal="g", previous="", steps=[], max_chars=100)
+    assert "the response is larger than 20000 bytes" in str(failed.value)
+    assert not failed.value.retryable  # asking again would only get as much
+    assert len(openai_server.requests) == 1 and openai_server.pending() == 1

@@ -33,7 +33,7 @@ from tools_app.outbound import (
 from tools_app.outbound import policy as policy_module
 from tools_app.outbound.clients import Registry
 from tools_app.outbound.policy import Allowed, is_public, parse_entry
-from tools_app.outbound.transport import AsyncPolicyTransport
+from tools_app.outbound.transport import AsyncPolicyTransport, ResponseTooLargeError
 from tools_app.services import tool_create
 
 FINAL = {"final": {"ok": True}}
@@ -340,6 +340,22 @@ def test_an_async_client_let_go_finishes_its_calls_then_closes(fake_http, settin
         # a call that still comes to the old client is served, then closed too
         assert (await old.get(url, timeout=10)).json() == {"n": 1}
         await _until(lambda: _closed(old))
+
+    asyncio.run(scenario())
+
+
+def test_a_shared_async_client_reads_no_response_past_the_limit(fake_http, settings):
+    settings.TETHER = {**settings.TETHER, "MAX_RESPONSE_BYTES": 10_000,
+                       "MAX_TOOL_RESULT_BYTES": 1_000}
+    fake_http.on("GET", "/big", Reply(200, {"blob": "x" * 50_000}))
+    fake_http.on("GET", "/small", Reply(200, {"blob": "x" * 100}))
+
+    async def scenario() -> None:
+        client = async_client_for(fake_http.url("/big"))
+        with pytest.raises(ResponseTooLargeError, match="larger than 10000 bytes"):
+            await client.get(fake_http.url("/big"), timeout=10)
+        small = await client.get(fake_http.url("/small"), timeout=10)  # the client goes on
+        assert small.json() == {"blob": "x" * 100}
 
     asyncio.run(scenario())
 

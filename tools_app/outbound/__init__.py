@@ -13,6 +13,7 @@ non-retryable error for a model call, never a hint about the target.
 
 from .clients import Registry, async_client_for, client_for, owned_async_client
 from .policy import REFUSED, EgressRefusedError, current_policy, endpoint_of, url_problem
+from .transport import ResponseTooLargeError
 
 __all__ = [
     "REFUSED",
@@ -23,5 +24,6 @@ __all__ = [
     "current_policy",
     "endpoint_of",
     "owned_async_client",
+    "ResponseTooLargeError",
     "url_problem",
 ]

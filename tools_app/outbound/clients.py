@@ -17,8 +17,9 @@ pooled connection never outlives the policy it was checked under. At most
 `MAX_ENDPOINTS` clients are kept, the least recently used are let go (not
 closed: a thread may still be using one; they close when collected).
 `async_client_for` is the same for asyncio code (on aiohttp), one client per
-endpoint per event loop; one let go (evicted, or its policy replaced) closes
-its connections once its calls still out are done (`AsyncPolicyTransport.retire`).
+endpoint per event loop, reading no response past `max_response_bytes()`; one
+let go (evicted, or its policy replaced) closes its connections once its calls
+still out are done (`AsyncPolicyTransport.retire`).
 
 No client keeps cookies: one client serves every tenant that calls its
 endpoint, and a cookie one tenant's call was given must not go out with
@@ -163,6 +164,13 @@ def client_for(url: str) -> httpx2.Client:
         follow_redirects=False, trust_env=False, timeout=DEFAULT_TIMEOUT, cookies=_no_cookies()))
 
 
+def max_response_bytes() -> int:
+    """How much of a response the shared async clients read (`TETHER_MAX_RESPONSE_BYTES`):
+    never less than twice a tool result's own limit, which its caller cuts first."""
+    tether = settings.TETHER
+    return max(int(tether["MAX_RESPONSE_BYTES"]), 2 * int(tether["MAX_TOOL_RESULT_BYTES"]))
+
+
 def async_client_for(url: str) -> httpx2.AsyncClient:
     """The async client of `url`'s endpoint for the running event loop."""
     endpoint = endpoint_of(url)
@@ -175,7 +183,7 @@ def async_client_for(url: str) -> httpx2.AsyncClient:
 
     def build() -> _AsyncEndpoint:
         transport = AsyncPolicyTransport(process.policy, ssl_context=process.ssl_context,
-                                         limits=ASYNC_LIMITS)
+                                         limits=ASYNC_LIMITS, max_body=max_response_bytes)
         return _AsyncEndpoint(httpx2.AsyncClient(
             transport=transport, follow_redirects=False, trust_env=False,
             timeout=DEFAULT_TIMEOUT, cookies=_no_cookies()), transport)

@@ -313,15 +313,28 @@ _AIOHTTP_EXCEPTIONS: tuple[tuple[type[BaseException], type[httpx2.HTTPError]], .
 CONNECT_FIRST_S = 0.05
 
 
+class ResponseTooLargeError(httpx2.ReadError):
+    """A response body went past its client's limit: the rest is not read and
+    the connection is closed. A tenant chooses where its calls go, and so how
+    much comes back."""
+
+
 class _AiohttpBody(httpx2.AsyncByteStream):
-    def __init__(self, response: aiohttp.ClientResponse, done: Callable[[], None]) -> None:
+    def __init__(self, response: aiohttp.ClientResponse, done: Callable[[], None],
+                 limit: int | None) -> None:
         self._response = response
         self._done: Callable[[], None] | None = done
+        self._limit = limit
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
+        read = 0
         # the call's deadline still runs: aiohttp's total timeout
         with _mapped(_AIOHTTP_EXCEPTIONS):
             async for chunk in self._response.content.iter_any():
+                read += len(chunk)
+                if self._limit is not None and read > self._limit:
+                    raise ResponseTooLargeError(
+                        f"the response is larger than {self._limit} bytes")
                 yield chunk
 
     async def aclose(self) -> None:
@@ -345,8 +358,9 @@ class AsyncPolicyTransport(httpx2.AsyncBaseTransport):
     keeps its sockets open until then, and aiohttp logs it as unclosed."""
 
     def __init__(self, policy: Policy, *, ssl_context: ssl.SSLContext,
-                 limits: httpx2.Limits) -> None:
+                 limits: httpx2.Limits, max_body: Callable[[], int] | None = None) -> None:
         self._policy = policy
+        self._max_body = max_body  # read at each call: the limit of a body, in bytes
         self._ssl_context = ssl_context
         self._limits = limits
         self._session: aiohttp.ClientSession | None = None
@@ -392,7 +406,8 @@ class AsyncPolicyTransport(httpx2.AsyncBaseTransport):
             raise
         return httpx2.Response(
             status_code=response.status, headers=response.raw_headers,
-            stream=_AiohttpBody(response, self._call_done),
+            stream=_AiohttpBody(response, self._call_done,
+                                None if self._max_body is None else self._max_body()),
             extensions={"http_version": b"HTTP/1.1",
                         "reason_phrase": (response.reason or "").encode("latin-1", "replace")})
 
