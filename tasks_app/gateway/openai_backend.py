@@ -313,6 +313,7 @@ def _without_nulls(value: Any) -> Any:
     return value
 
 
+# one per (base URL, outbound client, key, timeout): a few per endpoint
 _sdk_clients: Registry[openai.AsyncOpenAI] = Registry(MAX_ENDPOINTS * 4)
 
 

@@ -37,6 +37,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import httpx2
@@ -96,15 +97,15 @@ class Registry(Generic[T]):
             return list(self._items.values())
 
 
+@dataclass(frozen=True)
 class _AsyncEndpoint:
-    """An async client and the transport under it (which closes when retired)."""
+    """An async client and the transport under it, which closes when retired."""
 
-    def __init__(self, client: httpx2.AsyncClient, transport: AsyncPolicyTransport) -> None:
-        self.client, self.transport = client, transport
+    client: httpx2.AsyncClient
+    transport: AsyncPolicyTransport
 
-
-def _retire(endpoint: _AsyncEndpoint) -> None:
-    endpoint.transport.retire()
+    def retire(self) -> None:
+        self.transport.retire()
 
 
 class _Process:
@@ -127,7 +128,7 @@ class _Process:
                 continue
             for endpoint in registry.values():
                 with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                    loop.call_soon_threadsafe(endpoint.transport.retire)
+                    loop.call_soon_threadsafe(endpoint.retire)
 
 
 _lock = threading.Lock()
@@ -179,7 +180,8 @@ def async_client_for(url: str) -> httpx2.AsyncClient:
     with _lock:
         clients = process.async_clients.get(loop)
         if clients is None:
-            clients = process.async_clients[loop] = Registry(MAX_ENDPOINTS, on_drop=_retire)
+            clients = Registry(MAX_ENDPOINTS, on_drop=_AsyncEndpoint.retire)
+            process.async_clients[loop] = clients
 
     def build() -> _AsyncEndpoint:
         transport = AsyncPolicyTransport(process.policy, ssl_context=process.ssl_context,
