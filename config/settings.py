@@ -218,6 +218,10 @@ TETHER = {
     "BACKOFF_MAX_S": env.float("TETHER_BACKOFF_MAX_S", default=30.0),
     # a step that raises an unexpected error is tried again this many times, then the task fails
     "STEP_ERROR_RETRIES": env.int("TETHER_STEP_ERROR_RETRIES", default=5),
+    # a FAILED task's compensation that has not finished this long after the failure
+    # (its message lost to a broker outage, its worker killed) is handed to a worker
+    # again by the recovery sweep, and again every as long until a run ends
+    "COMPENSATION_RESWEEP_S": env.float("TETHER_COMPENSATION_RESWEEP_S", default=120.0),
     # circuit breakers (tools_app/breakers): open after this many transient failures
     # in a row, admit one probe after the cool-down, which doubles (up to the max)
     # each time a probe fails; a tool's or an agent model's `breaker` overrides them

@@ -96,6 +96,10 @@ class Task(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # A FAILED task's compensation not known to have run: when the recovery sweep
+    # hands it to a worker again (`runner.compensation`). Set by the FAILED
+    # transition, cleared when a compensation run ends.
+    compensation_due_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-id"]
@@ -122,6 +126,9 @@ class Task(models.Model):
             # the tasks of one retry chain (few rows; most tasks have none)
             models.Index(fields=["key_lineage"], name="task_key_lineage",
                          condition=models.Q(key_lineage__isnull=False)),
+            # the sweep's lost compensations (a few rows at most: cleared when each runs)
+            models.Index(fields=["compensation_due_at"], name="task_compensation_due",
+                         condition=models.Q(compensation_due_at__isnull=False)),
         ]
 
     def __str__(self) -> str:

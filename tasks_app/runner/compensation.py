@@ -9,7 +9,11 @@ compensates twice. Each outcome is an event on the task's timeline
 (`compensation_succeeded` / `compensation_failed`); a failed compensation is
 left for a person, it is not retried blindly.
 
-Runs after the FAILED transition commits, outside any transaction.
+Runs after the FAILED transition commits, outside any transaction. That
+message can be lost (the broker down at that moment, the worker killed
+mid-run): the FAILED transition marks the task `compensation_due_at`, a run
+that ends clears it, and the recovery sweep hands a task still due to a worker
+again (`resweep_compensations`); the ledger makes a second run harmless.
 
 Retries (`tasks_app.retries`): a step a retry inherited is not compensated,
 neither by the retry (it did not make the call) nor by the original once a
@@ -21,9 +25,12 @@ is being undone.
 
 from __future__ import annotations
 
+import functools
 import logging
+import uuid
 
 from django.db import transaction
+from django.utils import timezone
 
 from tools_app.executor import OutcomeKind, ToolCall, ToolContext, execute_through_ledger
 from tools_app.executor.types import ToolSpec
@@ -33,6 +40,8 @@ from ..actors import SYSTEM
 from ..keys import compensation_key
 from ..machine import TaskStatus
 from ..models import Event, Step, StepKind, StepStatus, Task
+from ..services.dispatch import schedule_compensation
+from ..store.effects import compensation_resweep
 from ..store.events import event_append
 
 log = logging.getLogger(__name__)
@@ -43,9 +52,39 @@ def compensate_task(task_id: int) -> int:
     task = Task.objects.filter(pk=task_id).only("id", "tenant_id", "trace_id", "status").first()
     if task is None or task.status != TaskStatus.FAILED:
         return 0
+    made, elsewhere = _compensate(task)
+    if not elsewhere:  # else the run that holds a call clears it when it ends
+        # This run ended: whatever failed in it is on the timeline, for a person.
+        Task.objects.filter(pk=task_id).update(compensation_due_at=None)
+    return made
+
+
+def resweep_compensations(*, batch: int = 100) -> int:
+    """Hand out again the compensations of FAILED tasks still due (their message
+    lost, their worker killed); each comes back once more after another
+    `TETHER_COMPENSATION_RESWEEP_S` unless a run ends first. Returns how many."""
+    now = timezone.now()
+    with transaction.atomic():
+        due = list(Task.objects.select_for_update(skip_locked=True)
+                   .filter(compensation_due_at__lte=now).order_by("compensation_due_at")
+                   .values_list("id", flat=True)[:batch])
+        if due:
+            Task.objects.filter(pk__in=due).update(
+                compensation_due_at=now + compensation_resweep())
+        for task_id in due:
+            transaction.on_commit(functools.partial(schedule_compensation, task_id))
+    return len(due)
+
+
+def _compensate(task: Task) -> tuple[int, bool]:
+    """(calls made, whether a call was left to another run that holds it)."""
     specs = tool_specs(tenant_id=task.tenant_id)
     steps = compensable_steps(task, specs)
-    made = 0
+    # Each run its own owner: a run that finds a live claim of another (a
+    # redelivered message, a resweep) leaves that call to it, and one that finds
+    # a dead run's claim recovers it as the ledger does any interrupted call.
+    owner = f"compensation:{task.pk}:{uuid.uuid4().hex[:12]}"
+    made, elsewhere = 0, False
     for step in steps:
         spec = specs.get(step.tool)
         if spec is None or not spec.compensation_tool or spec.side_effect == "read":
@@ -78,9 +117,11 @@ def compensate_task(task_id: int) -> int:
                 trace_id=task.trace_id,
             ),
         )
-        outcome = execute_through_ledger(call, owner=f"compensation:{task.pk}")
+        outcome = execute_through_ledger(call, owner=owner)
         if outcome.from_ledger:
-            continue  # compensated before (or being compensated): nothing new to record
+            # compensated before, or being compensated: nothing new to record
+            elsewhere = elsewhere or outcome.kind is OutcomeKind.PROCESSING
+            continue
         made += 1
         if outcome.kind is OutcomeKind.OK:
             _event(task, "compensation_succeeded", {**payload, "result": outcome.result})
@@ -90,7 +131,7 @@ def compensate_task(task_id: int) -> int:
                 "compensation_failed",
                 {**payload, "outcome": outcome.kind.value, "error": outcome.error},
             )
-    return made
+    return made, elsewhere
 
 
 def compensable_steps(task: Task, specs: dict[str, ToolSpec]) -> list[Step]:

@@ -7,6 +7,8 @@ runs; by the embedded runner's own timer).
   so are RUNNING tasks nobody holds whose next run is due (a lost message, or
   one never sent: an enqueue that failed while the broker was down);
 - pending approvals past their SLA expire;
+- FAILED tasks whose compensation is due and has not run (its message lost,
+  its worker killed) are handed to a worker again (`compensation`);
 - tasks waiting for an answer or an approval past their deadline fail
   (`deadline_exceeded`): the deadline holds while nobody runs them. Tasks
   waiting for a reconciliation (the outside world's state is unknown) or for an
@@ -37,6 +39,7 @@ from ..services.admission import admit_created_tasks
 from ..services.dispatch import schedule_advance
 from ..store.hooks import run_sweep_hooks
 from ..store.tasks import task_transition
+from .compensation import resweep_compensations
 
 DEADLINE_WAITS = (TaskStatus.WAITING_FOR_INPUT, TaskStatus.WAITING_FOR_APPROVAL)
 
@@ -49,6 +52,7 @@ class SweepReport:
     requeued: int
     approvals_expired: int
     deadlines_failed: int = 0
+    compensations_resent: int = 0
 
 
 def recovery_sweep(*, batch: int = 500) -> SweepReport:
@@ -72,10 +76,11 @@ def recovery_sweep(*, batch: int = 500) -> SweepReport:
         requeued += 1
     count_recoveries(requeued)
     expired = approvals_expire()
+    compensations = resweep_compensations()
     failed = fail_waiting_past_deadline(batch=batch)
     run_sweep_hooks()  # other apps' periodic work (notify_app: SLA warnings, stuck deliveries)
     return SweepReport(admitted=len(admitted), requeued=requeued, approvals_expired=expired,
-                       deadlines_failed=failed)
+                       deadlines_failed=failed, compensations_resent=compensations)
 
 
 def fail_waiting_past_deadline(*, batch: int = 500) -> int:

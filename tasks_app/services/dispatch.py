@@ -80,5 +80,6 @@ def schedule_compensation(task_id: int) -> None:
         return
     try:
         executor.compensate(task_id)
-    except Exception:  # the FAILED transition is committed; nothing sweeps this up
-        log.error("could not enqueue the compensation of task %s", task_id, exc_info=True)
+    except Exception:  # the FAILED commit marked it due: the recovery sweep hands it out again
+        log.error("could not enqueue the compensation of task %s; the recovery sweep will",
+                  task_id, exc_info=True)

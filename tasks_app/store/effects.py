@@ -9,14 +9,16 @@ statement):
   canceled, in the same transaction: `close_open_work` (ORM, or one statement
   on PostgreSQL) or `closing_ctes` inside a commit's statement;
 - `after_transition`: a RUNNING slot freed schedules admission after commit,
-  and a FAILED task schedules its compensation after commit.
+  and a FAILED task schedules its compensation after commit (and is marked
+  `compensation_due_at` by `ending_fields`, for the sweep should that be lost).
 """
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cache
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -35,10 +37,21 @@ def ends(target: str) -> bool:
 
 
 def ending_fields(target: str, now: datetime) -> dict[str, Any]:
-    """The task's columns a transition to `target` sets besides its status."""
+    """The task's columns a transition to `target` sets besides its status. A
+    FAILED task's compensation is due: the FAILED commit also schedules it, and
+    should that message be lost, the recovery sweep hands it out again."""
     if not ends(target):
         return {}
-    return {"finished_at": now, "lease_owner": "", "lease_expires_at": None, "next_run_at": None}
+    fields: dict[str, Any] = {"finished_at": now, "lease_owner": "", "lease_expires_at": None,
+                              "next_run_at": None}
+    if target == TaskStatus.FAILED:
+        fields["compensation_due_at"] = now + compensation_resweep()
+    return fields
+
+
+def compensation_resweep() -> timedelta:
+    """How long a compensation may take before the sweep hands it out again."""
+    return timedelta(seconds=float(settings.TETHER["COMPENSATION_RESWEEP_S"]))
 
 
 def after_transition(task_id: int, source: str, target: str) -> None:

@@ -138,3 +138,50 @@ def test_a_task_submitted_while_the_broker_is_out_is_201_and_runs_once_it_is_bac
     assert ToolExecution.objects.filter(task_id=task_id).count() == 1
     started = Event.objects.filter(task_id=task_id, type="task_started").count()
     assert started == 1
+
+
+@pytest.mark.parametrize("celery_workers", [f"redis://127.0.0.1:{OWN_PORT}/0"], indirect=True,
+                         ids=["own-redis"])
+def test_a_compensation_lost_to_a_broker_outage_runs_once_it_is_back(
+    world: Any, own_redis: OwnRedis, celery_workers: CeleryWorkers, caplog: Any,
+    monkeypatch: Any,
+) -> None:
+    """A task that wrote fails while the broker is down: its compensation's message
+    is never sent. Once the broker is back, the recovery sweep hands it out and
+    the write is undone once."""
+    from django.conf import settings
+
+    from tasks_app.services.tasks import task_fail_by_operator
+    from tests.factories import actor_of, submit
+    from tests.fakes.runtime import add_agent, add_tool
+    from tools_app.models import DemoNotification
+
+    add_tool(world.tenant, "undo_note", "undo_note", side_effect="write", max_retries=0)
+    add_tool(world.tenant, "note", "note", side_effect="write", max_retries=0,
+             compensation_tool="undo_note")
+    add_agent(world.tenant, "payer", ["note"])
+    monkeypatch.setitem(settings.TETHER, "COMPENSATION_RESWEEP_S", 1.0)
+    celery_workers.start(env={"TETHER_COMPENSATION_RESWEEP_S": "1"})
+    task = submit(world.tenant, [
+        {"tool": "note", "args": {"to": "ada", "text": "charged"}},
+        {"ask": "Charge again?"},
+    ], agent="payer")
+    wait_for(lambda: Task.objects.get(pk=task.pk).status == TaskStatus.WAITING_FOR_INPUT,
+             timeout=60, message="the task to write, then ask")
+
+    own_redis.stop()
+    operator = actor_of(world.users[Role.OPERATOR])
+    with caplog.at_level(logging.ERROR, logger="tasks_app.services.dispatch"):
+        task_fail_by_operator(task_id=task.pk, actor=operator, reason="wrong customer")
+    assert any(f"could not enqueue the compensation of task {task.pk}" in r.getMessage()
+               for r in caplog.records)
+    assert Task.objects.get(pk=task.pk).compensation_due_at is not None
+    undone = DemoNotification.objects.filter(customer="undo")
+    assert not undone.exists()
+
+    own_redis.start()  # the worker reconnects; its sweep finds the compensation due
+    wait_for(lambda: Task.objects.get(pk=task.pk).compensation_due_at is None, timeout=60,
+             message="the compensation to run once the broker is back")
+    note_step = Step.objects.get(task_id=task.pk, step_no=1)
+    assert [u.message for u in undone] == [note_step.idempotency_key]
+    assert Event.objects.filter(task_id=task.pk, type="compensation_succeeded").count() == 1
