@@ -3,18 +3,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
+
+from tasks_app.models import Step
 
 from .models import Approval, Question, Reconciliation
 
 
-def pinned_human_facts(*, task_id: int, limit: int = 20) -> list[dict[str, Any]]:
-    """Answers, approvals and rejections of a task, oldest first, as context facts."""
+def pinned_human_facts(*, task_id: int, limit: int = 20,
+                       retry: bool = False) -> list[dict[str, Any]]:
+    """Answers, approvals and rejections of a task, oldest first, as context
+    facts. A retry (`retry`) has those of the steps it inherited too: what a
+    person said to the task it continues holds for it as well."""
+    of_task = Q(task_id=task_id)
+    if retry:
+        of_task |= Q(step_id__in=inherited_origins(task_id))
     facts: list[tuple[Any, dict[str, Any]]] = []
-    for q in Question.objects.filter(task_id=task_id, status="answered").order_by("-id")[:limit]:
+    for q in Question.objects.filter(of_task, status="answered").order_by("-id")[:limit]:
         facts.append((q.answered_at, {"id": f"answer:{q.pk}", "kind": "answer",
                                       "text": f"Q: {q.question}\nA (verbatim): {q.answer}"}))
-    for a in (Approval.objects.filter(task_id=task_id)
+    for a in (Approval.objects.filter(of_task)
               .exclude(status__in=["pending", "canceled"]).order_by("-id")[:limit]):
         text = f"{a.status.capitalize()} call of {a.tool}"
         if a.comment:
@@ -24,6 +32,19 @@ def pinned_human_facts(*, task_id: int, limit: int = 20) -> list[dict[str, Any]]
         facts.append((a.decided_at, {"id": f"approval:{a.pk}", "kind": a.status, "text": text}))
     facts.sort(key=lambda f: (f[0] is None, f[0]))
     return [f for _, f in facts][-limit:]
+
+
+def inherited_origins(task_id: int) -> list[int]:
+    """The steps a retry's inherited steps copy, followed back to the task that
+    ran each (a retry of a retry copies copies): one read per link of the chain."""
+    parents = list(Step.objects.filter(task_id=task_id, inherited_from__isnull=False)
+                   .values_list("inherited_from_id", flat=True))
+    origins: list[int] = []
+    while parents:
+        rows = list(Step.objects.filter(pk__in=parents).values_list("pk", "inherited_from_id"))
+        origins += [pk for pk, parent in rows if parent is None]
+        parents = [parent for _, parent in rows if parent is not None]
+    return origins
 
 
 def approvals_of_tenant(*, tenant_id: int, status: str | None = None,

@@ -64,6 +64,11 @@ class TaskSnapshot:
             cost_pico=task.cost_pico,
         )
 
+    @property
+    def is_retry(self) -> bool:
+        """A retry of another task (its chain's root is another task)."""
+        return self.key_lineage is not None and self.key_lineage != self.id
+
     def limit(self, name: str) -> int:
         base = int((self.agent.get("budget") or {}).get(name) or 0)
         return base + int(self.budget_extension.get(name) or 0)

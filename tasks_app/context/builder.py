@@ -158,17 +158,19 @@ class ContextSources:
 
 
 def gather(task_id: int, *, human_facts: list[dict[str, Any]] | None = None,
-           steps_count: int | None = None) -> ContextSources:
+           steps_count: int | None = None, retry: bool = False) -> ContextSources:
     """Read what a context needs; `human_facts` already read are not read again.
     A task without steps has no summary, no steps and no human facts (each
-    answer or approval belongs to a step): nothing is read for its first step."""
+    answer or approval belongs to a step): nothing is read for its first step.
+    A retry (`retry`) keeps the human facts of the steps it inherited."""
     if steps_count == 0:
         return ContextSources(summary=None, recent=[], human_facts=[])
     summary_row = active_summary(task_id)
     recent = recent_steps(task_id, after_step=summary_row.covers_until_step if summary_row else 0,
                           limit=recent_limit())
     if human_facts is None:
-        human_facts = pinned_human_facts(task_id=task_id, limit=MAX_PINNED_HUMAN_FACTS)
+        human_facts = pinned_human_facts(task_id=task_id, limit=MAX_PINNED_HUMAN_FACTS,
+                                         retry=retry)
     return ContextSources(summary=summary_row, recent=recent, human_facts=human_facts)
 
 
@@ -177,7 +179,7 @@ def build_context(snap: TaskSnapshot, *, tools: dict[str, ToolSpec],
     limits = context_limits()
     model = snap.agent.get("model") or {}
 
-    sources = sources or gather(snap.id)
+    sources = sources or gather(snap.id, retry=snap.is_retry)
     summary_row = sources.summary
     after_step = sources.covered
     recent = sources.recent

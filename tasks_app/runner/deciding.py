@@ -131,7 +131,7 @@ def plan_step(*, task_id: int, owner: str, memo: SliceMemo) -> StepResult | Resu
         return record_reply(snap, decision, model_log, Spent(), specs, None, owner=owner,
                             memo=memo, free=True)
     sources = memo.sources or gather(task_id, human_facts=memo.human_facts,
-                                     steps_count=snap.steps_count)
+                                     steps_count=snap.steps_count, retry=snap.is_retry)
     memo.sources, memo.human_facts = sources, sources.human_facts
     memo.output_hashes.update({s.step_no: s.output_hash for s in sources.recent})
     context = build_context(snap, tools=specs, sources=sources)

@@ -239,3 +239,36 @@ def test_lineage_keys_never_merge_two_different_actions(shop):
                         tool="refund", args=REFUND["args"], idempotency_key=first)
     assert key(2, REFUND["args"]) == second
     assert ToolExecution.objects.get(idempotency_key=second).status == LedgerStatus.SUCCEEDED
+
+
+def test_a_retry_keeps_pinned_what_a_person_answered_the_task_it_continues(shop):
+    """The answer is pinned verbatim in the original's context; a retry (and a
+    retry of that retry) continues from steps it inherited, answer included."""
+    from approvals_app.models import Question
+    from tasks_app.context.builder import gather
+    from tasks_app.services.tasks import task_provide_input
+
+    operator = actor_of(shop.users["operator"])
+    original = drive(submit(shop.tenant, [{"ask": "Which colour?"}, NOTIFY, {"final": {"ok": 1}}],
+                            agent="shop", requester=shop.requester).pk)
+    assert original.status == TaskStatus.WAITING_FOR_INPUT
+    task_provide_input(task_id=original.pk, answer="the blue one", actor=operator)
+    original = drive(original.pk)
+    assert original.status == TaskStatus.FAILED  # notify is denied
+    (question,) = Question.objects.filter(task=original)
+
+    retry = task_retry(tenant_id=shop.tenant.pk, task_id=original.pk, actor=operator).task
+    again = drive(retry.pk)  # notify still denied: a retry of the retry follows
+    assert again.status == TaskStatus.FAILED
+    _fix_notify(shop)
+    second = task_retry(tenant_id=shop.tenant.pk, task_id=retry.pk, actor=operator).task
+
+    for task in (retry, second):
+        facts = gather(task.pk, retry=True).human_facts
+        assert [f["id"] for f in facts] == [f"answer:{question.pk}"]
+        assert "A (verbatim): the blue one" in facts[0]["text"]
+    done = drive(second.pk)
+    assert done.status == TaskStatus.SUCCEEDED, done.failure_detail
+    notified = Step.objects.get(task=done, step_no=2)
+    # the model was shown the goal and the answer (the scripted backend counts them)
+    assert notified.model_log["input_summary"].endswith("2 pinned facts")
