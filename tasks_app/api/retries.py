@@ -13,7 +13,13 @@ from rest_framework.response import Response
 
 from config.api_errors import error_responses
 
-from ..retries.services import MAX_COMMENT, RETRYABLE, task_retry, task_retry_many
+from ..retries.services import (
+    MAX_COMMENT,
+    RETRYABLE,
+    not_yet_retried,
+    task_retry,
+    task_retry_many,
+)
 from ..selectors import tasks_matching
 from .serializers import BudgetExtensionSerializer, TaskSerializer
 from .views import TAGS, TaskViewBase
@@ -103,11 +109,11 @@ class TaskBulkRetryView(TaskViewBase):
     )
     def post(self, request: Request) -> Response:
         data = self.validated(BulkRetrySerializer)
-        qs = tasks_matching(
+        qs = not_yet_retried(tasks_matching(
             tenant_id=self.access.tenant_id, statuses=sorted(data.get("status") or RETRYABLE),
             agent=data.get("agent"), created_after=data.get("created_after"),
             created_before=data.get("created_before"), trace_id=data.get("trace_id"),
-        ).filter(retried_by__isnull=True)  # retried before: not again (calling twice is harmless)
+        ))
         if data.get("failure_reason"):
             qs = qs.filter(failure_reason=data["failure_reason"])
         ids = list(qs.order_by("id").values_list("id", flat=True)[: data["limit"] + 1])

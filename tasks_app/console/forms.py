@@ -11,6 +11,7 @@ from typing import Any
 from django import forms
 
 from ..machine import TaskStatus
+from ..retries.services import MAX_COMMENT
 from .presenters import status_label
 from .selectors import STATUS_GROUPS
 
@@ -138,4 +139,9 @@ class SummaryRollbackForm(forms.Form):
 
 class BulkCancelForm(TaskFilterForm):
     reason = forms.CharField(required=False, max_length=500)
+    expected_count = forms.IntegerField(min_value=0)
+
+
+class BulkRetryForm(TaskFilterForm):
+    comment = forms.CharField(required=False, max_length=MAX_COMMENT)
     expected_count = forms.IntegerField(min_value=0)

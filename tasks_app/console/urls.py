@@ -9,6 +9,7 @@ urlpatterns = [
     path("", views.dashboard, name="dashboard"),
     path("tasks/", views.task_list, name="task-list"),
     path("tasks/cancel/", views.tasks_bulk_cancel, name="task-bulk-cancel"),
+    path("tasks/retry/", views.tasks_bulk_retry, name="task-bulk-retry"),
     path("tasks/<int:task_id>/", views.task_detail, name="task-detail"),
     path("tasks/<int:task_id>/live/", views.task_live, name="task-live"),
     path("tasks/<int:task_id>/events/", views.task_events_before, name="task-events"),

@@ -1,5 +1,5 @@
 """Console pages for tasks: the dashboard, the task list, the live task page and
-the operator's actions (cancel, bulk cancel, resume, fail, retry from a step,
+the operator's actions (cancel, bulk cancel, bulk retry, resume, fail, retry from a step,
 roll the context summary back).
 
 Thin: role checks through `access`, reads through `selectors`, writes through
@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
+from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -26,7 +27,7 @@ from tools_app.breakers.selectors import waits_of_task
 from ..context.summaries import summary_count, summary_rollback
 from ..machine import NON_TERMINAL, WAITING, TaskStatus
 from ..models import Task
-from ..retries.services import task_retry
+from ..retries.services import not_yet_retried, task_retry, task_retry_many
 from ..selectors import task_of_tenant
 from ..services.tasks import task_cancel, task_cancel_many, task_fail_by_operator, task_resume
 from . import selectors as sel
@@ -35,6 +36,7 @@ from .actions import form_action, succeeded
 from .errors import error_line, error_message, error_status, field_errors, form_errors
 from .forms import (
     BulkCancelForm,
+    BulkRetryForm,
     CancelForm,
     FailForm,
     ResumeForm,
@@ -55,6 +57,7 @@ RESUME_FIELDS = [
     ("max_duration_s", "Extra seconds"),
 ]
 BULK_CANCEL_LIMIT = 1000
+BULK_RETRY_LIMIT = 100  # each retry copies its task's steps: a click's worth
 
 
 def _cu(request: HttpRequest) -> ConsoleUser:
@@ -125,6 +128,10 @@ def _list_context(request: HttpRequest, cu: ConsoleUser) -> dict[str, Any]:
         "filter_text": describe_filters(filters),
         "active_matching": active,
         "bulk_limit": BULK_CANCEL_LIMIT,
+        # ended tasks a bulk retry would take: offered on a filtered list only
+        "retryable_matching": (not_yet_retried(qs).count()
+                               if cu.can_operate and kept else 0),
+        "bulk_retry_limit": BULK_RETRY_LIMIT,
     }
 
 
@@ -144,22 +151,56 @@ def tasks_bulk_cancel(request: HttpRequest) -> HttpResponse:
     """Cancel every active task that matches the list's filters (each in its own
     transaction; one that ended meanwhile is skipped and counted)."""
     cu = _cu(request)
-    form = BulkCancelForm(request.POST, agents=sel.agent_names(cu.tenant_id))
+
+    def cancel(ids: list[int], data: dict[str, Any], described: str) -> str:
+        reason = data.get("reason") or f"bulk cancel ({described})"
+        done = task_cancel_many(task_ids=ids, actor=cu.actor, reason=reason)
+        return _bulk_done("Canceled", len(done["canceled"]), len(done["skipped"]),
+                          "had already ended or moved on")
+
+    return _bulk_by_filter(request, cu, BulkCancelForm(request.POST, agents=sel.agent_names(
+        cu.tenant_id)), verb="cancel", limit=BULK_CANCEL_LIMIT,
+        which=lambda qs: qs.filter(status__in=NON_TERMINAL), run=cancel)
+
+
+@require_POST
+@console_view(roles=OPERATORS)
+def tasks_bulk_retry(request: HttpRequest) -> HttpResponse:
+    """Retry the ended tasks (FAILED, CANCELED) matching the list's filters that
+    were not retried before, each from its default step in its own transaction;
+    only on a filtered list, at most `BULK_RETRY_LIMIT` a time."""
+    cu = _cu(request)
+
+    def retry(ids: list[int], data: dict[str, Any], described: str) -> str:
+        comment = data.get("comment") or f"bulk retry ({described})"
+        done = task_retry_many(tenant_id=cu.tenant_id, task_ids=ids, actor=cu.actor,
+                               comment=comment)
+        return _bulk_done("Retried", len(done["retried"]), len(done["skipped"]),
+                          "could not be retried")
+
+    return _bulk_by_filter(request, cu, BulkRetryForm(request.POST, agents=sel.agent_names(
+        cu.tenant_id)), verb="retry", limit=BULK_RETRY_LIMIT, which=not_yet_retried,
+        run=retry, needs_filter=True)
+
+
+def _bulk_by_filter(request: HttpRequest, cu: ConsoleUser, form: BulkCancelForm | BulkRetryForm,
+                    *, verb: str, limit: int, which: Callable[[QuerySet[Task]], QuerySet[Task]],
+                    run: Callable[[list[int], dict[str, Any], str], str],
+                    needs_filter: bool = False) -> HttpResponse:
+    """A bulk action on the tasks `which` picks among those matching the list's
+    filters. The operator confirmed how many (`expected_count`): when more match
+    now, nothing is done and they are asked to look again."""
     filters = form.filters()
-    back = (
-        reverse("console:task-list")
-        + "?"
-        + urlencode({k: ("on" if v is True else v) for k, v in filters.items() if v})
-    )
+    back = (reverse("console:task-list") + "?"
+            + urlencode({k: ("on" if v is True else v) for k, v in filters.items() if v}))
     if not form.is_valid():
-        messages.error(request, "Not applied: the bulk cancel form was incomplete.")
+        messages.error(request, f"Not applied: the bulk {verb} form was incomplete.")
         return redirect(back, permanent=False)
-    ids = list(
-        _matching(cu, filters)
-        .filter(status__in=NON_TERMINAL)
-        .order_by("id")
-        .values_list("id", flat=True)[:BULK_CANCEL_LIMIT]
-    )
+    if needs_filter and not any(filters.values()):
+        messages.error(request, f"Not applied: filter the list before a bulk {verb}.")
+        return redirect(back)
+    ids = list(which(_matching(cu, filters)).order_by("id")
+               .values_list("id", flat=True)[:limit])
     expected = form.cleaned_data["expected_count"]
     if len(ids) > expected:
         messages.warning(
@@ -168,14 +209,15 @@ def tasks_bulk_cancel(request: HttpRequest) -> HttpResponse:
             "confirmed. Check the list and confirm again.",
         )
         return redirect(back)
-    reason = form.cleaned_data.get("reason") or f"bulk cancel ({describe_filters(filters)})"
-    done = task_cancel_many(task_ids=ids, actor=cu.actor, reason=reason)
-    n, skipped = len(done["canceled"]), len(done["skipped"])
-    text = f"Canceled {n} task{'s' if n != 1 else ''}."
-    if skipped:
-        text += f" {skipped} had already ended or moved on and were left alone."
-    messages.success(request, text)
+    messages.success(request, run(ids, form.cleaned_data, describe_filters(filters)))
     return redirect(back)
+
+
+def _bulk_done(verb: str, done: int, skipped: int, why: str) -> str:
+    text = f"{verb} {done} task{'s' if done != 1 else ''}."
+    if skipped:
+        text += f" {skipped} {why} and were left alone."
+    return text
 
 
 # --- the task page ---------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
+from django.db.models import QuerySet
 
 from config.errors import DomainError, conflict, invalid, not_found
 
@@ -132,6 +133,12 @@ def _create(original: Task, inherited: list[Step], *, extend: dict[str, Any],
         tool_calls=len(called), per_tool=per_tool,
         budget_extension=budget_extension_merged(original.budget_extension or {}, extend),
     )
+
+
+def not_yet_retried(tasks: QuerySet[Task]) -> QuerySet[Task]:
+    """Of `tasks`, those a bulk retry takes: FAILED or CANCELED, and not retried
+    before (retrying one twice is allowed one by one, never in bulk)."""
+    return tasks.filter(status__in=RETRYABLE, retried_by__isnull=True)
 
 
 def task_retry_many(*, tenant_id: int, task_ids: list[int], actor: Actor,

@@ -1,6 +1,6 @@
 """The operator's pages without a browser: the dashboard's figures, the task
 list's filters and pagination, the task page's logs and live fragment, and the
-actions (cancel on a stale view, bulk cancel by filter, resume with a budget
+actions (cancel on a stale view, bulk cancel and bulk retry by filter, resume with a budget
 extension, end as failed)."""
 
 from __future__ import annotations
@@ -210,6 +210,43 @@ def test_bulk_cancel_cancels_what_the_filter_matches(world):
     assert all(status_of(t) == TaskStatus.CANCELED for t in waiting)
     assert status_of(finished) == TaskStatus.SUCCEEDED
     assert Event.objects.filter(type="task_canceled", payload__reason="outage").count() == 3
+
+
+def test_bulk_retry_retries_the_ended_tasks_the_filter_matches_once(world):
+    from tasks_app.actors import SYSTEM
+    from tasks_app.services.tasks import task_cancel
+
+    def ended(goal: str) -> Task:
+        task = submit(world.tenant, [{"ask": "?"}, {"final": {}}], goal=goal)
+        drive(task.pk)
+        task_cancel(task_id=task.pk, actor=SYSTEM, reason="outage")
+        return task
+
+    canceled = [ended(f"Rerun {i}") for i in range(3)]
+    other = ended("Other")
+    drive(submit(world.tenant, [{"final": {}}], goal="Rerun done").pk)  # succeeded: not retried
+    c = client_for(world.users[Role.OPERATOR])
+    assert "Retry 3 ended tasks" in c.get("/tasks/?q=Rerun").content.decode()
+    assert "ended task" not in c.get("/tasks/").content.decode()  # only on a filtered list
+    unfiltered = c.post("/tasks/retry/", {"expected_count": 4}, follow=True)
+    assert "filter the list" in unfiltered.content.decode()
+    stale = c.post("/tasks/retry/", {"q": "Rerun", "expected_count": 2})  # 3 match now
+    assert stale.status_code == 302 and not Task.objects.filter(retry_of__isnull=False).exists()
+    refused = client_for(world.users[Role.REVIEWER]).post(
+        "/tasks/retry/", {"q": "Rerun", "expected_count": 3})
+    assert refused.status_code == 403 and not Task.objects.filter(retry_of__isnull=False).exists()
+
+    done = c.post("/tasks/retry/", {"q": "Rerun", "expected_count": 3, "comment": "back up"},
+                  follow=True)
+    assert "Retried 3 tasks." in done.content.decode()
+    retries = Task.objects.filter(retry_of__isnull=False)
+    assert sorted(retries.values_list("retry_of", flat=True)) == [t.pk for t in canceled]
+    assert not Task.objects.filter(retry_of=other).exists()
+    assert Event.objects.filter(type="retried", payload__comment="back up").count() == 3
+    # retried before: not offered, nor taken, again
+    assert "ended task" not in c.get("/tasks/?q=Rerun").content.decode()
+    again = c.post("/tasks/retry/", {"q": "Rerun", "expected_count": 3}, follow=True)
+    assert "Retried 0 tasks." in again.content.decode() and retries.count() == 3
 
 
 def test_resume_an_escalated_task_with_more_budget(world):
