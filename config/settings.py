@@ -222,6 +222,9 @@ TETHER = {
     # (its message lost to a broker outage, its worker killed) is handed to a worker
     # again by the recovery sweep, and again every as long until a run ends
     "COMPENSATION_RESWEEP_S": env.float("TETHER_COMPENSATION_RESWEEP_S", default=120.0),
+    # compensations one worker process runs at once, in threads beside its slices
+    # (each holds a database connection while it runs: keep well below DB_POOL_MAX_SIZE)
+    "COMPENSATION_THREADS": env.int("TETHER_COMPENSATION_THREADS", default=2),
     # circuit breakers (tools_app/breakers): open after this many transient failures
     # in a row, admit one probe after the cool-down, which doubles (up to the max)
     # each time a probe fails; a tool's or an agent model's `breaker` overrides them

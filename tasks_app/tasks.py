@@ -1,5 +1,8 @@
 """Celery entry points: ids in, call a service, nothing else.
 
+`compensate_task` hands a failed task's compensation to this process's
+compensation threads (`runner.compensation.Compensations`) in the same way.
+
 `advance_task` hands the task to this worker process's driver
 (`runner.driver`), which advances it on the process's event loop; the message
 is done once handed over (the pool process blocks only while the driver is
@@ -13,7 +16,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from .runner.compensation import compensate_task as _compensate
+from .runner.compensation import compensations
 from .runner.driver import driver
 from .runner.sweeper import locked_sweep
 from .services.dispatch import Executor
@@ -35,8 +38,9 @@ def recovery_sweep() -> dict[str, int]:
 
 
 @shared_task(name="tasks_app.tasks.compensate_task", ignore_result=True)
-def compensate_task(task_id: int) -> int:
-    return _compensate(int(task_id))
+def compensate_task(task_id: int) -> str:
+    compensations.submit(int(task_id))  # beside the slices, off this pool thread
+    return "handed"
 
 
 CELERY = Executor(

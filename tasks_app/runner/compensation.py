@@ -27,11 +27,16 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
+import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
-from django.db import transaction
+from django.conf import settings
+from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
+from config.logs import log_scope
 from tools_app.executor import OutcomeKind, ToolCall, ToolContext, execute_through_ledger
 from tools_app.executor.types import ToolSpec
 from tools_app.registry import tool_specs
@@ -57,6 +62,58 @@ def compensate_task(task_id: int) -> int:
         # This run ended: whatever failed in it is on the timeline, for a person.
         Task.objects.filter(pk=task_id).update(compensation_due_at=None)
     return made
+
+
+def compensate_logged(task_id: int) -> None:
+    """`compensate_task` off any request, in a thread of its own: its database
+    connection given back at the end, an error logged (a person sees the failed
+    task; the recovery sweep hands out again a compensation still due)."""
+    close_old_connections()
+    try:
+        with log_scope(task_id=task_id):
+            compensate_task(task_id)
+    except Exception:  # noqa: BLE001 - see the docstring
+        log.exception("compensating task %s failed", task_id)
+    finally:
+        connection.close()
+
+
+class Compensations:
+    """A worker process's compensations, beside its slices: never on the Celery
+    pool's thread. A compensation calls tools one after another, each up to
+    its timeout; run there, it kept the process from taking any message (a
+    slice, another compensation), and failures against a downstream that hangs
+    stalled the worker. The message hands it here and is done; up to
+    `TETHER_COMPENSATION_THREADS` run at once per process, up to `WAITING` more
+    wait for a thread, and a further one blocks the handing thread until one
+    ends (the worker then takes no message, as when its driver is full). One
+    lost with its process, running or waiting, is handed out again by the
+    recovery sweep (`compensation_due_at`)."""
+
+    WAITING = 100
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pid = 0
+        self._pool: ThreadPoolExecutor | None = None
+        self._slots: threading.BoundedSemaphore | None = None
+
+    def submit(self, task_id: int) -> None:
+        pool, slots = self._here()
+        slots.acquire()
+        pool.submit(compensate_logged, task_id).add_done_callback(lambda _: slots.release())
+
+    def _here(self) -> tuple[ThreadPoolExecutor, threading.BoundedSemaphore]:
+        with self._lock:
+            if self._pool is None or self._slots is None or self._pid != os.getpid():
+                size = int(settings.TETHER["COMPENSATION_THREADS"])  # a forked child: its own
+                self._pool = ThreadPoolExecutor(size, thread_name_prefix="tether-compensation")
+                self._slots = threading.BoundedSemaphore(size + self.WAITING)
+                self._pid = os.getpid()
+            return self._pool, self._slots
+
+
+compensations = Compensations()
 
 
 def resweep_compensations(*, batch: int = 100) -> int:

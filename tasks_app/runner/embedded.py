@@ -39,14 +39,13 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections
 
-from config.logs import log_scope
 from tools_app.outbound.ioloop import bind as bind_io_loop
 
 from ..live.publish import publisher
 from ..machine import TaskStatus
 from ..models import Task
 from ..services.dispatch import Executor
-from .compensation import compensate_task
+from .compensation import compensate_logged
 from .driver import spawn
 from .sweeper import locked_sweep
 
@@ -84,7 +83,8 @@ class EmbeddedRunner:
         if loop is None or loop.is_closed():
             return
         loop.call_soon_threadsafe(
-            lambda: loop.create_task(sync_to_async(_compensate, thread_sensitive=False)(task_id))
+            lambda: loop.create_task(sync_to_async(compensate_logged, thread_sensitive=False)(
+                task_id))
         )
 
     def submit_job(self, fn: Callable[..., object], *args: object, delay_s: float = 0.0) -> bool:
@@ -120,17 +120,6 @@ class EmbeddedRunner:
             except Exception:  # noqa: BLE001 - keep sweeping; the next pass may succeed
                 log.exception("embedded recovery sweep failed")
             await asyncio.sleep(interval)
-
-
-def _compensate(task_id: int) -> None:
-    close_old_connections()
-    try:
-        with log_scope(task_id=task_id):
-            compensate_task(task_id)
-    except Exception:  # noqa: BLE001 - logged; a person sees the failed task
-        log.exception("compensating task %s failed", task_id)
-    finally:
-        close_old_connections()
 
 
 def _call(fn: Callable[..., object], args: tuple[object, ...]) -> None:
