@@ -17,8 +17,8 @@ from tests.helpers import wait_for
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
 
-def test_a_hanging_compensation_holds_no_worker_process(world, celery_workers,  # noqa: F811
-                                                        fake_http):
+def test_a_hanging_compensation_holds_no_worker_process(
+        world, celery_workers, fake_http):  # noqa: F811
     answer = fake_http.hold()  # the compensating service takes the call and does not answer
     fake_http.on("POST", "/undo", Reply(200, {"undone": True}, hold=answer))
     add_tool(world.tenant, "undo_http", kind="http", url=fake_http.url("/undo"), target="",
