@@ -57,6 +57,7 @@ from tools_app.outbound import (
     REFUSED,
     EgressRefusedError,
     Registry,
+    ResponseRefusedError,
     ResponseTooLargeError,
     async_client_for,
 )
@@ -281,9 +282,10 @@ class OpenAIBackend:
         except openai.APIConnectionError as exc:
             if isinstance(exc.__cause__, EgressRefusedError):
                 raise _Failure(REFUSED, retryable=False, kind="egress_refused")
-            if isinstance(exc.__cause__, ResponseTooLargeError):  # asking again gets as much
-                raise _Failure(f"bad reply: {exc.__cause__}", retryable=False,
-                               kind="reply_too_large")
+            if isinstance(exc.__cause__, ResponseRefusedError):  # asking again gets as much
+                kind = ("reply_too_large" if isinstance(exc.__cause__, ResponseTooLargeError)
+                        else "reply_refused")
+                raise _Failure(f"bad reply: {exc.__cause__}", retryable=False, kind=kind)
             raise _Failure(f"connection failed: {exc}", retryable=True, kind="connection")
         except openai.APIStatusError as exc:
             status = exc.status_code

@@ -124,7 +124,8 @@ def _handler_for(fake: FakeToolServer) -> type[BaseHTTPRequestHandler]:
             payload = reply.body if reply.body is not None else json.dumps(reply.json).encode()
             try:
                 self.send_response(reply.status)
-                self.send_header("Content-Type", "application/json")
+                if "content-type" not in {name.lower() for name in reply.headers}:
+                    self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
                 for name, value in reply.headers.items():
                     self.send_header(name, value)

@@ -14,6 +14,7 @@ fails loudly.
 """
 from __future__ import annotations
 
+import gzip
 import json
 import threading
 import time
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["FakeOpenAI", "Scripted", "error", "reply", "slow"]
+__all__ = ["FakeOpenAI", "Scripted", "encoded", "error", "reply", "slow"]
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,12 @@ class Scripted:
     body: Any
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
+    encoding: str = ""  # "gzip": the body gzipped; any other: labelled so, sent as it is
+
+
+def encoded(coding: str, then: Scripted) -> Scripted:
+    """`then`, with `Content-Encoding: coding` (gzipped for "gzip")."""
+    return Scripted(then.status, then.body, then.headers, then.delay_s, encoding=coding)
 
 
 def reply(content: str | None = None, *, tool_calls: list[tuple[str, Any]] | None = None,
@@ -155,9 +162,13 @@ class FakeOpenAI:
 
             def _send(self, item: Scripted) -> None:
                 data = json.dumps(item.body).encode()
+                if item.encoding == "gzip":
+                    data = gzip.compress(data)
                 try:
                     self.send_response(item.status)
                     self.send_header("Content-Type", "application/json")
+                    if item.encoding:
+                        self.send_header("Content-Encoding", item.encoding)
                     self.send_header("Content-Length", str(len(data)))
                     for k, v in item.headers.items():
                         self.send_header(k, v)

@@ -16,7 +16,7 @@ from tasks_app.services.agents import agent_create
 from tests.factories import submit
 from tests.fakes.fixtures import openai_agent
 from tests.fakes.listeners import DripServer, Listener
-from tests.fakes.openai_server import reply
+from tests.fakes.openai_server import encoded, reply
 from tests.helpers import drive, wait_for
 from tools_app.outbound import REFUSED, async_client_for
 from tools_app.outbound.ioloop import run_io
@@ -75,6 +75,35 @@ def test_the_sdk_client_of_a_base_url_is_built_once(world, openai_server):
     assert run_io(clients()) == (sdk, http)
     assert sdk._client is http  # the endpoint's outbound client
     assert len(openai_server.requests) == 2
+
+
+def test_a_reply_is_limited_as_it_decodes_not_as_it_is_sent(openai_server, settings):
+    """A few kilobytes of gzip can decode to gigabytes, which the SDK would
+    hold whole: the limit holds on the decoded reply. A reply gzipped within
+    it reads as any other; one in a coding not asked for is refused."""
+    settings.TETHER = {**settings.TETHER, "MAX_RESPONSE_BYTES": 20_000,
+                       "MAX_TOOL_RESULT_BYTES": 1_000}
+    backend = OpenAIBackend({"backend": "openai", "name": "primary", "timeout_s": 5,
+                             "max_retries": 2, "base_url": openai_server.base_url})
+    openai_server.push(encoded("gzip", reply("fits, gzipped " * 100)))
+    assert backend.summarize(goal="g", previous="", steps=[],
+                             max_chars=5000).text.startswith("fits, gzipped fits")
+    assert openai_server.requests[0].headers["accept-encoding"] == "gzip, deflate"
+
+    bomb = encoded("gzip", reply("x" * 5_000_000))  # about 5 kB as sent
+    openai_server.push(bomb, reply("small enough"))
+    with pytest.raises(GatewayError) as failed:
+        backend.summarize(goal="g", previous="", steps=[], max_chars=100)
+    assert "the response is larger than 20000 bytes" in str(failed.value)
+    assert not failed.value.retryable and openai_server.pending() == 1  # not asked again
+    assert backend.summarize(goal="g", previous="", steps=[], max_chars=100).text == (
+        "small enough")  # the endpoint's client goes on
+
+    openai_server.push(encoded("br", reply("unasked")), reply("small enough"))
+    with pytest.raises(GatewayError) as refused:
+        backend.summarize(goal="g", previous="", steps=[], max_chars=100)
+    assert "encoded br, not gzip, deflate" in str(refused.value) and not refused.value.retryable
+    assert openai_server.pending() == 1
 
 
 def test_a_model_reply_past_the_limit_fails_the_call_unretried(openai_server, settings):

@@ -141,6 +141,23 @@ def test_a_tool_error_goes_back_to_the_model_as_a_business_error(world, mcp_serv
     assert len(mcp_server.calls_of("refuse")) == 1  # a business error is not retried
 
 
+def test_an_answer_past_the_response_limit_is_not_read(world, mcp_server, settings):
+    """The server is the tenant's: its answer is read up to TETHER_MAX_RESPONSE_BYTES
+    (an event at a time, on a stream), never whole first, and the call ends then."""
+    _register(world, mcp_server)
+    _confirm(world, "shop__record", requires_approval=False, max_retries=0, timeout_s=30)
+    _agent(world)
+    settings.TETHER = {**settings.TETHER, "MAX_RESPONSE_BYTES": 20_000,
+                       "MAX_TOOL_RESULT_BYTES": 1_000}
+
+    task = _run(world, {"tool": "shop__record", "args": {"note": "n" * 30_000}})
+
+    step = Step.objects.get(task=task, step_no=1)
+    assert step.status != StepStatus.SUCCEEDED, step.error
+    assert "larger than 20000 bytes" in json.dumps(step.error), step.error
+    assert len(mcp_server.calls_of("record")) == 1  # it answered: what it sent was not read
+
+
 def test_structured_output_is_checked_against_the_output_schema(world, mcp_server):
     _register(world, mcp_server)
     _confirm(world, "shop__liar", side_effect="read", requires_approval=False)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import json
 import threading
 import time
 
@@ -356,6 +357,56 @@ def test_a_shared_async_client_reads_no_response_past_the_limit(fake_http, setti
             await client.get(fake_http.url("/big"), timeout=10)
         small = await client.get(fake_http.url("/small"), timeout=10)  # the client goes on
         assert small.json() == {"blob": "x" * 100}
+
+    asyncio.run(scenario())
+
+
+def test_a_shared_async_client_decodes_gzip_itself_within_the_limit(fake_http, settings):
+    """Deflate and gzip are decoded by the transport as they come, so its limit
+    holds on the decoded body (a small gzip can decode to gigabytes)."""
+    import gzip
+    import zlib
+
+    settings.TETHER = {**settings.TETHER, "MAX_RESPONSE_BYTES": 10_000,
+                       "MAX_TOOL_RESULT_BYTES": 1_000}
+    body = json.dumps({"blob": "y" * 5_000}).encode()
+    fake_http.on("GET", "/gzip", Reply(200, body=gzip.compress(body),
+                                       headers={"Content-Encoding": "gzip"}))
+    fake_http.on("GET", "/deflate", Reply(200, body=zlib.compress(body),
+                                          headers={"Content-Encoding": "deflate"}))
+    fake_http.on("GET", "/bomb", Reply(200, body=gzip.compress(b"0" * 50_000_000),
+                                       headers={"Content-Encoding": "gzip"}))
+
+    async def scenario() -> None:
+        client = async_client_for(fake_http.url("/gzip"))
+        for path in ("/gzip", "/deflate"):
+            response = await client.get(fake_http.url(path), timeout=10)
+            assert response.json() == {"blob": "y" * 5_000}
+            assert "content-encoding" not in response.headers  # decoded: not again
+        with pytest.raises(ResponseTooLargeError, match="larger than 10000 bytes"):
+            await client.get(fake_http.url("/bomb"), timeout=10)
+        assert fake_http.requests_to("GET", "/gzip")[0].headers["accept-encoding"] == (
+            "gzip, deflate")
+
+    asyncio.run(scenario())
+
+
+def test_an_event_stream_is_limited_per_event_not_as_a_whole(fake_http, settings):
+    """An MCP server's event stream may last as long as its connection: the limit
+    holds on each event, and any other body as a whole."""
+    settings.TETHER = {**settings.TETHER, "MAX_RESPONSE_BYTES": 10_000,
+                       "MAX_TOOL_RESULT_BYTES": 1_000}
+    sse = {"Content-Type": "text/event-stream"}
+    many = b"".join(b"data: " + b"z" * 900 + b"\n\n" for _ in range(50))  # 45 kB in all
+    fake_http.on("GET", "/many", Reply(200, body=many, headers=sse))
+    fake_http.on("GET", "/huge", Reply(200, body=b"data: " + b"z" * 20_000 + b"\r\n\r\n",
+                                       headers=sse))
+
+    async def scenario() -> None:
+        client = async_client_for(fake_http.url("/many"))
+        assert (await client.get(fake_http.url("/many"), timeout=10)).content == many
+        with pytest.raises(ResponseTooLargeError, match="an event of the response is larger"):
+            await client.get(fake_http.url("/huge"), timeout=10)
 
     asyncio.run(scenario())
 

@@ -38,7 +38,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -51,7 +51,12 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from ..outbound import EgressRefusedError, current_policy, owned_async_client
+from ..outbound import (
+    EgressRefusedError,
+    ResponseRefusedError,
+    current_policy,
+    owned_async_client,
+)
 
 MAX_SESSIONS = 64
 NONCE = "tether/call"
@@ -162,7 +167,31 @@ class _Watch(httpx2.AsyncBaseTransport):
             sent = code not in NOT_PROCESSED
             self._connection.failed(nonce, PostFailure(sent=sent, status=code,
                                                        message=f"the server answered {code}"))
+        if nonce is not None and isinstance(response.stream, httpx2.AsyncByteStream):
+            response.stream = _WatchedBody(response.stream, lambda exc: self._connection.failed(
+                nonce, PostFailure(sent=True, message=_text(exc))))
         return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _WatchedBody(httpx2.AsyncByteStream):
+    """A call's answer refused as it is read (past the response limit) ends the
+    call at once; the SDK would only log it, and the call wait for its timeout."""
+
+    def __init__(self, inner: httpx2.AsyncByteStream,
+                 refused: Callable[[ResponseRefusedError], None]) -> None:
+        self._inner = inner
+        self._refused = refused
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._inner:
+                yield chunk
+        except ResponseRefusedError as exc:
+            self._refused(exc)
+            raise
 
     async def aclose(self) -> None:
         await self._inner.aclose()

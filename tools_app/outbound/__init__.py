@@ -13,7 +13,7 @@ non-retryable error for a model call, never a hint about the target.
 
 from .clients import Registry, async_client_for, client_for, owned_async_client
 from .policy import REFUSED, EgressRefusedError, current_policy, endpoint_of, url_problem
-from .transport import ResponseTooLargeError
+from .transport import ResponseRefusedError, ResponseTooLargeError
 
 __all__ = [
     "REFUSED",
@@ -24,6 +24,7 @@ __all__ = [
     "current_policy",
     "endpoint_of",
     "owned_async_client",
+    "ResponseRefusedError",
     "ResponseTooLargeError",
     "url_problem",
 ]

@@ -201,7 +201,8 @@ def owned_async_client(*, headers: dict[str, str], timeout: httpx2.Timeout,
     the shared clients. `wrap` may observe the policy transport's requests."""
     process = _process()
     transport: httpx2.AsyncBaseTransport = AsyncPolicyTransport(
-        process.policy, ssl_context=process.ssl_context, limits=LIMITS)
+        process.policy, ssl_context=process.ssl_context, limits=LIMITS,
+        max_body=max_response_bytes)
     if wrap is not None:
         transport = wrap(transport)
     return httpx2.AsyncClient(transport=transport, headers=headers, follow_redirects=False,

@@ -33,7 +33,8 @@ import math
 import socket
 import ssl
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+import zlib
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextvars import ContextVar
 from typing import Any
 
@@ -313,29 +314,105 @@ _AIOHTTP_EXCEPTIONS: tuple[tuple[type[BaseException], type[httpx2.HTTPError]], .
 CONNECT_FIRST_S = 0.05
 
 
-class ResponseTooLargeError(httpx2.ReadError):
-    """A response body went past its client's limit: the rest is not read and
-    the connection is closed. A tenant chooses where its calls go, and so how
-    much comes back."""
+class ResponseRefusedError(httpx2.ReadError):
+    """A response the client will not read (the connection is closed): a
+    tenant chooses where its calls go, and so what comes back."""
+
+
+class ResponseTooLargeError(ResponseRefusedError):
+    """A response body went past its client's limit, as sent or as decoded."""
+
+
+# The content codings the async transport asks for, and decodes itself so that
+# its limit holds on what a body decodes to: a few kilobytes of gzip can decode
+# to gigabytes, which a client reading the whole body (the openai SDK) would
+# hold at once. A response in any other coding was not asked for: refused.
+ACCEPT_ENCODING = "gzip, deflate"
+DECODED = frozenset({"gzip", "x-gzip", "deflate"})
+DECODE_PIECE = 1 << 20  # bytes decoded at a time, at most
+EVENT_ENDS = (b"\n\n", b"\r\n\r\n", b"\r\r")  # a blank line ends a server-sent event
+
+
+def _codings(response: aiohttp.ClientResponse) -> list[str]:
+    return [c for value in response.headers.getall("Content-Encoding", ())
+            for c in (part.strip().lower() for part in value.split(","))
+            if c and c != "identity"]
+
+
+def _event_end(window: bytes, at: int) -> int | None:
+    """Where the first server-sent event to end at or after `at` ends, if one does."""
+    ends = [found + len(sep) for sep in EVENT_ENDS if (found := window.find(sep, at)) >= 0]
+    return min(ends) if ends else None
+
+
+def _decoded(chunk: bytes, inflate: Any) -> Iterator[bytes]:
+    """`chunk` decoded, a piece of at most `DECODE_PIECE` bytes at a time."""
+    data = chunk
+    while data:
+        piece = inflate.decompress(data, DECODE_PIECE)
+        data = inflate.unconsumed_tail
+        if piece:
+            yield piece
 
 
 class _AiohttpBody(httpx2.AsyncByteStream):
+    """A response's body, decoded if need be, never read past `limit`: on the
+    whole body, or on each event of an event stream (which may last as long as
+    its connection: an MCP server's)."""
+
     def __init__(self, response: aiohttp.ClientResponse, done: Callable[[], None],
-                 limit: int | None) -> None:
+                 limit: int | None, *, decode: bool = False) -> None:
         self._response = response
         self._done: Callable[[], None] | None = done
         self._limit = limit
+        # zlib or gzip, told by its header (32 +): both are sent as "deflate"
+        self._inflate = zlib.decompressobj(32 + zlib.MAX_WBITS) if decode else None
+        self._events = response.content_type == "text/event-stream"
+        self._read = 0  # since the body's start, or the last event's end
+        self._tail = b""  # an event stream's last bytes, for an end split between pieces
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        read = 0
         # the call's deadline still runs: aiohttp's total timeout
         with _mapped(_AIOHTTP_EXCEPTIONS):
             async for chunk in self._response.content.iter_any():
-                read += len(chunk)
-                if self._limit is not None and read > self._limit:
-                    raise ResponseTooLargeError(
-                        f"the response is larger than {self._limit} bytes")
-                yield chunk
+                for piece in self._pieces(chunk):
+                    self._count(piece)
+                    yield piece
+        if self._inflate is not None and (rest := self._inflate.flush()):
+            self._count(rest)
+            yield rest
+
+    def _count(self, piece: bytes) -> None:
+        if self._limit is None:
+            return
+        if not self._events:
+            self._read += len(piece)
+            self._check(self._read)
+            return
+        window = self._tail + piece  # an end split between two pieces is found too
+        base = len(self._tail)  # where the piece starts in `window`
+        start = base - self._read  # where the open event started (before `window`: < 0)
+        at = 0
+        while (end := _event_end(window, at)) is not None:
+            if end > base:  # not one the last piece ended already
+                self._check(end - start)
+                start = end
+            at = end
+        self._read, self._tail = len(window) - start, window[-3:]
+        self._check(self._read)
+
+    def _check(self, size: int) -> None:
+        if size > (self._limit or 0):
+            what = "an event of the response" if self._events else "the response"
+            raise ResponseTooLargeError(f"{what} is larger than {self._limit} bytes")
+
+    def _pieces(self, chunk: bytes) -> Iterable[bytes]:
+        if self._inflate is None:
+            return (chunk,)
+        try:
+            return list(_decoded(chunk, self._inflate))
+        except zlib.error as exc:
+            raise httpx2.DecodingError(f"the response's encoding is broken: {exc}") from exc
 
     async def aclose(self) -> None:
         self._response.release()  # back to the pool when read to the end, else closed
@@ -394,20 +471,33 @@ class AsyncPolicyTransport(httpx2.AsyncBaseTransport):
             data = request.content or None
         except httpx2.RequestNotRead:
             data = request.stream  # sent as it comes, chunked
+        headers = [(k, v) for k, v in request.headers.multi_items()
+                   if k.lower() != "accept-encoding"]
+        headers.append(("Accept-Encoding", ACCEPT_ENCODING))
         session = self._open()
         self._out += 1
         try:
             with _mapped(_AIOHTTP_EXCEPTIONS):
                 response = await session.request(
-                    request.method, url, headers=request.headers.multi_items(), data=data,
+                    request.method, url, headers=headers, data=data,
                     allow_redirects=False, timeout=timeout)
+            codings = _codings(response)
+            if len(codings) > 1 or (codings and codings[0] not in DECODED):
+                response.close()
+                raise ResponseRefusedError(
+                    f"the response is encoded {', '.join(codings)}, not {ACCEPT_ENCODING}")
         except BaseException:
             self._call_done()
             raise
+        raw_headers: Sequence[tuple[bytes, bytes]] = response.raw_headers
+        if codings:  # decoded here: its length and coding are no longer the body's
+            raw_headers = [(k, v) for k, v in raw_headers
+                           if k.lower() not in (b"content-encoding", b"content-length")]
         return httpx2.Response(
-            status_code=response.status, headers=response.raw_headers,
+            status_code=response.status, headers=raw_headers,
             stream=_AiohttpBody(response, self._call_done,
-                                None if self._max_body is None else self._max_body()),
+                                None if self._max_body is None else self._max_body(),
+                                decode=bool(codings)),
             extensions={"http_version": b"HTTP/1.1",
                         "reason_phrase": (response.reason or "").encode("latin-1", "replace")})
 
