@@ -391,6 +391,32 @@ def test_a_shared_async_client_decodes_gzip_itself_within_the_limit(fake_http, s
     asyncio.run(scenario())
 
 
+def test_a_gzip_bomb_is_never_decoded_past_the_limit_in_memory(fake_http, settings):
+    """200 MB of zeros, gzipped to about 200 kB and sent at once: decoding stops
+    a piece past the limit, whatever arrives in one chunk."""
+    import tracemalloc
+    import zlib
+
+    settings.TETHER = {**settings.TETHER, "MAX_RESPONSE_BYTES": 10_000,
+                       "MAX_TOOL_RESULT_BYTES": 1_000}
+    squeeze = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)  # gzip
+    zeros = b"0" * (1 << 20)
+    bomb = b"".join(squeeze.compress(zeros) for _ in range(200)) + squeeze.flush()
+    fake_http.on("GET", "/bomb", Reply(200, body=bomb, headers={"Content-Encoding": "gzip"}))
+
+    async def scenario() -> int:
+        client = async_client_for(fake_http.url("/bomb"))
+        tracemalloc.start()
+        try:
+            with pytest.raises(ResponseTooLargeError):
+                await client.get(fake_http.url("/bomb"), timeout=10)
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    assert asyncio.run(scenario()) < 16 << 20  # a few decoded pieces at most, not 200 MB
+
+
 def test_an_event_stream_is_limited_per_event_not_as_a_whole(fake_http, settings):
     """An MCP server's event stream may last as long as its connection: the limit
     holds on each event, and any other body as a whole."""

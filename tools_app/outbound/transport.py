@@ -345,16 +345,6 @@ def _event_end(window: bytes, at: int) -> int | None:
     return min(ends) if ends else None
 
 
-def _decoded(chunk: bytes, inflate: Any) -> Iterator[bytes]:
-    """`chunk` decoded, a piece of at most `DECODE_PIECE` bytes at a time."""
-    data = chunk
-    while data:
-        piece = inflate.decompress(data, DECODE_PIECE)
-        data = inflate.unconsumed_tail
-        if piece:
-            yield piece
-
-
 class _AiohttpBody(httpx2.AsyncByteStream):
     """A response's body, decoded if need be, never read past `limit`: on the
     whole body, or on each event of an event stream (which may last as long as
@@ -402,17 +392,25 @@ class _AiohttpBody(httpx2.AsyncByteStream):
         self._check(self._read)
 
     def _check(self, size: int) -> None:
-        if size > (self._limit or 0):
+        if self._limit is not None and size > self._limit:
             what = "an event of the response" if self._events else "the response"
             raise ResponseTooLargeError(f"{what} is larger than {self._limit} bytes")
 
-    def _pieces(self, chunk: bytes) -> Iterable[bytes]:
+    def _pieces(self, chunk: bytes) -> Iterator[bytes]:
+        """`chunk` decoded, at most `DECODE_PIECE` bytes at a time, each counted
+        before the next is decoded (one chunk of gzip may decode to gigabytes)."""
         if self._inflate is None:
-            return (chunk,)
-        try:
-            return list(_decoded(chunk, self._inflate))
-        except zlib.error as exc:
-            raise httpx2.DecodingError(f"the response's encoding is broken: {exc}") from exc
+            yield chunk
+            return
+        data = chunk
+        while data:
+            try:
+                piece = self._inflate.decompress(data, DECODE_PIECE)
+            except zlib.error as exc:
+                raise httpx2.DecodingError(f"the response's encoding is broken: {exc}") from exc
+            data = self._inflate.unconsumed_tail
+            if piece:
+                yield piece
 
     async def aclose(self) -> None:
         self._response.release()  # back to the pool when read to the end, else closed
