@@ -20,7 +20,7 @@ clear. Classification of the answer:
   same whatever the target (the task stops; nothing was sent).
 
 Calls are awaited on the process's I/O loop, through the long-lived async
-client of the URL's endpoint (`tools_app.outbound`):
+transport of the URL's endpoint (`tools_app.outbound.astream`):
 redirects are not followed, and `timeout_s` bounds the whole call, connecting
 to the last byte. Bodies are read up to
 ``MAX_TOOL_RESULT_BYTES``, never more.
@@ -35,7 +35,7 @@ from django.conf import settings
 
 from config.tracing import outgoing_headers
 
-from ..outbound import REFUSED, EgressRefusedError, async_client_for
+from ..outbound import REFUSED, EgressRefusedError, astream
 from ..outbound.retry_after import retry_after_s
 from .ledger_answers import status_answer_from
 from .types import OutcomeKind, StatusAnswer, ToolCall, ToolOutcome
@@ -91,9 +91,8 @@ async def acall(call: ToolCall) -> ToolOutcome:
     limit = settings.TETHER["MAX_TOOL_RESULT_BYTES"]
     ambiguous = OutcomeKind.TRANSIENT if call.spec.honours_keys else OutcomeKind.UNCERTAIN
     try:
-        client = async_client_for(call.spec.url)
-        async with client.stream("POST", call.spec.url, json=call.args, headers=_headers(call),
-                                 timeout=call.spec.timeout_s) as response:
+        async with astream("POST", call.spec.url, json=call.args, headers=_headers(call),
+                           timeout_s=call.spec.timeout_s) as response:
             content, too_large = await _read_capped(response, limit)
     except (httpx2.InvalidURL, httpx2.UnsupportedProtocol) as exc:
         return _unavailable(call, exc)
@@ -138,9 +137,8 @@ async def aquery_status(call: ToolCall) -> StatusAnswer:
     url = call.spec.status_url.replace("{key}", call.context.idempotency_key)
     limit = settings.TETHER["MAX_TOOL_RESULT_BYTES"]
     try:
-        client = async_client_for(url)
-        async with client.stream("GET", url, headers=_headers(call),
-                                 timeout=max(call.spec.timeout_s, 5.0)) as response:
+        async with astream("GET", url, headers=_headers(call),
+                           timeout_s=max(call.spec.timeout_s, 5.0)) as response:
             content, too_large = await _read_capped(response, limit)
     except EgressRefusedError:
         return StatusAnswer(state="unknown", detail=f"status query: {REFUSED}")

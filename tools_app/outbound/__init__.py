@@ -11,7 +11,7 @@ A refusal is `EgressRefusedError`: a permission error for a tool step, a
 non-retryable error for a model call, never a hint about the target.
 """
 
-from .clients import Registry, async_client_for, client_for, owned_async_client
+from .clients import Registry, astream, async_client_for, client_for, owned_async_client
 from .policy import REFUSED, EgressRefusedError, current_policy, endpoint_of, url_problem
 from .transport import ResponseRefusedError, ResponseTooLargeError
 
@@ -19,6 +19,7 @@ __all__ = [
     "REFUSED",
     "EgressRefusedError",
     "Registry",
+    "astream",
     "async_client_for",
     "client_for",
     "current_policy",

@@ -19,7 +19,9 @@ closed: a thread may still be using one; they close when collected).
 `async_client_for` is the same for asyncio code (on aiohttp), one client per
 endpoint per event loop, reading no response past `max_response_bytes()`; one
 let go (evicted, or its policy replaced) closes its connections once its calls
-still out are done (`AsyncPolicyTransport.retire`).
+still out are done (`AsyncPolicyTransport.retire`). `astream` sends one
+request through the same endpoint's transport without the client's layers
+(HTTP tools and status queries: hundreds a second per worker).
 
 No client keeps cookies: one client serves every tenant that calls its
 endpoint, and a cookie one tenant's call was given must not go out with
@@ -30,15 +32,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import http.cookiejar
 import os
 import ssl
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import AsyncIterator, Callable, Hashable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import httpx2
 from django.conf import settings
@@ -95,6 +98,22 @@ class Registry(Generic[T]):
     def values(self) -> list[T]:
         with self._lock:
             return list(self._items.values())
+
+
+@functools.lru_cache(maxsize=MAX_ENDPOINTS * 4)
+def parsed_url(url: str) -> httpx2.URL:
+    """`url` parsed, once (URLs are immutable): httpx2 parses a request's URL
+    string at every request, about a fortieth of an I/O worker's CPU. Raises
+    `httpx2.InvalidURL`, which is not remembered."""
+    return httpx2.URL(url)
+
+
+class _AsyncClient(httpx2.AsyncClient):
+    """httpx2's async client, each URL string it is given parsed once (the
+    `openai` SDK hands it every request's URL as a string)."""
+
+    def _merge_url(self, url: httpx2.URL | str) -> httpx2.URL:
+        return super()._merge_url(parsed_url(url) if isinstance(url, str) else url)
 
 
 @dataclass(frozen=True)
@@ -174,6 +193,30 @@ def max_response_bytes() -> int:
 
 def async_client_for(url: str) -> httpx2.AsyncClient:
     """The async client of `url`'s endpoint for the running event loop."""
+    return _async_endpoint(url).client
+
+
+@contextlib.asynccontextmanager
+async def astream(method: str, url: str, *, headers: dict[str, str], timeout_s: float,
+                  json: Any = None) -> AsyncIterator[httpx2.Response]:
+    """`async_client_for(url).stream(...)`, the response's body not yet read,
+    sent straight to the endpoint's transport: what the client would add for
+    these clients is nothing (no base URL, auth, cookies, redirects or default
+    headers a call relies on), and its request building and send layers cost
+    as much CPU as the transport's own work (py-spy, the I/O benchmark).
+    `timeout_s` bounds the whole call. Raises httpx2's errors as the client would."""
+    transport = _async_endpoint(url).transport
+    request = httpx2.Request(method, parsed_url(url), json=json, headers=headers,
+                             extensions={"timeout": httpx2.Timeout(timeout_s).as_dict()})
+    response = await transport.handle_async_request(request)
+    response.request = request
+    try:
+        yield response
+    finally:
+        await response.aclose()
+
+
+def _async_endpoint(url: str) -> _AsyncEndpoint:
     endpoint = endpoint_of(url)
     process = _process()
     loop = asyncio.get_running_loop()
@@ -186,11 +229,11 @@ def async_client_for(url: str) -> httpx2.AsyncClient:
     def build() -> _AsyncEndpoint:
         transport = AsyncPolicyTransport(process.policy, ssl_context=process.ssl_context,
                                          limits=ASYNC_LIMITS, max_body=max_response_bytes)
-        return _AsyncEndpoint(httpx2.AsyncClient(
+        return _AsyncEndpoint(_AsyncClient(
             transport=transport, follow_redirects=False, trust_env=False,
             timeout=DEFAULT_TIMEOUT, cookies=_no_cookies()), transport)
 
-    return clients.get(endpoint, build).client
+    return clients.get(endpoint, build)
 
 
 def owned_async_client(*, headers: dict[str, str], timeout: httpx2.Timeout,
