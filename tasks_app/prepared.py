@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import psycopg
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connections
 
 T = TypeVar("T")
 
@@ -82,15 +82,15 @@ def _values(names: tuple[str, ...] | None, params: Any) -> Sequence[Any]:
 
 
 def _prepared(sql: str, params: Any, fetch: Callable[[psycopg.Cursor[Any]], T]) -> T:
-    connection.ensure_connection()
+    db = connections[DEFAULT_DB_ALIAS]  # looked up once: each use of the proxy looks it up
+    db.ensure_connection()
     started = time.monotonic()
     text, names = native(sql)
     values = _values(names, params)
     # Django's connection makes client-side binding cursors: ask for psycopg's own.
-    with connection.wrap_database_errors, psycopg.RawCursor(connection.connection) as cur:
+    with db.wrap_database_errors, psycopg.RawCursor(db.connection) as cur:
         cur.execute(text, values, prepare=True)
         rows = fetch(cur)
-    if connection.queries_logged:
-        connection.queries_log.append(
-            {"sql": sql.strip(), "time": f"{time.monotonic() - started:.3f}"})
+    if db.queries_logged:
+        db.queries_log.append({"sql": sql.strip(), "time": f"{time.monotonic() - started:.3f}"})
     return rows

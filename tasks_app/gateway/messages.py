@@ -203,6 +203,8 @@ def input_summary(context: ContextSnapshot, messages: list[dict[str, Any]],
     if context.window:
         first, last = context.window[0]["step_no"], context.window[-1]["step_no"]
         ids.append(f"step:{first}" if first == last else f"steps {first}-{last}")
-    size = sum(len(json.dumps(m, default=str)) for m in messages)
+    # the messages' JSON lengths, summed: the list's, less its brackets and the
+    # ", " between items (one `dumps` with `default` builds one encoder, not one a message)
+    size = len(json.dumps(messages, default=str)) - 2 * len(messages) if messages else 0
     return (f"context: {', '.join(ids)}; {len(messages)} messages, {len(tools)} tools, "
             f"{size} chars")
