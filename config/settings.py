@@ -231,6 +231,8 @@ TETHER = {
     "BREAKER_FAILURES": env.int("TETHER_BREAKER_FAILURES", default=5),
     "BREAKER_COOLDOWN_S": env.float("TETHER_BREAKER_COOLDOWN_S", default=10.0),
     "BREAKER_MAX_COOLDOWN_S": env.float("TETHER_BREAKER_MAX_COOLDOWN_S", default=300.0),
+    # a breaker read as closed with no failures is trusted this long per process
+    "BREAKER_RECHECK_S": env.float("TETHER_BREAKER_RECHECK_S", default=1.0),
     "MAX_TOOL_RESULT_BYTES": env.int("TETHER_MAX_TOOL_RESULT_BYTES", default=256 * 1024),
     "MAX_RESPONSE_BYTES": env.int("TETHER_MAX_RESPONSE_BYTES", default=8 * 1024 * 1024),
     "CONTEXT_WINDOW_STEPS": env.int("TETHER_CONTEXT_WINDOW_STEPS", default=8),

@@ -84,6 +84,16 @@ def _clear_manual_queue():
 
 
 @pytest.fixture(autouse=True)
+def _breakers_read_afresh():
+    """A breaker this process read as healthy is trusted for a while
+    (`tools_app.breakers.store`): each test starts reading them afresh."""
+    from tools_app.breakers import forget_healthy
+
+    forget_healthy()
+    yield
+
+
+@pytest.fixture(autouse=True)
 def _no_log_context():
     """Tests that call a step directly (outside the loop's per-step scope) leave its
     log context bound in the test's thread: each test starts without any."""

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from tests.helpers import wait_for
@@ -17,6 +18,7 @@ from tools_app.breakers import (
     admit,
     breaker_errors,
     breaker_policy,
+    forget_healthy,
     outcome_signal,
     record,
     record_needed,
@@ -276,3 +278,46 @@ def test_a_waiter_is_noted_only_while_the_breaker_is_open():
     Breaker.objects.filter(key=TARGET.key).update(state=BreakerState.CLOSED)
     assert wait_register(TARGET, task_id=8) is False
     assert not BreakerWaiter.objects.exists()
+
+
+def _admits(n: int) -> int:
+    """Statements sent for `n` admissions of `TARGET`, each of which admits."""
+    with CaptureQueriesContext(connection) as sent:
+        for _ in range(n):
+            assert admit(TARGET, owner="w1", probe_ttl_s=TTL).allowed
+    return len(sent)
+
+
+def test_a_healthy_breaker_is_read_once_per_recheck_and_a_failure_reads_it_again(settings):
+    """A breaker read as closed with no failures is trusted for
+    `BREAKER_RECHECK_S` by the process that read it: one read, not one per
+    call. A failure this process records ends that trust at once; a row with
+    failures counted is read before every call until an answer ends the run."""
+    settings.TETHER = {**settings.TETHER, "BREAKER_RECHECK_S": 600.0}
+    assert _admits(5) == 1
+    _fail()
+    assert _admits(2) == 2  # one failure counted: read each time, exactly
+    seen = admit(TARGET, owner="w1", probe_ttl_s=TTL)
+    assert seen.failures == 1
+    record(TARGET, owner="w1", failed=False, policy=POLICY, seen=seen)  # the run ends
+    assert _row().failures == 0
+    assert _admits(5) == 1
+    settings.TETHER = {**settings.TETHER, "BREAKER_RECHECK_S": 0.0}
+    forget_healthy()
+    assert _admits(3) == 3  # 0: read before every call
+
+
+def test_a_breaker_opened_by_another_process_holds_this_one_after_its_recheck(settings):
+    settings.TETHER = {**settings.TETHER, "BREAKER_RECHECK_S": 0.2}
+    assert admit(TARGET, owner="w1", probe_ttl_s=TTL).allowed  # trusted for 0.2 s
+    # another process's failures open it: a row this process never wrote
+    Breaker.objects.create(key=TARGET.key, tenant_id=TARGET.tenant_id, kind=TARGET.kind,
+                           name=TARGET.name, state=BreakerState.OPEN,
+                           open_until=timezone.now() + timedelta(seconds=60))
+
+    def held() -> Any:
+        seen = admit(TARGET, owner="w1", probe_ttl_s=TTL)
+        return None if seen.allowed else seen
+
+    admission = wait_for(held, timeout=10, message="the call held by the open breaker")
+    assert admission.state == BreakerState.OPEN and admission.until > timezone.now()

@@ -16,8 +16,14 @@ concurrent workers agree on each change and exactly one of them makes it.
   half-open breaker (a late answer to a call admitted before the breaker
   opened changes nothing).
 
-A missing row reads as closed and is written at the first failure, so a
-healthy downstream costs one indexed read per call. Every change of state is
+A missing row reads as closed and is written at the first failure. A row
+read as closed with no failures (or missing) is trusted by the process that
+read it for `TETHER_BREAKER_RECHECK_S` (`_Healthy`), so a healthy downstream
+costs one indexed read per process and second, not one per call (two per
+step of a model and a tool: a tenth of a step's work). What that gives up: a
+breaker opened by another process holds this process's calls up to that much
+later, unless one of its own calls failed first (a failure, recorded, makes
+the process read the row again before each call). Every change of state is
 announced to the listeners registered with `on_change` (the runner wakes the
 tasks that wait, `tasks_app.runner.breaker_waits`), after its UPDATE.
 """
@@ -26,12 +32,14 @@ from __future__ import annotations
 import hashlib
 import logging
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
@@ -91,6 +99,43 @@ class Admission:
 
 OPEN = Admission(allowed=True)
 
+
+class _Healthy:
+    """The breakers this process read as closed with no failures, each until a
+    monotonic time. Shared by the process's threads (a dict's single operations
+    are atomic); bounded, forgotten all at once when full."""
+
+    LIMIT = 10_000
+
+    def __init__(self) -> None:
+        self._until: dict[str, float] = {}
+
+    def fresh(self, key: str) -> bool:
+        return self._until.get(key, 0.0) > time.monotonic()
+
+    def note(self, key: str) -> None:
+        seconds = float(settings.TETHER["BREAKER_RECHECK_S"])
+        if seconds <= 0:
+            return
+        if len(self._until) >= self.LIMIT:
+            self._until.clear()
+        self._until[key] = time.monotonic() + seconds
+
+    def forget(self, key: str) -> None:
+        self._until.pop(key, None)
+
+    def clear(self) -> None:
+        self._until.clear()
+
+
+_healthy = _Healthy()
+
+
+def forget_healthy() -> None:
+    """Read every breaker again at its next call (after a change made outside
+    `record`, e.g. a test's or an admin's write to the rows)."""
+    _healthy.clear()
+
 # (breaker row after the change, change, the task whose call caused it, or None)
 Listener = Callable[[Breaker, str, "int | None"], None]
 _listeners: list[Listener] = []
@@ -126,9 +171,14 @@ def _admission_sql() -> str:
 
 def admit(target: Target, *, owner: str, probe_ttl_s: float) -> Admission:
     """May `owner` call `target` now? Never raises for a closed breaker's row."""
+    if _healthy.fresh(target.key):
+        return OPEN
     row = _admission_row(target.key)
     if row is None or row["state"] == BreakerState.CLOSED:
-        return Admission(allowed=True, failures=row["failures"] if row else 0)
+        failures = row["failures"] if row else 0
+        if not failures:
+            _healthy.note(target.key)
+        return Admission(allowed=True, failures=failures)
     now = timezone.now()
     if row["state"] == BreakerState.OPEN and row["open_until"] and row["open_until"] > now:
         return Admission(allowed=False, state=BreakerState.OPEN, until=row["open_until"])
@@ -174,6 +224,8 @@ def record(target: Target, *, owner: str, failed: bool | None, policy: BreakerPo
     False (an answer) or None (the call never reached the downstream). Returns
     the change it made ("opened", "reopened", "closed"), if any."""
     now = timezone.now()
+    if failed:  # this process reads the row again before its next call
+        _healthy.forget(target.key)
     if seen.probe:
         return _probe_done(target, owner=owner, failed=failed, policy=policy, error=error,
                            task_id=task_id, now=now)
