@@ -110,10 +110,14 @@ def parsed_url(url: str) -> httpx2.URL:
 
 class _AsyncClient(httpx2.AsyncClient):
     """httpx2's async client, each URL string it is given parsed once (the
-    `openai` SDK hands it every request's URL as a string)."""
+    `openai` SDK hands it every request's URL as a string), its own cookie jar
+    (which keeps none) not walked at every request."""
 
     def _merge_url(self, url: httpx2.URL | str) -> httpx2.URL:
         return super()._merge_url(parsed_url(url) if isinstance(url, str) else url)
+
+    def _merge_cookies(self, cookies: Any = None) -> Any:
+        return cookies  # the client's own are none (`_no_cookies`): the request's alone
 
 
 @dataclass(frozen=True)
