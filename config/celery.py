@@ -147,12 +147,15 @@ def _worker_exited(**_: Any) -> None:
 
 
 def _drain_driver() -> None:
+    """Let the slices in flight end, then close the outbound connections they used."""
     from tasks_app.runner.driver import driver
+    from tools_app.outbound import close_async_clients
 
     left = driver.drain()
     if left:
         logging.getLogger(__name__).warning(
             "%s slices still running at exit: their leases expire, the sweep resumes them", left)
+    close_async_clients()
 
 
 def _serve_metrics(*, offset: int) -> None:

@@ -28,11 +28,13 @@ from tools_app.outbound import (
     EgressRefusedError,
     async_client_for,
     client_for,
+    close_async_clients,
     current_policy,
     url_problem,
 )
 from tools_app.outbound import policy as policy_module
 from tools_app.outbound.clients import Registry
+from tools_app.outbound.ioloop import run_io
 from tools_app.outbound.policy import Allowed, is_public, parse_entry
 from tools_app.outbound.transport import AsyncPolicyTransport, ResponseTooLargeError
 from tools_app.services import tool_create
@@ -343,6 +345,25 @@ def test_an_async_client_let_go_finishes_its_calls_then_closes(fake_http, settin
         await _until(lambda: _closed(old))
 
     asyncio.run(scenario())
+
+
+def test_the_async_clients_close_at_exit_on_their_loop(fake_http):
+    """At exit (and after a worker's drain) the process's async clients close
+    on their loop: a session left to the collector logs "Unclosed client
+    session", at exit to a stream already closed. A later call gets new ones."""
+    fake_http.on("GET", "/x", Reply(200, {"n": 1}))
+    url = fake_http.url("/x")
+
+    async def call() -> httpx2.AsyncClient:
+        client = async_client_for(url)
+        assert (await client.get(url, timeout=10)).json() == {"n": 1}
+        return client
+
+    client = run_io(call())
+    assert not _closed(client)
+    close_async_clients()
+    assert _closed(client)
+    assert run_io(call()) is not client
 
 
 def test_a_shared_async_client_reads_no_response_past_the_limit(fake_http, settings):

@@ -11,7 +11,14 @@ A refusal is `EgressRefusedError`: a permission error for a tool step, a
 non-retryable error for a model call, never a hint about the target.
 """
 
-from .clients import Registry, astream, async_client_for, client_for, owned_async_client
+from .clients import (
+    Registry,
+    astream,
+    async_client_for,
+    client_for,
+    close_async_clients,
+    owned_async_client,
+)
 from .policy import REFUSED, EgressRefusedError, current_policy, endpoint_of, url_problem
 from .transport import ResponseRefusedError, ResponseTooLargeError
 
@@ -22,6 +29,7 @@ __all__ = [
     "astream",
     "async_client_for",
     "client_for",
+    "close_async_clients",
     "current_policy",
     "endpoint_of",
     "owned_async_client",

@@ -31,6 +31,7 @@ another's.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import functools
 import http.cookiejar
@@ -238,6 +239,37 @@ def _async_endpoint(url: str) -> _AsyncEndpoint:
             timeout=DEFAULT_TIMEOUT, cookies=_no_cookies()), transport)
 
     return clients.get(endpoint, build)
+
+
+def close_async_clients(timeout_s: float = 2.0) -> None:
+    """Close this process's async clients, each on its loop while that loop
+    still runs (at exit, after a worker's drain): a session left to the
+    collector logs "Unclosed client session", by then often to a closed
+    stream. Calls still out on them are cut. Not from one of those loops."""
+    process = _current
+    if process is None or process.pid != os.getpid():
+        return
+    try:
+        here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
+        here = None
+    for loop, registry in list(process.async_clients.items()):
+        if loop is here or loop.is_closed() or not loop.is_running():
+            continue  # its own loop would wait on itself; a stopped one cannot close them
+        with _lock:  # a later call on this loop builds new clients
+            process.async_clients.pop(loop, None)
+        closing = asyncio.run_coroutine_threadsafe(_aclose(registry.values()), loop)
+        with contextlib.suppress(Exception):  # a loop that will not answer: leave it
+            closing.result(timeout_s)
+
+
+async def _aclose(endpoints: list[_AsyncEndpoint]) -> None:
+    for endpoint in endpoints:
+        endpoint.retire()
+    await asyncio.gather(*(e.transport.aclose() for e in endpoints), return_exceptions=True)
+
+
+atexit.register(close_async_clients)
 
 
 def owned_async_client(*, headers: dict[str, str], timeout: httpx2.Timeout,
