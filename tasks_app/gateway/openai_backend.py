@@ -39,6 +39,7 @@ step's decision log.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import random
@@ -319,29 +320,20 @@ class _SDKClient(openai.AsyncOpenAI):
     """The SDK's client, each request path joined to its base URL once and its
     default headers built once: the SDK did both anew at every request, a
     twentieth of an I/O worker's CPU (py-spy). A kept client's settings never
-    change (`with_options` makes a new one)."""
+    change (`with_options` makes a new one, with memos of its own)."""
 
-    _prepared_urls: dict[str, httpx2.URL]
-    _default_headers: dict[str, Any]
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._prepared_urls: dict[str, httpx2.URL] = {}
 
-    @property
-    def default_headers(self) -> dict[str, Any]:
-        """The SDK's headers of every request, built once: they derive from the
-        client's settings, which a kept client never changes."""
-        try:
-            return self._default_headers
-        except AttributeError:
-            self._default_headers = dict(super().default_headers)
-            return self._default_headers
+    @functools.cached_property
+    def default_headers(self) -> dict[str, Any]:  # type: ignore[override]
+        return dict(super().default_headers)
 
     def _prepare_url(self, url: str) -> httpx2.URL:
-        try:
-            return self._prepared_urls[url]
-        except AttributeError:  # the first request (`with_options` copies start anew)
-            self._prepared_urls = {}
-        except KeyError:
-            pass
-        prepared = self._prepared_urls[url] = super()._prepare_url(url)
+        prepared = self._prepared_urls.get(url)
+        if prepared is None:
+            prepared = self._prepared_urls[url] = super()._prepare_url(url)
         return prepared
 
 
