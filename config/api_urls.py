@@ -15,6 +15,7 @@ from tasks_app.api import views as tasks
 from tools_app.api import breakers
 from tools_app.api import mcp_views as mcp
 from tools_app.api import views as tools
+from workflows_app.api import views as workflows
 
 from . import api_schema  # noqa: F401 - registers the Token auth scheme with drf-spectacular
 from .api_base import IdConverter, NameConverter
@@ -85,6 +86,10 @@ urlpatterns = [
     path("mcp-servers/<name:name>/refresh", mcp.McpServerRefreshView.as_view(),
          name="api-mcp-server-refresh"),
     path("breakers", breakers.BreakerListView.as_view(), name="api-breakers"),
+    path("workflows", workflows.WorkflowListView.as_view(), name="api-workflows"),
+    path("workflows/<name:name>", workflows.WorkflowDetailView.as_view(), name="api-workflow"),
+    path("workflows/<name:name>/versions", workflows.WorkflowVersionsView.as_view(),
+         name="api-workflow-versions"),
     path("agents", agents.AgentListView.as_view(), name="api-agents"),
     path("agents/<name:name>", agents.AgentDetailView.as_view(), name="api-agent"),
     path("secrets", secrets.SecretListView.as_view(), name="api-secrets"),
