@@ -25,6 +25,7 @@ from tasks_app.services.tasks import task_cancel
 from tests.factories import make_user
 from tools_app.mcp.services import mcp_server_create
 from tools_app.models import McpServer, Tool
+from workflows_app.services.workflows import workflow_create
 
 from .conftest import Tenancy, client_for
 
@@ -130,6 +131,15 @@ def _const(method: str, url: str, body: Any = None) -> Setup:
     return lambda t, role: (method, url, body)
 
 
+def _workflow(suffix: str = "", method: str = "get", body: Any = None) -> Setup:
+    def setup(t: Tenancy, role: str) -> tuple[str, str, Any]:
+        workflow_create(tenant_id=t.tenant.pk, name="flow", actor=SYSTEM,
+                        definition={"nodes": [{"id": "a", "tool": "lookup_order"}]})
+        return method, f"/api/v1/workflows/flow{suffix}", body
+
+    return setup
+
+
 # operation id -> (roles allowed, setup, success status)
 MATRIX: dict[str, tuple[set[str], Setup, int]] = {
     "tasks_list": (ALL, _const("get", "/api/v1/tasks"), 200),
@@ -187,6 +197,12 @@ MATRIX: dict[str, tuple[set[str], Setup, int]] = {
         _const("patch", "/api/v1/tools/lookup_order", {"description": "Find an order."}),
         200,
     ),
+    "workflows_list": (ALL, _const("get", "/api/v1/workflows"), 200),
+    "workflows_create": ({ADM}, _const("post", "/api/v1/workflows", {
+        "name": "flow", "definition": "nodes: [{id: a, tool: lookup_order}]"}), 201),
+    "workflows_retrieve": (ALL, _workflow(), 200),
+    "workflows_versions": (ALL, _workflow("/versions"), 200),
+    "workflows_update": ({ADM}, _workflow("", "patch", {"description": "Refunds."}), 200),
     "agents_list": ({ADM}, _const("get", "/api/v1/agents"), 200),
     "agents_create": (
         {ADM},
