@@ -28,7 +28,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 ENV_PREFIX = "TETHER_"
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
-# Django's own environment parsing, for the two non-Tether settings some defaults follow.
+# Parsed as config/settings.py parses them (django-environ): the two non-Tether
+# variables some defaults follow.
 _env = environ.Env()
 
 # A comma-separated list: items stripped, empty items dropped ("" is the empty list).
@@ -199,7 +200,9 @@ class TetherSettings(BaseSettings):
         description="How often an open live socket re-checks its user's membership (closed "
                     "when it is gone).")
     DEMO_NOTIFY_DELAY_S: float = Field(
-        default=3.0, ge=0, description="How long the demo's notify tool takes.")
+        default=3.0, ge=0,
+        description="The demo's `notify_customer` tool hangs this long after sending, past "
+                    "its timeout (simulated provider latency).")
 
     # --- tools, tenants' secrets, outbound calls ---------------------------------
     PYTHON_TOOL_MODULES: CommaList = Field(
