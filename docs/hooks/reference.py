@@ -462,10 +462,12 @@ def _command_section(name: str, command: Any, note: str = "") -> str:
         flag = ", ".join(action.option_strings) or action.dest
         if action.choices:
             flag += " {" + ",".join(map(str, action.choices)) + "}"
+        default = action.default if action.default not in (None, False, "") else ""
         rows.append([_code(flag), "yes" if action.required or not action.option_strings else "",
-                     _cell(action.help or "")])
+                     _code(default), _cell(action.help or "")])
     text = f"### `{name}`\n\n{_cell(command.help)}{note}\n\n"
-    return text + (_table(["argument", "required", "what"], rows) if rows else "No arguments.")
+    return text + (_table(["argument", "required", "default", "what"], rows)
+                   if rows else "No arguments.")
 
 
 def management_commands() -> str:
@@ -477,7 +479,7 @@ def management_commands() -> str:
     from benchmarks.management.commands.bench import Command as Bench
 
     sections.append(_command_section(
-        "bench", Bench(), " (the benchmark: no part of the product, see the Performance page)"))
+        "bench", Bench(), " No part of the product: see [Performance](../performance/index.md)."))
     return "\n\n".join(sections)
 
 
