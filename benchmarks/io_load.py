@@ -1,5 +1,5 @@
 """The I/O workload: tasks that wait on a model and on an HTTP tool, as real
-agent work does, through the worker started exactly as the README says.
+agent work does, through the worker started exactly as docs/how-to/deploy.md says.
 
 Each task asks an OpenAI-compatible model (the `openai` backend) five times
 and calls an HTTP tool four times; both are the fake edge (`edge_server`, a
@@ -95,7 +95,7 @@ def edge_process(log_dir: Any) -> Iterator[tuple[str, int]]:
 
 @contextmanager
 def readme_worker(env: dict[str, str], *, log_dir: Any) -> Iterator[Workers]:
-    """`celery -A config worker`, as the README starts it (a node name added, to
+    """`celery -A config worker`, as docs/how-to/deploy.md starts it (a node name added, to
     ping it): the pool and its concurrency come from the project's configuration."""
     from config.celery import app
 
@@ -300,7 +300,7 @@ def io_anatomy(world: World) -> dict[str, Any]:
 def _with_worker(world: World, env: dict[str, str], roomy: dict[str, str], *, sizes: list[int],
                  rounds: int, edge_url: str, edge_pid: int, log_dir: Any,
                  say: Any) -> dict[str, Any]:
-    """The runs on the worker started as the README says."""
+    """The runs on the worker started as docs/how-to/deploy.md says."""
     doc: dict[str, Any] = {"runs": []}
     with readme_worker({**env, **roomy}, log_dir=log_dir) as workers:
         run_io(world, tasks=10, edge_url=edge_url, edge_pid=edge_pid, workers=workers)  # warm

@@ -1,7 +1,7 @@
 """The bench's phases, in order, against the database Django is connected to.
 
 0. the I/O workload (`io_load`): tasks waiting on a model and an HTTP tool,
-   through the worker started as the README says (alone with `only="io"`);
+   through the worker started as docs/how-to/deploy.md says (alone with `only="io"`);
 1. console history (unless skipped), so every later phase runs on big tables;
 2. Celery workers: warm-up, then `rounds` times the runner throughput and the
    psycopg floor (the workers idle meanwhile), alternately, so both see the

@@ -6,7 +6,7 @@ results) lives here; what lives in the database (tasks by status, pending human
 requests, admission's queue) is computed at scrape time by
 `config.metrics_db` and never counted here.
 
-Sharing between processes (README "Operations: metrics and logs"):
+Sharing between processes (docs/how-to/operate.md):
 - `PROMETHEUS_MULTIPROC_DIR` set (processes on one host): every process writes
   its values to files there (the library decides at import time), and the web
   process's `/metrics` merges them (`MultiProcessCollector`). A Celery pool

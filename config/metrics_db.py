@@ -10,7 +10,7 @@ queries, each served by an index:
   cost follows the open work, not the table's history (finished tasks are
   counted by the processes as they finish, `tether_tasks_finished_total`: a
   count of every finished task would read the whole table at each scrape;
-  README "Operations: metrics and logs" has a scrape timed on a big table);
+  docs/how-to/operate.md has a scrape timed on a big table);
 - pending approvals, open questions and open reconciliations by tenant, with
   their oldest: the `*_inbox` indexes (tenant, status, -id);
 - the admission queue (CREATED tasks) and its oldest: `task_status_fifo`;

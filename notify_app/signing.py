@@ -2,7 +2,7 @@
 is HMAC-SHA256, keyed with the subscription's secret (its UTF-8 bytes, `whsec_`
 prefix included), of ``"<t>.<body>"``. The timestamp inside the signed text lets
 a receiver refuse replays older than its tolerance. `verify` is what a receiver
-does (the README shows the same in five lines)."""
+does (docs/how-to/notifications.md shows the same in five lines)."""
 from __future__ import annotations
 
 import hashlib

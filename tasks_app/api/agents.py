@@ -1,6 +1,6 @@
 """Agent profile endpoints (admins): list, create, read, update, enable/disable.
 
-Shapes follow DESIGN.md: `model {backend, name, base_url, temperature, top_p,
+Shapes (docs/how-to/real-model.md): `model {backend, name, base_url, temperature, top_p,
 system_prompt, fallback}`, `tools [names]`, `budget {max_steps, ...,
 per_tool, max_concurrent_tasks}`. The API nests the budget; the profile
 stores it flat. Every check of what a profile may contain is the service's

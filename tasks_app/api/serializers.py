@@ -1,4 +1,4 @@
-"""Input and output shapes of the task endpoints (DESIGN.md "REST API").
+"""Input and output shapes of the task endpoints (docs/reference/api.md).
 
 Output serializers render; input serializers check types and bounds only.
 Every decision about what is allowed is the services' (`tasks_app.services`).

@@ -1,6 +1,6 @@
 """Advance a task by one durable step: the step's coroutine.
 
-One step (DESIGN.md "The loop"):
+One step (docs/explanation/runtime.md, "The loop"):
 1. read the task (the caller holds its lease; the lease statement returned the
    row for the slice's first step), or, within a slice, check that it still
    stands where the previous step left it (`memo`);

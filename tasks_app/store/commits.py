@@ -2,7 +2,7 @@
 `writes.Commit`: one SQL statement on PostgreSQL, the ORM in one transaction
 on SQLite (the embedded mode), the same rows either way.
 
-A tool step commits twice (DESIGN.md "The loop"): its decision before the tool
+A tool step commits twice (docs/explanation/write-path.md): its decision before the tool
 runs, its outcome after. Each commit writes several rows, and each is fenced
 by the task's version and status: when the check fails nothing at all is
 written (None or False), when it holds everything is written at once.

@@ -62,7 +62,7 @@ def task_transition(
 ) -> Transitioned:
     """Fire `event`; `fields` are written in the same guarded UPDATE (F() allowed)."""
     if event not in TRANSITIONS:
-        # DESIGN.md: an unknown event is refused like a disallowed one (409), changing nothing.
+        # An unknown event is refused like a disallowed one (409), changing nothing.
         raise DomainError("unknown_event", f"unknown event {event!r}", kind=ErrorKind.CONFLICT,
                           details={"event": event})
     # The runner calls with `known` inside its own transaction and handles a

@@ -188,14 +188,14 @@ def test_nothing_is_written_for_a_tenant_without_subscriptions(main: Tenancy) ->
     assert not Reconciliation.objects.exists() and not WebhookSubscription.objects.exists()
 
 
-def test_the_readme_snippet_verifies_a_delivery(main: Tenancy,
+def test_the_documented_snippet_verifies_a_delivery(main: Tenancy,
                                                  webhook_receiver: WebhookReceiver) -> None:
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    snippet = readme.split("```python\nimport hashlib", 1)[1].split("```", 1)[0]
+    page = (Path(__file__).resolve().parents[2] / "docs/how-to/notifications.md").read_text()
+    snippet = page.split("```python\nimport hashlib", 1)[1].split("```", 1)[0]
     namespace: dict[str, Any] = {}
-    exec("import hashlib" + snippet, namespace)  # noqa: S102 - our own README's code
+    exec("import hashlib" + snippet, namespace)  # noqa: S102 - our own documentation's code
     hook = subscribe(main, webhook_receiver.url(), events=["question_asked"])
     main.waiting_for_input()
     drain()

@@ -131,7 +131,7 @@ def test_metrics_of_tasks_run_by_a_worker_scraped_from_the_web_process(
     assert _value(samples, "tether_database_up") == 1
 
     # The web process's log lines are JSON too (daphne's access log aside: it is
-    # daphne's own stream, not logging; README says to turn it off with `-v 0`).
+    # daphne's own stream, not logging; docs/how-to/operate.md says to turn it off with `-v 0`).
     assert _get(f"{server.url}/no-such-page")[0] == 404
     log = server.log_path
     wait_for(lambda: "Not Found: /no-such-page" in log.read_text(), message="the 404 logged")

@@ -79,7 +79,7 @@ def test_an_unknown_event_is_refused_and_changes_nothing(world, event):
     with pytest.raises(DomainError) as refused:
         task_transition(task_id=task.pk, event=event, actor=SYSTEM)
     assert refused.value.code == "unknown_event"
-    assert refused.value.kind == ErrorKind.CONFLICT  # DESIGN.md: refused with 409
+    assert refused.value.kind == ErrorKind.CONFLICT  # refused with 409, like a disallowed one
     assert _state(task.pk) == before
 
 

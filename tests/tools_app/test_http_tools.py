@@ -1,4 +1,4 @@
-"""HTTP tools against a local fake service (DESIGN.md "HTTP tools")."""
+"""HTTP tools against a local fake service (docs/how-to/tools.md, "HTTP tools")."""
 from __future__ import annotations
 
 import re

@@ -1,4 +1,4 @@
-"""HTTP tools (DESIGN.md "HTTP tools"): ``POST {url}`` with the arguments as JSON.
+"""HTTP tools (docs/how-to/tools.md): ``POST {url}`` with the arguments as JSON.
 
 Headers: ``Idempotency-Key``, ``X-Tether-Task``, a W3C ``traceparent`` (the
 call's `execute_tool` span when traces are on, `config.tracing`) and, for a

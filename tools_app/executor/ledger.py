@@ -1,6 +1,6 @@
 """The idempotency ledger: one row per server-made key, written before the call.
 
-Semantics for a key (DESIGN.md "The loop", step 5):
+Semantics for a key (docs/explanation/recovery.md, "The idempotency ledger"):
 - SUCCEEDED: the stored result is returned; the tool is not called.
 - FAILED_FINAL: the stored business/permission error is returned.
 - IN_PROGRESS, claimed by a live executor: "processing".

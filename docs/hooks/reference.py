@@ -1,0 +1,511 @@
+"""MkDocs hook: the reference pages' generated parts, built from the code.
+
+A reference page holds a marker such as ``<!-- generated: task-machine -->``;
+at build time this hook replaces it with what the code says now: the task and
+step state machines (`tasks_app.machine.TRANSITIONS`,
+`tasks_app.store.steps.STEP_TRANSITIONS`), the event types the product writes,
+the REST API (drf-spectacular's OpenAPI schema), the `TETHER_*` settings and
+the management commands. A table in a page can then never disagree with the
+code it describes.
+
+Django is set up with `config.settings` and a throwaway environment (keys that
+encrypt nothing, `DEBUG` off, no database touched), so the build needs no
+secrets, and the defaults shown are the code's, whatever the shell exports.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+PRODUCT_PACKAGES = ("config", "tasks_app", "tools_app", "approvals_app", "notify_app", "audit_app")
+
+# Variables config.settings reads that would change the defaults shown.
+_SETTINGS_PREFIXES = ("TETHER_", "DB_", "CELERY_", "OTEL_", "EMAIL_", "LOG_", "PROMETHEUS_")
+_SETTINGS_NAMES = ("DATABASE_URL", "CHANNEL_LAYER_URL", "CACHE_URL", "ALLOWED_HOSTS",
+                   "CSRF_TRUSTED_ORIGINS", "API_THROTTLE_RATE", "MAX_REQUEST_BYTES",
+                   "DEFAULT_FROM_EMAIL", "TEST_DATABASE_NAME")
+# A Fernet key of 32 zero bytes: it is never used to encrypt anything here.
+_THROWAWAY_FERNET_KEY = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
+
+
+def _setup_django() -> None:
+    import django
+    from django.apps import apps
+
+    if apps.ready:
+        return
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    for name in list(os.environ):
+        if name.startswith(_SETTINGS_PREFIXES) or name in _SETTINGS_NAMES:
+            del os.environ[name]
+    os.environ.update({
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        "SECRET_KEY": "docs-build-only-" + "x" * 40,
+        "TETHER_SECRETS_KEY": _THROWAWAY_FERNET_KEY,
+        "DEBUG": "false",
+        "LOG_LEVEL": "WARNING",
+    })
+    django.setup()
+
+
+# --- small Markdown helpers -------------------------------------------------------------
+
+
+def _cell(value: Any) -> str:
+    text = " ".join(str(value).split())
+    return text.replace("|", "\\|")
+
+
+def _code(value: Any) -> str:
+    text = _cell(value)
+    return f"`{text}`" if text else ""
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+# --- state machines -----------------------------------------------------------------------
+
+
+def task_machine() -> str:
+    from tasks_app.machine import TERMINAL, TRANSITIONS, TaskStatus
+
+    rows = [[_code(event), ", ".join(_code(s) for s in sources), _code(target)]
+            for event, (sources, target) in TRANSITIONS.items()]
+    states = [[_code(s), "final" if s in TERMINAL else ""] for s in TaskStatus.values]
+    return ("**States**\n\n" + _table(["status", ""], states)
+            + "\n\n**Transitions** (`tasks_app/machine.py`, `TRANSITIONS`)\n\n"
+            + _table(["event", "from", "to"], rows))
+
+
+def step_machine() -> str:
+    from tasks_app.store.steps import BORN_AS, STEP_TRANSITIONS
+
+    rows = [[_code(source),
+             ", ".join(_code(t) for t in sorted(targets)) or "— (final)",
+             "yes" if source in BORN_AS else ""]
+            for source, targets in STEP_TRANSITIONS.items()]
+    return ("`tasks_app/store/steps.py`, `STEP_TRANSITIONS`\n\n"
+            + _table(["status", "may move to", "a step may be born in it"], rows))
+
+
+# --- event types ----------------------------------------------------------------------------
+
+# What each event means; an event type the code writes and this does not describe
+# is still listed, with where it is written.
+EVENT_MEANINGS = {
+    "task_created": "the task was submitted (or created as a retry of another)",
+    "decision_recorded": "a tool call the model proposed was recorded, before it runs",
+    "invalid_decision": "the model's output was not a usable decision; the error goes back to it",
+    "result_discarded": "a result that arrived after a cancel or a version change, kept unapplied",
+    "context_summarized": "older steps were folded into a new context summary version",
+    "summary_rolled_back": "an operator rolled the context summary back",
+    "breaker_opened": "this task's call opened a circuit breaker",
+    "breaker_waiting": "the task waits for an open circuit breaker (once per wait)",
+    "breaker_closed": "the breaker the task waited for closed; the task goes on",
+    "lease_acquired": "a tool call took the lease of its resource",
+    "lease_waiting": "a tool call waits for a resource another call holds",
+    "lease_released": "a tool call released its resource",
+    "lease_expired": "a resource's holder died; its lease was taken over",
+    "lease_settled": "a dead holder's interrupted call was settled through the ledger",
+    "compensating": "a failed task chose the steps its compensation undoes",
+    "compensation_succeeded": "a compensation call succeeded",
+    "compensation_failed": "a compensation call failed (left for a person)",
+    "compensation_skipped": "a step was left uncompensated (a retry continues from it)",
+    "retried": "an operator retried this task from a step (on the original)",
+    "retry_created": "this task was created by a retry (on the new task)",
+}
+_EVENT_KEYWORD_CALLS = {"event_append": "type", "task_transition": "event", "Commit": "event"}
+_EVENT_POSITIONAL_CALLS = ("_event", "_info_event")  # (subject, type, ...)
+
+
+def _callee(node: ast.Call) -> str:
+    func = node.func
+    return func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+
+
+def _event_types_in(tree: ast.AST) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = _callee(node)
+        candidates: list[ast.expr] = []
+        if name in _EVENT_KEYWORD_CALLS:
+            candidates += [k.value for k in node.keywords if k.arg == _EVENT_KEYWORD_CALLS[name]]
+        if name in _EVENT_POSITIONAL_CALLS:
+            candidates += node.args[1:2] + [k.value for k in node.keywords if k.arg == "type"]
+        found |= {c.value for c in candidates
+                  if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+    return found
+
+
+def written_event_types() -> dict[str, set[str]]:
+    """Every event type the product writes with a literal name -> the modules writing it."""
+    where: dict[str, set[str]] = {}
+    for package in PRODUCT_PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if "migrations" in path.parts:
+                continue
+            for event in _event_types_in(ast.parse(path.read_text(), str(path))):
+                where.setdefault(event, set()).add(str(path.relative_to(ROOT)))
+    return where
+
+
+def event_types() -> str:
+    from notify_app.models import EventType
+    from tasks_app.machine import TRANSITIONS
+
+    where = written_event_types()
+    transitions = [[_code(event), ", ".join(_code(s) for s in sources), _code(target)]
+                   for event, (sources, target) in TRANSITIONS.items()]
+    others = sorted(set(where) - set(TRANSITIONS))
+    other_rows = [[_code(e), _cell(EVENT_MEANINGS.get(e, "")),
+                   ", ".join(_code(p) for p in sorted(where[e]))] for e in others]
+    notify_rows = [[_code(value), _cell(label)] for value, label in EventType.choices]
+    return (
+        "### Transitions\n\nEach moves the task through the state machine and bumps "
+        "its `version` (`tasks_app/machine.py`).\n\n"
+        + _table(["event", "from", "to"], transitions)
+        + "\n\n### Other events on a task's timeline\n\nRecorded at the task's current "
+        "version, without a transition; found in the product's code where it writes them.\n\n"
+        + _table(["event", "meaning", "written in"], other_rows)
+        + "\n\n### Notification event types\n\nWhat a webhook or an e-mail can subscribe "
+        "to (`notify_app/models.py`, `EventType`).\n\n"
+        + _table(["type", "label"], notify_rows)
+    )
+
+
+# --- the REST API ---------------------------------------------------------------------------
+
+
+def openapi_schema() -> dict[str, Any]:
+    from drf_spectacular.generators import SchemaGenerator
+
+    schema: dict[str, Any] = SchemaGenerator().get_schema(request=None, public=True)
+    return json.loads(json.dumps(schema, default=str))
+
+
+def _ref_name(ref: str) -> str:
+    return ref.rsplit("/", 1)[-1]
+
+
+def _unwrap(schema: dict[str, Any]) -> dict[str, Any]:
+    """`allOf: [{$ref}]` (how drf-spectacular marks a nullable or read-only ref) -> the ref."""
+    if "allOf" in schema and len(schema["allOf"]) == 1:
+        return {**schema["allOf"][0], **{k: v for k, v in schema.items() if k != "allOf"}}
+    return schema
+
+
+def _type_of(schema: dict[str, Any]) -> str:
+    schema = _unwrap(schema)
+    if "$ref" in schema:
+        name = _ref_name(schema["$ref"])
+        text = f"[{name}](#{name.lower()})"
+    elif schema.get("type") == "array":
+        text = "array of " + _type_of(schema.get("items", {}))
+    elif "enum" in schema:
+        text = " \\| ".join(f"`{v}`" for v in schema["enum"] if v is not None)
+    else:
+        text = schema.get("type", "any")
+        if schema.get("format"):
+            text += f" ({schema['format']})"
+    if schema.get("nullable"):
+        text += ", nullable"
+    return text
+
+
+def _resolve(document: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    """A body's schema, its `$ref` followed into the components."""
+    schema = _unwrap(schema)
+    if "$ref" in schema:
+        return dict(document["components"]["schemas"][_ref_name(schema["$ref"])])
+    return schema
+
+
+def _fields(schema: dict[str, Any]) -> list[list[str]]:
+    required = set(schema.get("required", []))
+    rows = []
+    for name, prop in schema.get("properties", {}).items():
+        prop = _unwrap(prop)
+        notes = [_cell(prop.get("description", ""))]
+        if prop.get("readOnly"):
+            notes.append("read only")
+        rows.append([_code(name), _type_of(prop), "yes" if name in required else "",
+                     " ".join(n for n in notes if n)])
+    return rows
+
+
+def _body_schema(content: dict[str, Any]) -> dict[str, Any] | None:
+    for media in ("application/json", *content):
+        if media in content and "schema" in content[media]:
+            return dict(content[media]["schema"])
+    return None
+
+
+def _param_note(parameter: dict[str, Any]) -> str:
+    note = _cell(parameter.get("description", ""))
+    if "default" in parameter.get("schema", {}):
+        note += f" (default `{parameter['schema']['default']}`)"
+    return note.strip()
+
+
+def _generic_description() -> str:
+    from config.api_base import TenantAPIView
+
+    return " ".join((TenantAPIView.__doc__ or "").split())
+
+
+def api_reference() -> str:
+    schema = openapi_schema()
+    generic = _generic_description()
+    out: list[str] = []
+    for path, operations in schema["paths"].items():
+        for method, op in operations.items():
+            if method == "parameters":
+                continue
+            out.append(f"### `{method.upper()} {path}`\n")
+            if op.get("summary"):
+                out.append(f"**{_cell(op['summary'])}**\n")
+            description = " ".join(op.get("description", "").split())
+            if description and description != generic:
+                out.append(description + "\n")
+            params = [[_code(p["name"]), p["in"], _type_of(p.get("schema", {})),
+                       "yes" if p.get("required") else "", _param_note(p)]
+                      for p in op.get("parameters", [])]
+            if params:
+                out.append(_table(["parameter", "in", "type", "required", "description"],
+                                  params) + "\n")
+            body = _body_schema(op.get("requestBody", {}).get("content", {}))
+            if body is not None:
+                out.append(f"Request body: {_type_of(body)}\n")
+                fields = _fields(_resolve(schema, body))
+                if fields:
+                    out.append(_table(["field", "type", "required", "description"], fields) + "\n")
+            answers, errors = [], []
+            for status, response in op.get("responses", {}).items():
+                answer = _body_schema(response.get("content", {}))
+                if answer is not None and answer.get("$ref", "").endswith("/Error"):
+                    errors.append(_code(status))
+                    continue
+                answers.append([_code(status), _cell(response.get("description", "")),
+                                _type_of(answer) if answer is not None else ""])
+            out.append(_table(["status", "meaning", "body"], answers) + "\n")
+            if errors:
+                out.append("Errors ([shape](#errors)): " + ", ".join(errors) + "\n")
+    out.append("## Schemas\n\nThe request and response bodies named above.\n")
+    for name, component in schema["components"]["schemas"].items():
+        out.append(f"### {name}\n")
+        if component.get("description"):
+            out.append(_cell(component["description"]) + "\n")
+        if "enum" in component:
+            out.append("One of " + ", ".join(f"`{v}`" for v in component["enum"]
+                                             if v is not None) + ".\n")
+        elif component.get("properties"):
+            out.append(_table(["field", "type", "required", "description"],
+                              _fields(component)) + "\n")
+        else:
+            out.append(f"Type: {_type_of(component)}.\n")
+    return "\n".join(out)
+
+
+# --- settings ---------------------------------------------------------------------------------
+
+# What each runtime setting does, used while `config.tether_settings` (the typed
+# settings, which describe themselves) is not in this tree.
+SETTING_MEANINGS = {
+    "LEASE_TTL_S": "a task lease's lifetime; a live process renews all its leases every third "
+                   "of it in one statement; a dead worker's task is picked up after it (plus the "
+                   "sweep's interval)",
+    "SWEEP_INTERVAL_S": "how often each worker process (and beat, if run) tries to run the "
+                        "recovery sweep; one runs at a time (advisory lock)",
+    "WORKER_SWEEP": "every Celery worker process runs the recovery sweep on its own timer; "
+                    "`false`: only beat does",
+    "SLICE_S": "time a worker spends on one task before re-enqueueing it (its own work: time "
+               "spent awaiting model and tool calls does not count)",
+    "SLICE_MAX_STEPS": "steps per slice at most",
+    "DRIVER_MAX_TASKS": "tasks one worker process advances at once; a further message waits "
+                        "in the broker",
+    "DRIVER_DB_THREADS": "threads per worker process running the slices' database phases "
+                         "(each holds a connection while busy: keep it below "
+                         "`DB_POOL_MAX_SIZE`)",
+    "DRIVER_DRAIN_S": "on a warm shutdown, how long a worker process lets its slices in flight "
+                      "finish; the rest are resumed by the sweep after their lease",
+    "TOOL_THREADS": "python tool calls one process runs at once, each in a thread of its own",
+    "MAX_RUNNING_TASKS": "global limit on RUNNING tasks (the rest wait in CREATED)",
+    "MAX_RUNNING_PER_TENANT": "per-tenant limit on RUNNING tasks",
+    "BACKOFF_BASE_S": "first retry delay (exponential, full jitter)",
+    "BACKOFF_MAX_S": "retry delay ceiling",
+    "STEP_ERROR_RETRIES": "a step that raises an unexpected error is tried again this many "
+                          "times, then the task fails (or escalates with "
+                          "`on_exhaustion=escalate`)",
+    "COMPENSATION_RESWEEP_S": "a failed task's compensation not finished this long after the "
+                              "failure is handed to a worker again by the recovery sweep, and "
+                              "again every as long until a run ends",
+    "COMPENSATION_THREADS": "compensations one worker process runs at once, in threads beside "
+                            "its slices; each holds a database connection while it runs",
+    "BREAKER_FAILURES": "a circuit breaker opens after this many transient failures in a row; "
+                        "a tool's or an agent model's `breaker.failures` overrides it",
+    "BREAKER_COOLDOWN_S": "how long an open breaker admits no call before one probe",
+    "BREAKER_MAX_COOLDOWN_S": "the cool-down doubles after each failed probe, up to this",
+    "BREAKER_RECHECK_S": "a breaker a process read as closed with no failures is trusted by "
+                         "that process this long; `0` reads it before every call",
+    "MAX_TOOL_RESULT_BYTES": "a larger tool result is a business error",
+    "MAX_RESPONSE_BYTES": "no response to the runner's outbound calls (model, HTTP tools, "
+                          "status queries, MCP) is read past this, as decoded",
+    "CONTEXT_WINDOW_STEPS": "steps given to the model verbatim",
+    "CONTEXT_RESULT_CHARS": "a step result is cut to this in the context",
+    "SUMMARY_THRESHOLD_STEPS": "older steps are summarized past this many…",
+    "SUMMARY_THRESHOLD_CHARS": "…or past this much text",
+    "SUMMARY_MAX_CHARS": "a summary's length at most",
+    "LEDGER_CLAIM_GRACE_S": "a tool call's ledger claim outlives its timeout by this; then "
+                            "recovery may take the key over",
+    "LEASE_WAIT_RECHECK_S": "a call waiting for a resource lease looks again at least this often "
+                            "(a release wakes it at once)",
+    "PUBLISH_WINDOW_MS": "live events committed within this window go to the browser in one "
+                         "message; `0` sends each at once",
+    "DEMO_NOTIFY_DELAY_S": "how long the demo's `notify_customer` hangs after sending",
+    "LIVE_RECHECK_S": "how often an open live socket re-checks its user's membership",
+    "TETHER_BROKER_TIMEOUT_S": "bounds connecting to the broker and each socket operation; with "
+                               "the publish's two retries, how long an enqueue may hold a request",
+    "TETHER_RUNNER": "`celery`, `embedded`, or `manual` (tests drive the runner); `celery` when "
+                     "`CELERY_BROKER_URL` is set",
+    "TETHER_SWEEP_INTERVAL_S": "the recovery sweep's interval (also `TETHER['SWEEP_INTERVAL_S']`)",
+    "TETHER_PYTHON_TOOL_MODULES": "module prefixes python tools must live under: "
+                                  "`tenant:prefix` for one tenant, a bare `prefix` for all",
+    "TETHER_SECRETS_KEY": "comma-separated Fernet keys that encrypt tenant secrets at rest: the "
+                          "first encrypts, all decrypt; required when `DEBUG` is off",
+    "TETHER_ENV_GRANTS": "server environment variables an agent profile may name in "
+                         "`api_key_env`: `NAME` for every tenant, `tenant:NAME` for one",
+    "TETHER_EGRESS_ALLOW": "non-public addresses calls made for a tenant may reach anyway: "
+                           "hosts, `host:port` pairs or CIDRs (the embedded mode allows "
+                           "loopback; with a broker, nothing)",
+    "TETHER_EGRESS_CA_BUNDLE": "a PEM file of CAs trusted by outbound calls besides the "
+                               "default store",
+    "TETHER_MCP_STDIO_SERVERS": "stdio MCP servers tenants may register by name: a JSON object, "
+                                "name → command",
+    "TETHER_PUBLIC_URL": "the console's public address: links in notifications start with it",
+    "TETHER_WEBHOOK_TIMEOUT_S": "a webhook attempt's whole call at most",
+    "TETHER_WEBHOOK_BACKOFF_BASE_S": "the wait after a failed attempt, doubling per attempt…",
+    "TETHER_WEBHOOK_BACKOFF_MAX_S": "…at most this",
+    "TETHER_WEBHOOK_MAX_AGE_S": "a delivery is retried until it is this old, then `failed`",
+    "TETHER_WEBHOOK_RETENTION_DAYS": "finished notifications are deleted after this, with "
+                                     "their attempts",
+    "TETHER_APPROVAL_SLA_WARNING_AT": "the fraction of an approval's SLA after which "
+                                      "`approval_sla_warning` is sent (once)",
+    "TETHER_HTTPS": "HTTPS enforcement: redirect, HSTS, `Secure` cookies (default: on unless "
+                    "`DEBUG`)",
+    "TETHER_METRICS_TOKEN": "when set, `GET /metrics` asks for `Authorization: Bearer <token>`",
+    "TETHER_WORKER_METRICS_PORT": "without `PROMETHEUS_MULTIPROC_DIR`: each worker serves its "
+                                  "own counters on this port",
+}
+_NEVER_SHOWN = ("TETHER_SECRETS_KEY",)  # set to a throwaway value by this hook
+
+
+def _default_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "`true`" if value else "`false`"
+    if isinstance(value, float) and value.is_integer():
+        return f"`{int(value)}`"
+    if isinstance(value, list | tuple):
+        return _code(",".join(str(v) for v in value)) or "empty"
+    if value in ("", None):
+        return "unset"
+    return _code(value)
+
+
+def settings_fallback() -> str:
+    """The `TETHER_*` settings as `config.settings` defines them (name, default, meaning)."""
+    from django.conf import settings
+
+    rows = [[_code(f"TETHER_{key}"), _default_text(value), _cell(SETTING_MEANINGS.get(key, ""))]
+            for key, value in settings.TETHER.items()]
+    for name in sorted(n for n in dir(settings) if n.startswith("TETHER_")):
+        value = "" if name in _NEVER_SHOWN else getattr(settings, name)
+        rows.append([_code(name), _default_text(value), _cell(SETTING_MEANINGS.get(name, ""))])
+    return _table(["variable", "default", "meaning"], rows)
+
+
+def settings_reference() -> str:
+    try:
+        from config.tether_settings import reference_markdown
+    except ModuleNotFoundError as exc:
+        if exc.name != "config.tether_settings":
+            raise
+        return settings_fallback()
+    return str(reference_markdown())
+
+
+# --- management commands ---------------------------------------------------------------------
+
+_DJANGO_OPTIONS = {"help", "version", "verbosity", "settings", "pythonpath", "traceback",
+                   "no_color", "force_color", "skip_checks"}
+
+
+def _command_section(name: str, command: Any, note: str = "") -> str:
+    parser = command.create_parser("manage.py", name)
+    rows = []
+    for action in parser._actions:
+        if action.dest in _DJANGO_OPTIONS:
+            continue
+        flag = ", ".join(action.option_strings) or action.dest
+        if action.choices:
+            flag += " {" + ",".join(map(str, action.choices)) + "}"
+        default = action.default if action.default not in (None, False, "") else ""
+        rows.append([_code(flag), "yes" if action.required or not action.option_strings else "",
+                     _code(default), _cell(action.help or "")])
+    text = f"### `{name}`\n\n{_cell(command.help)}{note}\n\n"
+    return text + (_table(["argument", "required", "default", "what"], rows)
+                   if rows else "No arguments.")
+
+
+def management_commands() -> str:
+    from django.core.management import get_commands, load_command_class
+
+    ours = sorted((name, app) for name, app in get_commands().items()
+                  if app in PRODUCT_PACKAGES)
+    sections = [_command_section(name, load_command_class(app, name)) for name, app in ours]
+    from benchmarks.management.commands.bench import Command as Bench
+
+    sections.append(_command_section(
+        "bench", Bench(), " No part of the product: see [Performance](../performance/index.md)."))
+    return "\n\n".join(sections)
+
+
+# --- the hook ---------------------------------------------------------------------------------
+
+GENERATORS: dict[str, Callable[[], str]] = {
+    "task-machine": task_machine,
+    "step-machine": step_machine,
+    "event-types": event_types,
+    "rest-api": api_reference,
+    "settings": settings_reference,
+    "management-commands": management_commands,
+}
+_cache: dict[str, str] = {}
+
+
+def on_pre_build(config: Any) -> None:
+    _cache.clear()  # `mkdocs serve` rebuilds: read the code again
+    _setup_django()
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    for key, generate in GENERATORS.items():
+        marker = f"<!-- generated: {key} -->"
+        if marker in markdown:
+            if key not in _cache:
+                _cache[key] = generate()
+            markdown = markdown.replace(marker, _cache[key])
+    return markdown
