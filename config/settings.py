@@ -41,6 +41,7 @@ INSTALLED_APPS = [
     "approvals_app",
     "notify_app",
     "audit_app",
+    "schedules_app",
     "axes",
 ]
 

@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class SchedulesConfig(AppConfig):
+    name = "schedules_app"
+    verbose_name = "Schedules"
+    default_auto_field = "django.db.models.BigAutoField"
