@@ -20,6 +20,7 @@ from ..models import CatchUp, Overlap, RunOutcome, Schedule, ScheduleRun
 from ..selectors import runs_of_schedule, schedule_of_tenant, schedules_of_tenant
 from ..services.schedules import (
     MAX_GOAL_CHARS,
+    MAX_TARGET_NAME,
     schedule_create,
     schedule_delete,
     schedule_pause,
@@ -33,14 +34,14 @@ TAGS = ["schedules"]
 class TargetSerializer(serializers.Serializer):
     """Documentation only: one of the two, checked by the service."""
 
-    agent = serializers.CharField(max_length=64, required=False)
-    workflow = serializers.CharField(max_length=64, required=False)
+    agent = serializers.CharField(max_length=MAX_TARGET_NAME, required=False)
+    workflow = serializers.CharField(max_length=MAX_TARGET_NAME, required=False)
 
 
 class ScheduleWriteSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=64)
     target = serializers.DictField(
-        child=serializers.CharField(max_length=64),
+        child=serializers.CharField(max_length=MAX_TARGET_NAME),
         help_text='What runs: {"agent": name} or {"workflow": name}, of this tenant.')
     input = serializers.DictField(child=serializers.JSONField(), required=False)
     goal = serializers.CharField(

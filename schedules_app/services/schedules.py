@@ -33,7 +33,7 @@ from ..models import CatchUp, Overlap, Schedule
 from ..starters import target_kind, target_kinds
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
-TARGET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+MAX_TARGET_NAME = 200
 MAX_INPUT_BYTES = 64 * 1024
 MAX_GOAL_CHARS = 10_000
 EDITABLE = ("target", "input", "goal", "script", "cron", "timezone", "overlap", "catch_up")
@@ -54,7 +54,7 @@ def schedule_update(*, tenant_id: int, name: str, changes: dict[str, Any],
                     actor: Actor) -> Schedule:
     """Change some fields; a changed cron or time zone gives a new next due time."""
     return SCHEDULES.update(tenant_id=tenant_id, name=name, changes=changes, actor=actor,
-                            prepare=_timing_reset)
+                            prepare=_before_changes)
 
 
 def schedule_delete(*, tenant_id: int, name: str, actor: Actor) -> None:
@@ -90,10 +90,14 @@ def _set_paused(*, tenant_id: int, name: str, actor: Actor, paused: bool) -> Sch
     return schedule
 
 
-def _timing_reset(schedule: Schedule, changes: dict[str, Any]) -> None:
-    """A new cron or time zone: the next due time is computed again (`schedule_errors`)."""
+def _before_changes(schedule: Schedule, changes: dict[str, Any]) -> None:
+    """What follows from the fields that change, recomputed by `schedule_errors`: a
+    new cron or time zone, the next due time; a new target, the default goal."""
     if any(key in changes and changes[key] != getattr(schedule, key) for key in TIMING):
         schedule.next_due_at = None  # type: ignore[assignment]
+    if "target" in changes and "goal" not in changes and schedule.target_kind == "agent" \
+            and schedule.goal == default_goal(schedule.target_name):
+        schedule.goal = ""
 
 
 def schedule_audited(schedule: Schedule) -> dict[str, Any]:
@@ -155,8 +159,8 @@ def _target_errors(schedule: Schedule) -> dict[str, str]:
     registered = target_kind(kind)
     if registered is None:
         return {"target": f"{kind!r} is not a kind of target this server runs; {shape}"}
-    if not isinstance(name, str) or not TARGET_NAME.fullmatch(name):
-        return {"target": f"the {kind}'s name: letters, digits, _ and - (max 64)"}
+    if not isinstance(name, str) or not 0 < len(name) <= MAX_TARGET_NAME:
+        return {"target": f"the {kind}'s name: text of 1 to {MAX_TARGET_NAME} characters"}
     if registered.exists is not None and not registered.exists(schedule.tenant_id, name):
         return {"target": f"no {kind} named {name!r} in this tenant"}
     if kind == "agent":

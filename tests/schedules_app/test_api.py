@@ -3,6 +3,7 @@ tenant reads them; bad input is a 400 naming the field and writes nothing;
 another tenant's schedule is a 404."""
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -10,8 +11,10 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from audit_app.models import AuditEntry
+from schedules_app import starters
 from schedules_app.models import Schedule, ScheduleRun
 from schedules_app.services.firing import schedules_fire
+from schedules_app.starters import ScheduledStart
 from tasks_app.models import Role, Task
 from tasks_app.services.demo import demo_agent_ensure
 from tests.factories import actor_of
@@ -120,6 +123,40 @@ def test_change_a_schedule(main):
     assert Schedule.objects.get().cron == "*/5 * * * *"
 
 
+def test_a_new_target_gets_its_own_default_goal(main):
+    demo_agent_ensure(main.tenant, name="triage")
+    client = main.client(Role.ADMIN)
+    client.post(URL, BODY, format="json")
+    response = client.patch(f"{URL}/hourly-check", {"target": {"agent": "triage"}},
+                            format="json")
+    assert response.status_code == 200, response.json()
+    assert response.json()["goal"] == "Scheduled run of triage"
+    kept = client.patch(f"{URL}/hourly-check", {"goal": "Check the queue"}, format="json")
+    assert kept.json()["goal"] == "Check the queue"
+    again = client.patch(f"{URL}/hourly-check", {"target": {"agent": "support"}}, format="json")
+    assert again.json()["goal"] == "Check the queue"
+
+
+def test_a_workflow_target_when_its_app_registered_the_kind(main, monkeypatch):
+    def start(request: ScheduledStart) -> Any:
+        raise AssertionError("not fired here")
+
+    monkeypatch.setitem(starters._kinds, "workflow",
+                        starters.TargetKind(start=start, exists=lambda t, n: n == "etl"))
+    client = main.client(Role.OPERATOR)
+    workflow = {"name": "etl-nightly", "target": {"workflow": "etl"}, "input": {"day": 1},
+                "cron": "0 3 * * *"}
+    created = client.post(URL, workflow, format="json")
+    assert created.status_code == 201, created.json()
+    assert (created.json()["goal"], created.json()["script"]) == ("", None)
+    for change, field in (({"target": {"workflow": "missing"}}, "target"),
+                          ({"goal": "a goal"}, "goal"), ({"script": FINAL}, "script")):
+        refused = client.post(URL, {**workflow, "name": "other", **change}, format="json")
+        assert refused.status_code == 400
+        assert field in refused.json()["error"]["details"]
+    assert Schedule.objects.count() == 1
+
+
 def test_pause_and_resume(main):
     due = minute_now()
     schedule = make_schedule(main.tenant, main.users[Role.ADMIN], name="nightly", due_at=due)
@@ -132,8 +169,9 @@ def test_pause_and_resume(main):
     resumed = client.post(f"{URL}/nightly/resume")
     assert resumed.status_code == 200 and resumed.json()["paused"] is False
     # from the next due time after now: the one passed while paused does not run
-    assert parse_datetime(resumed.json()["next_due_at"]) > timezone.now()
-    assert schedules_fire() == {}
+    next_due = parse_datetime(resumed.json()["next_due_at"])
+    assert next_due > timezone.now()
+    assert schedules_fire(now=next_due - timedelta(seconds=1)) == {}
     assert [e.action for e in AuditEntry.objects.filter(kind="schedule").order_by("id")] == [
         "created", "paused", "resumed"]
     schedule.refresh_from_db()
