@@ -31,6 +31,8 @@ audit.read               admin                                 the configuration
 workflow.read            requester, operator, reviewer, admin  definitions and versions
 workflow.write           admin                                 register and change workflows
 workflow.release         admin                                 release, promote, roll back
+schedule.read            requester, operator, reviewer, admin  schedules and their runs
+schedule.write           operator, admin                       create, change, pause, delete
 =======================  ====================================  ============================
 
 Separation of duties (a task's requester may not decide on its own task's
@@ -86,6 +88,8 @@ POLICY: dict[str, frozenset[str]] = {
     "workflow.read": ALL_ROLES,
     "workflow.write": frozenset({R.ADMIN}),
     "workflow.release": frozenset({R.ADMIN}),
+    "schedule.read": ALL_ROLES,
+    "schedule.write": frozenset({R.OPERATOR, R.ADMIN}),
 }
 # Actions a requester may take only on the tasks it submitted itself.
 OWN_TASKS_ONLY: dict[str, frozenset[str]] = {

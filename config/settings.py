@@ -46,6 +46,7 @@ INSTALLED_APPS = [
     "notify_app",
     "audit_app",
     "workflows_app",
+    "schedules_app",
     "axes",
 ]
 

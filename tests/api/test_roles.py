@@ -16,6 +16,8 @@ import pytest
 from approvals_app.models import Approval, Question, Reconciliation
 from notify_app.models import NotificationSettings, WebhookSubscription
 from notify_app.services.subscriptions import webhook_create
+from schedules_app.models import Schedule
+from schedules_app.services.schedules import schedule_create
 from tasks_app.actors import SYSTEM
 from tasks_app.models import AgentProfile, ContextSummary, Event, Role, Task, TenantSecret
 from tasks_app.services.agents import agent_update
@@ -123,6 +125,19 @@ def _mcp(suffix: str = "", method: str = "get", body: Any = None) -> Setup:
     def setup(t: Tenancy, role: str) -> tuple[str, str, Any]:
         mcp_server_create(tenant_id=t.tenant.pk, name="shop", url=MCP_URL["url"])
         return method, f"/api/v1/mcp-servers/shop{suffix}", body
+
+    return setup
+
+
+SCHEDULE = {"name": "nightly", "target": {"agent": "support"}, "cron": "0 2 * * *",
+            "script": [{"final": {"ok": True}}]}
+
+
+def _schedule(suffix: str = "", method: str = "get", body: Any = None) -> Setup:
+    def setup(t: Tenancy, role: str) -> tuple[str, str, Any]:
+        schedule_create(tenant_id=t.tenant.pk, actor=SYSTEM,
+                        **{**SCHEDULE, "name": "hourly", "cron": "0 * * * *"})
+        return method, f"/api/v1/schedules/hourly{suffix}", body
 
     return setup
 
@@ -253,6 +268,14 @@ MATRIX: dict[str, tuple[set[str], Setup, int]] = {
     "mcp_servers_update": ({ADM}, _mcp("", "patch", {"enabled": False}), 200),
     "mcp_servers_delete": ({ADM}, _mcp("", "delete"), 204),
     "mcp_servers_refresh": ({ADM}, _mcp("/refresh", "post"), 200),
+    "schedules_list": (ALL, _const("get", "/api/v1/schedules"), 200),
+    "schedules_create": ({OP, ADM}, _const("post", "/api/v1/schedules", SCHEDULE), 201),
+    "schedules_retrieve": (ALL, _schedule(), 200),
+    "schedules_update": ({OP, ADM}, _schedule("", "patch", {"cron": "5 * * * *"}), 200),
+    "schedules_destroy": ({OP, ADM}, _schedule("", "delete"), 204),
+    "schedules_pause": ({OP, ADM}, _schedule("/pause", "post"), 200),
+    "schedules_resume": ({OP, ADM}, _schedule("/resume", "post"), 200),
+    "schedules_runs": (ALL, _schedule("/runs"), 200),
 }
 
 
@@ -272,6 +295,7 @@ def fingerprint() -> tuple[Any, ...]:
         sorted(WebhookSubscription.objects.values_list("id", "active", "events")),
         sorted(NotificationSettings.objects.values_list("id", "email_reviewers")),
         sorted(McpServer.objects.values_list("id", "url", "enabled", "refreshed_at")),
+        sorted(Schedule.objects.values_list("id", "cron", "paused", "next_due_at")),
     )
 
 
