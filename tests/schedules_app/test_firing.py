@@ -194,12 +194,19 @@ def test_a_target_that_cannot_start_is_recorded_and_the_schedule_goes_on(world, 
     schedule.refresh_from_db()
     assert schedule.next_due_at == due + minutes(1)
 
-    # a kind nobody registered (its app removed since): failed too, nothing raised
+    # a workflow deleted since: failed with the reason, nothing raised
     Schedule.objects.filter(pk=schedule.pk).update(target={"workflow": "gone"})
     schedules_fire(now=due + minutes(1))
     run = ScheduleRun.objects.get(schedule=schedule, due_at=due + minutes(1))
     assert run.outcome == RunOutcome.FAILED
-    assert "no starter for 'workflow'" in run.error
+    assert "no workflow named 'gone'" in run.error
+
+    # a kind nobody registered (its app removed since): failed too, nothing raised
+    Schedule.objects.filter(pk=schedule.pk).update(target={"pipeline": "gone"})
+    schedules_fire(now=due + minutes(2))
+    run = ScheduleRun.objects.get(schedule=schedule, due_at=due + minutes(2))
+    assert run.outcome == RunOutcome.FAILED
+    assert "no starter for 'pipeline'" in run.error
     assert not Task.objects.exists()
 
 
