@@ -28,6 +28,11 @@ webhook.*                admin                                 webhooks, deliver
 agent.versions           operator, admin                       an agent's versions (read)
 agent.release            admin                                 release, promote, roll back
 audit.read               admin                                 the configuration audit log
+workflow.read            requester, operator, reviewer, admin  definitions and versions
+workflow.write           admin                                 register and change workflows
+workflow.release         admin                                 release, promote, roll back
+schedule.read            requester, operator, reviewer, admin  schedules and their runs
+schedule.write           operator, admin                       create, change, pause, delete
 =======================  ====================================  ============================
 
 Separation of duties (a task's requester may not decide on its own task's
@@ -80,6 +85,11 @@ POLICY: dict[str, frozenset[str]] = {
     "agent.versions": frozenset({R.OPERATOR, R.ADMIN}),
     "agent.release": frozenset({R.ADMIN}),
     "audit.read": frozenset({R.ADMIN}),
+    "workflow.read": ALL_ROLES,
+    "workflow.write": frozenset({R.ADMIN}),
+    "workflow.release": frozenset({R.ADMIN}),
+    "schedule.read": ALL_ROLES,
+    "schedule.write": frozenset({R.OPERATOR, R.ADMIN}),
 }
 # Actions a requester may take only on the tasks it submitted itself.
 OWN_TASKS_ONLY: dict[str, frozenset[str]] = {

@@ -1,6 +1,7 @@
 """REST API v1 routes, mounted at `/api/v1/`: tasks, human decisions, admin
-(tools, agents, secrets, webhooks), the OpenAPI 3 schema and its browsable docs. Paths have no
-trailing slash; anything unmatched is a JSON 404 in the API's error shape."""
+(tools, agents, secrets, webhooks), schedules, the OpenAPI 3 schema and its
+browsable docs. Paths have no trailing slash; anything unmatched is a JSON 404
+in the API's error shape."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 from approvals_app.api import views as decisions
 from audit_app.api import AuditListView
 from notify_app.api import views as notify
+from schedules_app.api import views as schedules
 from tasks_app.api import agent_versions, agents, resource_leases, retries, secrets
 from tasks_app.api import views as tasks
 from tools_app.api import breakers
 from tools_app.api import mcp_views as mcp
 from tools_app.api import views as tools
+from workflows_app.api import views as workflows
 
 from . import api_schema  # noqa: F401 - registers the Token auth scheme with drf-spectacular
 from .api_base import IdConverter, NameConverter
@@ -85,6 +88,10 @@ urlpatterns = [
     path("mcp-servers/<name:name>/refresh", mcp.McpServerRefreshView.as_view(),
          name="api-mcp-server-refresh"),
     path("breakers", breakers.BreakerListView.as_view(), name="api-breakers"),
+    path("workflows", workflows.WorkflowListView.as_view(), name="api-workflows"),
+    path("workflows/<name:name>", workflows.WorkflowDetailView.as_view(), name="api-workflow"),
+    path("workflows/<name:name>/versions", workflows.WorkflowVersionsView.as_view(),
+         name="api-workflow-versions"),
     path("agents", agents.AgentListView.as_view(), name="api-agents"),
     path("agents/<name:name>", agents.AgentDetailView.as_view(), name="api-agent"),
     path("secrets", secrets.SecretListView.as_view(), name="api-secrets"),
@@ -125,6 +132,14 @@ urlpatterns = [
         "notifications/email", notify.EmailSettingsView.as_view(), name="api-notifications-email"
     ),
     path("audit", AuditListView.as_view(), name="api-audit"),
+    path("schedules", schedules.ScheduleListView.as_view(), name="api-schedules"),
+    path("schedules/<name:name>", schedules.ScheduleDetailView.as_view(), name="api-schedule"),
+    path("schedules/<name:name>/pause", schedules.SchedulePauseView.as_view(),
+         name="api-schedule-pause"),
+    path("schedules/<name:name>/resume", schedules.ScheduleResumeView.as_view(),
+         name="api-schedule-resume"),
+    path("schedules/<name:name>/runs", schedules.ScheduleRunsView.as_view(),
+         name="api-schedule-runs"),
     path("schema", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("redoc", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),

@@ -13,10 +13,21 @@ gets its JSON error shape (`config.api_errors.too_large_body`), other paths a
 plain-text 413. A server that buffers the whole body itself before calling the
 application (daphne does) still receives it; this stops Django from reading
 it again, and a streaming server (uvicorn) from receiving more than the limit.
+
+After the 413 is written, the rest of the body is read and thrown away before
+the response ends and the server closes the connection. A server that closes a
+socket with unread data in it sends a reset, which makes the client's kernel
+discard the answer it had already received: a client that writes its whole body
+before reading (urllib, requests) would see a reset, not the 413. The drain is
+bounded, `DRAIN_MAX_BYTES` and `DRAIN_MAX_SECONDS`, so a client cannot hold the
+connection by sending forever; past either bound the connection is closed as
+before. The answer is already on its way when the drain starts, so a client
+that reads while it sends has it at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -31,6 +42,10 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 API_PREFIX = "/api/"
+# How much of a refused body is read and discarded, at most, so that the client
+# gets to read the 413 (see above): 64 MiB, or 10 seconds, whichever comes first.
+DRAIN_MAX_BYTES = 64 * 1024 * 1024
+DRAIN_MAX_SECONDS = 10.0
 
 
 class BodyLimit:
@@ -44,7 +59,7 @@ class BodyLimit:
             return
         declared = _content_length(scope)
         if declared is not None and declared > limit:
-            await _too_large(scope, send)
+            await _too_large(scope, receive, send, body_pending=True)
             return
         chunks: list[bytes] = []
         size = 0
@@ -56,7 +71,9 @@ class BodyLimit:
             body = message.get("body", b"")
             size += len(body)
             if size > limit:
-                await _too_large(scope, send)
+                await _too_large(
+                    scope, receive, send, body_pending=message.get("more_body", False)
+                )
                 return
             chunks.append(body)
             if not message.get("more_body", False):
@@ -87,7 +104,7 @@ def _replay(first: list[Message], receive: Receive) -> Receive:
     return replay
 
 
-async def _too_large(scope: Scope, send: Send) -> None:
+async def _too_large(scope: Scope, receive: Receive, send: Send, *, body_pending: bool) -> None:
     if scope["path"].startswith(API_PREFIX):
         body = json.dumps(too_large_body()).encode()
         content_type = b"application/json"
@@ -105,4 +122,33 @@ async def _too_large(scope: Scope, send: Send) -> None:
             ],
         }
     )
-    await send({"type": "http.response.body", "body": body})
+    # The whole answer goes out now; the response only ends after the drain.
+    await send({"type": "http.response.body", "body": body, "more_body": True})
+    # A client that asked `Expect: 100-continue` was not told to continue: it
+    # sends no body, so there is nothing to wait for.
+    if body_pending and not _expects_continue(scope):
+        await _drain(receive)
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _expects_continue(scope: Scope) -> bool:
+    return any(
+        name.lower() == b"expect" and value.strip().lower() == b"100-continue"
+        for name, value in scope.get("headers", [])
+    )
+
+
+async def _drain(receive: Receive) -> None:
+    """Read and discard the rest of the body, within the bounds above."""
+    drained = 0
+    try:
+        async with asyncio.timeout(DRAIN_MAX_SECONDS):
+            while drained <= DRAIN_MAX_BYTES:
+                message = await receive()
+                if message["type"] != "http.request":  # the client left
+                    return
+                drained += len(message.get("body", b""))
+                if not message.get("more_body", False):
+                    return
+    except TimeoutError:
+        return

@@ -16,5 +16,6 @@ urlpatterns = [
     path("tools/", include("tools_app.console.urls")),
     path("webhooks/", include("notify_app.console.urls")),
     path("audit/", include("audit_app.urls")),
+    path("schedules/", include("schedules_app.console.urls")),
     path("", include("tasks_app.console.urls")),
 ]

@@ -5,7 +5,6 @@ runner on the ASGI server's own event loop and the in-memory channel layer.
 Production sets DATABASE_URL, CELERY_BROKER_URL and CHANNEL_LAYER_URL.
 """
 
-import os
 from datetime import timedelta
 from pathlib import Path
 
@@ -13,9 +12,14 @@ import environ
 from django.core.exceptions import ImproperlyConfigured
 
 from config.logs import logging_config
+from config.tether_settings import load as load_tether_settings
+from config.tether_settings import tether_dict
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 env = environ.Env()
+# Every TETHER_* variable, typed and checked (config/tether_settings.py): a wrong
+# value stops the process here with ImproperlyConfigured naming the variable.
+_tether = load_tether_settings()
 
 SECRET_KEY = env.str("SECRET_KEY", default="")  # required unless DEBUG: see "production hardening"
 DEBUG = env.bool("DEBUG", default=False)
@@ -41,6 +45,8 @@ INSTALLED_APPS = [
     "approvals_app",
     "notify_app",
     "audit_app",
+    "workflows_app",
+    "schedules_app",
     "axes",
 ]
 
@@ -141,8 +147,8 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # up to TETHER_DRIVER_MAX_TASKS tasks on its own event loop (tasks_app/runner/driver.py).
 # The pool processes only hand messages over: a task waiting on the network holds
 # none of them. Change with TETHER_WORKER_POOL / TETHER_WORKER_CONCURRENCY (or -P / -c).
-CELERY_WORKER_POOL = env.str("TETHER_WORKER_POOL", default="prefork")
-CELERY_WORKER_CONCURRENCY = env.int("TETHER_WORKER_CONCURRENCY", default=os.cpu_count() or 1)
+CELERY_WORKER_POOL = _tether.WORKER_POOL
+CELERY_WORKER_CONCURRENCY = _tether.WORKER_CONCURRENCY
 # Celery's Django fixup closes the DB connection around every task unless told
 # to reuse it: a new connection per slice costs more than a step.
 CELERY_DB_REUSE_MAX = env.int("CELERY_DB_REUSE_MAX", default=1000)
@@ -152,7 +158,7 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # socket operation and the publish's own retries are bounded (worst case a few
 # times TETHER_BROKER_TIMEOUT_S). A failed enqueue is logged and recovered by
 # the recovery sweep (tasks_app/services/dispatch.py).
-TETHER_BROKER_TIMEOUT_S = env.float("TETHER_BROKER_TIMEOUT_S", default=2.0)
+TETHER_BROKER_TIMEOUT_S = _tether.BROKER_TIMEOUT_S
 CELERY_BROKER_CONNECTION_TIMEOUT = TETHER_BROKER_TIMEOUT_S
 CELERY_TASK_PUBLISH_RETRY_POLICY = {
     "max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5,
@@ -166,7 +172,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 # Every worker process sweeps on its own timer under an advisory lock
 # (tasks_app/runner/sweeper.py): beat is optional. Its entry stays for
 # deployments that run it; it takes the same lock, so it adds no second sweep.
-TETHER_SWEEP_INTERVAL_S = env.float("TETHER_SWEEP_INTERVAL_S", default=2.0)
+TETHER_SWEEP_INTERVAL_S = _tether.SWEEP_INTERVAL_S
 CELERY_BEAT_SCHEDULE = {
     "tether-recovery-sweep": {
         "task": "tasks_app.tasks.recovery_sweep",
@@ -174,7 +180,7 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 # "celery" when a broker is configured, else the in-process embedded runner.
-TETHER_RUNNER = env.str("TETHER_RUNNER", default="celery" if CELERY_BROKER_URL else "embedded")
+TETHER_RUNNER = _tether.RUNNER
 
 CHANNEL_LAYER_URL = env.str("CHANNEL_LAYER_URL", default="")
 if CHANNEL_LAYER_URL:
@@ -191,107 +197,47 @@ if CHANNEL_LAYER_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
-# Runtime knobs (seconds unless named otherwise).
-TETHER = {
-    # A live process renews its leases every third of this (one statement for
-    # all); a killed one's tasks are taken over after it, plus the sweep's interval.
-    "LEASE_TTL_S": env.float("TETHER_LEASE_TTL_S", default=10.0),
-    "SWEEP_INTERVAL_S": TETHER_SWEEP_INTERVAL_S,
-    # each Celery worker process runs the recovery sweep itself (false: beat only)
-    "WORKER_SWEEP": env.bool("TETHER_WORKER_SWEEP", default=True),
-    "SLICE_S": env.float("TETHER_SLICE_S", default=2.0),
-    "SLICE_MAX_STEPS": env.int("TETHER_SLICE_MAX_STEPS", default=50),
-    # The driver (tasks_app/runner/driver.py): slices one process drives at once,
-    # the threads its database phases run in, the threads python tools run in.
-    "DRIVER_MAX_TASKS": env.int("TETHER_DRIVER_MAX_TASKS", default=500),
-    # 8, not 6: each thread holds its slot through its phase's round trips, and
-    # with 1,000 tasks waiting on a model single runs measured 202-265 I/O
-    # steps/s with 6 (seven of nine below 235), 203-261 with 8 or 12 (eight of
-    # twelve above 235): a weak effect on a noisy machine (README "Performance");
-    # 8 stays under the pool's 10 connections.
-    "DRIVER_DB_THREADS": env.int("TETHER_DRIVER_DB_THREADS", default=8),
-    "DRIVER_DRAIN_S": env.float("TETHER_DRIVER_DRAIN_S", default=10.0),
-    "TOOL_THREADS": env.int("TETHER_TOOL_THREADS", default=64),
-    "MAX_RUNNING_TASKS": env.int("TETHER_MAX_RUNNING_TASKS", default=200),
-    "MAX_RUNNING_PER_TENANT": env.int("TETHER_MAX_RUNNING_PER_TENANT", default=50),
-    "BACKOFF_BASE_S": env.float("TETHER_BACKOFF_BASE_S", default=0.5),
-    "BACKOFF_MAX_S": env.float("TETHER_BACKOFF_MAX_S", default=30.0),
-    # a step that raises an unexpected error is tried again this many times, then the task fails
-    "STEP_ERROR_RETRIES": env.int("TETHER_STEP_ERROR_RETRIES", default=5),
-    # a FAILED task's compensation that has not finished this long after the failure
-    # (its message lost to a broker outage, its worker killed) is handed to a worker
-    # again by the recovery sweep, and again every as long until a run ends
-    "COMPENSATION_RESWEEP_S": env.float("TETHER_COMPENSATION_RESWEEP_S", default=120.0),
-    # compensations one worker process runs at once, in threads beside its slices
-    # (each holds a database connection while it runs: keep well below DB_POOL_MAX_SIZE)
-    "COMPENSATION_THREADS": env.int("TETHER_COMPENSATION_THREADS", default=2),
-    # circuit breakers (tools_app/breakers): open after this many transient failures
-    # in a row, admit one probe after the cool-down, which doubles (up to the max)
-    # each time a probe fails; a tool's or an agent model's `breaker` overrides them
-    "BREAKER_FAILURES": env.int("TETHER_BREAKER_FAILURES", default=5),
-    "BREAKER_COOLDOWN_S": env.float("TETHER_BREAKER_COOLDOWN_S", default=10.0),
-    "BREAKER_MAX_COOLDOWN_S": env.float("TETHER_BREAKER_MAX_COOLDOWN_S", default=300.0),
-    # a breaker read as closed with no failures is trusted this long per process
-    "BREAKER_RECHECK_S": env.float("TETHER_BREAKER_RECHECK_S", default=1.0),
-    "MAX_TOOL_RESULT_BYTES": env.int("TETHER_MAX_TOOL_RESULT_BYTES", default=256 * 1024),
-    "MAX_RESPONSE_BYTES": env.int("TETHER_MAX_RESPONSE_BYTES", default=8 * 1024 * 1024),
-    "CONTEXT_WINDOW_STEPS": env.int("TETHER_CONTEXT_WINDOW_STEPS", default=8),
-    "CONTEXT_RESULT_CHARS": env.int("TETHER_CONTEXT_RESULT_CHARS", default=2000),
-    # older steps beyond the window are folded into a summary past either threshold
-    "SUMMARY_THRESHOLD_STEPS": env.int("TETHER_SUMMARY_THRESHOLD_STEPS", default=8),
-    "SUMMARY_THRESHOLD_CHARS": env.int("TETHER_SUMMARY_THRESHOLD_CHARS", default=16000),
-    "SUMMARY_MAX_CHARS": env.int("TETHER_SUMMARY_MAX_CHARS", default=4000),
-    "LEDGER_CLAIM_GRACE_S": env.float("TETHER_LEDGER_CLAIM_GRACE_S", default=10.0),
-    # a call waiting for a resource lease looks again at least this often (a release
-    # wakes it at once; this bounds the cost of a lost wake-up)
-    "LEASE_WAIT_RECHECK_S": env.float("TETHER_LEASE_WAIT_RECHECK_S", default=30.0),
-    # live events queued within this window of the first go out together (0: no wait)
-    "PUBLISH_WINDOW_MS": env.float("TETHER_PUBLISH_WINDOW_MS", default=10.0),
-    "DEMO_NOTIFY_DELAY_S": env.float("TETHER_DEMO_NOTIFY_DELAY_S", default=3.0),
-}
+# Runtime knobs (seconds unless named otherwise), read as settings.TETHER["SLICE_S"]:
+# declared, with what each does, in config/tether_settings.py.
+TETHER = tether_dict(_tether)
 
 # Python tools registered through the API or console must live under these
 # module prefixes: registering one makes the server import and run that code.
 # `prefix` grants it to every tenant, `tenant:prefix` to that tenant only; the
 # demo tools work on global tables, so only the demo tenant gets them.
-TETHER_PYTHON_TOOL_MODULES = tuple(
-    env.list("TETHER_PYTHON_TOOL_MODULES", default=["demo:tools_app.demo."])
-)
+TETHER_PYTHON_TOOL_MODULES = tuple(_tether.PYTHON_TOOL_MODULES)
 
 # Tenant secrets are encrypted with these Fernet keys (comma-separated: the first
 # encrypts, all decrypt; `manage.py rotate_secrets` re-encrypts with the first).
-TETHER_SECRETS_KEY = env.str("TETHER_SECRETS_KEY", default="")
+TETHER_SECRETS_KEY = _tether.SECRETS_KEY.get_secret_value()
 # Server environment variables a tenant's agent may name in `api_key_env`: NAME
 # for every tenant, tenant:NAME for one. Nothing else of the environment is readable.
-TETHER_ENV_GRANTS = tuple(env.list("TETHER_ENV_GRANTS", default=[]))
+TETHER_ENV_GRANTS = tuple(_tether.ENV_GRANTS)
 # Outbound calls made for a tenant (HTTP tools, status queries, model endpoints)
 # reach public addresses only, plus what this lists: hosts, host:port pairs or
 # CIDRs (tools_app/outbound/policy.py). The embedded demo (no broker) allows
 # loopback, so a local Ollama works; with a broker nothing private is allowed.
-TETHER_EGRESS_ALLOW = env.list(
-    "TETHER_EGRESS_ALLOW",
-    default=["127.0.0.1", "::1", "localhost"] if TETHER_RUNNER == "embedded" else [],
-)
+TETHER_EGRESS_ALLOW = _tether.EGRESS_ALLOW
 # A PEM file of extra CAs trusted by outbound calls (internal services with a private CA).
-TETHER_EGRESS_CA_BUNDLE = env.str("TETHER_EGRESS_CA_BUNDLE", default="")
+TETHER_EGRESS_CA_BUNDLE = _tether.EGRESS_CA_BUNDLE
 # stdio MCP servers tenants may register by name: a JSON object, name -> command
 # (a string or an argv list), started by Tether on the server (tools_app/mcp/connections.py).
-TETHER_MCP_STDIO_SERVERS = env.str("TETHER_MCP_STDIO_SERVERS", default="{}")
+TETHER_MCP_STDIO_SERVERS = _tether.MCP_STDIO_SERVERS
 
 # --- notifications (notify_app) ------------------------------------------------
 # Where links in notifications point: the console's public address.
-TETHER_PUBLIC_URL = env.str("TETHER_PUBLIC_URL", default="http://localhost:8000").rstrip("/")
+TETHER_PUBLIC_URL = _tether.PUBLIC_URL
 # Webhook deliveries: each attempt's whole call is bounded by TIMEOUT_S; a failed
 # attempt (no answer, 5xx, 408, 429) is retried after BACKOFF_BASE_S * 2**(n-1)
 # seconds (at most BACKOFF_MAX_S, with jitter) until the delivery is MAX_AGE_S old.
-TETHER_WEBHOOK_TIMEOUT_S = env.float("TETHER_WEBHOOK_TIMEOUT_S", default=10.0)
-TETHER_WEBHOOK_BACKOFF_BASE_S = env.float("TETHER_WEBHOOK_BACKOFF_BASE_S", default=10.0)
-TETHER_WEBHOOK_BACKOFF_MAX_S = env.float("TETHER_WEBHOOK_BACKOFF_MAX_S", default=3600.0)
-TETHER_WEBHOOK_MAX_AGE_S = env.float("TETHER_WEBHOOK_MAX_AGE_S", default=24 * 3600.0)
+TETHER_WEBHOOK_TIMEOUT_S = _tether.WEBHOOK_TIMEOUT_S
+TETHER_WEBHOOK_BACKOFF_BASE_S = _tether.WEBHOOK_BACKOFF_BASE_S
+TETHER_WEBHOOK_BACKOFF_MAX_S = _tether.WEBHOOK_BACKOFF_MAX_S
+TETHER_WEBHOOK_MAX_AGE_S = _tether.WEBHOOK_MAX_AGE_S
 # Finished notifications (and their deliveries and attempts) are kept this long.
-TETHER_WEBHOOK_RETENTION_DAYS = env.float("TETHER_WEBHOOK_RETENTION_DAYS", default=30.0)
+TETHER_WEBHOOK_RETENTION_DAYS = _tether.WEBHOOK_RETENTION_DAYS
 # The SLA warning fires when this fraction of an approval's SLA has passed.
-TETHER_APPROVAL_SLA_WARNING_AT = env.float("TETHER_APPROVAL_SLA_WARNING_AT", default=0.8)
+TETHER_APPROVAL_SLA_WARNING_AT = _tether.APPROVAL_SLA_WARNING_AT
 # E-mail (for tenants that turn reviewer e-mail on): Django's backend and SMTP settings.
 EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.smtp.EmailBackend")
 EMAIL_HOST = env.str("EMAIL_HOST", default="localhost")
@@ -367,7 +313,8 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("MAX_REQUEST_BYTES", default=1024 * 1024)
 # not fall back to a value anyone can read here. `scripts/start` generates both
 # once into .tether/local.env (git ignores it) for the embedded mode.
 if not DEBUG:
-    _missing = [n for n in ("SECRET_KEY", "TETHER_SECRETS_KEY") if not env.str(n, default="")]
+    _keys = {"SECRET_KEY": SECRET_KEY, "TETHER_SECRETS_KEY": TETHER_SECRETS_KEY}
+    _missing = [name for name, value in _keys.items() if not value]
     if _missing:
         raise ImproperlyConfigured(
             f"{' and '.join(_missing)} must be set when DEBUG is off: see the README's "
@@ -379,7 +326,7 @@ elif not SECRET_KEY:
 # HTTPS enforcement: on by default in production; TETHER_HTTPS=false serves plain
 # HTTP (loopback or a private network: the tests, scripts/start) with no
 # redirect, no HSTS and cookies without Secure.
-TETHER_HTTPS = env.bool("TETHER_HTTPS", default=not DEBUG)
+TETHER_HTTPS = _tether.HTTPS
 SECURE_SSL_REDIRECT = TETHER_HTTPS
 SECURE_HSTS_SECONDS = 365 * 24 * 3600 if TETHER_HTTPS else 0
 SECURE_HSTS_INCLUDE_SUBDOMAINS = TETHER_HTTPS
@@ -391,15 +338,15 @@ CSRF_COOKIE_SECURE = TETHER_HTTPS
 # Behind a TLS-terminating proxy, name the header it sets (X-Forwarded-Proto):
 # Django then takes `https` in it as a secure request. Only set it when the proxy
 # overwrites that header on every request, or clients could forge it.
-_proxy_ssl_header = env.str("TETHER_PROXY_SSL_HEADER", default="")
+_proxy_ssl_header = _tether.PROXY_SSL_HEADER
 if _proxy_ssl_header:
     SECURE_PROXY_SSL_HEADER = ("HTTP_" + _proxy_ssl_header.upper().replace("-", "_"), "https")
 
 # Login throttling (django-axes): after LIMIT failed sign-ins for one user name
 # from one address, that pair is refused for COOLOFF minutes. The API's keys
 # are not passwords and are not throttled by it.
-AXES_FAILURE_LIMIT = env.int("TETHER_LOGIN_FAILURE_LIMIT", default=10)
-AXES_COOLOFF_TIME = timedelta(minutes=env.float("TETHER_LOGIN_COOLOFF_MIN", default=15.0))
+AXES_FAILURE_LIMIT = _tether.LOGIN_FAILURE_LIMIT
+AXES_COOLOFF_TIME = timedelta(minutes=_tether.LOGIN_COOLOFF_MIN)
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
@@ -407,10 +354,6 @@ AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
-
-# A live socket re-checks its user's membership this often (seconds) and closes
-# when it is gone; revoking through the services closes it at once.
-TETHER["LIVE_RECHECK_S"] = env.float("TETHER_LIVE_RECHECK_S", default=10.0)
 
 # --- static, i18n -----------------------------------------------------------------
 STATIC_URL = "/static/"
@@ -431,7 +374,7 @@ LOGGING = logging_config(fmt=LOG_FORMAT, level=env.str("LOG_LEVEL", default="INF
 # Celery keeps these handlers (config.celery answers its setup_logging signal).
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # `/metrics` asks for `Authorization: Bearer <token>` when set.
-TETHER_METRICS_TOKEN = env.str("TETHER_METRICS_TOKEN", default="")
+TETHER_METRICS_TOKEN = _tether.METRICS_TOKEN.get_secret_value()
 # Without PROMETHEUS_MULTIPROC_DIR, each worker serves its own figures on this
 # port ("PORT" or "HOST:PORT"; a prefork pool's children on PORT+1, PORT+2, ...).
-TETHER_WORKER_METRICS_PORT = env.str("TETHER_WORKER_METRICS_PORT", default="")
+TETHER_WORKER_METRICS_PORT = _tether.WORKER_METRICS_PORT

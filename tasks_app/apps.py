@@ -1,4 +1,7 @@
 from django.apps import AppConfig
+from django.core import checks
+
+from config.checks import check_tether_settings
 
 
 class TasksAppConfig(AppConfig):
@@ -15,4 +18,5 @@ class TasksAppConfig(AppConfig):
         from .registrations import register
 
         register()
+        checks.register(check_tether_settings)
         connection_created.connect(install, dispatch_uid="tether-db-pool-check")

@@ -13,4 +13,6 @@ CORE_TESTS = (
     "leases/",
     "approvals_app/",
     "tools_app/test_uncertain_writes.py",
+    "schedules_app/test_firing.py",
+    "schedules_app/test_cron.py",
 )

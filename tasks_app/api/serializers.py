@@ -16,6 +16,7 @@ from config.api_base import ExpectedVersionMixin
 from tasks_app.machine import NON_TERMINAL, TaskStatus
 from tasks_app.models import Step, StepStatus, Task
 from tasks_app.pricing import money, money_text, pico_text
+from workflows_app.orchestrator import run_nodes
 
 MAX_GOAL = 10_000
 MAX_TEXT = 10_000
@@ -72,8 +73,10 @@ class TaskSerializer(serializers.Serializer):
     finished_at = serializers.DateTimeField(allow_null=True)
     retry_of = serializers.SerializerMethodField()
 
-    def get_agent(self, task: Task) -> str:
-        return task.agent.name
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_agent(self, task: Task) -> str | None:
+        """The agent; null for a workflow run (`workflow`)."""
+        return task.agent.name if task.agent_id else None
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_requester(self, task: Task) -> str | None:
@@ -125,9 +128,41 @@ class OpenRequestSerializer(serializers.Serializer):
     tool = serializers.CharField(required=False, help_text="For an approval or reconciliation.")
 
 
+class WorkflowNodeSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    kind = serializers.CharField()
+    status = serializers.ChoiceField(choices=["pending", "waiting", "succeeded", "failed",
+                                              "skipped", "not_run", "canceled"])
+    output = serializers.JSONField(allow_null=True)
+    error = serializers.JSONField(allow_null=True)
+    steps = serializers.ListField(child=serializers.IntegerField())
+    task = serializers.IntegerField(allow_null=True, help_text="A child task (agent nodes).")
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+
+
 class TaskDetailSerializer(TaskSerializer):
     open_request = serializers.SerializerMethodField()
     retried_by = serializers.SerializerMethodField()
+    workflow = serializers.SerializerMethodField()
+    workflow_version = serializers.SerializerMethodField()
+    nodes = serializers.SerializerMethodField()
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_workflow(self, task: Task) -> str | None:
+        """The workflow this task runs (null: an agent's task)."""
+        return ((task.agent_snapshot or {}).get("workflow") or {}).get("name")
+
+    @extend_schema_field(serializers.IntegerField(allow_null=True))
+    def get_workflow_version(self, task: Task) -> int | None:
+        return ((task.agent_snapshot or {}).get("workflow") or {}).get("version")
+
+    @extend_schema_field(WorkflowNodeSerializer(many=True, allow_null=True))
+    def get_nodes(self, task: Task) -> list[dict[str, Any]] | None:
+        """A workflow run's nodes, in the order they run (null: an agent's task)."""
+        if not (task.agent_snapshot or {}).get("workflow"):
+            return None
+        return WorkflowNodeSerializer(run_nodes(task), many=True).data
 
     @extend_schema_field(serializers.ListField(
         child=serializers.IntegerField(), help_text="The retries of this task, oldest first."))
@@ -142,7 +177,7 @@ class TaskDetailSerializer(TaskSerializer):
 class DecisionSerializer(serializers.Serializer):
     """The decision a step records; which fields are present depends on `kind`."""
 
-    kind = serializers.ChoiceField(choices=["tool_call", "final", "ask_user", "invalid"])
+    kind = serializers.ChoiceField(choices=["tool_call", "final", "ask_user", "invalid", "fail"])
     tool = serializers.CharField(
         required=False, help_text="tool_call; an invalid decision that was a malformed call."
     )
@@ -275,8 +310,12 @@ class BulkCancelResultSerializer(serializers.Serializer):
 
 
 class TaskSubmitSerializer(serializers.Serializer):
-    goal = serializers.CharField(max_length=MAX_GOAL)
-    agent = serializers.CharField(max_length=64)
+    goal = serializers.CharField(max_length=MAX_GOAL, required=False, default="",
+                                 help_text="Required with `agent`.")
+    agent = serializers.CharField(max_length=64, required=False,
+                                  help_text="The agent that runs the task; or `workflow`.")
+    workflow = serializers.CharField(max_length=100, required=False,
+                                     help_text="Run this workflow instead of an agent.")
     input = serializers.DictField(child=serializers.JSONField(), required=False, default=dict)
     script = serializers.ListField(
         child=serializers.JSONField(),
@@ -287,6 +326,15 @@ class TaskSubmitSerializer(serializers.Serializer):
         help_text="For scripted agents: one entry per model call, "
         '`{"tool", "args"}`, `{"ask"}`, `{"final"}` or `{"invalid"}`.',
     )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if bool(attrs.get("agent")) == bool(attrs.get("workflow")):
+            raise serializers.ValidationError({"agent": ["give either `agent` or `workflow`"]})
+        if attrs.get("agent") and not attrs.get("goal"):
+            raise serializers.ValidationError({"goal": ["a task for an agent needs a goal"]})
+        if attrs.get("workflow") and attrs.get("script") is not None:
+            raise serializers.ValidationError({"script": ["a workflow run takes no script"]})
+        return attrs
 
 
 class TaskFilterSerializer(serializers.Serializer):

@@ -27,6 +27,7 @@ from config.api_base import (
 )
 from config.api_errors import error_responses
 from config.errors import not_found
+from workflows_app.services.runs import submit_run
 
 from ..context.summaries import summary_exists, summary_list, summary_rollback
 from ..machine import NON_TERMINAL
@@ -142,16 +143,22 @@ class TaskListView(TaskViewBase):
     def post(self, request: Request) -> Response:
         key = _idempotency_key(request)
         data = self.validated(TaskSubmitSerializer)
-        submitted = task_submit(
-            tenant_id=self.access.tenant_id,
-            requester_id=self.access.user_id,
-            agent=data["agent"],
-            goal=data["goal"],
-            input=data["input"],
-            script=data["script"],
-            idempotency_key=key,
-            actor=self.access.actor,
-        )
+        if data.get("workflow"):
+            submitted = submit_run(
+                tenant_id=self.access.tenant_id, requester_id=self.access.user_id,
+                workflow=data["workflow"], goal=data["goal"], input=data["input"],
+                idempotency_key=key, actor=self.access.actor)
+        else:
+            submitted = task_submit(
+                tenant_id=self.access.tenant_id,
+                requester_id=self.access.user_id,
+                agent=data["agent"],
+                goal=data["goal"],
+                input=data["input"],
+                script=data["script"],
+                idempotency_key=key,
+                actor=self.access.actor,
+            )
         response = self.render_task(
             submitted.task.pk,
             code=status.HTTP_201_CREATED if submitted.created else status.HTTP_200_OK,

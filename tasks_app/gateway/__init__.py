@@ -12,7 +12,7 @@ from .base import (
     ToolSpecView,
     parse_decision,
 )
-from .registry import get_backend
+from .registry import get_backend, is_instant, register_backend
 
 __all__ = [
     "CallGuard",
@@ -23,5 +23,7 @@ __all__ = [
     "ModelReply",
     "ToolSpecView",
     "get_backend",
+    "is_instant",
+    "register_backend",
     "parse_decision",
 ]

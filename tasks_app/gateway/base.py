@@ -7,6 +7,12 @@ A decision is one of:
 - ``invalid {raw, error}``: what the model said could not be parsed into one of
   the above; the runner records it as an `invalid_decision` and feeds the
   error back to the model.
+- ``fail {error, result}``: the task cannot succeed (never a model's: a
+  workflow's orchestrator says it when a critical node failed).
+
+A decision may carry `workflow` (the node of a workflow run it serves:
+`{node, item?, compensate?}`), and a question an `answer_schema` (the JSON
+schema its answer must match).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from typing import Any, Literal, Protocol
 
 from ..pricing import TokenUsage
 
-DecisionKind = Literal["tool_call", "final", "ask_user", "invalid"]
+DecisionKind = Literal["tool_call", "final", "ask_user", "invalid", "fail"]
 
 
 @dataclass(frozen=True)
@@ -31,8 +37,16 @@ class Decision:
     question: str = ""
     raw: str = ""
     error: str = ""
+    workflow: dict[str, Any] | None = None
+    answer_schema: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
+        shape = self._shape()
+        if self.workflow is not None:
+            shape["workflow"] = self.workflow
+        return shape
+
+    def _shape(self) -> dict[str, Any]:
         if self.kind == "tool_call":
             return {
                 "kind": "tool_call",
@@ -44,7 +58,12 @@ class Decision:
         if self.kind == "final":
             return {"kind": "final", "result": self.result}
         if self.kind == "ask_user":
-            return {"kind": "ask_user", "question": self.question}
+            asked: dict[str, Any] = {"kind": "ask_user", "question": self.question}
+            if self.answer_schema is not None:
+                asked["answer_schema"] = self.answer_schema
+            return asked
+        if self.kind == "fail":
+            return {"kind": "fail", "error": self.error, "result": self.result}
         invalid: dict[str, Any] = {"kind": "invalid", "raw": self.raw, "error": self.error}
         if self.tool:  # a malformed tool call: the context shows it as that call
             invalid["tool"] = self.tool
@@ -53,6 +72,7 @@ class Decision:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Decision:
         kind = data.get("kind")
+        workflow = data.get("workflow")
         if kind == "tool_call":
             return cls(
                 kind="tool_call",
@@ -60,11 +80,16 @@ class Decision:
                 args=data.get("args") or {},
                 reason=data.get("reason", ""),
                 cites=tuple(data.get("cites") or ()),
+                workflow=workflow,
             )
         if kind == "final":
-            return cls(kind="final", result=data.get("result"))
+            return cls(kind="final", result=data.get("result"), workflow=workflow)
         if kind == "ask_user":
-            return cls(kind="ask_user", question=data.get("question", ""))
+            return cls(kind="ask_user", question=data.get("question", ""),
+                       answer_schema=data.get("answer_schema"), workflow=workflow)
+        if kind == "fail":
+            return cls(kind="fail", error=str(data.get("error", "")), result=data.get("result"),
+                       workflow=workflow)
         return cls(
             kind="invalid",
             tool=str(data.get("tool", "")),

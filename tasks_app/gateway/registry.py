@@ -1,11 +1,34 @@
-"""Backend lookup by the name on the agent profile."""
+"""Backend lookup by the name on the agent profile.
+
+`scripted` and `openai` are the gateway's own. Other apps add backends from
+their `AppConfig.ready` (`register_backend`): a workflow run's orchestrator is
+one (workflows_app). An *instant* backend answers without I/O, from the
+database, in the runner's planning phase (as the scripted one does): its
+decisions cost no model call and are never awaited on the I/O loop.
+"""
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..vault.values import Resolved
 from .base import CallGuard, GatewayError, ModelBackend
 from .scripted import ScriptedBackend
+
+BackendFactory = Callable[[dict[str, Any]], ModelBackend]
+_REGISTERED: dict[str, BackendFactory] = {}
+INSTANT: set[str] = {"scripted"}
+
+
+def register_backend(name: str, factory: BackendFactory, *, instant: bool) -> None:
+    """Add the backend `name`, built by `factory(model)`."""
+    _REGISTERED[name] = factory
+    if instant:
+        INSTANT.add(name)
+
+
+def is_instant(backend: str) -> bool:
+    return backend in INSTANT
 
 
 def get_backend(model: dict[str, Any], keys: Resolved | None = None,
@@ -21,4 +44,7 @@ def get_backend(model: dict[str, Any], keys: Resolved | None = None,
         from .openai_backend import OpenAIBackend
 
         return OpenAIBackend(model, keys, guard)
+    factory = _REGISTERED.get(backend)
+    if factory is not None:
+        return factory(model)
     raise GatewayError(f"unknown model backend {backend!r}", retryable=False, calls=0)

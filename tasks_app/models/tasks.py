@@ -34,7 +34,9 @@ class Task(models.Model):
     requester = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    agent = models.ForeignKey(AgentProfile, on_delete=models.PROTECT, related_name="tasks")
+    # null: a workflow run (workflows_app), whose snapshot is its workflow's
+    agent = models.ForeignKey(AgentProfile, on_delete=models.PROTECT, related_name="tasks",
+                              null=True, blank=True)
     agent_snapshot = models.JSONField(default=dict)
     # The agent profile version the snapshot is (null: submitted before versions existed).
     agent_version = models.PositiveIntegerField(null=True, blank=True)

@@ -15,6 +15,10 @@ mid-run): the FAILED transition marks the task `compensation_due_at`, a run
 that ends clears it, and the recovery sweep hands a task still due to a worker
 again (`resweep_compensations`); the ledger makes a second run harmless.
 
+A step whose decision carries its own compensation (a workflow node's
+`compensate: {tool, args}`) is undone by that call instead, its arguments
+built by the planner its app registered (`register_compensation_planner`).
+
 Retries (`tasks_app.retries`): a step a retry inherited is not compensated,
 neither by the retry (it did not make the call) nor by the original once a
 retry continues from it. Which steps are compensated is decided once, under
@@ -30,7 +34,9 @@ import logging
 import os
 import threading
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from django.conf import settings
 from django.db import close_old_connections, connection, transaction
@@ -51,10 +57,36 @@ from ..store.events import event_append
 
 log = logging.getLogger(__name__)
 
+# (task, step) -> (compensation tool, its arguments), or None: not the planner's
+# step. Raises ValueError when the arguments cannot be built (recorded as a
+# failed compensation). Filled from AppConfig.ready (workflows_app).
+CompensationPlanner = Callable[[Task, Step], "tuple[str, dict[str, Any]] | None"]
+_PLANNERS: list[CompensationPlanner] = []
+
+
+def register_compensation_planner(planner: CompensationPlanner) -> None:
+    if planner not in _PLANNERS:
+        _PLANNERS.append(planner)
+
+
+def compensation_call(task: Task, step: Step,
+                      specs: dict[str, ToolSpec]) -> tuple[str, dict[str, Any]] | None:
+    """The call that undoes `step`: (tool, arguments), or None when nothing does."""
+    for planner in _PLANNERS:
+        planned = planner(task, step)
+        if planned is not None:
+            return planned
+    spec = specs.get(step.tool)
+    if spec is None or not spec.compensation_tool or spec.side_effect == "read":
+        return None
+    return spec.compensation_tool, {"original_args": step.args, "original_result": step.output,
+                                    "original_key": step.idempotency_key}
+
 
 def compensate_task(task_id: int) -> int:
     """Compensate a FAILED task's successful writes; returns how many calls were made."""
-    task = Task.objects.filter(pk=task_id).only("id", "tenant_id", "trace_id", "status").first()
+    task = (Task.objects.filter(pk=task_id)
+            .only("id", "tenant_id", "trace_id", "status", "input").first())
     if task is None or task.status != TaskStatus.FAILED:
         return 0
     made, elsewhere = _compensate(task)
@@ -143,15 +175,21 @@ def _compensate(task: Task) -> tuple[int, bool]:
     owner = f"compensation:{task.pk}:{uuid.uuid4().hex[:12]}"
     made, elsewhere = 0, False
     for step in steps:
-        spec = specs.get(step.tool)
-        if spec is None or not spec.compensation_tool or spec.side_effect == "read":
+        try:
+            planned = compensation_call(task, step, specs)
+        except ValueError as exc:
+            _event(task, "compensation_failed", {"step_no": step.step_no, "tool": step.tool,
+                                                 "error": str(exc)})
             continue
+        if planned is None:
+            continue
+        compensation_tool, args = planned
         payload = {
             "step_no": step.step_no,
             "tool": step.tool,
-            "compensation_tool": spec.compensation_tool,
+            "compensation_tool": compensation_tool,
         }
-        compensator = specs.get(spec.compensation_tool)
+        compensator = specs.get(compensation_tool)
         if compensator is None:
             _event(
                 task,
@@ -161,11 +199,7 @@ def _compensate(task: Task) -> tuple[int, bool]:
             continue
         call = ToolCall(
             spec=compensator,
-            args={
-                "original_args": step.args,
-                "original_result": step.output,
-                "original_key": step.idempotency_key,
-            },
+            args=args,
             context=ToolContext(
                 idempotency_key=compensation_key(step.idempotency_key),
                 task_id=task.pk,
@@ -210,13 +244,18 @@ def compensable_steps(task: Task, specs: dict[str, ToolSpec]) -> list[Step]:
                     "step_no": step.step_no, "tool": step.tool,
                     "reason": f"retry task {taken[step.pk]} continues from this step"})
         steps = [s for s in steps if s.pk not in taken]
-        chosen = [s.step_no for s in steps
-                  if (spec := specs.get(s.tool)) is not None and spec.compensation_tool
-                  and spec.side_effect != "read"]
+        chosen = [s.step_no for s in steps if _undoable(task, s, specs)]
         if chosen and not Event.objects.filter(task_id=task.pk,
                                                type="compensating").exists():
             _event(task, "compensating", {"step_nos": chosen})
     return steps
+
+
+def _undoable(task: Task, step: Step, specs: dict[str, ToolSpec]) -> bool:
+    try:
+        return compensation_call(task, step, specs) is not None
+    except ValueError:
+        return True  # it is to be undone; its failure is recorded when it is tried
 
 
 def _event(task: Task, type: str, payload: dict) -> None:  # type: ignore[type-arg]

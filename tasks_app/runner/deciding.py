@@ -31,7 +31,14 @@ from tools_app.registry import tool_specs
 from ..actors import Actor
 from ..context.builder import ContextSources, build_context, gather
 from ..context.summaries import summary_maybe_create
-from ..gateway import ContextSnapshot, Decision, GatewayError, ModelReply, get_backend
+from ..gateway import (
+    ContextSnapshot,
+    Decision,
+    GatewayError,
+    ModelReply,
+    get_backend,
+    is_instant,
+)
 from ..machine import TaskStatus
 from ..models import Step, StepKind, StepStatus, Task
 from ..services.spend import priced_reply
@@ -138,11 +145,12 @@ def plan_step(*, task_id: int, owner: str, memo: SliceMemo) -> StepResult | Resu
     if memo.keys is None:
         memo.keys = model_keys(tenant_id=snap.tenant_id, model=snap.agent.get("model") or {})
     keys = memo.keys
-    if backend_of(snap) != SCRIPTED:
+    if not is_instant(backend_of(snap)):
         return Ask(snap, context, keys, specs, sources,
                    admitted=model_admit_ahead(snap, owner=owner))
     ask = Ask(snap, context, keys, specs, sources)
-    # The scripted backend answers at once, from the context: no I/O to await.
+    # An instant backend (the scripted one, a workflow's orchestrator) answers at
+    # once, from the context or the database: no I/O to await.
     started = time.monotonic()
     try:
         reply = get_backend(snap.agent.get("model") or {}, keys).decide(context)
@@ -209,7 +217,7 @@ def record_model_reply(ask: Ask, reply: ModelReply, *, owner: str,
     spent = Spent(model_calls=max(1, reply.attempts), tokens=reply.tokens, bill=charged.bill)
     return record_reply(snap, decision, model_log, spent,
                         ask.specs, ask.sources, owner=owner, memo=memo,
-                        free=backend_of(snap) == SCRIPTED)
+                        free=is_instant(backend_of(snap)))
 
 
 def record_reply(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],

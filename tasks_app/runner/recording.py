@@ -37,7 +37,7 @@ from .memo import SliceMemo
 from .policy import check_tool_call
 from .progress import repeats_too_often
 from .results import CONTINUE, STOP, Spent, Stale, StepResult
-from .stopping import exhaust, known
+from .stopping import exhaust, failure_snapshot, known
 
 
 def _new_step(snap: TaskSnapshot, *, kind: str, status: str, decision: Decision,
@@ -110,6 +110,9 @@ def record_decision(
             opening.question_open(task_id=snap.id, tenant_id=snap.tenant_id, step_id=step.pk,
                                   question=decision.question, task_version=done.version)
         return STOP
+
+    if decision.kind == "fail":
+        return _fail(snap, decision, model_log, spent, actor)
 
     if decision.kind == "final":
         schema = snap.agent.get("result_schema") or {}
@@ -193,6 +196,23 @@ def _invalid(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
         spent.roll_up()
         _event(snap, "invalid_decision", actor, {"step_no": step_no, "error": error})
     return CONTINUE
+
+
+def _fail(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
+          spent: Spent, actor: Actor) -> StepResult:
+    """The decision maker says the task cannot succeed (a workflow's critical node
+    failed): the step records why, the task fails (and its compensations run)."""
+    error = storable({"type": "failed", "message": decision.error, "detail": decision.result})
+    with transaction.atomic():
+        _new_step(snap, kind=StepKind.FINAL, status=StepStatus.FAILED, decision=decision,
+                  model_log=model_log, error=error, finished_at=timezone.now())
+        task_transition(task_id=snap.id, event="fatal_error", actor=actor,
+                        expected_version=snap.version, known=known(snap),
+                        payload={"reason": "workflow_failed", "detail": error},
+                        fields={**spent.fields(), "failure_reason": "workflow_failed",
+                                "failure_detail": failure_snapshot(snap, error)})
+        spent.roll_up()
+    return STOP
 
 
 def seen_recently(snap: TaskSnapshot, step_no: int, output_hash: str,

@@ -1,6 +1,7 @@
 """Task use cases for API clients and operators: submit, cancel, answer, resume."""
 from __future__ import annotations
 
+import json
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
@@ -13,11 +14,12 @@ from django.utils import timezone
 
 from approvals_app.models import Question
 from config.errors import DomainError, conflict, invalid, not_found
+from tools_app.schemas import schema_errors
 
 from ..actors import Actor
 from ..keys import canonical_json, sha256_hex
 from ..machine import NON_TERMINAL
-from ..models import AgentProfile, StepStatus, Task
+from ..models import AgentProfile, Step, StepStatus, Task
 from ..pricing import MAX_BUDGET, money, money_problem, money_text
 from ..store.creation import task_create
 from ..store.steps import step_move
@@ -150,6 +152,11 @@ def task_provide_input(*, task_id: int, answer: str, actor: Actor,
             task = Task.objects.only("status").get(pk=task_id)
             raise conflict("no_open_question", f"the task is {task.status} and asks nothing",
                            status=task.status)
+        decision = Step.objects.filter(pk=question.step_id).values_list("decision", flat=True).get()
+        problems = answer_problems((decision or {}).get("answer_schema"), answer)
+        if problems:
+            raise invalid("invalid", "The answer does not match what the question asks for.",
+                          answer=problems)
         done = task_transition(
             task_id=task_id, event="input_received", actor=actor, expected_version=expected_version,
             payload={"question_id": question.pk, "answer": answer},
@@ -162,6 +169,18 @@ def task_provide_input(*, task_id: int, answer: str, actor: Actor,
                   finished_at=timezone.now())
         schedule_advance_on_commit(task_id)
     return done
+
+
+def answer_problems(schema: dict[str, Any] | None, answer: str) -> list[str]:
+    """A question with an answer schema (a workflow's form, an approval) takes an
+    answer that is JSON matching it; any other question takes any text."""
+    if not schema:
+        return []
+    try:
+        value = json.loads(answer)
+    except ValueError:
+        return ["the answer must be JSON matching the question's schema"]
+    return schema_errors(schema, value)
 
 
 EXTENDABLE_BUDGETS = ("max_steps", "max_model_calls", "max_tool_calls", "max_tokens",

@@ -16,6 +16,8 @@ import pytest
 from approvals_app.models import Approval, Question, Reconciliation
 from notify_app.models import NotificationSettings, WebhookSubscription
 from notify_app.services.subscriptions import webhook_create
+from schedules_app.models import Schedule
+from schedules_app.services.schedules import schedule_create
 from tasks_app.actors import SYSTEM
 from tasks_app.models import AgentProfile, ContextSummary, Event, Role, Task, TenantSecret
 from tasks_app.services.agents import agent_update
@@ -25,6 +27,7 @@ from tasks_app.services.tasks import task_cancel
 from tests.factories import make_user
 from tools_app.mcp.services import mcp_server_create
 from tools_app.models import McpServer, Tool
+from workflows_app.services.workflows import workflow_create
 
 from .conftest import Tenancy, client_for
 
@@ -126,8 +129,30 @@ def _mcp(suffix: str = "", method: str = "get", body: Any = None) -> Setup:
     return setup
 
 
+SCHEDULE = {"name": "nightly", "target": {"agent": "support"}, "cron": "0 2 * * *",
+            "script": [{"final": {"ok": True}}]}
+
+
+def _schedule(suffix: str = "", method: str = "get", body: Any = None) -> Setup:
+    def setup(t: Tenancy, role: str) -> tuple[str, str, Any]:
+        schedule_create(tenant_id=t.tenant.pk, actor=SYSTEM,
+                        **{**SCHEDULE, "name": "hourly", "cron": "0 * * * *"})
+        return method, f"/api/v1/schedules/hourly{suffix}", body
+
+    return setup
+
+
 def _const(method: str, url: str, body: Any = None) -> Setup:
     return lambda t, role: (method, url, body)
+
+
+def _workflow(suffix: str = "", method: str = "get", body: Any = None) -> Setup:
+    def setup(t: Tenancy, role: str) -> tuple[str, str, Any]:
+        workflow_create(tenant_id=t.tenant.pk, name="flow", actor=SYSTEM,
+                        definition={"nodes": [{"id": "a", "tool": "lookup_order"}]})
+        return method, f"/api/v1/workflows/flow{suffix}", body
+
+    return setup
 
 
 # operation id -> (roles allowed, setup, success status)
@@ -187,6 +212,12 @@ MATRIX: dict[str, tuple[set[str], Setup, int]] = {
         _const("patch", "/api/v1/tools/lookup_order", {"description": "Find an order."}),
         200,
     ),
+    "workflows_list": (ALL, _const("get", "/api/v1/workflows"), 200),
+    "workflows_create": ({ADM}, _const("post", "/api/v1/workflows", {
+        "name": "flow", "definition": "nodes: [{id: a, tool: lookup_order}]"}), 201),
+    "workflows_retrieve": (ALL, _workflow(), 200),
+    "workflows_versions": (ALL, _workflow("/versions"), 200),
+    "workflows_update": ({ADM}, _workflow("", "patch", {"description": "Refunds."}), 200),
     "agents_list": ({ADM}, _const("get", "/api/v1/agents"), 200),
     "agents_create": (
         {ADM},
@@ -237,6 +268,14 @@ MATRIX: dict[str, tuple[set[str], Setup, int]] = {
     "mcp_servers_update": ({ADM}, _mcp("", "patch", {"enabled": False}), 200),
     "mcp_servers_delete": ({ADM}, _mcp("", "delete"), 204),
     "mcp_servers_refresh": ({ADM}, _mcp("/refresh", "post"), 200),
+    "schedules_list": (ALL, _const("get", "/api/v1/schedules"), 200),
+    "schedules_create": ({OP, ADM}, _const("post", "/api/v1/schedules", SCHEDULE), 201),
+    "schedules_retrieve": (ALL, _schedule(), 200),
+    "schedules_update": ({OP, ADM}, _schedule("", "patch", {"cron": "5 * * * *"}), 200),
+    "schedules_destroy": ({OP, ADM}, _schedule("", "delete"), 204),
+    "schedules_pause": ({OP, ADM}, _schedule("/pause", "post"), 200),
+    "schedules_resume": ({OP, ADM}, _schedule("/resume", "post"), 200),
+    "schedules_runs": (ALL, _schedule("/runs"), 200),
 }
 
 
@@ -256,6 +295,7 @@ def fingerprint() -> tuple[Any, ...]:
         sorted(WebhookSubscription.objects.values_list("id", "active", "events")),
         sorted(NotificationSettings.objects.values_list("id", "email_reviewers")),
         sorted(McpServer.objects.values_list("id", "url", "enabled", "refreshed_at")),
+        sorted(Schedule.objects.values_list("id", "cron", "paused", "next_due_at")),
     )
 
 

@@ -1,0 +1,232 @@
+"""The expression language of workflow definitions: CEL.
+
+CEL (the Common Expression Language, as Kubernetes uses it for admission
+rules) has no side effects, no loops beyond its list macros, no access to
+objects beyond the data it is given, and parses to a typed program; it is
+evaluated here by `common-expression-language` (Rust bindings: about 12 µs
+per condition, with parse errors that point at the column). A tenant's
+expression can still be made expensive (nested macros over large lists), so
+every expression is bounded before it runs: its length, its nesting, and the
+nesting of its macros; every result is bounded in size after.
+
+Where expressions appear in a definition:
+- `when`, `map.over`: a bare CEL expression (`inputs.amount > 100`);
+- values of `args`, `input`, `output` and `compensate.args`: a string that is
+  exactly `${ expr }` is replaced by the expression's value (any JSON type);
+  a string with `${ expr }` inside other text has each one replaced by its
+  value as text; anything else is literal. Objects and lists are walked.
+
+What an expression sees (the "activation"): `inputs` (the run's input),
+`nodes` (each finished node's output by id: `nodes.lookup.amount`), and in a
+map, `item` and `index`; in a compensation, `output` (the node's own output).
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import cel
+
+MAX_SOURCE_CHARS = 2000
+MAX_NESTING = 24  # brackets, braces and parentheses open at once
+MAX_MACROS = 4  # list macros (map, filter, all, exists, exists_one) in one expression
+MAX_RESULT_BYTES = 256 * 1024  # what one expression may produce, as JSON
+ROOTS = frozenset({"inputs", "nodes", "item", "index", "output"})
+
+_TEMPLATE = re.compile(r"\$\{(.*?)\}", re.DOTALL)
+_WHOLE = re.compile(r"^\s*\$\{(.*)\}\s*$", re.DOTALL)
+_MACRO = re.compile(r"\.\s*(map|filter|all|exists|exists_one)\s*\(")
+_BOUND = re.compile(  # the variable a macro binds: `.map(x, ...)`
+    r"\.\s*(?:map|filter|all|exists|exists_one)\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*,")
+_NODE_REF = re.compile(r"\bnodes\s*(?:\.\s*([A-Za-z_][A-Za-z0-9_]*)|\[\s*(['\"])([^'\"]*)\2\s*\])")
+_NODES_DYNAMIC = re.compile(r"\bnodes\s*(?:\[\s*[^'\"\s]|(?![\s.\[]))")
+
+
+class ExpressionError(ValueError):
+    """An expression that does not parse, is too large, or failed to evaluate."""
+
+
+@dataclass(frozen=True)
+class Expression:
+    source: str
+    program: Any
+    nodes: frozenset[str]  # the node ids it refers to
+
+    def evaluate(self, activation: dict[str, Any]) -> Any:
+        try:
+            value = self.program.execute(activation)
+        except Exception as exc:  # the library raises KeyError, ValueError, ZeroDivisionError…
+            raise ExpressionError(f"{self.source!r}: {_message(exc)}") from exc
+        size = len(json.dumps(value, default=str))
+        if size > MAX_RESULT_BYTES:
+            raise ExpressionError(f"{self.source!r}: its value is {size} bytes as JSON, "
+                                  f"more than {MAX_RESULT_BYTES}")
+        return value
+
+
+def _message(exc: Exception) -> str:
+    if isinstance(exc, KeyError):
+        return f"no such key {exc.args[0]!r}" if exc.args else "no such key"
+    return str(exc).splitlines()[0][:300] or type(exc).__name__
+
+
+def _code_only(source: str) -> str:
+    """The source with the contents of string literals blanked, so that brackets
+    and names inside strings are not counted as code."""
+    out, quote, i = [], "", 0
+    while i < len(source):
+        ch = source[i]
+        if quote:
+            if ch == "\\":
+                out.append("  ")
+                i += 2
+                continue
+            if ch == quote:
+                quote = ""
+                out.append(ch)
+            else:
+                out.append(" ")
+        else:
+            if ch in "'\"":
+                quote = ch
+            out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def _bounds(source: str) -> str:
+    """Refuse what could run away before the library sees it; returns the code
+    with string contents blanked."""
+    if len(source) > MAX_SOURCE_CHARS:
+        raise ExpressionError(f"an expression has at most {MAX_SOURCE_CHARS} characters")
+    code = _code_only(source)
+    depth = deepest = 0
+    for ch in code:
+        if ch in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in ")]}":
+            depth -= 1
+    if deepest > MAX_NESTING:
+        raise ExpressionError(f"an expression nests at most {MAX_NESTING} levels deep")
+    macros = list(_MACRO.finditer(code))
+    if len(macros) > MAX_MACROS:
+        raise ExpressionError(f"an expression uses at most {MAX_MACROS} list macros")
+    if _nested_macro(code, macros):
+        raise ExpressionError("a list macro (map, filter, all, exists) may not contain another: "
+                              "its cost would grow with the product of the lists' sizes")
+    return code
+
+
+def _nested_macro(code: str, macros: list[re.Match[str]]) -> bool:
+    """Does a macro's argument list contain another macro?"""
+    for outer in macros:
+        depth, end = 1, len(code)
+        for j in range(outer.end(), len(code)):
+            if code[j] == "(":
+                depth += 1
+            elif code[j] == ")":
+                depth -= 1
+                if depth == 0:
+                    end = j
+                    break
+        if any(outer.end() <= inner.start() < end for inner in macros if inner is not outer):
+            return True
+    return False
+
+
+def compile_expression(source: str) -> Expression:
+    """Parse `source` (bounded first); refers to nodes only by a literal id."""
+    if not isinstance(source, str) or not source.strip():
+        raise ExpressionError("an expression must be a non-empty string")
+    code = _bounds(source)
+    if _NODES_DYNAMIC.search(code):
+        raise ExpressionError("refer to a node by its id (nodes.ID or nodes['ID']), "
+                              "not by a computed key")
+    try:
+        program = cel.compile(source)
+    except Exception as exc:  # noqa: BLE001 - the library's parse errors are ValueErrors
+        raise ExpressionError(_message(exc)) from exc
+    bound = {m.group(1) for m in _BOUND.finditer(code)}  # a macro's own variable
+    unknown = sorted(set(program.variables()) - ROOTS - bound)
+    if unknown:
+        raise ExpressionError(f"unknown name {unknown[0]!r}: an expression may use "
+                              + ", ".join(sorted(ROOTS)))
+    named = code_with_names(source, code)
+    nodes = frozenset(m.group(1) or m.group(3) for m in _NODE_REF.finditer(named))
+    return Expression(source, program, nodes)
+
+
+def code_with_names(source: str, code: str) -> str:
+    """`code` with the string literals right after `nodes[` restored, so that
+    `nodes['a-b']` keeps its id (every other string stays blanked)."""
+    out = list(code)
+    for m in re.finditer(r"\bnodes\s*\[\s*(['\"])", code):
+        start = m.end()
+        end = source.find(m.group(1), start)
+        if end > 0:
+            out[start:end] = source[start:end]
+    return "".join(out)
+
+
+# --- templates: values with ${ ... } --------------------------------------------------
+
+
+def template_expressions(value: Any) -> Iterator[tuple[str, Expression]]:
+    """Every expression in a template value, with its JSON path ("a.b[2]"); raises
+    ExpressionError naming the path of the first that does not compile."""
+    yield from _walk(value, "")
+
+
+def _walk(value: Any, path: str) -> Iterator[tuple[str, Expression]]:
+    if isinstance(value, str):
+        for m in _TEMPLATE.finditer(value):
+            try:
+                yield path, compile_expression(m.group(1))
+            except ExpressionError as exc:
+                raise ExpressionError(f"{path or 'value'}: {exc}") from exc
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _walk(item, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _walk(item, f"{path}[{i}]")
+
+
+def render(value: Any, activation: dict[str, Any]) -> Any:
+    """The template `value` with every `${ expr }` evaluated against `activation`."""
+    if isinstance(value, str):
+        whole = _WHOLE.match(value)
+        if whole and "${" not in whole.group(1):
+            return compiled(whole.group(1)).evaluate(activation)
+        if "${" not in value:
+            return value
+        return _TEMPLATE.sub(lambda m: _as_text(compiled(m.group(1)).evaluate(activation)), value)
+    if isinstance(value, dict):
+        return {key: render(item, activation) for key, item in value.items()}
+    if isinstance(value, list):
+        return [render(item, activation) for item in value]
+    return value
+
+
+def _as_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+_CACHE: dict[str, Expression] = {}
+_CACHE_MAX = 4096
+
+
+def compiled(source: str) -> Expression:
+    """`compile_expression`, memoized per process (definitions are immutable
+    versions: the same few sources are evaluated again and again)."""
+    found = _CACHE.get(source)
+    if found is None:
+        found = compile_expression(source)
+        if len(_CACHE) >= _CACHE_MAX:
+            _CACHE.clear()
+        _CACHE[source] = found
+    return found

@@ -1,0 +1,36 @@
+"""Reads of workflows and runs."""
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+
+from tasks_app.models import Step, Task
+
+from .models import Workflow, WorkflowRun, WorkflowVersion
+
+STEP_FIELDS = ("step_no", "kind", "status", "decision", "output", "error", "started_at",
+               "finished_at")
+
+
+def workflows_of(tenant_id: int) -> QuerySet[Workflow]:
+    return Workflow.objects.filter(tenant_id=tenant_id)
+
+
+def workflow_named(tenant_id: int, name: str) -> Workflow | None:
+    return Workflow.objects.filter(tenant_id=tenant_id, name=name).first()
+
+
+def versions_of(workflow: Workflow) -> QuerySet[WorkflowVersion]:
+    return WorkflowVersion.objects.filter(workflow=workflow).order_by("-number")
+
+
+def run_steps(task_id: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A run's input and its steps, oldest first: what the orchestrator decides from."""
+    inputs = Task.objects.filter(pk=task_id).values_list("input", flat=True).get()
+    rows = list(Step.objects.filter(task_id=task_id).order_by("step_no").values(*STEP_FIELDS))
+    return dict(inputs or {}), rows
+
+
+def run_of(task: Task) -> WorkflowRun | None:
+    return WorkflowRun.objects.filter(task_id=task.pk).select_related("workflow").first()
