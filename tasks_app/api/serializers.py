@@ -76,7 +76,7 @@ class TaskSerializer(serializers.Serializer):
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_agent(self, task: Task) -> str | None:
         """The agent; null for a workflow run (`workflow`)."""
-        return task.agent.name if task.agent_id else None
+        return task.agent.name if task.agent is not None else None
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_requester(self, task: Task) -> str | None:
@@ -162,7 +162,7 @@ class TaskDetailSerializer(TaskSerializer):
         """A workflow run's nodes, in the order they run (null: an agent's task)."""
         if not (task.agent_snapshot or {}).get("workflow"):
             return None
-        return WorkflowNodeSerializer(run_nodes(task), many=True).data
+        return list(WorkflowNodeSerializer(run_nodes(task), many=True).data)
 
     @extend_schema_field(serializers.ListField(
         child=serializers.IntegerField(), help_text="The retries of this task, oldest first."))

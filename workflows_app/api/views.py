@@ -31,7 +31,7 @@ from ..services.workflows import (
 TAGS = ["workflows"]
 
 
-class ReleaseSerializer(serializers.Serializer):
+class WorkflowReleaseSerializer(serializers.Serializer):
     candidate = serializers.IntegerField(min_value=1, required=False, allow_null=True)
     percent = serializers.IntegerField(min_value=0, max_value=100)
 
@@ -67,7 +67,7 @@ class WorkflowWriteSerializer(serializers.Serializer):
     definition = serializers.JSONField(
         help_text="The definition: an object, or its YAML or JSON text.")
     enabled = serializers.BooleanField(required=False)
-    release = ReleaseSerializer(required=False, allow_null=True)
+    release = WorkflowReleaseSerializer(required=False, allow_null=True)
     promote = serializers.IntegerField(
         min_value=1, required=False,
         help_text="Make this version current (a promotion, or a rollback to an earlier one).")
@@ -76,7 +76,7 @@ class WorkflowWriteSerializer(serializers.Serializer):
 class VersionSerializer(serializers.Serializer):
     number = serializers.IntegerField()
     definition = serializers.JSONField()
-    source = serializers.CharField()
+    source = serializers.CharField()  # type: ignore[assignment]
     diff = serializers.JSONField()
     actor = serializers.CharField()
     actor_role = serializers.CharField()
