@@ -106,7 +106,7 @@ class TetherSettings(BaseSettings):
     # 8, not 6: each thread holds its slot through its phase's round trips, and
     # with 1,000 tasks waiting on a model single runs measured 202-265 I/O
     # steps/s with 6 (seven of nine below 235), 203-261 with 8 or 12 (eight of
-    # twelve above 235): a weak effect on a noisy machine (README "Performance");
+    # twelve above 235): a weak effect on a noisy machine (docs/performance/history.md);
     # 8 stays under the pool's 10 connections.
     DRIVER_DB_THREADS: int = Field(
         default=8, ge=1,

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT_PACKAGES = ("config", "tasks_app", "tools_app", "approvals_app", "notify_app", "audit_app")
 
 # Variables config.settings reads that would change the defaults shown.
 _SETTINGS_PREFIXES = ("TETHER_", "DB_", "CELERY_", "OTEL_", "EMAIL_", "LOG_", "PROMETHEUS_")
@@ -54,6 +53,14 @@ def _setup_django() -> None:
         "LOG_LEVEL": "WARNING",
     })
     django.setup()
+
+
+def product_packages() -> list[str]:
+    """`config` and every installed app that lives in this repository."""
+    from django.apps import apps
+
+    ours = [app.name for app in apps.get_app_configs() if Path(app.path).is_relative_to(ROOT)]
+    return ["config", *sorted(ours)]
 
 
 # --- small Markdown helpers -------------------------------------------------------------
@@ -154,7 +161,7 @@ def _event_types_in(tree: ast.AST) -> set[str]:
 def written_event_types() -> dict[str, set[str]]:
     """Every event type the product writes with a literal name -> the modules writing it."""
     where: dict[str, set[str]] = {}
-    for package in PRODUCT_PACKAGES:
+    for package in product_packages():
         for path in sorted((ROOT / package).rglob("*.py")):
             if "migrations" in path.parts:
                 continue
@@ -322,94 +329,6 @@ def api_reference() -> str:
 
 # --- settings ---------------------------------------------------------------------------------
 
-# What each runtime setting does, used while `config.tether_settings` (the typed
-# settings, which describe themselves) is not in this tree.
-SETTING_MEANINGS = {
-    "LEASE_TTL_S": "a task lease's lifetime; a live process renews all its leases every third "
-                   "of it in one statement; a dead worker's task is picked up after it (plus the "
-                   "sweep's interval)",
-    "SWEEP_INTERVAL_S": "how often each worker process (and beat, if run) tries to run the "
-                        "recovery sweep; one runs at a time (advisory lock)",
-    "WORKER_SWEEP": "every Celery worker process runs the recovery sweep on its own timer; "
-                    "`false`: only beat does",
-    "SLICE_S": "time a worker spends on one task before re-enqueueing it (its own work: time "
-               "spent awaiting model and tool calls does not count)",
-    "SLICE_MAX_STEPS": "steps per slice at most",
-    "DRIVER_MAX_TASKS": "tasks one worker process advances at once; a further message waits "
-                        "in the broker",
-    "DRIVER_DB_THREADS": "threads per worker process running the slices' database phases "
-                         "(each holds a connection while busy: keep it below "
-                         "`DB_POOL_MAX_SIZE`)",
-    "DRIVER_DRAIN_S": "on a warm shutdown, how long a worker process lets its slices in flight "
-                      "finish; the rest are resumed by the sweep after their lease",
-    "TOOL_THREADS": "python tool calls one process runs at once, each in a thread of its own",
-    "MAX_RUNNING_TASKS": "global limit on RUNNING tasks (the rest wait in CREATED)",
-    "MAX_RUNNING_PER_TENANT": "per-tenant limit on RUNNING tasks",
-    "BACKOFF_BASE_S": "first retry delay (exponential, full jitter)",
-    "BACKOFF_MAX_S": "retry delay ceiling",
-    "STEP_ERROR_RETRIES": "a step that raises an unexpected error is tried again this many "
-                          "times, then the task fails (or escalates with "
-                          "`on_exhaustion=escalate`)",
-    "COMPENSATION_RESWEEP_S": "a failed task's compensation not finished this long after the "
-                              "failure is handed to a worker again by the recovery sweep, and "
-                              "again every as long until a run ends",
-    "COMPENSATION_THREADS": "compensations one worker process runs at once, in threads beside "
-                            "its slices; each holds a database connection while it runs",
-    "BREAKER_FAILURES": "a circuit breaker opens after this many transient failures in a row; "
-                        "a tool's or an agent model's `breaker.failures` overrides it",
-    "BREAKER_COOLDOWN_S": "how long an open breaker admits no call before one probe",
-    "BREAKER_MAX_COOLDOWN_S": "the cool-down doubles after each failed probe, up to this",
-    "BREAKER_RECHECK_S": "a breaker a process read as closed with no failures is trusted by "
-                         "that process this long; `0` reads it before every call",
-    "MAX_TOOL_RESULT_BYTES": "a larger tool result is a business error",
-    "MAX_RESPONSE_BYTES": "no response to the runner's outbound calls (model, HTTP tools, "
-                          "status queries, MCP) is read past this, as decoded",
-    "CONTEXT_WINDOW_STEPS": "steps given to the model verbatim",
-    "CONTEXT_RESULT_CHARS": "a step result is cut to this in the context",
-    "SUMMARY_THRESHOLD_STEPS": "older steps are summarized past this many…",
-    "SUMMARY_THRESHOLD_CHARS": "…or past this much text",
-    "SUMMARY_MAX_CHARS": "a summary's length at most",
-    "LEDGER_CLAIM_GRACE_S": "a tool call's ledger claim outlives its timeout by this; then "
-                            "recovery may take the key over",
-    "LEASE_WAIT_RECHECK_S": "a call waiting for a resource lease looks again at least this often "
-                            "(a release wakes it at once)",
-    "PUBLISH_WINDOW_MS": "live events committed within this window go to the browser in one "
-                         "message; `0` sends each at once",
-    "DEMO_NOTIFY_DELAY_S": "how long the demo's `notify_customer` hangs after sending",
-    "LIVE_RECHECK_S": "how often an open live socket re-checks its user's membership",
-    "TETHER_BROKER_TIMEOUT_S": "bounds connecting to the broker and each socket operation; with "
-                               "the publish's two retries, how long an enqueue may hold a request",
-    "TETHER_RUNNER": "`celery`, `embedded`, or `manual` (tests drive the runner); `celery` when "
-                     "`CELERY_BROKER_URL` is set",
-    "TETHER_SWEEP_INTERVAL_S": "the recovery sweep's interval (also `TETHER['SWEEP_INTERVAL_S']`)",
-    "TETHER_PYTHON_TOOL_MODULES": "module prefixes python tools must live under: "
-                                  "`tenant:prefix` for one tenant, a bare `prefix` for all",
-    "TETHER_SECRETS_KEY": "comma-separated Fernet keys that encrypt tenant secrets at rest: the "
-                          "first encrypts, all decrypt; required when `DEBUG` is off",
-    "TETHER_ENV_GRANTS": "server environment variables an agent profile may name in "
-                         "`api_key_env`: `NAME` for every tenant, `tenant:NAME` for one",
-    "TETHER_EGRESS_ALLOW": "non-public addresses calls made for a tenant may reach anyway: "
-                           "hosts, `host:port` pairs or CIDRs (the embedded mode allows "
-                           "loopback; with a broker, nothing)",
-    "TETHER_EGRESS_CA_BUNDLE": "a PEM file of CAs trusted by outbound calls besides the "
-                               "default store",
-    "TETHER_MCP_STDIO_SERVERS": "stdio MCP servers tenants may register by name: a JSON object, "
-                                "name → command",
-    "TETHER_PUBLIC_URL": "the console's public address: links in notifications start with it",
-    "TETHER_WEBHOOK_TIMEOUT_S": "a webhook attempt's whole call at most",
-    "TETHER_WEBHOOK_BACKOFF_BASE_S": "the wait after a failed attempt, doubling per attempt…",
-    "TETHER_WEBHOOK_BACKOFF_MAX_S": "…at most this",
-    "TETHER_WEBHOOK_MAX_AGE_S": "a delivery is retried until it is this old, then `failed`",
-    "TETHER_WEBHOOK_RETENTION_DAYS": "finished notifications are deleted after this, with "
-                                     "their attempts",
-    "TETHER_APPROVAL_SLA_WARNING_AT": "the fraction of an approval's SLA after which "
-                                      "`approval_sla_warning` is sent (once)",
-    "TETHER_HTTPS": "HTTPS enforcement: redirect, HSTS, `Secure` cookies (default: on unless "
-                    "`DEBUG`)",
-    "TETHER_METRICS_TOKEN": "when set, `GET /metrics` asks for `Authorization: Bearer <token>`",
-    "TETHER_WORKER_METRICS_PORT": "without `PROMETHEUS_MULTIPROC_DIR`: each worker serves its "
-                                  "own counters on this port",
-}
 _NEVER_SHOWN = ("TETHER_SECRETS_KEY",)  # set to a throwaway value by this hook
 
 
@@ -426,15 +345,17 @@ def _default_text(value: Any) -> str:
 
 
 def settings_fallback() -> str:
-    """The `TETHER_*` settings as `config.settings` defines them (name, default, meaning)."""
+    """The `TETHER_*` settings as `django.conf.settings` holds them, names and
+    defaults only: for a tree without `config.tether_settings`, whose typed
+    settings describe themselves."""
     from django.conf import settings
 
-    rows = [[_code(f"TETHER_{key}"), _default_text(value), _cell(SETTING_MEANINGS.get(key, ""))]
+    rows = [[_code(f"TETHER_{key}"), _default_text(value)]
             for key, value in settings.TETHER.items()]
     for name in sorted(n for n in dir(settings) if n.startswith("TETHER_")):
         value = "" if name in _NEVER_SHOWN else getattr(settings, name)
-        rows.append([_code(name), _default_text(value), _cell(SETTING_MEANINGS.get(name, ""))])
-    return _table(["variable", "default", "meaning"], rows)
+        rows.append([_code(name), _default_text(value)])
+    return _table(["variable", "default"], rows)
 
 
 def settings_reference() -> str:
@@ -473,8 +394,8 @@ def _command_section(name: str, command: Any, note: str = "") -> str:
 def management_commands() -> str:
     from django.core.management import get_commands, load_command_class
 
-    ours = sorted((name, app) for name, app in get_commands().items()
-                  if app in PRODUCT_PACKAGES)
+    product = product_packages()
+    ours = sorted((name, app) for name, app in get_commands().items() if app in product)
     sections = [_command_section(name, load_command_class(app, name)) for name, app in ours]
     from benchmarks.management.commands.bench import Command as Bench
 
