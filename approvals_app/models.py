@@ -11,12 +11,26 @@ from django.db import models
 
 
 class Decision(models.TextChoices):
+    """An approval's status: pending, then how it was decided."""
+
     PENDING = "pending"
     APPROVED = "approved"
     REJECTED = "rejected"
     RESPONDED = "responded"
     EXPIRED = "expired"
     CANCELED = "canceled"
+
+
+class QuestionStatus(models.TextChoices):
+    OPEN = "open", "open"
+    ANSWERED = "answered", "answered"
+    CANCELED = "canceled", "canceled"
+
+
+class ReconciliationStatus(models.TextChoices):
+    OPEN = "open", "open"
+    RESOLVED = "resolved", "resolved"
+    CANCELED = "canceled", "canceled"
 
 
 def one_per_step(waiting: str, name: str) -> models.UniqueConstraint:
@@ -66,7 +80,7 @@ class Approval(HumanRequest):
     always_allow = models.BooleanField(default=False)
 
     class Meta(HumanRequest.Meta):
-        constraints = [one_per_step("pending", "approval_one_pending_per_step")]
+        constraints = [one_per_step(Decision.PENDING, "approval_one_pending_per_step")]
 
     def __str__(self) -> str:
         return f"approval {self.pk} of {self.tool} ({self.status})"
@@ -77,9 +91,7 @@ class Question(HumanRequest):
     step = models.ForeignKey("tasks_app.Step", on_delete=models.CASCADE, related_name="questions")
     question = models.TextField()
     status = models.CharField(
-        max_length=12,
-        choices=[("open", "open"), ("answered", "answered"), ("canceled", "canceled")],
-        default="open",
+        max_length=12, choices=QuestionStatus.choices, default=QuestionStatus.OPEN
     )
     answer = models.TextField(blank=True)
     answered_by = models.ForeignKey(
@@ -89,7 +101,7 @@ class Question(HumanRequest):
     answered_at = models.DateTimeField(null=True, blank=True)
 
     class Meta(HumanRequest.Meta):
-        constraints = [one_per_step("open", "question_one_open_per_step")]
+        constraints = [one_per_step(QuestionStatus.OPEN, "question_one_open_per_step")]
 
     def __str__(self) -> str:
         return f"question {self.pk} ({self.status})"
@@ -103,9 +115,7 @@ class Reconciliation(HumanRequest):
         "tasks_app.Step", on_delete=models.CASCADE, related_name="reconciliations"
     )
     status = models.CharField(
-        max_length=12,
-        choices=[("open", "open"), ("resolved", "resolved"), ("canceled", "canceled")],
-        default="open",
+        max_length=12, choices=ReconciliationStatus.choices, default=ReconciliationStatus.OPEN
     )
     tool = models.CharField(max_length=100)
     args = models.JSONField()
@@ -122,7 +132,9 @@ class Reconciliation(HumanRequest):
     resolved_at = models.DateTimeField(null=True, blank=True)
 
     class Meta(HumanRequest.Meta):
-        constraints = [one_per_step("open", "reconciliation_one_open_per_step")]
+        constraints = [
+            one_per_step(ReconciliationStatus.OPEN, "reconciliation_one_open_per_step")
+        ]
 
     def __str__(self) -> str:
         return f"reconciliation {self.pk} of {self.tool} ({self.status})"

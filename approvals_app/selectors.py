@@ -7,7 +7,14 @@ from django.db.models import Q, QuerySet
 
 from tasks_app.models import Step
 
-from .models import Approval, Question, Reconciliation
+from .models import (
+    Approval,
+    Decision,
+    Question,
+    QuestionStatus,
+    Reconciliation,
+    ReconciliationStatus,
+)
 
 
 def pinned_human_facts(*, task_id: int, limit: int = 20,
@@ -19,11 +26,12 @@ def pinned_human_facts(*, task_id: int, limit: int = 20,
     if retry:
         of_task |= Q(step_id__in=inherited_origins(task_id))
     facts: list[tuple[Any, dict[str, Any]]] = []
-    for q in Question.objects.filter(of_task, status="answered").order_by("-id")[:limit]:
+    answered = Question.objects.filter(of_task, status=QuestionStatus.ANSWERED)
+    for q in answered.order_by("-id")[:limit]:
         facts.append((q.answered_at, {"id": f"answer:{q.pk}", "kind": "answer",
                                       "text": f"Q: {q.question}\nA (verbatim): {q.answer}"}))
     for a in (Approval.objects.filter(of_task)
-              .exclude(status__in=["pending", "canceled"]).order_by("-id")[:limit]):
+              .exclude(status__in=[Decision.PENDING, Decision.CANCELED]).order_by("-id")[:limit]):
         text = f"{a.status.capitalize()} call of {a.tool}"
         if a.comment:
             text += f": {a.comment}"
@@ -79,13 +87,16 @@ def questions_of_tenant(*, tenant_id: int, status: str | None = None,
 
 def open_request_of(*, task_id: int) -> dict[str, Any] | None:
     """What a waiting task waits on: its open question, pending approval or open reconciliation."""
-    question = Question.objects.filter(task_id=task_id, status="open").order_by("-id").first()
+    question = (Question.objects.filter(task_id=task_id, status=QuestionStatus.OPEN)
+                .order_by("-id").first())
     if question is not None:
         return {"kind": "question", "id": question.pk, "question": question.question}
-    approval = Approval.objects.filter(task_id=task_id, status="pending").order_by("-id").first()
+    approval = (Approval.objects.filter(task_id=task_id, status=Decision.PENDING)
+                .order_by("-id").first())
     if approval is not None:
         return {"kind": "approval", "id": approval.pk, "tool": approval.tool}
-    rec = Reconciliation.objects.filter(task_id=task_id, status="open").order_by("-id").first()
+    rec = (Reconciliation.objects.filter(task_id=task_id, status=ReconciliationStatus.OPEN)
+           .order_by("-id").first())
     if rec is not None:
         return {"kind": "reconciliation", "id": rec.pk, "tool": rec.tool}
     return None
@@ -93,7 +104,7 @@ def open_request_of(*, task_id: int) -> dict[str, Any] | None:
 
 def pending_approvals_with_sla(*, now: Any) -> QuerySet[Approval]:
     """Pending approvals with an SLA that has not run out yet, the soonest to expire first."""
-    return (Approval.objects.filter(status="pending", expires_at__isnull=False,
+    return (Approval.objects.filter(status=Decision.PENDING, expires_at__isnull=False,
                                     expires_at__gt=now)
             .only("id", "tenant_id", "task_id", "created_at", "expires_at")
             .order_by("expires_at"))

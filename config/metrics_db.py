@@ -34,7 +34,14 @@ from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from approvals_app.models import Approval, Question, Reconciliation
+from approvals_app.models import (
+    Approval,
+    Decision,
+    Question,
+    QuestionStatus,
+    Reconciliation,
+    ReconciliationStatus,
+)
 from tasks_app.machine import NON_TERMINAL, TaskStatus
 from tasks_app.models import AgentProfile, DailySpend, Task, Tenant
 from tasks_app.pricing import PICO
@@ -50,9 +57,9 @@ OTHER = "other"
 
 # kind -> (model, the status that means "waiting for a person")
 HUMAN_REQUESTS = {
-    "approval": (Approval, "pending"),
-    "question": (Question, "open"),
-    "reconciliation": (Reconciliation, "open"),
+    "approval": (Approval, Decision.PENDING),
+    "question": (Question, QuestionStatus.OPEN),
+    "reconciliation": (Reconciliation, ReconciliationStatus.OPEN),
 }
 
 
@@ -124,7 +131,7 @@ def _families() -> Iterator[Metric]:
     overdue = GaugeMetricFamily("tether_approvals_overdue",
                                 "Pending approvals past their SLA, not yet expired by the sweep.",
                                 labels=["tenant"])
-    for tenant_id, n in (Approval.objects.filter(tenant_id__in=ids, status="pending",
+    for tenant_id, n in (Approval.objects.filter(tenant_id__in=ids, status=Decision.PENDING,
                                                  expires_at__lt=now)
                          .values_list("tenant_id").annotate(n=Count("id")).order_by()):
         overdue.add_metric([tenants.get(tenant_id, str(tenant_id))], n)
@@ -132,7 +139,7 @@ def _families() -> Iterator[Metric]:
     breached = CounterMetricFamily("tether_approvals_sla_breached",
                                    "Approvals that expired: nobody decided within their SLA.",
                                    labels=["tenant"])
-    for tenant_id, n in (Approval.objects.filter(tenant_id__in=ids, status="expired")
+    for tenant_id, n in (Approval.objects.filter(tenant_id__in=ids, status=Decision.EXPIRED)
                          .values_list("tenant_id").annotate(n=Count("id")).order_by()):
         breached.add_metric([tenants.get(tenant_id, str(tenant_id))], n)
     yield breached

@@ -14,7 +14,14 @@ from rest_framework import serializers
 
 from config.api_base import ExpectedVersionMixin
 
-from ..models import Approval, Decision, Question, Reconciliation
+from ..models import (
+    Approval,
+    Decision,
+    Question,
+    QuestionStatus,
+    Reconciliation,
+    ReconciliationStatus,
+)
 
 MAX_TEXT = 10_000
 
@@ -61,7 +68,7 @@ class ReconciliationSerializer(serializers.Serializer):
     task = serializers.IntegerField(source="task_id")
     step = serializers.IntegerField(source="step_id")
     step_no = serializers.IntegerField(source="step.step_no")
-    status = serializers.ChoiceField(choices=["open", "resolved", "canceled"])
+    status = serializers.ChoiceField(choices=ReconciliationStatus.values)
     tool = serializers.CharField()
     args = serializers.DictField(child=serializers.JSONField())
     idempotency_key = serializers.CharField()
@@ -95,7 +102,7 @@ class QuestionSerializer(serializers.Serializer):
     task = serializers.IntegerField(source="task_id")
     step = serializers.IntegerField(source="step_id")
     question = serializers.CharField(allow_blank=True)
-    status = serializers.ChoiceField(choices=["open", "answered", "canceled"])
+    status = serializers.ChoiceField(choices=QuestionStatus.values)
     answer = serializers.CharField(allow_blank=True)
     answered_by = serializers.SerializerMethodField()
     answered_role = serializers.CharField(allow_blank=True)
@@ -117,12 +124,12 @@ class ApprovalFilterSerializer(serializers.Serializer):
 
 
 class ReconciliationFilterSerializer(serializers.Serializer):
-    status = serializers.ChoiceField(choices=["open", "resolved", "canceled"], required=False)
+    status = serializers.ChoiceField(choices=ReconciliationStatus.values, required=False)
     task = serializers.IntegerField(min_value=1, max_value=2**63 - 1, required=False)
 
 
 class QuestionFilterSerializer(serializers.Serializer):
-    status = serializers.ChoiceField(choices=["open", "answered", "canceled"], required=False)
+    status = serializers.ChoiceField(choices=QuestionStatus.values, required=False)
     task = serializers.IntegerField(min_value=1, max_value=2**63 - 1, required=False)
 
 

@@ -14,7 +14,14 @@ from tasks_app.machine import TaskStatus
 from tasks_app.models import ContextSummary, Step, Task
 from tools_app.models import Tool, ToolExecution
 
-from ..models import Approval, Question, Reconciliation
+from ..models import (
+    Approval,
+    Decision,
+    Question,
+    QuestionStatus,
+    Reconciliation,
+    ReconciliationStatus,
+)
 
 SECTION_LIMIT = 50
 CITES_SHOWN = 20
@@ -36,7 +43,7 @@ class Card:
 
     @property
     def is_open(self) -> bool:
-        return self.obj.status in ("pending", "open")
+        return self.obj.status in (Decision.PENDING, QuestionStatus.OPEN, ReconciliationStatus.OPEN)
 
     @property
     def attempts(self) -> list[dict[str, Any]]:
@@ -114,9 +121,9 @@ def reconciliation_card(
 
 def inbox(tenant_id: int) -> dict[str, Any]:
     """Open requests of the tenant, oldest first (they have waited longest)."""
-    approvals_qs = Approval.objects.filter(tenant_id=tenant_id, status="pending")
-    questions_qs = Question.objects.filter(tenant_id=tenant_id, status="open")
-    recs_qs = Reconciliation.objects.filter(tenant_id=tenant_id, status="open")
+    approvals_qs = Approval.objects.filter(tenant_id=tenant_id, status=Decision.PENDING)
+    questions_qs = Question.objects.filter(tenant_id=tenant_id, status=QuestionStatus.OPEN)
+    recs_qs = Reconciliation.objects.filter(tenant_id=tenant_id, status=ReconciliationStatus.OPEN)
     related = ("task", "task__agent", "step")
     approvals = [
         approval_card(a)
@@ -156,9 +163,11 @@ def inbox(tenant_id: int) -> dict[str, Any]:
 
 def inbox_count(tenant_id: int) -> int:
     return (
-        Approval.objects.filter(tenant_id=tenant_id, status="pending").count()
-        + Question.objects.filter(tenant_id=tenant_id, status="open").count()
-        + Reconciliation.objects.filter(tenant_id=tenant_id, status="open").count()
+        Approval.objects.filter(tenant_id=tenant_id, status=Decision.PENDING).count()
+        + Question.objects.filter(tenant_id=tenant_id, status=QuestionStatus.OPEN).count()
+        + Reconciliation.objects.filter(
+            tenant_id=tenant_id, status=ReconciliationStatus.OPEN
+        ).count()
     )
 
 
@@ -187,7 +196,7 @@ def open_card_for_task(task: Task) -> Card | None:
     if task.status == TaskStatus.WAITING_FOR_APPROVAL:
         a = (
             Approval.objects.select_related(*related)
-            .filter(task_id=task.pk, tenant_id=task.tenant_id, status="pending")
+            .filter(task_id=task.pk, tenant_id=task.tenant_id, status=Decision.PENDING)
             .order_by("-id")
             .first()
         )
@@ -195,7 +204,7 @@ def open_card_for_task(task: Task) -> Card | None:
     if task.status == TaskStatus.WAITING_FOR_INPUT:
         q = (
             Question.objects.select_related(*related)
-            .filter(task_id=task.pk, tenant_id=task.tenant_id, status="open")
+            .filter(task_id=task.pk, tenant_id=task.tenant_id, status=QuestionStatus.OPEN)
             .order_by("-id")
             .first()
         )
@@ -203,7 +212,7 @@ def open_card_for_task(task: Task) -> Card | None:
     if task.status == TaskStatus.WAITING_FOR_RECONCILIATION:
         r = (
             Reconciliation.objects.select_related(*related)
-            .filter(task_id=task.pk, tenant_id=task.tenant_id, status="open")
+            .filter(task_id=task.pk, tenant_id=task.tenant_id, status=ReconciliationStatus.OPEN)
             .order_by("-id")
             .first()
         )

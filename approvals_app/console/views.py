@@ -27,7 +27,7 @@ from tasks_app.services.tasks import task_provide_input
 from tools_app.registry import tool_specs
 from tools_app.schemas import schema_errors
 
-from ..models import Approval, Question, Reconciliation
+from ..models import Approval, Question, QuestionStatus, Reconciliation, ReconciliationStatus
 from ..services.decisions import approval_decide, reconciliation_requery, reconciliation_resolve
 from . import selectors as sel
 from .forms import AnswerForm, ApproveForm, PreviewForm, RejectForm, ResolveForm, RespondForm
@@ -300,7 +300,8 @@ def question_answer(request: HttpRequest, pk: int) -> HttpResponse:
         )
 
     def answer(d: dict[str, Any]) -> None:
-        if question.status != "open":  # the card was stale: say so before asking the task
+        # The card was stale: say so before asking the task.
+        if question.status != QuestionStatus.OPEN:
             raise conflict("question_closed", f"this question is already {question.status}")
         task_provide_input(task_id=question.task_id, answer=d["answer"], actor=cu.actor,
                            expected_version=d["expected_version"])
@@ -322,7 +323,7 @@ def _rec_or_404(cu: ConsoleUser, pk: int) -> Reconciliation:
 def _requeried(
     request: HttpRequest, cu: ConsoleUser, pk: int, rec: Reconciliation
 ) -> HttpResponse:
-    if rec.status == "resolved":
+    if rec.status == ReconciliationStatus.RESOLVED:
         message = f"The status query settled it: {rec.outcome}."
         return _card_response(request, cu, "reconciliation", pk, message=message)
     state = (rec.status_answer or {}).get("state", "unknown")

@@ -26,7 +26,7 @@ from tools_app.executor.types import ToolCall, ToolContext
 from tools_app.registry import tool_specs
 from tools_app.schemas import schema_errors
 
-from ..models import Approval, Reconciliation
+from ..models import Approval, Decision, Reconciliation, ReconciliationStatus
 from .opening import args_hash
 
 DECIDERS = {Role.REVIEWER, Role.ADMIN}
@@ -73,7 +73,7 @@ def approval_decide(
                     .filter(pk=approval_id, tenant_id=tenant_id).first())
         if approval is None:
             raise not_found("Approval")
-        if approval.status != "pending":
+        if approval.status != Decision.PENDING:
             raise conflict("already_decided", f"this approval is already {approval.status}",
                            status=approval.status)
         task = Task.objects.get(pk=approval.task_id)
@@ -108,7 +108,7 @@ def approval_decide(
             task_transition(task_id=task.pk, event="approval_granted", actor=actor,
                             expected_version=version, payload=payload)
             step_move(step.pk, StepStatus.RUNNING, args=final_args, idempotency_key=key)
-            approval.status = "approved"
+            approval.status = Decision.APPROVED
             approval.always_allow = always_allow
         elif decision == "reject":
             if not comment.strip():
@@ -119,7 +119,7 @@ def approval_decide(
             step_move(step.pk, StepStatus.REJECTED, finished_at=now,
                       error={"type": "rejected", "message": "a reviewer rejected this call",
                              "comment": comment})
-            approval.status = "rejected"
+            approval.status = Decision.REJECTED
         else:  # respond: the reviewer's output stands in for the tool's result
             _validated_result(task, approval.tool, output)
             task_transition(task_id=task.pk, event="approval_granted", actor=actor,
@@ -127,7 +127,7 @@ def approval_decide(
                             fields={"tool_calls": F("tool_calls") + 1})
             step_move(step.pk, StepStatus.SUCCEEDED, output=output, finished_at=now,
                       model_log={**step.model_log, "responded_by": actor.name})
-            approval.status = "responded"
+            approval.status = Decision.RESPONDED
             approval.response_output = output
         approval.comment = comment
         approval.decided_by_id = actor.user_id
@@ -181,7 +181,7 @@ def reconciliation_resolve(
                .filter(pk=reconciliation_id, tenant_id=tenant_id).first())
         if rec is None:
             raise not_found("Reconciliation")
-        if rec.status != "open":
+        if rec.status != ReconciliationStatus.OPEN:
             raise conflict("already_resolved", f"this reconciliation is {rec.status}",
                            status=rec.status)
         task = Task.objects.get(pk=rec.task_id)
@@ -222,7 +222,8 @@ def reconciliation_resolve(
             step_move(step.pk, StepStatus.RUNNING, attempt=F("attempt") + 1,
                       next_attempt_at=None)
             reopen_for_retry(rec.idempotency_key)
-        rec.status, rec.outcome, rec.output, rec.comment = "resolved", outcome, output, comment
+        rec.status, rec.outcome, rec.output, rec.comment = (
+            ReconciliationStatus.RESOLVED, outcome, output, comment)
         rec.resolved_by_id, rec.resolved_role, rec.resolved_at = actor.user_id, actor.role, now
         rec.save()
         schedule_advance_on_commit(task.pk)
@@ -237,7 +238,7 @@ def reconciliation_requery(*, reconciliation_id: int, tenant_id: int,
     rec = Reconciliation.objects.filter(pk=reconciliation_id, tenant_id=tenant_id).first()
     if rec is None:
         raise not_found("Reconciliation")
-    if rec.status != "open":
+    if rec.status != ReconciliationStatus.OPEN:
         raise conflict("already_resolved", f"this reconciliation is {rec.status}",
                        status=rec.status)
     task = Task.objects.get(pk=rec.task_id)
@@ -265,12 +266,12 @@ def approvals_expire() -> int:
     """Pending approvals past their SLA: reject, or reject and escalate, per the profile."""
     now = timezone.now()
     count = 0
-    due = Approval.objects.filter(status="pending", expires_at__lt=now).order_by("id")[:100]
+    due = Approval.objects.filter(status=Decision.PENDING, expires_at__lt=now).order_by("id")[:100]
     for approval in due:
         with transaction.atomic():
             task = Task.objects.get(pk=approval.task_id)
             fresh = Approval.objects.select_for_update().get(pk=approval.pk)
-            if fresh.status != "pending" or task.version != fresh.task_version:
+            if fresh.status != Decision.PENDING or task.version != fresh.task_version:
                 continue
             mode = (task.agent_snapshot or {}).get("approval_on_expiry", "escalate")
             done = task_transition(task_id=task.pk, event="approval_rejected", actor=SYSTEM,
@@ -279,7 +280,8 @@ def approvals_expire() -> int:
             step_move(fresh.step_id, StepStatus.REJECTED, finished_at=now,
                       error={"type": "rejected",
                              "message": "the approval expired before anyone decided"})
-            fresh.status, fresh.decided_at, fresh.comment = "expired", now, f"expired ({mode})"
+            fresh.status, fresh.decided_at = Decision.EXPIRED, now
+            fresh.comment = f"expired ({mode})"
             fresh.save()
             if mode == "escalate":
                 task_transition(task_id=task.pk, event="escalated", actor=SYSTEM,

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from tasks_app.keys import canonical_json, sha256_hex
 
-from ..models import Approval, Question, Reconciliation
+from ..models import Approval, Decision, Question, Reconciliation
 
 
 def args_hash(args: dict[str, Any]) -> str:
@@ -83,7 +83,7 @@ def reconciliation_open(
 def always_allowed_tools(*, task_id: int) -> frozenset[str]:
     """Tools a reviewer chose to "always allow" for this task (recorded decisions)."""
     return frozenset(
-        Approval.objects.filter(task_id=task_id, always_allow=True, status="approved").values_list(
-            "tool", flat=True
-        )
+        Approval.objects.filter(
+            task_id=task_id, always_allow=True, status=Decision.APPROVED
+        ).values_list("tool", flat=True)
     )

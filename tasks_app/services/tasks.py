@@ -12,7 +12,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from approvals_app.models import Question
+from approvals_app.models import Question, QuestionStatus
 from config.errors import DomainError, conflict, invalid, not_found
 from tools_app.schemas import schema_errors
 
@@ -147,7 +147,8 @@ def task_provide_input(*, task_id: int, answer: str, actor: Actor,
                        expected_version: int | None = None) -> Transitioned:
     """The answer to the agent's open question joins its context verbatim."""
     with transaction.atomic():
-        question = Question.objects.filter(task_id=task_id, status="open").order_by("-id").first()
+        question = (Question.objects.filter(task_id=task_id, status=QuestionStatus.OPEN)
+                    .order_by("-id").first())
         if question is None:
             task = Task.objects.only("status").get(pk=task_id)
             raise conflict("no_open_question", f"the task is {task.status} and asks nothing",
@@ -162,7 +163,7 @@ def task_provide_input(*, task_id: int, answer: str, actor: Actor,
             payload={"question_id": question.pk, "answer": answer},
         )
         Question.objects.filter(pk=question.pk).update(
-            status="answered", answer=answer, answered_by_id=actor.user_id,
+            status=QuestionStatus.ANSWERED, answer=answer, answered_by_id=actor.user_id,
             answered_role=actor.role, answered_at=timezone.now(),
         )
         step_move(question.step_id, StepStatus.SUCCEEDED, output={"answer": answer},

@@ -29,8 +29,6 @@ from .hooks import OPEN_REQUESTS, run_slot_freed, run_task_failed
 from .sql import json_param, table
 from .steps import close_open_steps, open_steps_end_as
 
-CANCELED_REQUEST = "canceled"
-
 
 def ends(target: str) -> bool:
     return target in TERMINAL
@@ -69,9 +67,9 @@ def close_open_work(task_id: int, *, event: str, payload: dict[str, Any]) -> Non
     and there is usually nothing open)."""
     if connection.vendor != "postgresql":
         close_open_steps(task_id, event=event, payload=payload)
-        for model, open_status in OPEN_REQUESTS:
+        for model, open_status, canceled_status in OPEN_REQUESTS:
             model.objects.filter(task_id=task_id, status=open_status).update(  # type: ignore[attr-defined]
-                status=CANCELED_REQUEST)
+                status=canceled_status)
         return
     parts, fixed = closing_ctes()
     with connection.cursor() as cur:
@@ -95,13 +93,12 @@ def closing_ctes(guard: str = "") -> tuple[tuple[str, ...], dict[str, Any]]:
     the version-checked UPDATE of the same statement matched), lets a
     statement that ends a task embed them."""
     also = f" AND {guard}" if guard else ""
-    fixed: dict[str, Any] = {"open_steps": [s.value for s in OPEN_STEP_STATUSES],
-                             "request_canceled": CANCELED_REQUEST}
+    fixed: dict[str, Any] = {"open_steps": [s.value for s in OPEN_STEP_STATUSES]}
     parts = [f"closed_steps AS (UPDATE {table(Step)} SET status = %(close_status)s, "
              "error = %(close_error)s, finished_at = %(close_at)s "
              f"WHERE task_id = %(task_id)s AND status = ANY(%(open_steps)s){also})"]
-    for n, (model, open_status) in enumerate(OPEN_REQUESTS):
-        fixed[f"open_{n}"] = open_status
-        parts.append(f"closed_{n} AS (UPDATE {table(model)} SET status = %(request_canceled)s "
+    for n, (model, open_status, canceled_status) in enumerate(OPEN_REQUESTS):
+        fixed[f"open_{n}"], fixed[f"canceled_{n}"] = str(open_status), str(canceled_status)
+        parts.append(f"closed_{n} AS (UPDATE {table(model)} SET status = %(canceled_{n})s "
                      f"WHERE task_id = %(task_id)s AND status = %(open_{n})s{also})")
     return tuple(parts), fixed

@@ -16,8 +16,9 @@ importing them (the layers point one way: the registering app does it from its
 - `on_slot_freed(hook)`: a task left RUNNING; `hook()` schedules admission
   after commit. `on_task_failed(hook)`: `hook(task_id)` runs after a task's
   FAILED transition commits (compensation).
-- `on_task_end_close(model, open_status)`: a kind of human request a task that
-  ends closes (`status` becomes 'canceled'), in the transaction that ends it.
+- `on_task_end_close(model, open_status, canceled_status)`: a kind of human
+  request a task that ends closes (its `status` goes from `open_status` to
+  `canceled_status`), in the transaction that ends it.
 - `on_sweep(hook)`: `hook()` runs at the end of every recovery sweep (the
   workers' sweepers and Celery beat in production, the embedded runner's
   timer otherwise). A hook that
@@ -48,8 +49,8 @@ _sweep_hooks: list[SweepHook] = []
 _publishers: list[EventHook] = []
 _slot_freed: list[Callable[[], None]] = []
 _task_failed: list[Callable[[int], None]] = []
-# (model, its open status): the human requests a task that ends closes
-OPEN_REQUESTS: list[tuple[type[models.Model], str]] = []
+# (model, its open status, its canceled status): the human requests a task that ends closes
+OPEN_REQUESTS: list[tuple[type[models.Model], str, str]] = []
 
 
 def _add(hooks: list, hook: object) -> None:  # type: ignore[type-arg]
@@ -78,8 +79,9 @@ def on_task_failed(hook: Callable[[int], None]) -> None:
     _add(_task_failed, hook)
 
 
-def on_task_end_close(model: type[models.Model], open_status: str) -> None:
-    _add(OPEN_REQUESTS, (model, open_status))
+def on_task_end_close(model: type[models.Model], open_status: str,
+                      canceled_status: str) -> None:
+    _add(OPEN_REQUESTS, (model, open_status, canceled_status))
 
 
 def on_sweep(hook: SweepHook) -> None:

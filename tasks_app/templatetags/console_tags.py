@@ -13,6 +13,7 @@ from django import template
 from django.contrib.humanize.templatetags.humanize import naturaltime
 from django.utils import timezone
 
+from approvals_app.models import Decision, QuestionStatus, ReconciliationStatus
 from tasks_app.console.presenters import status_label as _status_label
 
 register = template.Library()
@@ -37,16 +38,16 @@ TONES = {
     "IN_PROGRESS": "info",
     "FAILED_RETRYABLE": "warning",
     "FAILED_FINAL": "danger",
-    # human requests
-    "pending": "warning",
-    "open": "warning",
-    "approved": "success",
-    "answered": "success",
-    "resolved": "success",
-    "responded": "info",
-    "rejected": "danger",
-    "expired": "muted",
-    "canceled": "muted",
+    # human requests (a question and a reconciliation are "open" alike)
+    Decision.PENDING: "warning",
+    QuestionStatus.OPEN: "warning",
+    Decision.APPROVED: "success",
+    QuestionStatus.ANSWERED: "success",
+    ReconciliationStatus.RESOLVED: "success",
+    Decision.RESPONDED: "info",
+    Decision.REJECTED: "danger",
+    Decision.EXPIRED: "muted",
+    Decision.CANCELED: "muted",
     # risk
     "low": "neutral",
     "medium": "warning",

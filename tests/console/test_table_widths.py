@@ -10,11 +10,16 @@ from typing import Any
 
 import pytest
 
+from notify_app.models import EventType
+from notify_app.services.subscriptions import webhook_create
 from tasks_app.models import Role
-from tests.factories import make_user, submit
+from tasks_app.services.agents import agent_update
+from tasks_app.services.secrets import secret_create
+from tests.factories import actor_of, make_user, submit
 from tests.fakes.runtime import add_agent
 from tests.helpers import drive
 from tools_app.breakers import Target, admit, breaker_policy, record
+from tools_app.services import tool_create
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -121,13 +126,6 @@ def test_the_agents_and_tasks_tables_fit_1280_px(world, page_as, tmp_path: Path)
 
 def _stress_other_tables(world: Any) -> None:
     """Long names and values on the tools, secrets, webhooks and audit pages."""
-    from notify_app.models import EventType
-    from notify_app.services.subscriptions import webhook_create
-    from tasks_app.services.agents import agent_update
-    from tasks_app.services.secrets import secret_create
-    from tests.factories import actor_of
-    from tools_app.services import tool_create
-
     admin = actor_of(world.users[Role.ADMIN])
     tenant_id = world.tenant.pk
     for n in range(3):
