@@ -90,7 +90,7 @@ DATABASES = {
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Concurrent writers (runner threads + requests) need IMMEDIATE transactions
-    # and WAL, or they fail with "database is locked" (see STACK.md).
+    # and WAL, or they fail with "database is locked".
     DATABASES["default"]["OPTIONS"] = {
         "transaction_mode": "IMMEDIATE",
         "timeout": 20,
