@@ -94,6 +94,13 @@ class Task(models.Model):
     retry_from_step = models.PositiveIntegerField(null=True, blank=True)
     key_lineage = models.BigIntegerField(null=True, blank=True)
 
+    # A child task (a workflow's agent node, an agent called as a tool): the task
+    # that started it and the step of that task it answers; its depth from the root.
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL,
+                               related_name="children", db_index=False)
+    parent_step_no = models.PositiveIntegerField(null=True, blank=True)
+    depth = models.PositiveSmallIntegerField(default=0, db_default=0)
+
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -128,6 +135,9 @@ class Task(models.Model):
             # the tasks of one retry chain (few rows; most tasks have none)
             models.Index(fields=["key_lineage"], name="task_key_lineage",
                          condition=models.Q(key_lineage__isnull=False)),
+            # a task's children (few rows; most tasks have none)
+            models.Index(fields=["parent"], name="task_parent",
+                         condition=models.Q(parent__isnull=False)),
             # the sweep's lost compensations (a few rows at most: cleared when each runs)
             models.Index(fields=["compensation_due_at"], name="task_compensation_due",
                          condition=models.Q(compensation_due_at__isnull=False)),
