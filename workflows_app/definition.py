@@ -50,6 +50,8 @@ from .expressions import Expression, ExpressionError, compile_expression, templa
 MAX_NODES = 200
 MAX_MAP_ITEMS = 1000
 MAX_RETRIES = 10
+MAX_PARALLEL = 50
+DEFAULT_MAP_PARALLEL = 10
 MAX_DEFINITION_BYTES = 256 * 1024
 NODE_KINDS = ("tool", "agent", "human", "map")
 NODE_KEYS = frozenset({"id", "after", "when", "retries", "critical", "compensate", "description",
@@ -82,6 +84,7 @@ class Node:
     retries: int = 0
     critical: bool = True
     compensate: dict[str, Any] | None = None  # {tool, args (template)}
+    max_parallel: int = 1  # map: items in flight at once
 
 
 @dataclass(frozen=True)
@@ -233,12 +236,18 @@ def _node(item: dict[str, Any], path: str, ids: dict[str, int], tools: set[str] 
         if not isinstance(spec, dict):
             err(f"{path}.map", "an object: {over, tool, args}")
             return None
-        for key in sorted(set(spec) - {"over", "tool", "args"}):
-            err(f"{path}.map.{key}", "unknown field; a map has over, tool and args")
+        for key in sorted(set(spec) - {"over", "tool", "args", "max_parallel"}):
+            err(f"{path}.map.{key}", "unknown field; a map has over, tool, args, max_parallel")
+        parallel = spec.get("max_parallel", DEFAULT_MAP_PARALLEL)
+        if (not isinstance(parallel, int) or isinstance(parallel, bool)
+                or not 1 <= parallel <= MAX_PARALLEL):
+            err(f"{path}.map.max_parallel", f"a whole number from 1 to {MAX_PARALLEL}")
+            parallel = 1
         over = _expression(spec.get("over"), f"{path}.map.over", err, required=True)
         tool = _tool(spec.get("tool"), f"{path}.map.tool", tools, err)
         args = _template(spec.get("args", {}), f"{path}.map.args", err)
-        return Node(kind="map", tool=tool, args=args, over=over, compensate=compensate, **common)
+        return Node(kind="map", tool=tool, args=args, over=over, compensate=compensate,
+                    max_parallel=parallel, **common)
     # human
     spec = item.get("human")
     if compensate is not None:

@@ -245,6 +245,16 @@ class GatewayError(Exception):
         self.held = held
 
 
+class OpenSteps(GatewayError):
+    """The decision maker waits on steps of the task that are still open (a
+    workflow run whose calls ran at once, resumed after a crash or a backoff):
+    the runner settles them, then asks again. Never a model's answer."""
+
+    def __init__(self, step_nos: tuple[int, ...]) -> None:
+        super().__init__(f"steps {list(step_nos)} are still open", retryable=True, calls=0)
+        self.step_nos = step_nos
+
+
 class CallGuard(Protocol):
     """A circuit breaker around each model endpoint, supplied by the caller (the
     gateway itself keeps no state): `admit` returns None to call now, else the

@@ -68,7 +68,8 @@ def _nodes(task):  # type: ignore[no-untyped-def]
 def test_a_run_with_a_branch_and_a_map_ends_with_the_mapped_output(flows):
     task = _run(flows, FLOW, {"order": "A-1", "amount": 500})
     assert task.status == TaskStatus.SUCCEEDED, task.failure_detail
-    notes = list(DemoNotification.objects.exclude(customer="undo").order_by("id"))
+    # the items ran at once (in any order); the output lists their results in item order
+    notes = sorted(DemoNotification.objects.exclude(customer="undo"), key=lambda n: n.message)
     assert [n.customer for n in notes] == ["a", "b", "c"]
     assert [n.message for n in notes] == ["order A-1 #0", "order A-1 #1", "order A-1 #2"]
     assert task.result == {"order": "A-1", "big": 500, "notes": [n.pk for n in notes]}
@@ -175,3 +176,37 @@ def test_input_that_does_not_match_the_schema_is_refused_and_nothing_is_written(
                    input={"amount": 3}, actor=SYSTEM)
     assert "input" in refused.value.details
     assert not Task.objects.exists()
+
+
+def test_a_maps_items_and_independent_nodes_are_in_flight_at_once(flows):
+    """Five map items and a node of another branch all enter their (blocked)
+    tool before any is let go: one slice has them in flight together, bounded
+    by the map's `max_parallel`; each runs once."""
+    import threading
+
+    from tests.helpers import wait_for
+
+    add_tool(flows.tenant, "blocking_note", "blocking_note", side_effect="write", max_retries=0)
+    definition = {"nodes": [
+        {"id": "fan", "map": {"over": "[1, 2, 3, 4, 5, 6, 7]", "tool": "blocking_note",
+                              "max_parallel": 5,
+                              "args": {"gate": "g", "to": "c${item}", "text": "x"}}},
+        {"id": "side", "tool": "blocking_note", "args": {"gate": "g", "to": "side", "text": "y"}},
+    ]}
+    workflow_create(tenant_id=flows.tenant.pk, name="fan", definition=definition, actor=SYSTEM)
+    task = submit_run(tenant_id=flows.tenant.pk, requester_id=None, workflow="fan", input={},
+                      actor=SYSTEM).task
+    gate = python_tools.gate("g")
+    done: dict[str, object] = {}
+    runner = threading.Thread(target=lambda: done.update(task=drive(task.pk)), daemon=True)
+    runner.start()
+    wait_for(lambda: gate.entries >= 6, message="five items and the side node in flight")
+    assert gate.entries == 6  # max_parallel holds the other two items back
+    gate.release.set()
+    runner.join(30)
+    ended = done["task"]
+    assert ended.status == TaskStatus.SUCCEEDED, ended.failure_detail
+    assert gate.entries == 8
+    keys = [s.idempotency_key for s in ended.steps.filter(tool="blocking_note")]
+    assert len(keys) == 8 and all(python_tools.CALLS[k] == 1 for k in keys)
+    assert len(ended.result["fan"]) == 7

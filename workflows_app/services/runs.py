@@ -61,6 +61,8 @@ def run_snapshot(workflow: Workflow, version: WorkflowVersion,
         "approval_on_expiry": "escalate",
         "allow_self_approval": False,
         "result_schema": {},
+        # the orchestrator decides every ready call at once; none depends on another
+        "parallel_calls": True,
     }
 
 
