@@ -20,8 +20,10 @@ A step serves one node (or one item of a map): its decision carries
   compensations undo what the succeeded nodes did, newest first); a
   non-critical one is recorded and the run goes on.
 
-Nodes run one at a time, in a topological order (definition order among
-nodes that are ready together).
+Every node that is ready gets its calls at once (a map's items up to its
+`max_parallel`): the runner records them one step each and awaits them
+together in one slice (`tasks_app.runner.waves`). While any call of the run
+is open, nothing new is decided; the runner settles the open calls first.
 """
 from __future__ import annotations
 
@@ -267,6 +269,8 @@ def _tag(node: Node, item: int | None, item_value: Any = None) -> dict[str, Any]
     tag: dict[str, Any] = {"node": node.id}
     if item is not None:
         tag["item"] = item
+    if node.timeout_s is not None:
+        tag["timeout_s"] = node.timeout_s
     if node.compensate:
         tag["compensate"] = node.compensate
         if item is not None:
@@ -300,7 +304,8 @@ def _ask(node: Node, activation: dict[str, Any]) -> Decision:
         text = (f"{text}\n\nAnswer with {{\"approved\": true}} or "
                 "{\"approved\": false, \"comment\": \"…\"}.")
     return Decision(kind="ask_user", question=str(text), answer_schema=schema,
-                    workflow=_tag(node, None))
+                    workflow=_tag(node, None), expires_in_s=node.expires_in_s,
+                    on_expiry=node.on_expiry if node.expires_in_s else "")
 
 
 def _output(definition: Definition, inputs: dict[str, Any], outputs: dict[str, Any],

@@ -39,6 +39,8 @@ class Decision:
     error: str = ""
     workflow: dict[str, Any] | None = None
     answer_schema: dict[str, Any] | None = None
+    expires_in_s: int | None = None  # a question that expires (then `on_expiry`)
+    on_expiry: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         shape = self._shape()
@@ -61,6 +63,8 @@ class Decision:
             asked: dict[str, Any] = {"kind": "ask_user", "question": self.question}
             if self.answer_schema is not None:
                 asked["answer_schema"] = self.answer_schema
+            if self.expires_in_s is not None:
+                asked.update(expires_in_s=self.expires_in_s, on_expiry=self.on_expiry)
             return asked
         if self.kind == "fail":
             return {"kind": "fail", "error": self.error, "result": self.result}
@@ -86,7 +90,9 @@ class Decision:
             return cls(kind="final", result=data.get("result"), workflow=workflow)
         if kind == "ask_user":
             return cls(kind="ask_user", question=data.get("question", ""),
-                       answer_schema=data.get("answer_schema"), workflow=workflow)
+                       answer_schema=data.get("answer_schema"), workflow=workflow,
+                       expires_in_s=data.get("expires_in_s"),
+                       on_expiry=str(data.get("on_expiry", "")))
         if kind == "fail":
             return cls(kind="fail", error=str(data.get("error", "")), result=data.get("result"),
                        workflow=workflow)

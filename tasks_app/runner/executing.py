@@ -57,7 +57,7 @@ from .backoff import backoff_s
 from .hops import Hop
 from .memo import SliceMemo
 from .progress import after_call
-from .recording import Decided, seen_recently
+from .recording import Decided, call_spec, seen_recently
 from .results import CONTINUE, STOP, Next, StepResult
 from .stopping import exhaust, failure_snapshot, known
 
@@ -227,7 +227,8 @@ def open_call(snap: TaskSnapshot, step: Step, *, owner: str, actor: Actor,
     """A resumed or retried step (a database phase): its tool, and the ledger's
     claim on its key, or the ledger's stored answer (committed here)."""
     bind_log(step_no=step.step_no, step_kind="tool_call")
-    spec = tool_specs(tenant_id=snap.tenant_id, names=[step.tool]).get(step.tool)
+    spec = call_spec(tool_specs(tenant_id=snap.tenant_id, names=[step.tool]).get(step.tool),
+                     step.decision)
     if spec is None:
         outcome = ToolOutcome(kind=OutcomeKind.BUSINESS, error={
             "type": "tool_unavailable", "message": f"tool {step.tool!r} was disabled or removed"})

@@ -16,7 +16,7 @@ from django.db import IntegrityError, transaction
 from config.errors import conflict, invalid
 from tasks_app.actors import Actor
 from tasks_app.keys import canonical_json, sha256_hex
-from tasks_app.models import Task
+from tasks_app.models import Step, Task
 from tasks_app.services.admission import admission_after_commit
 from tasks_app.services.tasks import Submitted
 from tasks_app.store.creation import task_create
@@ -117,3 +117,24 @@ def _same(existing: Task, request_hash: str) -> Submitted:
         raise conflict("idempotency_key_reused",
                        "this Idempotency-Key was used for a different request", task_id=existing.pk)
     return Submitted(task=existing, created=False)
+
+
+def retry_step_of_node(task: Task, node: str) -> int | None:
+    """Where a retry of the run `task` starts to run `node` again: its first
+    step (the steps before it are inherited, and every call the retry makes
+    again with the same tool and arguments gets the same key from the ledger,
+    so nothing that happened happens twice). None: the node never ran (the
+    retry starts where the run stopped). 400 for a task that is no workflow
+    run, or a node its definition does not have."""
+    definition = (task.agent_snapshot or {}).get("model") or {}
+    if not (task.agent_snapshot or {}).get("workflow"):
+        raise invalid("invalid", "The request is not valid.",
+                      from_node=["this task is not a workflow run"])
+    if node not in {n.id for n in load(definition["definition"]).nodes}:
+        raise invalid("invalid", "The request is not valid.",
+                      from_node=[f"the run's workflow has no node {node!r}"])
+    for step_no, decision in (Step.objects.filter(task_id=task.pk).order_by("step_no")
+                              .values_list("step_no", "decision")):
+        if ((decision or {}).get("workflow") or {}).get("node") == node:
+            return int(step_no)
+    return None
