@@ -35,6 +35,8 @@ class TaskSnapshot:
     deadline_at: datetime | None
     key_lineage: int | None = None  # the root of its retry chain (`retries.lineage`)
     cost_pico: int = 0  # spent on model calls so far (`tasks_app.pricing`)
+    subject: str = ""  # who the task is about ("" for none): its memory scope
+    agent_id: int | None = None  # its profile (None: a workflow run)
 
     @classmethod
     def of(cls, task: Task) -> TaskSnapshot:
@@ -62,6 +64,8 @@ class TaskSnapshot:
             deadline_at=task.deadline_at,
             key_lineage=task.key_lineage,
             cost_pico=task.cost_pico,
+            subject=task.subject,
+            agent_id=task.agent_id,
         )
 
     @property

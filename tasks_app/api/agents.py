@@ -23,7 +23,7 @@ from config.api_errors import error_responses
 from config.errors import forbidden, not_found
 from tools_app.api.breakers import BreakerStateSerializer, model_breaker_states
 
-from ..models import AgentProfile, OnExhaustion
+from ..models import AgentProfile, MemoryPolicy, OnExhaustion
 from ..pricing import MAX_BUDGET
 from ..selectors import agent_of_tenant, agents_of_tenant
 from ..services.agents import agent_create
@@ -166,6 +166,10 @@ class AgentWriteSerializer(serializers.Serializer):
         required=False,
         help_text="JSON Schema the final result must satisfy.",
     )
+    memory_policy = serializers.ChoiceField(
+        choices=MemoryPolicy.choices, required=False,
+        help_text="off, read (sees the tenant's memory), propose (its writes wait for a "
+                  "reviewer) or auto (its writes are written at once).")
     enabled = serializers.BooleanField(required=False)
     release = ReleaseField(
         required=False,
@@ -219,6 +223,7 @@ class AgentSerializer(serializers.Serializer):
     no_progress_repeats = serializers.IntegerField()
     no_progress_window = serializers.IntegerField()
     result_schema = serializers.DictField(child=serializers.JSONField())
+    memory_policy = serializers.ChoiceField(choices=MemoryPolicy.choices)
     enabled = serializers.BooleanField()
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()

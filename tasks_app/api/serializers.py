@@ -21,6 +21,17 @@ from workflows_app.orchestrator import run_nodes
 MAX_GOAL = 10_000
 MAX_TEXT = 10_000
 MAX_SCRIPT = 5_000
+MAX_SUBJECT = 200
+SUBJECT_HELP = ("Who or what the task is about (an end user, a customer), as the client names it: "
+                "1-200 printable characters. The task sees only this subject's memory.")
+
+
+def subject_field(**kwargs: Any) -> serializers.RegexField:
+    """A subject: printable, no leading or trailing space (the memory scope's key)."""
+    return serializers.RegexField(r"^[^\s\x00-\x1f\x7f](?:[^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f])?$",
+                                  max_length=MAX_SUBJECT, help_text=SUBJECT_HELP,
+                                  error_messages={"invalid": "1-200 printable characters, "
+                                                  "no leading or trailing space"}, **kwargs)
 
 
 # --- output ---------------------------------------------------------------------------
@@ -59,6 +70,8 @@ class TaskSerializer(serializers.Serializer):
         allow_null=True, help_text="The agent profile version this task runs with."
     )
     input = serializers.DictField(child=serializers.JSONField())
+    subject = serializers.CharField(allow_blank=True,
+                                    help_text='Who the task is about ("": none).')
     result = serializers.JSONField(allow_null=True)
     failure_reason = serializers.CharField(allow_blank=True)
     failure_detail = serializers.JSONField(allow_null=True)
@@ -317,6 +330,7 @@ class TaskSubmitSerializer(serializers.Serializer):
     workflow = serializers.CharField(max_length=100, required=False,
                                      help_text="Run this workflow instead of an agent.")
     input = serializers.DictField(child=serializers.JSONField(), required=False, default=dict)
+    subject = subject_field(required=False, default="")
     script = serializers.ListField(
         child=serializers.JSONField(),
         required=False,
@@ -334,6 +348,8 @@ class TaskSubmitSerializer(serializers.Serializer):
             raise serializers.ValidationError({"goal": ["a task for an agent needs a goal"]})
         if attrs.get("workflow") and attrs.get("script") is not None:
             raise serializers.ValidationError({"script": ["a workflow run takes no script"]})
+        if attrs.get("workflow") and attrs.get("subject"):
+            raise serializers.ValidationError({"subject": ["a workflow run takes no subject"]})
         return attrs
 
 
@@ -349,6 +365,7 @@ class TaskFilterSerializer(serializers.Serializer):
     created_after = serializers.DateTimeField(required=False, help_text="Created at or after.")
     created_before = serializers.DateTimeField(required=False, help_text="Created before.")
     trace_id = serializers.CharField(max_length=64, required=False)
+    subject = subject_field(required=False)
     mine = serializers.BooleanField(
         required=False, default=False, help_text="Only the tasks the caller submitted."
     )

@@ -123,6 +123,7 @@ class TaskListView(TaskViewBase):
             trace_id=f.get("trace_id"),
             requester_id=self.access.user_id if f.get("mine") else None,
             agent_version=f.get("agent_version"),
+            subject=f.get("subject"),
         )
         return self.paginate(qs, lambda page: TaskSerializer(page, many=True).data)
 
@@ -156,6 +157,7 @@ class TaskListView(TaskViewBase):
                 goal=data["goal"],
                 input=data["input"],
                 script=data["script"],
+                subject=data["subject"],
                 idempotency_key=key,
                 actor=self.access.actor,
             )

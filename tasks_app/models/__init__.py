@@ -2,7 +2,7 @@
 tenant secrets and daily spend."""
 
 from ..machine import TaskStatus
-from .agents import AgentProfile, OnExhaustion
+from .agents import AgentProfile, MemoryPolicy, OnExhaustion
 from .context import ContextSummary
 from .events import Event
 from .leases import LeaseWaiter, ResourceLease
@@ -22,6 +22,7 @@ __all__ = [
     "DailySpend",
     "Event",
     "LeaseWaiter",
+    "MemoryPolicy",
     "Membership",
     "OnExhaustion",
     "ReleaseAction",

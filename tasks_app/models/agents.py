@@ -25,6 +25,13 @@ def default_model() -> dict[str, Any]:
     return {"backend": "scripted", "name": "scripted", "system_prompt": ""}
 
 
+class MemoryPolicy(models.TextChoices):
+    OFF = "off"
+    READ = "read"
+    PROPOSE = "propose"
+    AUTO = "auto"
+
+
 class AgentProfile(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="agents")
     name = models.SlugField(max_length=64)
@@ -57,6 +64,11 @@ class AgentProfile(models.Model):
     )
     allow_self_approval = models.BooleanField(default=False)
     result_schema = models.JSONField(default=dict, blank=True)
+    # What the agent does with the tenant's memory (memory_app): `off` (nothing),
+    # `read` (sees it), `propose` (sees it; its writes wait for a reviewer), `auto`
+    # (sees it; its writes are written at once).
+    memory_policy = models.CharField(max_length=16, choices=MemoryPolicy.choices,
+                                     default=MemoryPolicy.OFF, db_default=MemoryPolicy.OFF)
     enabled = models.BooleanField(default=True)
     # Versions (`versions.AgentVersion`): what new tasks get, and a release in progress.
     current_version = models.PositiveIntegerField(default=0, help_text="0: not versioned yet.")
@@ -102,4 +114,7 @@ class AgentProfile(models.Model):
             "approval_on_expiry": self.approval_on_expiry,
             "allow_self_approval": self.allow_self_approval,
             "result_schema": dict(self.result_schema or {}),
+            # absent when off, so profiles without memory keep their versions' shape
+            **({"memory_policy": self.memory_policy}
+               if self.memory_policy != MemoryPolicy.OFF else {}),
         }

@@ -42,6 +42,9 @@ class Task(models.Model):
     agent_version = models.PositiveIntegerField(null=True, blank=True)
     goal = models.TextField()
     input = models.JSONField(default=dict, blank=True)
+    # Who or what the task is about (an end user, a customer), as the client names
+    # it: memory of one subject is shown only to that subject's tasks.
+    subject = models.CharField(max_length=200, blank=True, default="", db_default="")
     script = models.JSONField(null=True, blank=True)
 
     status = FSMField(default=S.CREATED, choices=S.choices, protected=True)
@@ -124,6 +127,9 @@ class Task(models.Model):
             models.Index(fields=["tenant", "-id"], name="task_tenant_recent"),
             models.Index(fields=["tenant", "status", "-id"], name="task_tenant_status"),
             models.Index(fields=["tenant", "agent", "-id"], name="task_tenant_agent"),
+            # the subject filter (most tasks have none)
+            models.Index(fields=["tenant", "subject", "-id"], name="task_tenant_subject",
+                         condition=~models.Q(subject="")),
             # comparing an agent's versions on their tasks, and the agent_version filter
             models.Index(fields=["agent", "agent_version"], name="task_agent_version"),
             # admission (FIFO over CREATED) and the recovery sweep (the RUNNING rows,
@@ -212,6 +218,7 @@ class StepKind(models.TextChoices):
     ASK = "ask"
     FINAL = "final"
     INVALID = "invalid"
+    MEMORY = "memory"  # a `remember` decision: a memory write, written or proposed
 
 
 class StepStatus(models.TextChoices):

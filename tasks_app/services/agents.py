@@ -24,7 +24,7 @@ from tools_app.schemas import check_schema
 
 from ..actors import SYSTEM, Actor
 from ..gateway.model_settings import model_settings_errors
-from ..models import AgentProfile, OnExhaustion, Tenant
+from ..models import AgentProfile, MemoryPolicy, OnExhaustion, Tenant
 from ..pricing import MAX_BUDGET, money, money_problem
 from ..selectors import missing_secret_names
 from ..vault.grants import env_granted, not_granted_message
@@ -57,6 +57,7 @@ EDITABLE = (
     "approval_on_expiry",
     "allow_self_approval",
     "result_schema",
+    "memory_policy",
     "enabled",
 )
 
@@ -155,6 +156,8 @@ def agent_errors(agent: AgentProfile) -> dict[str, list[str]]:
         add("approval_sla_s", f"seconds, from 0 (no expiry) to {MAX_INT}")
     if agent.on_exhaustion not in OnExhaustion.values:
         add("on_exhaustion", f"one of {', '.join(OnExhaustion.values)}")
+    if agent.memory_policy not in MemoryPolicy.values:
+        add("memory_policy", f"one of {', '.join(MemoryPolicy.values)}")
     if agent.approval_on_expiry not in ("escalate", "reject"):
         add("approval_on_expiry", "escalate or reject")
     for flag in ("allow_self_approval", "enabled"):

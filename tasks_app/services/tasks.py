@@ -46,6 +46,7 @@ def task_submit(
     input: dict[str, Any] | None = None,
     script: list[Any] | None = None,
     idempotency_key: str | None = None,
+    subject: str = "",
     actor: Actor,
 ) -> Submitted:
     """Create a task in CREATED; admission starts it when a slot is free.
@@ -56,6 +57,8 @@ def task_submit(
     (`agent_versions.version_for_submission`).
     """
     body = {"agent": agent, "goal": goal, "input": input or {}, "script": script}
+    if subject:  # absent otherwise: the hashes of submissions without one are as they were
+        body["subject"] = subject
     request_hash = sha256_hex(canonical_json(body))
     if idempotency_key:
         existing = Task.objects.filter(tenant_id=tenant_id, idempotency_key=idempotency_key).first()
@@ -97,6 +100,7 @@ def task_submit(
                 agent_version=version.number,
                 goal=goal,
                 input=input or {},
+                subject=subject,
                 script=script,
                 trace_id=trace_id,
                 idempotency_key=idempotency_key or None,
