@@ -17,6 +17,7 @@ class AuditKind(models.TextChoices):
     WEBHOOK = "webhook"
     MEMBERSHIP = "membership"
     API_KEY = "api_key"
+    MEMORY = "memory"
 
 
 class AuditEntry(models.Model):

@@ -33,6 +33,10 @@ workflow.write           admin                                 register and chan
 workflow.release         admin                                 release, promote, roll back
 schedule.read            requester, operator, reviewer, admin  schedules and their runs
 schedule.write           operator, admin                       create, change, pause, delete
+memory.read              operator, reviewer, admin             items, versions, proposals
+memory.write             operator, admin                       write, change, delete items
+memory.review            reviewer, admin                       accept or reject a proposal
+memory.erase             admin                                 erase a subject's memory
 =======================  ====================================  ============================
 
 Separation of duties (a task's requester may not decide on its own task's
@@ -90,6 +94,10 @@ POLICY: dict[str, frozenset[str]] = {
     "workflow.release": frozenset({R.ADMIN}),
     "schedule.read": ALL_ROLES,
     "schedule.write": frozenset({R.OPERATOR, R.ADMIN}),
+    "memory.read": frozenset({R.OPERATOR, R.REVIEWER, R.ADMIN}),
+    "memory.write": frozenset({R.OPERATOR, R.ADMIN}),
+    "memory.review": frozenset({R.REVIEWER, R.ADMIN}),
+    "memory.erase": frozenset({R.ADMIN}),
 }
 # Actions a requester may take only on the tasks it submitted itself.
 OWN_TASKS_ONLY: dict[str, frozenset[str]] = {

@@ -10,6 +10,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 
 from approvals_app.api import views as decisions
 from audit_app.api import AuditListView
+from memory_app import api as memory
 from notify_app.api import views as notify
 from schedules_app.api import views as schedules
 from tasks_app.api import agent_versions, agents, resource_leases, retries, secrets
@@ -132,6 +133,17 @@ urlpatterns = [
         "notifications/email", notify.EmailSettingsView.as_view(), name="api-notifications-email"
     ),
     path("audit", AuditListView.as_view(), name="api-audit"),
+    path("memory", memory.MemoryListView.as_view(), name="api-memory"),
+    path("memory/proposals", memory.ProposalListView.as_view(), name="api-memory-proposals"),
+    path("memory/proposals/<id:proposal_id>/accept", memory.ProposalAcceptView.as_view(),
+         name="api-memory-proposal-accept"),
+    path("memory/proposals/<id:proposal_id>/reject", memory.ProposalRejectView.as_view(),
+         name="api-memory-proposal-reject"),
+    path("memory/<id:item_id>", memory.MemoryDetailView.as_view(), name="api-memory-item"),
+    path("memory/<id:item_id>/versions", memory.MemoryVersionsView.as_view(),
+         name="api-memory-versions"),
+    path("memory/<id:item_id>/versions/<id:version>", memory.MemoryVersionView.as_view(),
+         name="api-memory-version"),
     path("schedules", schedules.ScheduleListView.as_view(), name="api-schedules"),
     path("schedules/<name:name>", schedules.ScheduleDetailView.as_view(), name="api-schedule"),
     path("schedules/<name:name>/pause", schedules.SchedulePauseView.as_view(),

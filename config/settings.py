@@ -47,6 +47,7 @@ INSTALLED_APPS = [
     "audit_app",
     "workflows_app",
     "schedules_app",
+    "memory_app",
     "axes",
 ]
 

@@ -182,6 +182,22 @@ class TetherSettings(BaseSettings):
         default=16000, ge=0, description="...or past this many characters of text.")
     SUMMARY_MAX_CHARS: int = Field(default=4000, ge=1, description="A summary's length at most.")
 
+    # --- memory (memory_app) -----------------------------------------------------
+    MEMORY_CONTEXT_TOKENS: int = Field(
+        default=800, ge=0,
+        description="The share of a step's context given to memory items, in tokens "
+                    "(estimated as 4 characters each).")
+    MEMORY_CONTEXT_ITEMS: int = Field(
+        default=8, ge=0, le=100, description="Memory items shown to a step at most.")
+    MEMORY_MAX_ITEMS_PER_SCOPE: int = Field(
+        default=1000, ge=1,
+        description="Items a memory scope (the tenant, an agent, a subject) holds at most.")
+    MEMORY_MAX_TEXT_CHARS: int = Field(
+        default=2000, ge=1, le=100_000, description="A memory item's text, at most.")
+    MEMORY_MAX_VALUE_CHARS: int = Field(
+        default=8000, ge=0, le=1_000_000,
+        description="A memory item's structured value, as JSON, at most.")
+
     # --- ledger, resource leases, live events ------------------------------------
     LEDGER_CLAIM_GRACE_S: float = Field(
         default=10.0, ge=0,
@@ -333,7 +349,8 @@ TETHER_DICT_KEYS = frozenset({
     "MAX_TOOL_RESULT_BYTES", "MAX_RESPONSE_BYTES", "CONTEXT_WINDOW_STEPS",
     "CONTEXT_RESULT_CHARS", "SUMMARY_THRESHOLD_STEPS", "SUMMARY_THRESHOLD_CHARS",
     "SUMMARY_MAX_CHARS", "LEDGER_CLAIM_GRACE_S", "LEASE_WAIT_RECHECK_S", "PUBLISH_WINDOW_MS",
-    "DEMO_NOTIFY_DELAY_S", "LIVE_RECHECK_S",
+    "DEMO_NOTIFY_DELAY_S", "LIVE_RECHECK_S", "MEMORY_CONTEXT_TOKENS", "MEMORY_CONTEXT_ITEMS",
+    "MEMORY_MAX_ITEMS_PER_SCOPE", "MEMORY_MAX_TEXT_CHARS", "MEMORY_MAX_VALUE_CHARS",
 })
 
 

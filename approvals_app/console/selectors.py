@@ -22,6 +22,7 @@ from ..models import (
     Reconciliation,
     ReconciliationStatus,
 )
+from .sections import SECTIONS
 
 SECTION_LIMIT = 50
 CITES_SHOWN = 20
@@ -152,17 +153,24 @@ def inbox(tenant_id: int) -> dict[str, Any]:
         "questions": questions_qs.count(),
         "reconciliations": recs_qs.count(),
     }
+    # the registered sections' (`sections`): what waits for a reviewer without holding a task
+    extra = []
+    for section in SECTIONS.values():
+        counts[section.key] = section.count(tenant_id)
+        extra.append({"section": section, "count": counts[section.key],
+                      "rows": section.rows(tenant_id, SECTION_LIMIT)})
     return {
         "approvals": approvals,
         "questions": questions,
         "reconciliations": reconciliations,
+        "sections": extra,
         "counts": counts,
         "total": sum(counts.values()),
     }
 
 
 def inbox_count(tenant_id: int) -> int:
-    return (
+    return sum(section.count(tenant_id) for section in SECTIONS.values()) + (
         Approval.objects.filter(tenant_id=tenant_id, status=Decision.PENDING).count()
         + Question.objects.filter(tenant_id=tenant_id, status=QuestionStatus.OPEN).count()
         + Reconciliation.objects.filter(

@@ -28,10 +28,13 @@ SUBJECT_HELP = ("Who or what the task is about (an end user, a customer), as the
 
 def subject_field(**kwargs: Any) -> serializers.RegexField:
     """A subject: printable, no leading or trailing space (the memory scope's key)."""
-    return serializers.RegexField(r"^[^\s\x00-\x1f\x7f](?:[^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f])?$",
-                                  max_length=MAX_SUBJECT, help_text=SUBJECT_HELP,
-                                  error_messages={"invalid": "1-200 printable characters, "
-                                                  "no leading or trailing space"}, **kwargs)
+    kwargs.setdefault("help_text", SUBJECT_HELP)
+    kwargs.setdefault("trim_whitespace", False)  # checked as given: a key, not prose
+    return serializers.RegexField(
+        r"^[^\s\x00-\x1f\x7f](?:[^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f])?$",
+        max_length=MAX_SUBJECT,
+        error_messages={"invalid": "1-200 printable characters, no leading or trailing space"},
+        **kwargs)
 
 
 # --- output ---------------------------------------------------------------------------

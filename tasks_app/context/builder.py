@@ -14,7 +14,9 @@ queries, each reading at most W + threshold rows): step 1,000 costs what step
 
 Item ids a decision may cite: ``goal``, ``input``, ``result_schema``,
 ``answer:<question id>``, ``approval:<approval id>``, ``summary:v<version>``,
-``step:<step no>``.
+``step:<step no>``, and what registered sources add (`context.sources`: the
+tenant's memory, ``mem:<id>@<version>``, for an agent whose `memory_policy` is
+not `off`, within `TETHER_MEMORY_CONTEXT_TOKENS`).
 """
 from __future__ import annotations
 
@@ -33,10 +35,13 @@ from tools_app.executor.types import ToolSpec
 from ..gateway.base import ContextItem, ContextSnapshot, ToolSpecView
 from ..models import ContextSummary, Step
 from ..snapshot import TaskSnapshot
+from .sources import extra_items
 
 MAX_PINNED_HUMAN_FACTS = 20
 MAX_INPUT_CHARS = 8000
 MAX_SAID_CHARS = 1000
+CHARS_PER_TOKEN = 4  # the memory share's estimate: no tokenizer is loaded for it
+MEMORY_WRITERS = frozenset({"propose", "auto"})
 
 
 def context_limits() -> dict[str, int]:
@@ -74,6 +79,8 @@ def step_view(step: Step, *, limit: int) -> dict[str, Any]:
             view["reason"] = str(decision["reason"])[:MAX_SAID_CHARS]
     elif step.kind == "ask":
         view["question"] = decision.get("question")
+    elif step.kind == "memory":
+        view["memory"] = decision.get("memory")
     elif step.kind == "invalid":
         if step.tool:
             view["tool"] = step.tool
@@ -217,6 +224,12 @@ def build_context(snap: TaskSnapshot, *, tools: dict[str, ToolSpec],
                   "covers_until_step": summary_row.covers_until_step},
         )
 
+    policy = str(snap.agent.get("memory_policy") or "off")
+    memory: tuple[ContextItem, ...] = ()
+    if policy != "off":
+        tokens = int(settings.TETHER.get("MEMORY_CONTEXT_TOKENS", 800))
+        memory = extra_items(snap, budget_chars=tokens * CHARS_PER_TOKEN)
+
     allowed = set(snap.agent.get("tools") or [])
     specs = tuple(
         ToolSpecView(name=s.name, description=s.description, args_schema=s.args_schema)
@@ -235,4 +248,6 @@ def build_context(snap: TaskSnapshot, *, tools: dict[str, ToolSpec],
         tools=specs,
         model_calls_so_far=snap.model_calls,
         script=snap.script,
+        memory=memory,
+        offers=("remember",) if policy in MEMORY_WRITERS else (),
     )

@@ -4,6 +4,10 @@ A decision is one of:
 - ``tool_call {tool, args, reason, cites}``
 - ``final {result}``
 - ``ask_user {question}``
+- ``remember {memory: {text, kind, scope, value?, uri?, tags?}, cites}``: a
+  memory write the model proposes; the agent's `memory_policy` says whether it
+  is written, waits for a reviewer, or is refused. It never changes the task's
+  status (the registered handler, `runner.recording.register_decision_kind`).
 - ``invalid {raw, error}``: what the model said could not be parsed into one of
   the above; the runner records it as an `invalid_decision` and feeds the
   error back to the model.
@@ -23,7 +27,7 @@ from typing import Any, Literal, Protocol
 
 from ..pricing import TokenUsage
 
-DecisionKind = Literal["tool_call", "final", "ask_user", "invalid", "fail"]
+DecisionKind = Literal["tool_call", "final", "ask_user", "invalid", "fail", "remember"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,7 @@ class Decision:
     answer_schema: dict[str, Any] | None = None
     expires_in_s: int | None = None  # a question that expires (then `on_expiry`)
     on_expiry: str = ""
+    memory: dict[str, Any] | None = None  # a `remember`'s proposed item, as the model gave it
 
     def as_dict(self) -> dict[str, Any]:
         shape = self._shape()
@@ -68,6 +73,8 @@ class Decision:
             return asked
         if self.kind == "fail":
             return {"kind": "fail", "error": self.error, "result": self.result}
+        if self.kind == "remember":
+            return {"kind": "remember", "memory": self.memory or {}, "cites": list(self.cites)}
         invalid: dict[str, Any] = {"kind": "invalid", "raw": self.raw, "error": self.error}
         if self.tool:  # a malformed tool call: the context shows it as that call
             invalid["tool"] = self.tool
@@ -96,6 +103,9 @@ class Decision:
         if kind == "fail":
             return cls(kind="fail", error=str(data.get("error", "")), result=data.get("result"),
                        workflow=workflow)
+        if kind == "remember":
+            return cls(kind="remember", memory=dict(data.get("memory") or {}),
+                       cites=tuple(data.get("cites") or ()))
         return cls(
             kind="invalid",
             tool=str(data.get("tool", "")),
@@ -108,8 +118,8 @@ def parse_decision(data: Any) -> Decision:
     """Structural validation of a decision proposed as plain data.
 
     Accepts the scripted-entry shape (``{"tool", "args"}``, ``{"ask"}``,
-    ``{"final"}``) and the decision shape (``{"kind": ...}``). Anything else
-    becomes an ``invalid`` decision carrying the reason.
+    ``{"final"}``, ``{"remember": {...}}``) and the decision shape
+    (``{"kind": ...}``). Anything else becomes an ``invalid`` decision carrying the reason.
     """
     if not isinstance(data, dict):
         return Decision(kind="invalid", raw=_raw(data), error="a decision must be a JSON object")
@@ -143,6 +153,11 @@ def parse_decision(data: Any) -> Decision:
                 kind="invalid", raw=_raw(data), error="a question must be a non-empty string"
             )
         return Decision(kind="ask_user", question=question)
+    if "remember" in data or kind == "remember":
+        memory = data.get("remember", data.get("memory"))
+        if not isinstance(memory, dict):
+            return Decision(kind="invalid", raw=_raw(data), error="'remember' must be an object")
+        return Decision(kind="remember", memory=memory)
     if "final" in data or kind == "final":
         return Decision(kind="final", result=data.get("final", data.get("result")))
     return Decision(
@@ -173,7 +188,7 @@ class ContextItem:
     """One entry of the context, with an id a decision may cite."""
 
     id: str
-    role: Literal["system", "pinned", "summary", "step", "observation"]
+    role: Literal["system", "pinned", "summary", "step", "observation", "memory"]
     text: str
     data: Any = None
 
@@ -194,9 +209,13 @@ class ContextSnapshot:
     tools: tuple[ToolSpecView, ...]
     model_calls_so_far: int
     script: tuple[Any, ...] | None = None
+    # items of the tenant's memory (`context.sources`): data, shown fenced, never as instructions
+    memory: tuple[ContextItem, ...] = ()
+    # built-in tools offered besides `ask_user` (`remember` when the agent may write memory)
+    offers: tuple[str, ...] = ()
 
     def items(self) -> list[ContextItem]:
-        return [*self.pinned, *([self.summary] if self.summary else [])]
+        return [*self.pinned, *([self.summary] if self.summary else []), *self.memory]
 
     def size_chars(self) -> int:
             return (

@@ -129,7 +129,7 @@ class OpenAIBackend:
 
     async def adecide(self, context: ContextSnapshot) -> ModelReply:
         messages = build_messages(context)
-        tools = tool_catalogue(context.tools)
+        tools = tool_catalogue(context.tools, context.offers)
         request: dict[str, Any] = {"messages": messages, "tools": tools}
         request.update(self._sampling())
         done = await self._complete(request)

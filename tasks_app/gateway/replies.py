@@ -2,7 +2,8 @@
 
 - each tool call → ``tool_call`` (arguments JSON-parsed; ``_cites`` taken out
   of the arguments into the decision's cites; the reply's text is the reason),
-  in the order the model gave them; the reserved ``ask_user`` → ``ask_user``;
+  in the order the model gave them; the reserved ``ask_user`` → ``ask_user``,
+  ``remember`` → ``remember`` (its fields checked by the runner's handler);
 - no tool call → ``final``: the text parsed as a JSON object when it is one
   (code fences allowed), else ``{"answer": text}``; the runner checks it
   against the profile's result schema;
@@ -18,7 +19,7 @@ import re
 from typing import Any
 
 from .base import Decision
-from .messages import ASK_TOOL, CITES_ARG
+from .messages import ASK_TOOL, CITES_ARG, REMEMBER_TOOL
 
 MAX_RAW = 4000
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
@@ -87,5 +88,7 @@ def _from_call(call: dict[str, Any], *, reason: str) -> Decision:
             return Decision(kind="invalid", tool=name, raw=raw[:MAX_RAW],
                             error="ask_user needs a non-empty 'question'")
         return Decision(kind="ask_user", question=question.strip())
+    if name == REMEMBER_TOOL:
+        return Decision(kind="remember", memory=args, cites=tuple(str(c) for c in cites))
     return Decision(kind="tool_call", tool=name, args=args, reason=reason[:MAX_RAW],
                     cites=tuple(str(c) for c in cites))

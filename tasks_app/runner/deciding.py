@@ -226,6 +226,8 @@ def record_model_reply(ask: Ask, reply: ModelReply, *, owner: str,
         "queued": [d.as_dict() for d in reply.decisions[1:]],
         **charged.model_log,
     }
+    if ask.context.memory:  # the memory items the model was shown (`context.sources`)
+        model_log["memory_shown"] = [item.id for item in ask.context.memory]
     # every request sent counts: the failed attempts before the reply too
     spent = Spent(model_calls=max(1, reply.attempts), tokens=reply.tokens, bill=charged.bill)
     return record_reply(snap, decision, model_log, spent,

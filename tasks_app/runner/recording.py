@@ -7,9 +7,15 @@ against the result schema, then the task ends), a tool call refused (a budget,
 no progress: the task fails or escalates), a tool call that needs approval
 (the task waits), or a tool call that runs next: its step and ledger claim in
 one statement (`store.commits.commit_decision`), returned as `Decided`.
+
+Kinds another app handles (`remember`: memory_app) are registered from its
+`AppConfig.ready` (`register_decision_kind`): the runner records their step and
+counters; the handler checks the decision and writes what it does, in the same
+transaction. Such a decision never changes the task's status.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
@@ -70,6 +76,28 @@ def call_spec(spec: ToolSpec | None, decision: dict[str, Any]) -> ToolSpec | Non
 
 
 @dataclass(frozen=True)
+class KindHandler:
+    """A kind of decision another app handles. `check(snap, decision)`: the
+    errors that make it invalid (fed back to the model; empty: valid).
+    `record(snap, step_no, decision, actor)`: what it does, in the decision's
+    transaction (the task's version is checked after it: a stale task rolls it
+    back); returns the step's output, which the model sees as the call's result."""
+
+    check: Callable[[TaskSnapshot, Decision], list[str]]
+    record: Callable[[TaskSnapshot, int, Decision, Actor], dict[str, Any]]
+
+
+_handlers: dict[str, KindHandler] = {}
+HANDLED_KINDS = frozenset({"remember"})
+
+
+def register_decision_kind(kind: str, handler: KindHandler) -> None:
+    if kind not in HANDLED_KINDS:
+        raise ValueError(f"{kind!r} is not a decision kind another app may handle")
+    _handlers[kind] = handler
+
+
+@dataclass(frozen=True)
 class Decided:
     """A tool call whose decision (and ledger claim) committed: it runs next."""
 
@@ -107,6 +135,9 @@ def record_decision(
         return _invalid(snap, decision, model_log, spent, actor,
                         {"type": "invalid_decision", "message": decision.error,
                          "raw": decision.raw[:2000]})
+
+    if decision.kind in HANDLED_KINDS:
+        return _handled(snap, decision, model_log, spent, actor)
 
     if decision.kind == "ask_user":
         with transaction.atomic():
@@ -208,6 +239,33 @@ def _invalid(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
         _guard(snap, **spent.fields(), stale_steps=0 if is_new else snap.stale_steps + 1)
         spent.roll_up()
         _event(snap, "invalid_decision", actor, {"step_no": step_no, "error": error})
+    return CONTINUE
+
+
+def _handled(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
+             spent: Spent, actor: Actor) -> StepResult:
+    """A registered kind's decision (`KindHandler`): checked, then its step, the
+    handler's writes and the task's counters in one transaction. The task goes on.
+    The same content again within the window is no new observation (no progress)."""
+    handler = _handlers.get(decision.kind)
+    errors = (handler.check(snap, decision) if handler is not None
+              else [f"{decision.kind} is not available here"])
+    shown = replace(decision, tool=decision.kind, args=decision.memory or {})  # as the call
+    if errors:
+        return _invalid(snap, shown, model_log, spent, actor,
+                        {"type": f"invalid_{decision.kind}", "message": "; ".join(errors),
+                         "errors": errors})
+    assert handler is not None
+    step_no = snap.steps_count + 1
+    output_hash = sha256_hex(canonical_json(decision.as_dict()))
+    with transaction.atomic():
+        output = storable(handler.record(snap, step_no, decision, actor))
+        _new_step(snap, kind=StepKind.MEMORY, status=StepStatus.SUCCEEDED, decision=decision,
+                  model_log=model_log, output=output, output_hash=output_hash,
+                  finished_at=timezone.now())
+        is_new = not seen_recently(snap, step_no, output_hash)
+        _guard(snap, **spent.fields(), stale_steps=0 if is_new else snap.stale_steps + 1)
+        spent.roll_up()
     return CONTINUE
 
 

@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 
 from approvals_app.models import Approval, Question, Reconciliation
+from memory_app.models import MemoryItem, MemoryProposal
+from memory_app.services import item_create
 from notify_app.models import NotificationSettings, WebhookSubscription
 from notify_app.services.subscriptions import webhook_create
 from schedules_app.models import Schedule
@@ -155,6 +157,25 @@ def _workflow(suffix: str = "", method: str = "get", body: Any = None) -> Setup:
     return setup
 
 
+def _memory(suffix: str = "", method: str = "get", body: Any = None) -> Setup:
+    def setup(t: Tenancy, role: str) -> tuple[str, str, Any]:
+        item = item_create(tenant_id=t.tenant.pk, actor=SYSTEM, fields={
+            "scope": "subject", "subject": "cust-1", "kind": "fact", "text": "Lives in Porto"})
+        return method, f"/api/v1/memory/{item.pk}{suffix}", body
+
+    return setup
+
+
+def _proposal(action: str, body: Any) -> Setup:
+    def setup(t: Tenancy, role: str) -> tuple[str, str, Any]:
+        proposal = MemoryProposal.objects.create(
+            tenant=t.tenant, task=t.created_task(), step_no=1, scope="tenant", kind="fact",
+            text="Refunds need a receipt")
+        return "post", f"/api/v1/memory/proposals/{proposal.pk}/{action}", body
+
+    return setup
+
+
 # operation id -> (roles allowed, setup, success status)
 MATRIX: dict[str, tuple[set[str], Setup, int]] = {
     "tasks_list": (ALL, _const("get", "/api/v1/tasks"), 200),
@@ -276,6 +297,18 @@ MATRIX: dict[str, tuple[set[str], Setup, int]] = {
     "schedules_pause": ({OP, ADM}, _schedule("/pause", "post"), 200),
     "schedules_resume": ({OP, ADM}, _schedule("/resume", "post"), 200),
     "schedules_runs": (ALL, _schedule("/runs"), 200),
+    "memory_list": ({OP, REV, ADM}, _const("get", "/api/v1/memory"), 200),
+    "memory_create": ({OP, ADM}, _const("post", "/api/v1/memory", {
+        "scope": "tenant", "kind": "fact", "text": "Refunds need a receipt"}), 201),
+    "memory_erase_subject": ({ADM}, _const("delete", "/api/v1/memory?subject=cust-1"), 200),
+    "memory_retrieve": ({OP, REV, ADM}, _memory(), 200),
+    "memory_update": ({OP, ADM}, _memory("", "patch", {"text": "Lives in Lisbon"}), 200),
+    "memory_delete": ({OP, ADM}, _memory("", "delete"), 204),
+    "memory_versions": ({OP, REV, ADM}, _memory("/versions"), 200),
+    "memory_version": ({OP, REV, ADM}, _memory("/versions/1"), 200),
+    "memory_proposals": ({OP, REV, ADM}, _const("get", "/api/v1/memory/proposals"), 200),
+    "memory_proposal_accept": ({REV, ADM}, _proposal("accept", {}), 201),
+    "memory_proposal_reject": ({REV, ADM}, _proposal("reject", {"note": "no"}), 200),
 }
 
 
@@ -296,6 +329,8 @@ def fingerprint() -> tuple[Any, ...]:
         sorted(NotificationSettings.objects.values_list("id", "email_reviewers")),
         sorted(McpServer.objects.values_list("id", "url", "enabled", "refreshed_at")),
         sorted(Schedule.objects.values_list("id", "cron", "paused", "next_due_at")),
+        sorted(MemoryItem.objects.values_list("id", "version")),
+        sorted(MemoryProposal.objects.values_list("id", "status")),
     )
 
 

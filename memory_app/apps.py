@@ -1,0 +1,30 @@
+"""Memory plugs into the runtime through its registries, never through an
+import of memory_app by tasks_app: the context's sources (what a step's model
+sees), the `remember` decision's handler, the recovery sweep (expired items
+are deleted), and the inbox (proposed writes, with the approvals)."""
+from django.apps import AppConfig
+
+
+class MemoryAppConfig(AppConfig):
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "memory_app"
+    verbose_name = "Memory"
+
+    def ready(self) -> None:
+        from approvals_app.console.sections import InboxSection, register_inbox_section
+        from tasks_app.context.sources import register_context_source
+        from tasks_app.runner.recording import KindHandler, register_decision_kind
+        from tasks_app.store.hooks import on_sweep
+
+        from .selectors import open_proposal_count, open_proposals
+        from .services import memory_context, purge_expired, remember_check, remember_record
+
+        register_context_source("memory", memory_context)
+        register_decision_kind("remember", KindHandler(check=remember_check,
+                                                       record=remember_record))
+        on_sweep(purge_expired)
+        register_inbox_section(InboxSection(
+            key="memory", title="Memory writes", template="memory/_proposal_card.html",
+            empty="No memory write is waiting for review.",
+            rows=lambda tenant_id, limit: list(open_proposals(tenant_id)[:limit]),
+            count=open_proposal_count))

@@ -1,0 +1,196 @@
+"""Reading memory: lists with filters and text search (the API, the console),
+an item's versions, and retrieval for a step's context (`recall`).
+
+Text search is the database's own: PostgreSQL full-text search (the
+generated, GIN-indexed `search` column; `websearch_to_tsquery`, ranked by
+`ts_rank_cd`), SQLite FTS5 in the embedded mode (`bm25`). No vector extension.
+
+`recall` reads O(limit) rows whatever the tenant's size: the text matches in
+the task's scopes, best first (an index lookup; at most `limit` rows come
+back), and the most recent items of the task's agent and subject (an index
+range scan, `limit` rows), scored in Python.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import connection
+from django.db.models import BooleanField, Q, QuerySet
+from django.db.models.expressions import RawSQL
+
+from .models import MemoryItem, MemoryProposal, MemoryVersion, ProposalStatus, Scope, scope_key
+
+TABLE = MemoryItem._meta.db_table
+FTS_TABLE = f"{TABLE}_fts"
+_WORD = re.compile(r"\w{3,}", re.UNICODE)
+MAX_QUERY_WORDS = 30
+# what a scope adds to an item's score: the narrower, the more it is about this task
+SCOPE_WEIGHT: dict[str, float] = {Scope.SUBJECT: 0.3, Scope.AGENT: 0.2, Scope.TENANT: 0.1}
+RECENCY_WEIGHT = 0.2
+RECENCY_DAYS = 30.0
+
+
+def words(text: str, limit: int = MAX_QUERY_WORDS) -> list[str]:
+    """The distinct words of `text` (3 characters or more), in order, at most `limit`."""
+    seen: dict[str, None] = {}
+    for word in _WORD.findall(text.lower()):
+        seen.setdefault(word, None)
+        if len(seen) >= limit:
+            break
+    return list(seen)
+
+
+def _fts5_query(terms: list[str], *, any_of: bool) -> str:
+    quoted = ['"' + t.replace('"', '""') + '"' for t in terms]
+    return (" OR " if any_of else " AND ").join(quoted)
+
+
+def _matching(qs: QuerySet[MemoryItem], text: str) -> QuerySet[MemoryItem]:
+    """`qs` narrowed to the items whose text matches `text` (a person's search:
+    every word; on PostgreSQL, websearch syntax: "quoted phrases", or, -not)."""
+    if connection.vendor == "postgresql":
+        return qs.filter(RawSQL(f"{TABLE}.search @@ websearch_to_tsquery('english', %s)",
+                                [text], output_field=BooleanField()))
+    terms = words(text)
+    if not terms:
+        return qs.none()
+    return qs.filter(id__in=RawSQL(
+        f"SELECT rowid FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH %s",
+        [_fts5_query(terms, any_of=False)]))
+
+
+def items_of_tenant(tenant_id: int) -> QuerySet[MemoryItem]:
+    return MemoryItem.objects.filter(tenant_id=tenant_id)
+
+
+def item_of_tenant(tenant_id: int, item_id: int) -> MemoryItem | None:
+    return items_of_tenant(tenant_id).select_related("agent").filter(pk=item_id).first()
+
+
+def items_matching(*, tenant_id: int, scope: str | None = None, subject: str | None = None,
+                   agent: str | None = None, kind: str | None = None, q: str | None = None,
+                   tag: str | None = None) -> QuerySet[MemoryItem]:
+    """The tenant's items that match every filter given, newest first."""
+    qs = items_of_tenant(tenant_id).select_related("agent")
+    if scope:
+        qs = qs.filter(scope=scope)
+    if subject:
+        qs = qs.filter(scope_key=scope_key(Scope.SUBJECT, subject=subject))
+    if agent:
+        qs = qs.filter(scope=Scope.AGENT, agent__name=agent)
+    if kind:
+        qs = qs.filter(kind=kind)
+    if tag:
+        qs = qs.filter(tags__contains=[tag]) if connection.vendor == "postgresql" else qs.filter(
+            tags__icontains=f'"{tag}"')
+    if q:
+        qs = _matching(qs, q)
+    return qs.order_by("-id")
+
+
+def versions_of(item_id: int) -> QuerySet[MemoryVersion]:
+    return MemoryVersion.objects.filter(item_id=item_id).order_by("-version")
+
+
+def version_of(item_id: int, version: int) -> MemoryVersion | None:
+    return MemoryVersion.objects.filter(item_id=item_id, version=version).first()
+
+
+def scope_count(tenant_id: int, key: str) -> int:
+    return MemoryItem.objects.filter(tenant_id=tenant_id, scope_key=key).count()
+
+
+def open_proposals(tenant_id: int) -> QuerySet[MemoryProposal]:
+    return (MemoryProposal.objects.filter(tenant_id=tenant_id, status=ProposalStatus.OPEN)
+            .select_related("task", "agent").order_by("id"))
+
+
+def open_proposal_count(tenant_id: int) -> int:
+    return MemoryProposal.objects.filter(tenant_id=tenant_id, status=ProposalStatus.OPEN).count()
+
+
+def proposal_of_tenant(tenant_id: int, proposal_id: int) -> MemoryProposal | None:
+    return MemoryProposal.objects.filter(tenant_id=tenant_id, pk=proposal_id).first()
+
+
+def proposals_of_task(task_id: int) -> QuerySet[MemoryProposal]:
+    return MemoryProposal.objects.filter(task_id=task_id).order_by("id")
+
+
+# --- retrieval ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Recalled:
+    item: MemoryItem
+    score: float
+    matched: bool
+
+
+def task_scopes(*, agent_id: int | None, subject: str) -> list[str]:
+    """The scopes a task sees: its tenant's, its agent's, its subject's (when it has one).
+    A task about no subject sees no subject's items."""
+    keys = [scope_key(Scope.TENANT)]
+    if agent_id is not None:
+        keys.append(scope_key(Scope.AGENT, agent_id=agent_id))
+    if subject:
+        keys.append(scope_key(Scope.SUBJECT, subject=subject))
+    return keys
+
+
+def _text_ranks(tenant_id: int, keys: list[str], terms: list[str],
+                limit: int) -> dict[int, float]:
+    """{item id: rank in 0..1} of the best `limit` text matches in `keys`."""
+    if not terms:
+        return {}
+    placeholders = ", ".join(["%s"] * len(keys))
+    if connection.vendor == "postgresql":
+        sql = (f"SELECT id, ts_rank_cd(search, query, 32) AS rank "
+               f"FROM {TABLE}, websearch_to_tsquery('english', %s) AS query "
+               f"WHERE tenant_id = %s AND scope_key IN ({placeholders}) AND search @@ query "
+               f"ORDER BY rank DESC, id DESC LIMIT %s")
+        params: list[str | int] = [" or ".join(terms), tenant_id, *keys, limit]
+    else:
+        sql = (f"SELECT i.id, -bm25({FTS_TABLE}) AS rank FROM {FTS_TABLE} "
+               f"JOIN {TABLE} AS i ON i.id = {FTS_TABLE}.rowid "
+               f"WHERE {FTS_TABLE} MATCH %s AND i.tenant_id = %s "
+               f"AND i.scope_key IN ({placeholders}) "
+               f"ORDER BY bm25({FTS_TABLE}), i.id DESC LIMIT %s")
+        params = [_fts5_query(terms, any_of=True), tenant_id, *keys, limit]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    if connection.vendor == "postgresql":
+        return {int(i): float(r) for i, r in rows}  # normalized (32: rank / (rank + 1))
+    return {int(i): max(0.0, float(r)) / (1.0 + max(0.0, float(r))) for i, r in rows}
+
+
+def recall(*, tenant_id: int, agent_id: int | None, subject: str, text: str, limit: int,
+           now: datetime) -> list[Recalled]:
+    """The items a task's step is shown, best first: text matches of the task's
+    scopes (tenant, agent, subject) and the latest items of its agent and
+    subject, each scored by its text rank, its scope and its age. Expired
+    items are left out. Reads at most 2 x `limit` items."""
+    keys = task_scopes(agent_id=agent_id, subject=subject)
+    ranks = _text_ranks(tenant_id, keys, words(text), limit)
+    narrow = [k for k in keys if k != "tenant"]
+    recent_ids: list[int] = []
+    for key in narrow:  # one index range scan each
+        recent_ids.extend(MemoryItem.objects.filter(tenant_id=tenant_id, scope_key=key)
+                          .order_by("-updated_at").values_list("id", flat=True)[:limit])
+    ids = set(ranks) | set(recent_ids)
+    if not ids:
+        return []
+    items = (MemoryItem.objects.filter(pk__in=ids, tenant_id=tenant_id)
+             .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now)))
+    scored = []
+    for item in items:
+        age_days = max(0.0, (now - item.updated_at).total_seconds() / 86400)
+        score = (ranks.get(item.pk, 0.0) + SCOPE_WEIGHT.get(item.scope, 0.0)
+                 + RECENCY_WEIGHT * math.exp(-age_days / RECENCY_DAYS))
+        scored.append(Recalled(item, score, item.pk in ranks))
+    scored.sort(key=lambda r: (-r.score, -r.item.pk))
+    return scored[:limit]

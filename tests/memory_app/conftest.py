@@ -1,0 +1,1 @@
+from tests.fakes.fixtures import openai_server  # noqa: F401
