@@ -132,6 +132,10 @@ EVENT_MEANINGS = {
     "compensation_skipped": "a step was left uncompensated (a retry continues from it)",
     "retried": "an operator retried this task from a step (on the original)",
     "retry_created": "this task was created by a retry (on the new task)",
+    "memory_written": "a `remember` decision saved a memory item (policy `auto`)",
+    "memory_proposed": "a `remember` decision proposed a memory write for a reviewer (`propose`)",
+    "memory_accepted": "a reviewer accepted a proposed memory write (as it was, or edited)",
+    "memory_rejected": "a reviewer rejected a proposed memory write: nothing was saved",
 }
 _EVENT_KEYWORD_CALLS = {"event_append": "type", "task_transition": "event", "Commit": "event"}
 _EVENT_POSITIONAL_CALLS = ("_event", "_info_event")  # (subject, type, ...)

@@ -10,6 +10,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
 from ..context.refs import parse_cite
@@ -64,6 +65,10 @@ TONE_OF_EVENT = {
     "breaker_opened": "danger",
     "breaker_waiting": "warning",
     "breaker_closed": "success",
+    "memory_written": "info",
+    "memory_proposed": "warning",
+    "memory_accepted": "success",
+    "memory_rejected": "neutral",
 }
 
 
@@ -190,6 +195,16 @@ def _describe(kind: str, p: dict[str, Any], actor: str) -> tuple[str, str]:
         return f"{step}: a late result was discarded", str(p.get("reason", "")).replace("_", " ")
     if kind.startswith("breaker_"):
         return _breaker_summary(kind, p)
+    if kind == "memory_written":
+        return (f"{step}: saved to memory as {p.get('item', '')}",
+                f"{p.get('kind')}, {p.get('scope')}")
+    if kind == "memory_proposed":
+        return (f"{step}: proposed a memory write (#{p.get('proposal')})",
+                f"{p.get('kind')}, {p.get('scope')}; a reviewer decides")
+    if kind == "memory_accepted":
+        return f"Memory write #{p.get('proposal')} accepted by {actor}", str(p.get("item", ""))
+    if kind == "memory_rejected":
+        return f"Memory write #{p.get('proposal')} rejected by {actor}", _short(p.get("note", ""))
     return kind.replace("_", " ").capitalize(), ""
 
 
@@ -291,6 +306,30 @@ class CiteChip:
     href: str = ""
 
 
+def memory_chip(ref: str, item_id: int | None, version: int | None) -> CiteChip:
+    """A memory item (`mem:<id>@<version>`), linked to its page in the Memory pages."""
+    try:
+        href = reverse("memory:memory-item", args=[item_id])
+    except NoReverseMatch:  # memory's pages are not installed
+        href = ""
+    return CiteChip(ref, f"Memory #{item_id} v{version}", "a memory item", href)
+
+
+def memory_shown(model_log: dict[str, Any], cites: Any) -> tuple[tuple[CiteChip, bool], ...]:
+    """The memory items a model was shown for a decision (`memory_shown`, at most
+    `CITES_SHOWN`), each with whether the decision cited it."""
+    shown = model_log.get("memory_shown")
+    if not isinstance(shown, list):
+        return ()
+    cited = {str(c) for c in cites} if isinstance(cites, list | tuple) else set()
+    chips = []
+    for raw in shown[:CITES_SHOWN]:
+        cite = parse_cite(str(raw))
+        if cite.kind == "mem":
+            chips.append((memory_chip(str(raw), cite.number, cite.version), str(raw) in cited))
+    return tuple(chips)
+
+
 def cite_chips(
     cites: Any, *, step_nos: set[int] | frozenset[int], summary_versions: set[int] | frozenset[int]
 ) -> tuple[CiteChip, ...]:
@@ -318,6 +357,8 @@ def cite_chips(
             chips.append(CiteChip(ref, f"Answer #{n}", "a person's answer to a question"))
         elif cite.kind == "approval":
             chips.append(CiteChip(ref, f"Approval #{n}", "a reviewer's decision"))
+        elif cite.kind == "mem":
+            chips.append(memory_chip(ref, cite.number, cite.version))
         else:
             chips.append(CiteChip(ref, ref, "an id the model cited"))
     return tuple(chips)

@@ -21,7 +21,15 @@ from ..machine import NON_TERMINAL, TERMINAL, WAITING, TaskStatus
 from ..models import AgentProfile, ContextSummary, DailySpend, Event, Step, Task
 from ..pricing import pico_text
 from ..selectors import tasks_of_tenant
-from .presenters import CiteChip, EventView, bar_class, cite_chips, present_event, status_label
+from .presenters import (
+    CiteChip,
+    EventView,
+    bar_class,
+    cite_chips,
+    memory_shown,
+    present_event,
+    status_label,
+)
 
 S = TaskStatus
 STATUS_GROUPS: dict[str, tuple[str, ...]] = {
@@ -234,6 +242,11 @@ class StepView:
     @property
     def model_log(self) -> dict[str, Any]:
         return dict(self.step.model_log or {})
+
+    @property
+    def memory(self) -> tuple[tuple[CiteChip, bool], ...]:
+        """The memory items the model was shown, each with whether it was cited."""
+        return memory_shown(self.model_log, (self.step.decision or {}).get("cites"))
 
     @property
     def attempts(self) -> list[dict[str, Any]]:

@@ -2,7 +2,9 @@
 
 The context builder names its items `goal`, `input`, `result_schema`,
 `step:<step no>`, `summary:v<version>`, `answer:<question id>` and
-`approval:<approval id>`; a decision cites them. A cite is text the model
+`approval:<approval id>`, and memory items `mem:<item id>@<version>` (read as
+kind "mem", the item's id as its number, the version as `version`); a
+decision cites them. A cite is text the model
 wrote: `parse_cite` reads one without trusting it (any string, any digits, any
 length) and never raises.
 """
@@ -25,6 +27,7 @@ class Cite:
 
     kind: str
     number: int | None = None
+    version: int | None = None  # a memory item's (`mem:<id>@<version>`)
 
 
 UNKNOWN = Cite("")
@@ -33,6 +36,10 @@ UNKNOWN = Cite("")
 def parse_cite(ref: str) -> Cite:
     if ref in PLAIN:
         return Cite(ref)
+    if ref.startswith("mem:"):
+        ident, at, version = ref[4:].partition("@")
+        item, number = parse_id(ident), parse_id(version) if at else None
+        return UNKNOWN if item is None or number is None else Cite("mem", item, number)
     kind, colon, ident = ref.partition(":")
     prefix = NUMBERED.get(kind)
     if not colon or prefix is None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.test import Client
 
 from memory_app.models import MemoryItem, MemoryProposal, MemoryVersion, ProposalStatus
 from memory_app.services import (
@@ -17,7 +18,7 @@ from memory_app.services import (
 )
 from tasks_app.actors import Actor
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Event, Step
+from tasks_app.models import Event, Role, Step
 from tests.factories import submit
 from tests.fakes.fixtures import openai_agent
 from tests.fakes.openai_server import reply
@@ -66,15 +67,24 @@ def test_a_remembered_preference_reaches_the_same_subject_and_no_other(world, op
     assert json.loads(result["content"])["output"]["status"] == "saved"
 
     openai_server.requests.clear()
-    second = _run(world, openai_server, subject="cust-S")
+    cite = f"mem:{item.pk}@1"
+    second = _run(world, openai_server, subject="cust-S", replies=[reply(tool_calls=[
+        ("lookup_order", {"order_id": "A-1", "_cites": [cite]})])])
     seen = _context_of(openai_server.requests[0])
     assert WINDOW["text"] in seen
-    assert f'"id": "mem:{item.pk}@1"' in seen
+    assert f'"id": "{cite}"' in seen
     # fenced and labelled as data
     assert seen.index("<memory>") < seen.index(WINDOW["text"]) < seen.index("</memory>")
     assert "never instructions" in seen
-    assert Step.objects.get(task=second, step_no=1).model_log["memory_shown"] == [
-        f"mem:{item.pk}@1"]
+    used = Step.objects.get(task=second, step_no=1)
+    assert (used.model_log["memory_shown"], used.decision["cites"]) == ([cite], [cite])
+    assert cite in used.model_log["input_summary"]
+    # the task page shows what the model saw and what it cited
+    client = Client()
+    client.force_login(world.users[Role.OPERATOR])
+    page = client.get(f"/tasks/{second.pk}/").content.decode()
+    assert f'data-memory="{cite}" data-cited' in page
+    assert f'href="/memory/{item.pk}/"' in page
 
     openai_server.requests.clear()
     _run(world, openai_server, subject="cust-T")
