@@ -5,10 +5,12 @@ Text search is the database's own: PostgreSQL full-text search (the
 generated, GIN-indexed `search` column; `websearch_to_tsquery`, ranked by
 `ts_rank_cd`), SQLite FTS5 in the embedded mode (`bm25`). No vector extension.
 
-`recall` reads O(limit) rows whatever the tenant's size: the text matches in
-the task's scopes, best first (an index lookup; at most `limit` rows come
-back), and the most recent items of the task's agent and subject (an index
-range scan, `limit` rows), scored in Python.
+`recall` costs what the task's scopes hold, whatever the tenant's size: the
+text matches among the items of the task's scopes (its tenant's, its
+agent's, its subject's: a btree index range, each scope at most the
+per-scope limit), best first, `limit` of them; and the most recent items of
+its agent and subject (an index range scan, `limit` rows each); scored in
+Python.
 """
 from __future__ import annotations
 
@@ -141,18 +143,25 @@ def task_scopes(*, agent_id: int | None, subject: str) -> list[str]:
     return keys
 
 
-def _text_ranks(tenant_id: int, keys: list[str], terms: list[str],
-                limit: int) -> dict[int, float]:
+def _text_ranks(tenant_id: int, keys: list[str], terms: list[str], limit: int,
+                per_scope: int) -> dict[int, float]:
     """{item id: rank in 0..1} of the best `limit` text matches in `keys`."""
     if not terms:
         return {}
     placeholders = ", ".join(["%s"] * len(keys))
     if connection.vendor == "postgresql":
+        # The candidates are the scopes' rows (the btree index; each scope holds at
+        # most `per_scope`), matched and ranked there: the cost follows the task's
+        # scopes, not the tenant. (Planned freely, PostgreSQL intersects the GIN
+        # index's matches over the whole table with them: 3-4 times slower at
+        # 100,000 items, docs/performance/memory.md.)
         sql = (f"SELECT id, ts_rank_cd(search, query, 32) AS rank "
-               f"FROM {TABLE}, websearch_to_tsquery('english', %s) AS query "
-               f"WHERE tenant_id = %s AND scope_key IN ({placeholders}) AND search @@ query "
-               f"ORDER BY rank DESC, id DESC LIMIT %s")
-        params: list[str | int] = [" or ".join(terms), tenant_id, *keys, limit]
+               f"FROM (SELECT id, search FROM {TABLE} "
+               f"WHERE tenant_id = %s AND scope_key IN ({placeholders}) LIMIT %s) AS scoped, "
+               f"websearch_to_tsquery('english', %s) AS query "
+               f"WHERE search @@ query ORDER BY rank DESC, id DESC LIMIT %s")
+        params: list[str | int] = [tenant_id, *keys, per_scope * len(keys), " or ".join(terms),
+                                   limit]
     else:
         sql = (f"SELECT i.id, -bm25({FTS_TABLE}) AS rank FROM {FTS_TABLE} "
                f"JOIN {TABLE} AS i ON i.id = {FTS_TABLE}.rowid "
@@ -169,13 +178,14 @@ def _text_ranks(tenant_id: int, keys: list[str], terms: list[str],
 
 
 def recall(*, tenant_id: int, agent_id: int | None, subject: str, text: str, limit: int,
-           now: datetime) -> list[Recalled]:
+           now: datetime, per_scope: int = 1000) -> list[Recalled]:
     """The items a task's step is shown, best first: text matches of the task's
     scopes (tenant, agent, subject) and the latest items of its agent and
     subject, each scored by its text rank, its scope and its age. Expired
-    items are left out. Reads at most 2 x `limit` items."""
+    items are left out. Matches among the scopes' items (at most `per_scope`
+    each); reads at most 3 x `limit` whole items."""
     keys = task_scopes(agent_id=agent_id, subject=subject)
-    ranks = _text_ranks(tenant_id, keys, words(text), limit)
+    ranks = _text_ranks(tenant_id, keys, words(text), limit, per_scope)
     narrow = [k for k in keys if k != "tenant"]
     recent_ids: list[int] = []
     for key in narrow:  # one index range scan each

@@ -459,7 +459,8 @@ def memory_context(snap: TaskSnapshot, budget_chars: int) -> list[ContextItem]:
     """The context source: the task's best items, each with its citation id
     (`mem:<id>@<version>`), as many as fit in `budget_chars`."""
     found = recall(tenant_id=snap.tenant_id, agent_id=snap.agent_id, subject=snap.subject,
-                   text=query_text(snap), limit=limits()["context_items"], now=timezone.now())
+                   text=query_text(snap), limit=limits()["context_items"], now=timezone.now(),
+                   per_scope=limits()["per_scope"])
     items: list[ContextItem] = []
     left = budget_chars
     for hit in found:

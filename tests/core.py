@@ -15,4 +15,5 @@ CORE_TESTS = (
     "tools_app/test_uncertain_writes.py",
     "schedules_app/test_firing.py",
     "schedules_app/test_cron.py",
+    "memory_app/",
 )
