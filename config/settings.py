@@ -300,6 +300,8 @@ SPECTACULAR_SETTINGS = {
             "WAITING_FOR_HUMAN",
         ],
         "StepStatusEnum": "tasks_app.models.StepStatus",
+        "MemoryKindEnum": "memory_app.models.Kind",
+        "MemoryScopeEnum": "memory_app.models.Scope",
         "ApprovalStatusEnum": "approvals_app.models.Decision",
         "ReconciliationStatusEnum": ["open", "resolved", "canceled"],
         "QuestionStatusEnum": ["open", "answered", "canceled"],

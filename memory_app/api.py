@@ -44,7 +44,7 @@ TAGS = ["memory"]
 # --- output -----------------------------------------------------------------------------
 
 
-class SourceSerializer(serializers.Serializer):
+class MemorySourceSerializer(serializers.Serializer):
     task = serializers.IntegerField(source="source_task_id")
     step_no = serializers.IntegerField(source="source_step_no", allow_null=True)
     event = serializers.IntegerField(source="source_event_id", allow_null=True)
@@ -53,12 +53,12 @@ class SourceSerializer(serializers.Serializer):
 class _Sourced(serializers.Serializer):
     source = serializers.SerializerMethodField()  # type: ignore[assignment]
 
-    @extend_schema_field(SourceSerializer(allow_null=True))
+    @extend_schema_field(MemorySourceSerializer(allow_null=True))
     def get_source(self, row: MemoryItem | MemoryVersion) -> dict[str, Any] | None:
         """The task step (and its event) that wrote it; null: a person wrote it."""
         if row.source_task_id is None:
             return None
-        return dict(SourceSerializer(row).data)
+        return dict(MemorySourceSerializer(row).data)
 
 
 class MemoryItemSerializer(_Sourced):
@@ -97,7 +97,7 @@ class MemoryVersionSerializer(_Sourced):
     created_at = serializers.DateTimeField()
 
 
-class ProposalSerializer(serializers.Serializer):
+class MemoryProposalSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     task = serializers.IntegerField(source="task_id")
     step_no = serializers.IntegerField()
@@ -112,7 +112,7 @@ class ProposalSerializer(serializers.Serializer):
     created_at = serializers.DateTimeField()
 
 
-class ErasedSerializer(serializers.Serializer):
+class MemoryErasedSerializer(serializers.Serializer):
     items = serializers.IntegerField()
     versions = serializers.IntegerField()
     proposals = serializers.IntegerField()
@@ -138,7 +138,7 @@ class _Closed(serializers.Serializer):
         return attrs
 
 
-class ContentSerializer(_Closed):
+class MemoryContentSerializer(_Closed):
     text = serializers.CharField(max_length=100_000, trim_whitespace=False)
     kind = serializers.ChoiceField(choices=Kind.choices)
     value = serializers.JSONField(required=False, allow_null=True)
@@ -147,20 +147,20 @@ class ContentSerializer(_Closed):
     expires_at = serializers.DateTimeField(required=False, allow_null=True)
 
 
-class ItemWriteSerializer(ContentSerializer):
+class MemoryWriteSerializer(MemoryContentSerializer):
     scope = serializers.ChoiceField(choices=Scope.choices)
     subject = subject_field(required=False)
     agent = serializers.CharField(max_length=64, required=False,
                                   help_text="For the agent scope: the agent's name.")
 
 
-class ItemChangeSerializer(ContentSerializer):
+class MemoryChangeSerializer(MemoryContentSerializer):
     expected_version = serializers.IntegerField(
         min_value=1, max_value=2**31 - 1, required=False,
         help_text="The version you read: a changed item is then a 409.")
 
 
-class AcceptSerializer(_Closed):
+class MemoryAcceptSerializer(_Closed):
     text = serializers.CharField(max_length=100_000, trim_whitespace=False, required=False)
     kind = serializers.ChoiceField(choices=Kind.choices, required=False)
     value = serializers.JSONField(required=False, allow_null=True)
@@ -168,11 +168,11 @@ class AcceptSerializer(_Closed):
     tags = _tags()
 
 
-class RejectSerializer(serializers.Serializer):
+class MemoryRejectSerializer(serializers.Serializer):
     note = serializers.CharField(max_length=1000, required=False, allow_blank=True, default="")
 
 
-class ItemFilterSerializer(serializers.Serializer):
+class MemoryFilterSerializer(serializers.Serializer):
     scope = serializers.ChoiceField(choices=Scope.choices, required=False)
     subject = subject_field(required=False)
     agent = serializers.CharField(max_length=64, required=False)
@@ -182,12 +182,12 @@ class ItemFilterSerializer(serializers.Serializer):
                               help_text="Text search (every word; quoted phrases, or, -word).")
 
 
-class EraseSerializer(serializers.Serializer):
+class MemoryEraseSerializer(serializers.Serializer):
     subject = subject_field(help_text="The subject whose memory is erased.")
 
 
 ItemPage = cursor_page(MemoryItemSerializer, "MemoryItemPage")
-ProposalPage = cursor_page(ProposalSerializer, "MemoryProposalPage")
+ProposalPage = cursor_page(MemoryProposalSerializer, "MemoryProposalPage")
 
 
 # --- views ------------------------------------------------------------------------------
@@ -205,18 +205,18 @@ class MemoryListView(MemoryView):
     policy = {"GET": "memory.read", "POST": "memory.write", "DELETE": "memory.erase"}
 
     @extend_schema(operation_id="memory_list", tags=TAGS, summary="List memory items, newest first",
-                   parameters=[ItemFilterSerializer, *CURSOR_PARAMETERS],
+                   parameters=[MemoryFilterSerializer, *CURSOR_PARAMETERS],
                    responses={200: ItemPage, **error_responses()})
     def get(self, request: Request) -> Response:
-        f = self.query(ItemFilterSerializer)
+        f = self.query(MemoryFilterSerializer)
         qs = items_matching(tenant_id=self.access.tenant_id, **f)
         return self.paginate(qs, lambda page: MemoryItemSerializer(page, many=True).data)
 
     @extend_schema(operation_id="memory_create", tags=TAGS, summary="Write a memory item",
-                   request=ItemWriteSerializer,
+                   request=MemoryWriteSerializer,
                    responses={201: MemoryItemSerializer, **error_responses(409)})
     def post(self, request: Request) -> Response:
-        data = self.validated(ItemWriteSerializer)
+        data = self.validated(MemoryWriteSerializer)
         item = item_create(tenant_id=self.access.tenant_id, fields=data, actor=self.access.actor)
         response = Response(MemoryItemSerializer(self.item(item.pk)).data,
                             status=status.HTTP_201_CREATED)
@@ -225,10 +225,10 @@ class MemoryListView(MemoryView):
 
     @extend_schema(operation_id="memory_erase_subject", tags=TAGS,
                    summary="Erase a subject's memory: its items, their versions, its proposals",
-                   parameters=[EraseSerializer],
-                   responses={200: ErasedSerializer, **error_responses()})
+                   parameters=[MemoryEraseSerializer],
+                   responses={200: MemoryErasedSerializer, **error_responses()})
     def delete(self, request: Request) -> Response:
-        subject = self.query(EraseSerializer)["subject"]
+        subject = self.query(MemoryEraseSerializer)["subject"]
         erased = subject_erase(tenant_id=self.access.tenant_id, subject=subject,
                                actor=self.access.actor)
         return Response(erased)
@@ -244,11 +244,11 @@ class MemoryDetailView(MemoryView):
 
     @extend_schema(operation_id="memory_update", tags=TAGS,
                    summary="Change a memory item (its next version; the old one is kept)",
-                   request=ItemChangeSerializer,
+                   request=MemoryChangeSerializer,
                    responses={200: MemoryItemSerializer, **error_responses(409)})
     def patch(self, request: Request, item_id: int) -> Response:
         self.item(item_id)
-        data = self.validated(ItemChangeSerializer, partial=True)
+        data = self.validated(MemoryChangeSerializer, partial=True)
         expected = data.pop("expected_version", None)
         item_update(tenant_id=self.access.tenant_id, item_id=item_id, changes=data,
                     actor=self.access.actor, expected_version=expected)
@@ -295,7 +295,7 @@ class ProposalListView(MemoryView):
                    responses={200: ProposalPage, **error_responses()})
     def get(self, request: Request) -> Response:
         qs = open_proposals(self.access.tenant_id).order_by("-id")
-        return self.paginate(qs, lambda page: ProposalSerializer(page, many=True).data)
+        return self.paginate(qs, lambda page: MemoryProposalSerializer(page, many=True).data)
 
 
 class ProposalAcceptView(MemoryView):
@@ -303,10 +303,10 @@ class ProposalAcceptView(MemoryView):
 
     @extend_schema(operation_id="memory_proposal_accept", tags=TAGS,
                    summary="Accept a proposed write, as it is or edited: the item is written",
-                   request=AcceptSerializer,
+                   request=MemoryAcceptSerializer,
                    responses={201: MemoryItemSerializer, **error_responses(409)})
     def post(self, request: Request, proposal_id: int) -> Response:
-        edits = self.validated(AcceptSerializer)
+        edits = self.validated(MemoryAcceptSerializer)
         item = proposal_accept(tenant_id=self.access.tenant_id, proposal_id=proposal_id,
                                actor=self.access.actor, edits=edits)
         return Response(MemoryItemSerializer(self.item(item.pk)).data,
@@ -318,11 +318,11 @@ class ProposalRejectView(MemoryView):
 
     @extend_schema(operation_id="memory_proposal_reject", tags=TAGS,
                    summary="Reject a proposed write: nothing is written",
-                   request=RejectSerializer,
-                   responses={200: ProposalSerializer, **error_responses(409)})
+                   request=MemoryRejectSerializer,
+                   responses={200: MemoryProposalSerializer, **error_responses(409)})
     def post(self, request: Request, proposal_id: int) -> Response:
-        note = self.validated(RejectSerializer)["note"]
+        note = self.validated(MemoryRejectSerializer)["note"]
         proposal: MemoryProposal = proposal_reject(
             tenant_id=self.access.tenant_id, proposal_id=proposal_id, actor=self.access.actor,
             note=note)
-        return Response(ProposalSerializer(proposal).data)
+        return Response(MemoryProposalSerializer(proposal).data)

@@ -168,6 +168,12 @@ class AgentForm(ServiceErrorsForm):
     result_schema = JSONObjectField(
         label="Result schema", help_text="JSON Schema the final result must match."
     )
+    memory_policy = forms.ChoiceField(
+        choices=[("off", "off"), ("read", "read: sees memory"),
+                 ("propose", "propose: sees memory, its writes wait for a reviewer"),
+                 ("auto", "auto: sees memory, its writes are saved at once")],
+        label="Memory", initial="off", required=False,
+    )
 
     def __init__(
         self, *args: Any, tool_names: list[str], editing: bool = False, **kwargs: Any
@@ -195,6 +201,7 @@ class AgentForm(ServiceErrorsForm):
                         "no_progress_window",
                         "approval_sla_s",
                         "approval_on_expiry",
+                        "memory_policy",
                     )
                 },
                 "enabled": True,
@@ -233,6 +240,7 @@ class AgentForm(ServiceErrorsForm):
             "approval_on_expiry": agent.approval_on_expiry,
             "allow_self_approval": agent.allow_self_approval,
             "result_schema": agent.result_schema or {},
+            "memory_policy": agent.memory_policy,
         }
 
     def profile_fields(self, existing_model: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -290,6 +298,8 @@ class AgentForm(ServiceErrorsForm):
             "approval_on_expiry": d["approval_on_expiry"],
             "allow_self_approval": bool(d.get("allow_self_approval")),
             "result_schema": d.get("result_schema") or {},
+            # not given (a form posted without it): the profile keeps its own
+            **({"memory_policy": d["memory_policy"]} if d.get("memory_policy") else {}),
         }
 
     def field_of(self, service_field: str) -> str:

@@ -86,3 +86,16 @@ def test_proposed_writes_are_listed_with_the_approvals_and_decided_there(world):
     assert drop.status == ProposalStatus.REJECTED
     assert "Likes spam" not in reviewer.get("/inbox/").content.decode()
     assert _as(world, Role.OPERATOR).post(f"/memory/proposals/{drop.pk}/accept/").status_code == 403
+
+
+def test_the_agent_form_sets_the_memory_policy(world):
+    admin = _as(world, Role.ADMIN)
+    page = admin.get("/agents/support/edit/")
+    assert page.status_code == 200 and 'name="memory_policy"' in page.content.decode()
+    form = page.context["form"]
+    data = {k: v for k, v in form.initial.items() if v is not None}
+    data.update(memory_policy="propose", per_tool="{}", result_schema="{}")
+    saved = admin.post("/agents/support/edit/", data)
+    assert saved.status_code == 302, saved.content.decode()[:2000]
+    world.tenant.agents.get(name="support").refresh_from_db()
+    assert world.tenant.agents.get(name="support").memory_policy == "propose"
