@@ -59,7 +59,7 @@ def test_an_edit_in_the_django_admin_is_a_version(world, django_user_model):
         "max_tool_calls": "50", "max_tokens": "200000", "max_duration_s": "3600",
         "per_tool": "{}", "max_concurrent_tasks": "20", "on_exhaustion": "fail",
         "no_progress_repeats": "3", "no_progress_window": "6", "approval_sla_s": "86400",
-        "approval_on_expiry": "escalate", "result_schema": "{}",
+        "approval_on_expiry": "escalate", "result_schema": "{}", "memory_policy": "off",
     }
     response = c.post(f"/admin/tasks_app/agentprofile/{agent.pk}/change/", form)
     assert response.status_code == 302, response.content.decode()[:2000]
