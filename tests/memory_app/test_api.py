@@ -183,3 +183,14 @@ def test_a_task_takes_a_subject_and_is_found_by_it(main):
         response = client.post("/api/v1/tasks", {"agent": "support", "goal": "g",
                                                  "subject": bad, "script": []}, format="json")
         assert "subject" in _errors(response), bad
+
+
+def test_a_retry_keeps_the_subject_of_the_task_it_retries(main):
+    client = main.client(ADM)
+    made = client.post("/api/v1/tasks", {"agent": "support", "goal": "g", "subject": "cust-9",
+                                         "script": [{"final": {}}]}, format="json").json()
+    assert client.post(f"/api/v1/tasks/{made['id']}/cancel", {"reason": "wrong"},
+                       format="json").status_code == 200
+    retried = client.post(f"/api/v1/tasks/{made['id']}/retry", {}, format="json")
+    assert retried.status_code == 201, retried.content
+    assert retried.json()["subject"] == "cust-9"
