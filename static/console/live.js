@@ -20,7 +20,8 @@
   var INBOX_TYPES = {
     need_approval: 1, need_input: 1, result_uncertain: 1, approval_granted: 1, approval_rejected: 1,
     input_received: 1, reconciled: 1, task_canceled: 1, fatal_error: 1, budget_exhausted: 1,
-    deadline_exceeded: 1, escalated: 1
+    deadline_exceeded: 1, escalated: 1,
+    memory_proposed: 1, memory_accepted: 1, memory_rejected: 1
   };
   var statusEl = document.getElementById("live-status");
   var watched = {};      // task id -> {after: fn() -> last id, onEvent: fn(event), onError: fn(msg)}

@@ -341,7 +341,7 @@ class TaskSubmitSerializer(serializers.Serializer):
         default=None,
         max_length=MAX_SCRIPT,
         help_text="For scripted agents: one entry per model call, "
-        '`{"tool", "args"}`, `{"ask"}`, `{"final"}` or `{"invalid"}`.',
+        '`{"tool", "args"}`, `{"ask"}`, `{"final"}`, `{"remember": {...}}` or `{"invalid"}`.',
     )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from memory_app.services import (
 from tasks_app.actors import Actor
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Role, Step
+from tasks_app.services.agents import agent_create
 from tests.factories import submit
 from tests.fakes.fixtures import openai_agent
 from tests.fakes.openai_server import reply
@@ -173,3 +174,17 @@ def test_an_agent_with_memory_off_is_shown_none_and_may_write_none(world, openai
     assert "Acme" not in json.dumps(openai_server.requests[0].body)
     assert Step.objects.get(task=task, step_no=1).kind == "invalid"
     assert MemoryItem.objects.count() == 1
+
+
+def test_a_scripted_agent_remembers_with_a_remember_entry(world):
+    agent_create(tenant_id=world.tenant.pk, name="noter", memory_policy="auto",
+                 tools=["lookup_order"])
+    task = drive(submit(world.tenant, [
+        {"remember": {"text": "Ships only on Mondays", "kind": "fact", "scope": "agent"}},
+        {"final": {"ok": True}}], agent="noter").pk)
+    assert task.status == TaskStatus.SUCCEEDED
+    item = MemoryItem.objects.get()
+    assert (item.scope, item.agent_id, item.source_task_id) == ("agent", task.agent_id, task.pk)
+    assert Step.objects.get(task=task, step_no=1).decision == {
+        "kind": "remember", "cites": [],
+        "memory": {"text": "Ships only on Mondays", "kind": "fact", "scope": "agent"}}
