@@ -248,13 +248,10 @@ def item_update(*, tenant_id: int, item_id: int, changes: dict[str, Any], actor:
                            version=item.version)
         before = _audited(item)
         content = {name: getattr(item, name) for name in WRITE_FIELDS}
-        if "expires_at" not in changes and content["expires_at"] is not None \
-                and content["expires_at"] <= timezone.now():
-            content["expires_at"] = None  # checked only when given
         content.update(changes)
         errors = content_errors(content)
         if "expires_at" not in changes:
-            errors.pop("expires_at", None)
+            errors.pop("expires_at", None)  # checked only when given: a past one stays past
         _refuse(errors)
         if all(content[name] == getattr(item, name) for name in WRITE_FIELDS):
             return item  # nothing changed: no new version
