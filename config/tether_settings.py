@@ -193,7 +193,7 @@ class TetherSettings(BaseSettings):
         default=1000, ge=1,
         description="Items a memory scope (the tenant, an agent, a subject) holds at most.")
     MEMORY_MAX_TEXT_CHARS: int = Field(
-        default=2000, ge=1, le=100_000, description="A memory item's text, at most.")
+        default=2000, ge=1, le=20_000, description="A memory item's text, at most.")
     MEMORY_MAX_VALUE_CHARS: int = Field(
         default=8000, ge=0, le=1_000_000,
         description="A memory item's structured value, as JSON, at most.")

@@ -39,6 +39,9 @@ from .services import (
 )
 
 TAGS = ["memory"]
+# The most `TETHER_MEMORY_MAX_TEXT_CHARS` may allow; the setting's own limit is the service's.
+# (At 12 bytes a character, JSON-escaped, a text one past it is still within the body limit.)
+MAX_TEXT_INPUT = 20_000
 
 
 # --- output -----------------------------------------------------------------------------
@@ -139,7 +142,7 @@ class _Closed(serializers.Serializer):
 
 
 class MemoryContentSerializer(_Closed):
-    text = serializers.CharField(max_length=100_000, trim_whitespace=False)
+    text = serializers.CharField(max_length=MAX_TEXT_INPUT, trim_whitespace=False)
     kind = serializers.ChoiceField(choices=Kind.choices)
     value = serializers.JSONField(required=False, allow_null=True)
     uri = serializers.CharField(max_length=MAX_URI, required=False, allow_blank=True)
@@ -161,7 +164,7 @@ class MemoryChangeSerializer(MemoryContentSerializer):
 
 
 class MemoryAcceptSerializer(_Closed):
-    text = serializers.CharField(max_length=100_000, trim_whitespace=False, required=False)
+    text = serializers.CharField(max_length=MAX_TEXT_INPUT, trim_whitespace=False, required=False)
     kind = serializers.ChoiceField(choices=Kind.choices, required=False)
     value = serializers.JSONField(required=False, allow_null=True)
     uri = serializers.CharField(max_length=MAX_URI, required=False, allow_blank=True)
