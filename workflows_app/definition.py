@@ -22,10 +22,13 @@ The format (the docs' Workflows page has a complete example):
       - id: notify_each
         after: [lookup]
         map: {over: "nodes.lookup.contacts", tool: notify_customer, args: {...}}
+      - id: triage
+        agent: {name: triager, goal: "Triage ${inputs.order_id}", input: {...}}
 
-Node kinds: `tool`, `agent` (a child task of an agent profile: not run yet,
-refused at registration), `human` (`question` with an optional answer
-`schema`, or `approval`), `map` (a tool called once per item of a list).
+Node kinds: `tool`, `agent` (a child task of an agent profile: `{name, goal,
+input}`, called as the tool `agent:<name>` with the rendered `{goal, input}`),
+`human` (`question` with an optional answer `schema`, or `approval`), `map`
+(a tool or an agent called once per item of a list).
 Every node may declare `after`, `when`, `retries` (business errors; a
 transient error has the tool's own retries), `critical` (default true) and
 `compensate` (tool nodes and maps of tools).
@@ -51,6 +54,7 @@ MAX_NODES = 200
 MAX_MAP_ITEMS = 1000
 MAX_RETRIES = 10
 MAX_DEFINITION_BYTES = 256 * 1024
+AGENT_TOOL_PREFIX = "agent:"  # the tool an agent is called as (`tasks_app.services.children`)
 NODE_KINDS = ("tool", "agent", "human", "map")
 NODE_KEYS = frozenset({"id", "after", "when", "retries", "critical", "compensate", "description",
                        "args", *NODE_KINDS})
@@ -70,9 +74,9 @@ class DefinitionError(ValueError):
 @dataclass(frozen=True)
 class Node:
     id: str
-    kind: str  # tool | human | map
+    kind: str  # tool | agent | human | map
     after: tuple[str, ...]
-    tool: str = ""
+    tool: str = ""  # an agent node's, or a map's over an agent: `agent:<name>`
     args: Any = None  # template
     when: Expression | None = None
     over: Expression | None = None  # map
@@ -96,6 +100,7 @@ class Definition:
 
     @property
     def tools(self) -> list[str]:
+        """What the run may call: its tools, and `agent:<name>` for its agents."""
         names = {n.tool for n in self.nodes if n.tool}
         names |= {n.compensate["tool"] for n in self.nodes if n.compensate}
         return sorted(names)
@@ -117,9 +122,11 @@ def parse_source(source: Any) -> dict[str, Any]:
     return source
 
 
-def load(raw: dict[str, Any], *, tools: Iterable[str] | None = None) -> Definition:
+def load(raw: dict[str, Any], *, tools: Iterable[str] | None = None,
+         agents: Iterable[str] | None = None) -> Definition:
     """Check `raw` (a parsed definition) and build its graph. With `tools` (the
-    tenant's enabled tool names), a node naming another tool is an error."""
+    tenant's enabled tool names), a node naming another tool is an error; with
+    `agents` (its enabled agents' names), so is an agent node naming another."""
     errors: dict[str, list[str]] = {}
 
     def err(path: str, message: str) -> None:
@@ -143,6 +150,7 @@ def load(raw: dict[str, Any], *, tools: Iterable[str] | None = None) -> Definiti
         err("nodes", f"at most {MAX_NODES} nodes")
         raise DefinitionError(errors)
     known_tools = set(tools) if tools is not None else None
+    known_agents = set(agents) if agents is not None else None
     ids: dict[str, int] = {}
     for i, item in enumerate(raw_nodes):
         node_id = item.get("id") if isinstance(item, dict) else None
@@ -159,7 +167,7 @@ def load(raw: dict[str, Any], *, tools: Iterable[str] | None = None) -> Definiti
             if not isinstance(item, dict):
                 err(f"nodes[{i}]", "a node is an object")
             continue
-        node = _node(item, f"nodes[{i}]", ids, known_tools, err)
+        node = _node(item, f"nodes[{i}]", ids, known_tools, known_agents, err)
         if node is not None:
             built[node.id] = node
     order = _topological(built, ids, err)
@@ -191,7 +199,7 @@ def _budget(raw: Any, err: Any) -> dict[str, int]:
 
 
 def _node(item: dict[str, Any], path: str, ids: dict[str, int], tools: set[str] | None,
-          err: Any) -> Node | None:
+          agents: set[str] | None, err: Any) -> Node | None:
     for key in sorted(set(item) - NODE_KEYS):
         err(f"{path}.{key}", "unknown field")
     kinds = [k for k in NODE_KINDS if k in item]
@@ -221,9 +229,14 @@ def _node(item: dict[str, Any], path: str, ids: dict[str, int], tools: set[str] 
                               "when": when, "retries": retries, "critical": critical}
     compensate = _compensate(item.get("compensate"), f"{path}.compensate", tools, err)
     if kind == "agent":
-        err(f"{path}.agent", "agent nodes (child tasks) are not supported yet: "
-                             "call the agent's tools from tool nodes")
-        return None
+        if compensate is not None:
+            err(f"{path}.compensate", "an agent's child task is not compensated: its own "
+                                      "tools' compensations run when it fails")
+        called = _agent(item.get("agent"), f"{path}.agent", agents, err)
+        if called is None:
+            return None
+        tool, args = called
+        return Node(kind="agent", tool=tool, args=args, **common)
     if kind == "tool":
         tool = _tool(item.get("tool"), f"{path}.tool", tools, err)
         args = _template(item.get("args", {}), f"{path}.args", err)
@@ -231,11 +244,21 @@ def _node(item: dict[str, Any], path: str, ids: dict[str, int], tools: set[str] 
     if kind == "map":
         spec = item.get("map")
         if not isinstance(spec, dict):
-            err(f"{path}.map", "an object: {over, tool, args}")
+            err(f"{path}.map", "an object: {over, tool, args} or {over, agent}")
             return None
-        for key in sorted(set(spec) - {"over", "tool", "args"}):
-            err(f"{path}.map.{key}", "unknown field; a map has over, tool and args")
+        for key in sorted(set(spec) - {"over", "tool", "args", "agent"}):
+            err(f"{path}.map.{key}", "unknown field; a map has over, and tool and args "
+                                     "or agent")
         over = _expression(spec.get("over"), f"{path}.map.over", err, required=True)
+        if "agent" in spec:
+            if "tool" in spec or "args" in spec:
+                err(f"{path}.map", "either a tool (with args) or an agent, not both")
+            if compensate is not None:
+                err(f"{path}.compensate", "an agent's child task is not compensated")
+            called = _agent(spec.get("agent"), f"{path}.map.agent", agents, err)
+            if called is None:
+                return None
+            return Node(kind="map", tool=called[0], args=called[1], over=over, **common)
         tool = _tool(spec.get("tool"), f"{path}.map.tool", tools, err)
         args = _template(spec.get("args", {}), f"{path}.map.args", err)
         return Node(kind="map", tool=tool, args=args, over=over, compensate=compensate, **common)
@@ -277,6 +300,31 @@ def _tool(name: Any, path: str, tools: set[str] | None, err: Any) -> str:
     if tools is not None and name not in tools:
         err(path, f"no enabled tool named {name!r}")
     return name
+
+
+def _agent(spec: Any, path: str, agents: set[str] | None,
+           err: Any) -> tuple[str, dict[str, Any]] | None:
+    """An agent call `{name, goal, input}`: (its tool, `agent:<name>`; its
+    arguments' template `{goal, input}`)."""
+    if not isinstance(spec, dict):
+        err(path, "an object: {name, goal, input}")
+        return None
+    for key in sorted(set(spec) - {"name", "goal", "input"}):
+        err(f"{path}.{key}", "unknown field; an agent call has name, goal and input")
+    name = spec.get("name")
+    if not isinstance(name, str) or not name:
+        err(f"{path}.name", "the name of an agent profile")
+        return None
+    if agents is not None and name not in agents:
+        err(f"{path}.name", f"no enabled agent named {name!r}")
+    goal = spec.get("goal")
+    if not isinstance(goal, str) or not goal.strip() or len(goal) > 4000:
+        err(f"{path}.goal", "what the agent is to do (a template): 1 to 4000 characters")
+    input_ = spec.get("input", {})
+    if not isinstance(input_, dict | str):
+        err(f"{path}.input", "an object (a template), or an expression giving one")
+    return AGENT_TOOL_PREFIX + name, {"goal": _template(goal, f"{path}.goal", err),
+                                      "input": _template(input_, f"{path}.input", err)}
 
 
 def _expression(source: Any, path: str, err: Any, *, required: bool = False) -> Expression | None:
@@ -345,7 +393,10 @@ def _check_references(order: list[Node], ids: dict[str, int], raw: dict[str, Any
             sources.append((f"{path}.when", node.when))
         if node.over is not None:
             sources.append((f"{path}.map.over", node.over))
-        args_path = f"{path}.map.args" if node.kind == "map" else f"{path}.args"
+        calls_agent = node.tool.startswith(AGENT_TOOL_PREFIX)
+        args_path = {(True, False): f"{path}.map.args", (True, True): f"{path}.map.agent",
+                     (False, True): f"{path}.agent"}.get((node.kind == "map", calls_agent),
+                                                         f"{path}.args")
         sources += [(f"{args_path}.{p}" if p else args_path, e)
                     for p, e in template_expressions(node.args)]
         if node.kind == "human":

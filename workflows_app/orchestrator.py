@@ -34,7 +34,7 @@ from tasks_app.models import Task
 
 from .definition import MAX_MAP_ITEMS, Definition, Node, load
 from .expressions import ExpressionError, render
-from .selectors import run_steps
+from .selectors import run_children, run_steps
 
 BACKEND = "workflow"
 
@@ -326,9 +326,11 @@ def definition_of(model: dict[str, Any]) -> Definition:
 
 
 def run_nodes(task: Task) -> list[dict[str, Any]]:
-    """Each node of a run: {id, kind, status, output, error, steps, task,
-    started_at, finished_at}; a node of a run that ended before reaching it is
-    `pending` (or `canceled` when the run was canceled)."""
+    """Each node of a run: {id, kind, status, output, error, steps, task (an
+    agent node's latest child task), tasks (all of them: a map's, a retried
+    node's), started_at, finished_at}; a node of a run that ended before reaching it is `pending`
+    (or `canceled` when the run was canceled). A node whose child task runs,
+    or waits for a person, is `waiting`."""
     model = (task.agent_snapshot or {}).get("model") or {}
     definition = definition_of(model)
     inputs, rows = run_steps(task.pk)
@@ -338,6 +340,7 @@ def run_nodes(task: Task) -> list[dict[str, Any]]:
         node = ((row.get("decision") or {}).get("workflow") or {}).get("node")
         if node:
             times.setdefault(node, []).append(row)
+    children = run_children(task.pk)
     out = []
     for node in definition.nodes:
         state = planned.nodes[node.id]
@@ -349,9 +352,17 @@ def run_nodes(task: Task) -> list[dict[str, Any]]:
         steps = times.get(node.id, [])
         out.append({
             "id": node.id, "kind": node.kind, "status": status, "output": state.output,
-            "error": state.error, "steps": [r["step_no"] for r in steps], "task": None,
+            "error": state.error, "steps": [r["step_no"] for r in steps],
+            **_children_of(steps, children),
             "started_at": steps[0]["started_at"] if steps else None,
             "finished_at": steps[-1]["finished_at"] if steps and status in (
                 "succeeded", "failed") else None,
         })
     return out
+
+
+def _children_of(steps: list[dict[str, Any]], children: dict[int, int]) -> dict[str, Any]:
+    """A node's child tasks (agent nodes, maps over an agent), oldest first, and
+    the latest of them (None: the node started none)."""
+    ids = [children[r["step_no"]] for r in steps if r["step_no"] in children]
+    return {"task": ids[-1] if ids else None, "tasks": ids}

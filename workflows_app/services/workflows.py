@@ -3,8 +3,8 @@
 Invariants (as for agent profiles' versions):
 - a version is the definition as registered, never changed or deleted,
   numbered 1, 2, 3 per workflow under the workflow's row lock;
-- a definition is checked against the tenant's enabled tools before it is
-  stored: every problem is a field error naming the node (nothing written);
+- a definition is checked against the tenant's enabled tools and agents
+  before it is stored: every problem is a field error naming the node (nothing written);
 - the first version is current; a later one reaches new runs when it is
   promoted (`workflow_promote`) or through a release (`workflow_release`:
   a share of new runs, a pure function of the run's Idempotency-Key);
@@ -21,6 +21,7 @@ from audit_app.diffs import config_diff
 from audit_app.services import audit_record
 from config.errors import conflict, invalid, not_found
 from tasks_app.actors import Actor
+from tasks_app.models import AgentProfile
 from tools_app.registry import tool_specs
 
 from ..definition import DefinitionError, load, parse_source
@@ -35,7 +36,9 @@ def _checked(tenant_id: int, definition: Any) -> tuple[dict[str, Any], str]:
     source = definition if isinstance(definition, str) else ""
     try:
         raw = parse_source(definition)
-        load(raw, tools=tool_specs(tenant_id=tenant_id).keys())
+        load(raw, tools=tool_specs(tenant_id=tenant_id).keys(),
+             agents=AgentProfile.objects.filter(tenant_id=tenant_id, enabled=True)
+             .values_list("name", flat=True))
     except DefinitionError as exc:
         raise invalid("invalid_definition", "The workflow definition is not valid.",
                       **{f"definition.{k}" if k != "definition" else k: v
