@@ -34,7 +34,8 @@ def run_steps(task_id: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 def run_children(task_id: int) -> dict[int, int]:
     """A run's child tasks (its agent nodes'), by the step that started each."""
-    return dict(Task.objects.filter(parent_id=task_id).values_list("parent_step_no", "pk"))
+    return {step_no: pk for step_no, pk in Task.objects.filter(parent_id=task_id).values_list(
+        "parent_step_no", "pk") if step_no is not None}
 
 
 def run_of(task: Task) -> WorkflowRun | None:

@@ -72,7 +72,8 @@ class TaskSerializer(serializers.Serializer):
     started_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)
     retry_of = serializers.SerializerMethodField()
-    parent = serializers.IntegerField(
+    # (a declared field leaves the class: DRF's own `Field.parent` is not shadowed)
+    parent = serializers.IntegerField(  # type: ignore[assignment]
         source="parent_id", allow_null=True,
         help_text="The task that started this one (a child task: an agent node, an agent "
                   "called as a tool); null for a task submitted by a person or a schedule.")
@@ -363,7 +364,7 @@ class TaskFilterSerializer(serializers.Serializer):
     created_after = serializers.DateTimeField(required=False, help_text="Created at or after.")
     created_before = serializers.DateTimeField(required=False, help_text="Created before.")
     trace_id = serializers.CharField(max_length=64, required=False)
-    parent = serializers.IntegerField(
+    parent = serializers.IntegerField(  # type: ignore[assignment]  # see TaskSerializer
         min_value=1, required=False,
         help_text="The child tasks of this task (agent nodes, agents called as tools).")
     mine = serializers.BooleanField(

@@ -128,8 +128,8 @@ def agent_errors(agent: AgentProfile) -> dict[str, list[str]]:
     for missing in [t for t in tools if t not in known and not is_agent_tool(t)]:
         add("tools", f"no tool named {missing!r} in this tenant")
     # `agent:<name>`: another agent of the tenant, which never calls this one back
-    for problem in agent_cycle_errors(tenant_id=agent.tenant_id, name=agent.name, tools=tools):
-        add("tools", problem)
+    for cycle in agent_cycle_errors(tenant_id=agent.tenant_id, name=agent.name, tools=tools):
+        add("tools", cycle)
 
     for field in BUDGET_FIELDS:
         value = getattr(agent, field)
