@@ -187,8 +187,10 @@ def child_for_step(parent: ParentStep) -> Task | ToolOutcome:
 
 def _existing(parent: ParentStep, key: str) -> Task | ToolOutcome | None:
     found = Task.objects.filter(tenant_id=parent.tenant_id, idempotency_key=key).first()
-    if found is not None and found.parent_id != parent.task_id:
-        return _refused("child_conflict", "a task that is not this step's child holds its key",
+    # A child of another task under this key: the same call of a retry chain,
+    # whose steps share their keys (`retries.lineage`): its child is this one's.
+    if found is not None and found.parent_id is None:
+        return _refused("child_conflict", "a task that is not a child task holds this step's key",
                         task=found.pk)
     return found
 

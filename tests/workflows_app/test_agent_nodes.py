@@ -3,6 +3,7 @@ ordinary task of its agent), and the node's output is the child's result."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from tests.fakes.fixtures import openai_agent, openai_server  # noqa: F401 - fix
 from tests.fakes.openai_server import reply
 from tests.fakes.runtime import add_agent, add_tool
 from tests.helpers import drive
+from workflows_app.definition import DefinitionError, load, parse_source
 from workflows_app.orchestrator import run_nodes
 from workflows_app.services.runs import submit_run
 from workflows_app.services.workflows import workflow_create
@@ -162,3 +164,16 @@ def test_a_child_agents_model_sees_its_input_and_none_of_the_runs_other_outputs(
     assert "A-9" in sent and "Summarise the order" in sent
     assert SECRET not in sent
     assert _nodes(run)["write"]["output"] == {"summary": "order A-9 is fine"}
+
+
+def test_the_guides_example_with_its_agent_node_is_a_valid_definition():
+    guide = (Path(__file__).resolve().parents[2] / "docs/how-to/workflows.md").read_text()
+    example = guide.split("```yaml\n", 1)[1].split("```", 1)[0]
+    definition = load(parse_source(example), agents=["triager"], tools=[
+        "lookup_order", "issue_refund", "cancel_refund", "notify_customer"])
+    assert definition.node("triage").tool == "agent:triager"
+    assert "agent:triager" in definition.tools
+    with pytest.raises(DefinitionError) as refused:
+        load(parse_source(example), agents=[], tools=[
+            "lookup_order", "issue_refund", "cancel_refund", "notify_customer"])
+    assert refused.value.errors == {"nodes[3].agent.name": ["no enabled agent named 'triager'"]}
