@@ -67,8 +67,8 @@ def child_step(snap: TaskSnapshot, step: Step, *, owner: str) -> StepResult | Ch
     bind_log(step_no=step.step_no, step_kind="tool_call")
     started = child_for_step(ParentStep(
         task_id=snap.id, tenant_id=snap.tenant_id, requester_id=snap.requester_id,
-        step_no=step.step_no, step_key=step.idempotency_key, tool=step.tool,
-        args=dict(step.args or {})))
+        trace_id=snap.trace_id, version=snap.version, step_no=step.step_no,
+        step_key=step.idempotency_key, tool=step.tool, args=dict(step.args or {})))
     if isinstance(started, ToolOutcome):
         outcome: ToolOutcome = started
     else:

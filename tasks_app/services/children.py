@@ -44,6 +44,7 @@ from ..keys import canonical_json, sha256_hex
 from ..machine import NON_TERMINAL, TERMINAL, TaskStatus
 from ..models import AgentProfile, Task
 from ..store.creation import task_create
+from ..store.events import event_append
 from .admission import admission_after_commit
 from .agent_versions import version_for_submission
 from .dispatch import schedule_advance
@@ -128,6 +129,8 @@ class ParentStep:
     task_id: int
     tenant_id: int
     requester_id: int | None
+    trace_id: str
+    version: int
     step_no: int
     step_key: str
     tool: str
@@ -176,6 +179,11 @@ def child_for_step(parent: ParentStep) -> Task | ToolOutcome:
                 request_hash=sha256_hex(canonical_json({"agent": agent, "goal": goal,
                                                         "input": input_})),
                 parent_id=parent.task_id, parent_step_no=parent.step_no, depth=row.depth + 1)
+            event_append(task_id=parent.task_id, tenant_id=parent.tenant_id,
+                         trace_id=parent.trace_id, task_version=parent.version,
+                         type="child_started", actor=ACTOR,
+                         payload={"step_no": parent.step_no, "task": child.pk, "agent": agent,
+                                  "agent_version": version.number})
             admission_after_commit()
     except IntegrityError:
         existing = _existing(parent, key)  # a concurrent pass on the same step won

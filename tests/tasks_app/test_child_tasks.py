@@ -7,11 +7,12 @@ import json
 from typing import Any
 
 import pytest
+from django.test import Client
 
 from config.errors import DomainError
 from tasks_app.actors import SYSTEM
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Step, Task
+from tasks_app.models import Event, Role, Step, Task
 from tasks_app.runner.loop import run_slice
 from tasks_app.services import children
 from tasks_app.services.admission import admit_created_tasks
@@ -76,6 +77,9 @@ def test_an_agent_calls_another_and_uses_its_result(tenant, openai_server):
     assert (child.parent_id, child.parent_step_no, child.depth) == (parent.pk, 1, 1)
     assert (child.tenant_id, child.requester_id, child.goal, child.input) == (
         parent.tenant_id, parent.requester_id, "Count to seven", {"upto": 7})
+    started = Event.objects.get(task=parent, type="child_started")
+    assert started.payload == {"step_no": 1, "task": child.pk, "agent": "helper",
+                               "agent_version": 1}
     assert drive(child.pk).status == TaskStatus.SUCCEEDED
     parent = drive(parent.pk)
 
@@ -116,7 +120,8 @@ def test_a_resumed_step_finds_the_child_it_started(tenant):
     step = Step.objects.get(task=parent, step_no=1)
     for _ in range(3):  # passes over the open step, as after a crash or a re-check
         assert children.child_for_step(children.ParentStep(
-            task_id=parent.pk, tenant_id=parent.tenant_id, requester_id=None, step_no=1,
+            task_id=parent.pk, tenant_id=parent.tenant_id, requester_id=None,
+            trace_id=parent.trace_id, version=parent.version, step_no=1,
             step_key=step.idempotency_key, tool=step.tool, args=step.args)).pk == (
             _only_child(parent).pk)
         run_slice(parent.pk)
@@ -248,3 +253,18 @@ def test_a_profile_that_reaches_itself_is_refused_at_registration(tenant):
     with pytest.raises(DomainError) as missing:
         agent_create(tenant_id=tenant.pk, name="lonely", tools=["agent:nobody"])
     assert missing.value.details["tools"] == ["no agent named 'nobody' in this tenant"]
+
+
+def test_the_console_links_a_parent_and_its_children(tenant, world):
+    _scripted(tenant, "helper", [{"ask": "Which?"}])
+    _scripted(tenant, "boss", [], tools=["agent:helper"])
+    parent = submit(tenant, [_call("helper")], agent="boss")
+    _until_waiting(parent.pk)
+    child = _only_child(parent)
+    browser = Client()
+    browser.force_login(world.users[Role.OPERATOR])
+    page = browser.get(f"/tasks/{parent.pk}/").content.decode()
+    status = Task.objects.get(pk=child.pk).status.lower()
+    assert f'href="/tasks/{child.pk}/">task #{child.pk}</a> (step 1, {status})' in page
+    page = browser.get(f"/tasks/{child.pk}/").content.decode()
+    assert f'Started by <a href="/tasks/{parent.pk}/">task #{parent.pk}</a> (its step 1)' in page
