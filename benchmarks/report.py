@@ -279,6 +279,14 @@ def _workflow_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
              f"{_fmt(wf.get('tool_latency_s'), ' s')} a run; critical path: ideal "
              f"{_fmt(wf.get('ideal_critical_path_s'), ' s')} (independent nodes and map items "
              f"at once), sequential {_fmt(wf.get('sequential_critical_path_s'), ' s')}")]
+    anatomy = wf.get("anatomy") or {}
+    for name in ("workflow", "scripted"):
+        one = anatomy.get(name) or {}
+        if one.get("tool_steps"):
+            rows.append((f"{name} step anatomy",
+                         _anatomy_text(one).replace("tool step", "node step" if name == "workflow"
+                                                    else "tool step")
+                         + f"; {_fmt(one.get('in_process_step_ms'), ' ms')} in one process"))
     h = wf.get("http") or {}
     if h:
         rows.append((

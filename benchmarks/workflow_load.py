@@ -20,6 +20,9 @@ T comes in two variants, both answering `{"ok": true, "i": ..}` (and the
 - `bench_wf_instant`, a python tool answering at once (`tools.bench_echo`).
 
 Figures:
+- before the worker starts, the anatomy of a run's node steps with the
+  instant tool and of a scripted task's tool steps (`anatomy`): statements,
+  commits, database phases, time in one process;
 - 0.2 s tool, N runs (500 by default): the wall time from the first run's
   start to the last run's end; the critical paths computed from the graph
   (`critical_path_s`): the ideal, if independent nodes and a map's items ran
@@ -58,6 +61,7 @@ from workflows_app.services.workflows import (
     workflow_update,
 )
 
+from .anatomy import run_anatomy
 from .io_load import (
     README_WORKER,
     TOOL_LATENCY_S,
@@ -72,7 +76,8 @@ from .io_load import (
     rss_mb,
     run_scripted,
 )
-from .procs import Workers
+from .procs import Workers, purge_queue
+from .report import dig
 from .stats import summary_ms
 from .throughput import wait_terminal
 from .vacuum import vacuum
@@ -203,8 +208,8 @@ def run_http(world: World, *, runs: int, edge_url: str, edge_pid: int, workers: 
     """N runs with the 0.2 s tool: wall time against the critical paths."""
     vacuum()
     httpx.post(f"{edge_url}/reset")
-    before = cpu_now(workers, edge_pid)
     ids = _submit(world, HTTP_WORKFLOW, runs)
+    before = cpu_now(workers, edge_pid)  # admission hands them to the worker
     admit_all()
     rss = 0.0
     deadline = time.monotonic() + max(300.0, runs * 0.5)
@@ -272,6 +277,19 @@ def compare(world: World, *, runs: int, rounds: int, edge_pid: int,
     }
 
 
+def workflow_anatomy(world: World) -> dict[str, Any]:
+    """`anatomy.run_anatomy` of an instant-tool run's node steps and of a
+    scripted task's tool steps, as many, in this process before the worker
+    starts (so no worker takes them)."""
+    try:
+        (run_id,) = _submit(world, INSTANT_WORKFLOW, 1)
+        admit_all()
+        return {"workflow": run_anatomy(world, steps=CALLS_PER_RUN, task_id=run_id),
+                "scripted": run_anatomy(world, steps=CALLS_PER_RUN)}
+    finally:
+        purge_queue()  # their admission enqueued them; no worker is there to take them
+
+
 def run_workflow_phase(world: World, env: dict[str, str], *, runs: int, rounds: int,
                        log_dir: Any, say: Any) -> dict[str, Any]:
     graph = load(definition(HTTP_TOOL))
@@ -287,6 +305,11 @@ def run_workflow_phase(world: World, env: dict[str, str], *, runs: int, rounds: 
         f"{ideal} s, sequential {sequential} s")
     with roomy_admission() as roomy, edge_process(log_dir) as (edge_url, edge_pid):
         workflow_world_ensure(world, edge_url)
+        doc["anatomy"] = a = workflow_anatomy(world)
+        say(f"  a node step: {dig(a, ('workflow', 'statements_per_step'))} statements, "
+            f"{dig(a, ('workflow', 'in_process_step_ms'))} ms in this process; a scripted "
+            f"step: {dig(a, ('scripted', 'statements_per_step'))} statements, "
+            f"{dig(a, ('scripted', 'in_process_step_ms'))} ms")
         with readme_worker({**env, **roomy}, log_dir=log_dir) as workers:
             run_http(world, runs=min(WARM_RUNS, runs), edge_url=edge_url, edge_pid=edge_pid,
                      workers=workers, ideal_s=ideal, sequential_s=sequential)  # warm-up

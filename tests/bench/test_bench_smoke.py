@@ -32,6 +32,8 @@ FIGURES = [
     ("workflow", "sequential_critical_path_s"),
     ("workflow", "wall_to_ideal"),
     ("workflow", "instant_to_scripted_steps_ratio"),
+    ("workflow", "anatomy", "workflow", "statements_per_step"),
+    ("workflow", "anatomy", "scripted", "statements_per_step"),
     ("workflow", "http", "wall_s"),
     ("workflow", "http", "ratio_to_sequential"),
     ("workflow", "http", "node_steps_per_s"),
@@ -98,6 +100,8 @@ def test_quick_bench_reports_every_figure(tmp_path, capfd):
     assert len(cmp["io_steps_per_s"]) == len(cmp["scripted_steps_per_s"]) == 1
     wf = doc["workflow"]
     assert (wf["ideal_critical_path_s"], wf["sequential_critical_path_s"]) == (0.8, 1.8)
+    # the anatomy's first step of each is left out: 8 node steps, 8 tool steps
+    assert [wf["anatomy"][k]["tool_steps"] for k in ("workflow", "scripted")] == [8, 8]
     http = wf["http"]
     # 6 runs, each 9 calls of the edge's tool (inputs 0-5: three take each side of the branch)
     assert http["succeeded"] == http["runs"] == 6 and http["tool_calls"] == 6 * 9
