@@ -149,7 +149,11 @@ def child_for_step(parent: ParentStep) -> Task | ToolOutcome:
     if problems:
         return _refused("invalid_arguments", f"{parent.tool} takes {{goal, input}}: "
                         + "; ".join(problems), errors=problems)
-    row = Task.objects.only("id", "depth", "parent_id", "agent_id").get(pk=parent.task_id)
+    row = Task.objects.only("id", "status", "depth", "parent_id", "agent_id").get(
+        pk=parent.task_id)
+    if row.status != TaskStatus.RUNNING:  # it ended meanwhile (this outcome is then fenced);
+        # a child started in the instant after is canceled by the sweep (`children_sweep`)
+        return _refused("parent_ended", f"the task ended ({row.status}): no child is started")
     if row.depth + 1 > MAX_DEPTH:
         return _refused("depth_exceeded", f"child tasks nest at most {MAX_DEPTH} deep; this "
                         f"task is at depth {row.depth}", max_depth=MAX_DEPTH)

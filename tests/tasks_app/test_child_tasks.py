@@ -268,3 +268,16 @@ def test_the_console_links_a_parent_and_its_children(tenant, world):
     assert f'href="/tasks/{child.pk}/">task #{child.pk}</a> (step 1, {status})' in page
     page = browser.get(f"/tasks/{child.pk}/").content.decode()
     assert f'Started by <a href="/tasks/{parent.pk}/">task #{parent.pk}</a> (its step 1)' in page
+
+
+def test_a_parent_that_ended_starts_no_child(tenant):
+    _scripted(tenant, "helper", [{"final": {"ok": 1}}])
+    _scripted(tenant, "boss", [], tools=["agent:helper"])
+    parent = submit(tenant, [_call("helper")], agent="boss")
+    task_cancel(task_id=parent.pk, actor=SYSTEM)
+    refused = children.child_for_step(children.ParentStep(
+        task_id=parent.pk, tenant_id=parent.tenant_id, requester_id=None,
+        trace_id=parent.trace_id, version=parent.version, step_no=1, step_key="k" * 64,
+        tool="agent:helper", args={"goal": "late"}))
+    assert refused.error["type"] == "parent_ended"  # type: ignore[union-attr]
+    assert not Task.objects.filter(parent=parent).exists()
