@@ -13,6 +13,7 @@ from config.errors import DomainError
 from tasks_app.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Role, Step, Task
+from tasks_app.runner import children as runner_children
 from tasks_app.runner.loop import run_slice
 from tasks_app.services import children
 from tasks_app.services.admission import admit_created_tasks
@@ -281,3 +282,25 @@ def test_a_parent_that_ended_starts_no_child(tenant):
         tool="agent:helper", args={"goal": "late"}))
     assert refused.error["type"] == "parent_ended"  # type: ignore[union-attr]
     assert not Task.objects.filter(parent=parent).exists()
+
+
+def test_a_pass_that_dies_after_starting_the_child_leaves_one_child(tenant, monkeypatch):
+    _scripted(tenant, "helper", [{"final": {"ok": 1}}])
+    _scripted(tenant, "boss", [], tools=["agent:helper"])
+    parent = submit(tenant, [_call("helper"), {"final": {"done": True}}], agent="boss")
+    admit_created_tasks()
+
+    def dies(child: Task) -> None:
+        raise RuntimeError("the worker died right after the child's commit")
+
+    monkeypatch.setattr(runner_children, "outcome_of", dies)
+    assert run_slice(parent.pk).ended == "error"  # nothing of the parent's step committed
+    assert Task.objects.filter(parent=parent).count() == 1
+    assert Step.objects.get(task=parent, step_no=1).status == "RUNNING"
+    monkeypatch.undo()
+    Task.objects.filter(pk=parent.pk).update(next_run_at=None)  # its backoff, skipped
+    drive(_only_child(parent).pk)
+    parent = drive(parent.pk)
+    assert parent.status == TaskStatus.SUCCEEDED
+    assert Task.objects.filter(parent=parent).count() == 1
+    assert Step.objects.get(task=parent, step_no=1).output == {"ok": 1}
