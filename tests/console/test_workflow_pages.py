@@ -273,6 +273,17 @@ def test_a_canceled_runs_unreached_nodes_say_so_and_an_agents_task_has_no_graph(
     assert 'class="dag"' not in c.get(f"/tasks/{task.pk}/").content.decode()
 
 
+def test_a_run_whose_snapshot_no_longer_loads_still_has_its_page(world):
+    _flow(world)
+    run = _run(world)
+    snapshot = dict(run.agent_snapshot)
+    snapshot["model"] = {**snapshot["model"], "definition": {"nodes": "not a list"},
+                         "definition_key": "broken"}
+    Task.objects.filter(pk=run.pk).update(agent_snapshot=snapshot)
+    page = client_for(world.users[Role.OPERATOR]).get(f"/tasks/{run.pk}/")
+    assert page.status_code == 200 and 'class="dag"' not in page.content.decode()
+
+
 def test_the_task_list_filters_runs_by_workflow(world):
     _flow(world)
     _flow(world, name="other_flow")

@@ -17,6 +17,7 @@ from django.urls import reverse
 
 from tasks_app.models import Task
 
+from ..definition import DefinitionError
 from ..orchestrator import definition_of, run_nodes
 
 BOX_W, BOX_H = 156, 46
@@ -140,7 +141,10 @@ def run_dag(task: Task) -> Dag | None:
     """The run's graph with each node's status (None: not a workflow run)."""
     if not is_workflow_run(task):
         return None
-    definition = definition_of((task.agent_snapshot or {}).get("model") or {})
+    try:
+        definition = definition_of((task.agent_snapshot or {}).get("model") or {})
+    except (DefinitionError, KeyError, TypeError):
+        return None  # the run fails on it with the reason; its page still shows the rest
     states = {n["id"]: n for n in run_nodes(task)}
     placed = layout([(n.id, n.after) for n in definition.nodes])
     nodes = []
