@@ -23,7 +23,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from approvals_app.console.selectors import inbox_count, open_card_for_task
 from tools_app.breakers.selectors import waits_of_task
-from workflows_app.console.dag import run_dag
+from workflows_app.console.dag import Dag, run_dag
 
 from ..context.summaries import summary_count, summary_rollback
 from ..machine import NON_TERMINAL, WAITING, TaskStatus
@@ -247,7 +247,13 @@ def _task_context(request: HttpRequest, cu: ConsoleUser, task: Task) -> dict[str
         **_summaries(cu, task, first_on_page=events[0].id if earlier and events else 0),
         "steps": steps,
         "steps_total": steps_total,
+        "dag": _dag(task, steps),
     }
+
+
+def _dag(task: Task, steps: list[sel.StepView]) -> Dag | None:
+    """A workflow run's graph, its boxes linked to the step rows the page shows."""
+    return run_dag(task, shown_steps=frozenset(s.step.step_no for s in steps))
 
 
 def _summaries(cu: ConsoleUser, task: Task, *, first_on_page: int) -> dict[str, Any]:
@@ -276,7 +282,6 @@ def _panels(cu: ConsoleUser, task: Task) -> dict[str, Any]:
         "can_resume": cu.can_resume(task) and task.status == TaskStatus.WAITING_FOR_HUMAN,
         "can_fail": cu.can_operate and task.status in WAITING,
         "breaker_waits": (waits_of_task(task.pk) if task.status == TaskStatus.RUNNING else []),
-        "dag": run_dag(task),
         **sel.children_of(task),
         "resume_fields": RESUME_FIELDS,
         **retry_panel(cu, task),
@@ -311,6 +316,7 @@ def task_live(request: HttpRequest, task_id: int) -> HttpResponse:
             "more": more,
             "steps": steps,
             "steps_total": steps_total,
+            "dag": _dag(task, steps),
         },
     )
 

@@ -244,12 +244,14 @@ def test_a_runs_page_draws_its_graph_with_each_nodes_status(world):
     run = _run(world)
     assert run.status == TaskStatus.WAITING_FOR_INPUT
     c = client_for(world.users[Role.REQUESTER])
-    svg = _svg(c.get(f"/tasks/{run.pk}/").content.decode())
+    page = c.get(f"/tasks/{run.pk}/").content.decode()
+    svg = _svg(page)
     assert _boxes(svg) == {"lookup": "succeeded", "confirm": "waiting", "again": "pending",
                            "side": "pending"}  # nodes are decided one at a time
     assert set(_boxes(svg).values()) <= set(STATUSES)
     steps = {s.decision["workflow"]["node"]: s.step_no for s in run.steps.all()}
     assert f'href="#step-{steps["lookup"]}"' in svg  # a box links to its step's row
+    assert f'id="step-{steps["lookup"]}"' in page
     assert svg.count('class="dag-edge"') == 3  # lookup->confirm, confirm->again, lookup->side
 
     task_provide_input(task_id=run.pk, answer=json.dumps({"approved": True}), actor=SYSTEM)
@@ -271,6 +273,21 @@ def test_a_canceled_runs_unreached_nodes_say_so_and_an_agents_task_has_no_graph(
     assert boxes["again"] == "canceled"
     task = submit(world.tenant, [{"final": {}}])
     assert 'class="dag"' not in c.get(f"/tasks/{task.pk}/").content.decode()
+
+
+def test_a_box_links_only_to_a_step_row_the_page_shows(world):
+    workflow_create(tenant_id=world.tenant.pk, name="long_flow", actor=SYSTEM, definition={
+        "nodes": [{"id": "first", "tool": "echo", "args": {}},
+                  {"id": "many", "after": ["first"],
+                   "map": {"over": "inputs.items", "tool": "echo", "args": {"n": "${item}"}}}]})
+    run = submit_run(tenant_id=world.tenant.pk, requester_id=None, workflow="long_flow",
+                     input={"items": list(range(55))}, actor=SYSTEM).task
+    assert drive(run.pk, max_slices=500, timeout=120).status == TaskStatus.SUCCEEDED
+    page = client_for(world.users[Role.OPERATOR]).get(f"/tasks/{run.pk}/").content.decode()
+    assert 'id="step-1"' not in page  # the page shows the latest steps only
+    links = dict(re.findall(r'data-node="(\w+)" data-status="\w+"><a href="#step-(\d+)"', page))
+    assert list(links) == ["many"]  # `first`'s step is not on the page: no dead link
+    assert f'id="step-{links["many"]}"' in page
 
 
 def test_a_run_whose_snapshot_no_longer_loads_still_has_its_page(world):

@@ -115,11 +115,12 @@ def _short(text: str) -> str:
     return text if len(text) <= LABEL_CHARS else text[:LABEL_CHARS - 1] + "…"
 
 
-def _href(node: dict[str, Any]) -> str:
+def _href(node: dict[str, Any], shown_steps: frozenset[int] | None) -> str:
     if node.get("task"):
         return reverse("console:task-detail", args=[node["task"]])
-    if node.get("steps"):
-        return f"#step-{node['steps'][-1]}"
+    steps = node.get("steps") or []
+    if steps and (shown_steps is None or steps[-1] in shown_steps):
+        return f"#step-{steps[-1]}"
     return ""
 
 
@@ -137,8 +138,10 @@ def is_workflow_run(task: Task) -> bool:
     return bool((task.agent_snapshot or {}).get("workflow"))
 
 
-def run_dag(task: Task) -> Dag | None:
-    """The run's graph with each node's status (None: not a workflow run)."""
+def run_dag(task: Task, *, shown_steps: frozenset[int] | None = None) -> Dag | None:
+    """The run's graph with each node's status (None: not a workflow run). A box
+    links to its node's latest step when that step's row is on the page
+    (`shown_steps`; None: assume it is)."""
     if not is_workflow_run(task):
         return None
     try:
@@ -151,7 +154,8 @@ def run_dag(task: Task) -> Dag | None:
     for node in definition.nodes:
         state, at = states[node.id], placed[node.id]
         nodes.append(DagNode(id=node.id, kind=node.kind, status=state["status"], x=at.x, y=at.y,
-                             label=_short(node.id), href=_href(state), title=_title(state)))
+                             label=_short(node.id), href=_href(state, shown_steps),
+                             title=_title(state)))
     edges = [DagEdge(d, node.id, _curve(placed[d], placed[node.id]))
              for node in definition.nodes for d in node.after]
     right = max((p.x for p in placed.values()), default=0) + BOX_W + PAD
