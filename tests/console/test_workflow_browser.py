@@ -99,6 +99,20 @@ def test_the_editor_indents_with_tab_and_shows_problems_beside_it(world, page_as
     page.get_by_role("button", name="Create workflow").click()
     page.wait_for_url("**/workflows/typed_flow/")
     assert "Which order?" in page.locator("#definition-text").inner_text()
+
+    # A second version, released to a share of new runs from the page.
+    page.get_by_role("link", name="Edit definition").click()
+    editor.fill("nodes:\n  - id: ask\n    human: {question: 'Which one?'}\n")
+    page.get_by_role("button", name="Save definition").click()
+    page.wait_for_url("**/workflows/typed_flow/")
+    assert "saved as version 2" in page.locator(".flash-success").inner_text()
+    page.fill("#release-percent", "30")
+    page.get_by_role("button", name="Release version 2 to this share").click()
+    page.wait_for_selector("text=Release in progress: version 2 gets 30 % of new runs")
+    workflow = Workflow.objects.get(name="typed_flow")
+    assert (workflow.current_version, workflow.release_candidate, workflow.release_percent) == (
+        1, 2, 30)
+    assert "question" in page.locator("#version-2 .diff").inner_text()
     admin.shot("workflow-page", phone=False)
 
 
