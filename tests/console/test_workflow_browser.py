@@ -47,7 +47,7 @@ def test_a_runs_graph_is_drawn_and_follows_the_run_live(world, page_as):
     wait_live(page)
     plant_marker(page)
     assert _statuses(page) == {"lookup": "succeeded", "confirm": "waiting", "again": "pending",
-                               "side": "pending"}
+                               "side": "skipped"}
     box = page.locator('#task-dag [data-node="confirm"] rect').bounding_box()
     assert box and box["width"] > 100 and box["height"] > 30, "the box is drawn"
     assert page.locator("#task-dag path.dag-edge").count() == 3

@@ -247,7 +247,7 @@ def test_a_runs_page_draws_its_graph_with_each_nodes_status(world):
     page = c.get(f"/tasks/{run.pk}/").content.decode()
     svg = _svg(page)
     assert _boxes(svg) == {"lookup": "succeeded", "confirm": "waiting", "again": "pending",
-                           "side": "pending"}  # nodes are decided one at a time
+                           "side": "skipped"}
     assert set(_boxes(svg).values()) <= set(STATUSES)
     steps = {s.decision["workflow"]["node"]: s.step_no for s in run.steps.all()}
     assert f'href="#step-{steps["lookup"]}"' in svg  # a box links to its step's row
