@@ -222,6 +222,9 @@ def test_the_layout_puts_a_node_below_the_longest_path_to_it():
     assert layers == {"a": 0, "e": 0, "b": 1, "c": 2, "d": 3}
     assert placed["a"].y < placed["b"].y < placed["c"].y < placed["d"].y
     assert placed["a"].x != placed["e"].x and placed["a"].y == placed["e"].y
+    # Within a layer, a node sits on the side of the nodes it comes after.
+    crossed = layout([("l", ()), ("r", ()), ("from_r", ("r",)), ("from_l", ("l",))])
+    assert crossed["from_l"].x < crossed["from_r"].x
 
 
 def _svg(html: str) -> str:

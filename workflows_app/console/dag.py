@@ -2,9 +2,9 @@
 
 The layout is a plain layered one, computed here so the page needs no
 JavaScript to draw it: a node's layer is the longest path to it from a root
-(a node without `after`), layers run top to bottom, and within a layer the
-nodes are ordered by the mean position of the nodes they come after (one
-sweep, definition order on ties), which removes most crossings of a typical
+(a node without `after`), layers run top to bottom, centred, and within a
+layer the nodes are ordered by the mean position of the nodes they come after
+(one sweep, definition order on ties), which removes most crossings of a typical
 workflow. An edge is a curve from the bottom of a node to the top of a node
 that comes after it.
 """
@@ -92,7 +92,7 @@ def layout(graph: list[tuple[str, tuple[str, ...]]]) -> dict[str, Placed]:
             return sum(parents) / len(parents) if parents else defined[node_id]
         row.sort(key=mean_of_parents)  # stable: definition order on ties
         for index, node_id in enumerate(row):
-            position[node_id] = float(index)
+            position[node_id] = index - (len(row) - 1) / 2  # rows are centred
     widest = max((len(row) for row in layers), default=0)
     full = widest * (BOX_W + GAP_X) - GAP_X
     placed: dict[str, Placed] = {}
