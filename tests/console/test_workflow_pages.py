@@ -156,6 +156,8 @@ def test_the_editor_creates_and_then_saves_a_new_version_that_is_not_live(world)
     c = client_for(world.users[Role.ADMIN])
     form = c.get("/workflows/new/")
     assert form.status_code == 200 and 'data-code-editor' in form.content.decode()
+    starter = form.context["form"].initial["definition"]
+    assert c.post("/workflows/new/", {"name": "starter", "definition": starter}).status_code == 302
     created = c.post("/workflows/new/", {"name": "order_flow", "definition": FLOW,
                                          "description": "Two lookups"})
     assert created.status_code == 302 and created["Location"] == "/workflows/order_flow/"

@@ -144,14 +144,14 @@ def _form_page(request: HttpRequest, form: WorkflowForm, status: int = 200, *,
     }, status=status)
 
 
+# A new workflow's editor starts from a definition that registers as it is.
 STARTER = """\
 inputs:
   type: object
   properties: {}
 nodes:
-  - id: first
-    tool: TOOL_NAME
-    args: {}
+  - id: ask
+    human: {question: "What should happen next?"}
 """
 
 
