@@ -27,6 +27,7 @@ from ..definition import DefinitionError, load, parse_source
 from ..models import Workflow, WorkflowVersion
 
 NAME_MAX = 100
+RESERVED_NAMES = frozenset({"new"})  # /workflows/new/ is the editor
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
 
 
@@ -48,6 +49,9 @@ def _name_checked(name: Any) -> str:
             or not set(name) <= _NAME_CHARS):
         raise invalid("invalid", "The request is not valid.",
                       name=[f"1-{NAME_MAX} lowercase letters, digits, '_' or '-'"])
+    if name in RESERVED_NAMES:
+        raise invalid("invalid", "The request is not valid.",
+                      name=[f"{name!r} is reserved (a console page of its own)"])
     return name
 
 
