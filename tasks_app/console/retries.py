@@ -18,8 +18,7 @@ class RetryForm(forms.Form):
 
 
 def retry_panel(cu: ConsoleUser, task: Task) -> dict[str, Any]:
-    """Context for the task page: retry links, the retry action, a resource
-    wait, the links to a child task's parent and to a task's children."""
+    """Context for the task page: retry links, the retry action, a resource wait."""
     can_retry = cu.can_operate and task.status in RETRYABLE
     retry_step = 0
     if can_retry:
@@ -30,7 +29,5 @@ def retry_panel(cu: ConsoleUser, task: Task) -> dict[str, Any]:
         "can_retry": can_retry,
         "retry_step": retry_step,
         "retried_by": list(task.retried_by.order_by("id").values_list("id", flat=True)),
-        # child tasks (agents called as tools, a workflow's agent nodes)
-        "children": list(task.children.order_by("id").values("id", "status", "parent_step_no")),
         "resource_wait": waiting_for(task.pk) if task.status == "RUNNING" else None,
     }

@@ -7,12 +7,11 @@ import json
 from typing import Any
 
 import pytest
-from django.test import Client
 
 from config.errors import DomainError
 from tasks_app.actors import SYSTEM
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Event, Role, Step, Task
+from tasks_app.models import Event, Step, Task
 from tasks_app.runner import children as runner_children
 from tasks_app.runner.loop import run_slice
 from tasks_app.services import children
@@ -254,21 +253,6 @@ def test_a_profile_that_reaches_itself_is_refused_at_registration(tenant):
     with pytest.raises(DomainError) as missing:
         agent_create(tenant_id=tenant.pk, name="lonely", tools=["agent:nobody"])
     assert missing.value.details["tools"] == ["no agent named 'nobody' in this tenant"]
-
-
-def test_the_console_links_a_parent_and_its_children(tenant, world):
-    _scripted(tenant, "helper", [{"ask": "Which?"}])
-    _scripted(tenant, "boss", [], tools=["agent:helper"])
-    parent = submit(tenant, [_call("helper")], agent="boss")
-    _until_waiting(parent.pk)
-    child = _only_child(parent)
-    browser = Client()
-    browser.force_login(world.users[Role.OPERATOR])
-    page = browser.get(f"/tasks/{parent.pk}/").content.decode()
-    status = Task.objects.get(pk=child.pk).status.lower()
-    assert f'href="/tasks/{child.pk}/">task #{child.pk}</a> (step 1, {status})' in page
-    page = browser.get(f"/tasks/{child.pk}/").content.decode()
-    assert f'Started by <a href="/tasks/{parent.pk}/">task #{parent.pk}</a> (its step 1)' in page
 
 
 def test_a_parent_that_ended_starts_no_child(tenant):

@@ -7,10 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.test import Client
 
 from tasks_app.actors import SYSTEM
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Task
+from tasks_app.models import Role, Task
 from tasks_app.runner.loop import run_slice
 from tasks_app.services.admission import admit_created_tasks
 from tasks_app.services.tasks import task_provide_input
@@ -71,7 +72,7 @@ def _nodes(task: Task) -> dict[str, dict[str, Any]]:
     return {n["id"]: n for n in run_nodes(task)}
 
 
-def test_an_agent_node_runs_a_child_task_whose_result_is_the_nodes_output(tenant):
+def test_an_agent_node_runs_a_child_task_whose_result_is_the_nodes_output(tenant, world):
     _scripted(tenant, "triager", [{"tool": "echo", "args": {"look": 1}},
                                   {"final": {"priority": "high"}}])
     run = _start(tenant, {
@@ -97,6 +98,11 @@ def test_an_agent_node_runs_a_child_task_whose_result_is_the_nodes_output(tenant
     assert nodes["triage"]["output"] == {"priority": "high"}
     assert (nodes["triage"]["task"], nodes["triage"]["tasks"]) == (child.pk, [child.pk])
     assert nodes["after"]["task"] is None
+    browser = Client()
+    browser.force_login(world.users[Role.OPERATOR])
+    page = browser.get(f"/tasks/{run.pk}/").content.decode()
+    assert f'<g class="dag-node dag-succeeded" data-node="triage" data-status="succeeded">' \
+        f'<a href="/tasks/{child.pk}/">' in page  # the graph's box opens the child task
 
 
 def test_a_node_whose_child_waits_for_a_person_is_waiting_and_holds_no_lease(tenant):
