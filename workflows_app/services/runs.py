@@ -49,8 +49,12 @@ def run_snapshot(workflow: Workflow, version: WorkflowVersion,
     return {
         "name": f"workflow:{workflow.name}",
         "workflow": {"name": workflow.name, "version": version.number},
+        # the key of the process-wide cache of loaded definitions: with the
+        # definition's digest, a reused id (a restored or flushed database) never
+        # finds another definition
         "model": {"backend": BACKEND, "definition": version.definition,
-                  "definition_key": f"{workflow.pk}:{version.number}"},
+                  "definition_key": f"{workflow.pk}:{version.number}:"
+                                    f"{sha256_hex(canonical_json(version.definition))[:16]}"},
         "tools": definition.tools,
         "budget": budget,
         "on_exhaustion": "fail",
