@@ -328,7 +328,8 @@ def definition_of(model: dict[str, Any]) -> Definition:
 def run_nodes(task: Task) -> list[dict[str, Any]]:
     """Each node of a run: {id, kind, status, output, error, steps, task,
     started_at, finished_at}; a node of a run that ended before reaching it is
-    `pending` (or `canceled` when the run was canceled)."""
+    `pending` (or `canceled` when the run was canceled), and so is one whose
+    call the cancel cut (its step DISCARDED)."""
     model = (task.agent_snapshot or {}).get("model") or {}
     definition = definition_of(model)
     inputs, rows = run_steps(task.pk)
@@ -344,6 +345,8 @@ def run_nodes(task: Task) -> list[dict[str, Any]]:
         status = state.status
         if status in ("ready", "pending") and task.is_terminal:
             status = "canceled" if task.status == "CANCELED" else "not_run"
+        elif status == "failed" and task.status == "CANCELED" and _canceled(state.error):
+            status = "canceled"  # its call was open when the run was canceled
         elif status == "ready":
             status = "pending"
         steps = times.get(node.id, [])
@@ -355,3 +358,7 @@ def run_nodes(task: Task) -> list[dict[str, Any]]:
                 "succeeded", "failed") else None,
         })
     return out
+
+
+def _canceled(error: Any) -> bool:
+    return isinstance(error, dict) and error.get("type") == "canceled"
