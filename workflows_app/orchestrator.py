@@ -172,14 +172,26 @@ def _one_call(node: Node, recs: list[StepRecord]) -> tuple[str, Any, Any]:
     last = recs[-1]
     if last.status in ("RUNNING", "RETRYING", "UNCERTAIN", "PENDING_APPROVAL"):
         return WAITING, None, None
-    if last.status == "SUCCEEDED":
-        if node.kind == "human":
-            return _answered(node, last.output)
-        return SUCCEEDED, last.output, None
-    failures = sum(1 for r in recs if r.status in ("FAILED", "REJECTED", "DISCARDED"))
+    outcome = _outcome(node, last)
+    if outcome[0] == SUCCEEDED:
+        return outcome
+    # a rejected approval is a failed try too: asked again while retries last
+    failures = sum(1 for r in recs if _outcome(node, r)[0] == FAILED)
     if failures <= node.retries:
         return READY, None, None
-    return FAILED, None, last.error or {"type": "failed", "message": f"step {last.step_no} failed"}
+    return outcome
+
+
+def _outcome(node: Node, rec: StepRecord) -> tuple[str, Any, Any]:
+    """(status, output, error) of one finished step of a node."""
+    if rec.status == "SUCCEEDED":
+        if node.kind == "human":
+            return _answered(node, rec.output)
+        return SUCCEEDED, rec.output, None
+    if rec.status in ("FAILED", "REJECTED", "DISCARDED"):
+        return FAILED, None, rec.error or {"type": "failed",
+                                           "message": f"step {rec.step_no} failed"}
+    return WAITING, None, None
 
 
 def _answered(node: Node, output: Any) -> tuple[str, Any, Any]:
