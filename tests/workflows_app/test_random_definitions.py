@@ -153,6 +153,18 @@ def _check_nodes(definition: dict[str, Any], detail: dict[str, Any]) -> None:
         if status == "skipped":
             assert "when" in raw[node_id] or (deps and all(d == "skipped" for d in deps)), (
                 node_id, deps)
+        tries = raw[node_id].get("retries", 0) + 1
+        error_type = (node["error"] or {}).get("type")
+        if status == "failed" and error_type != "expression_failed":
+            assert len(node["steps"]) == tries, (node_id, node["steps"], node["error"])
+        if status == "succeeded" and "map" in raw[node_id]:
+            assert len(node["steps"]) == len(node["output"]), (node_id, node["steps"])
+        elif status == "succeeded" and raw[node_id].get("tool") == "echo":
+            assert len(node["steps"]) == 1, (node_id, node["steps"])
+        elif status == "succeeded":  # a person: approved after at most `retries` rejections
+            assert 1 <= len(node["steps"]) <= tries, (node_id, node["steps"])
+        elif status in ("skipped", "not_run", "pending"):
+            assert node["steps"] == [], (node_id, status, node["steps"])
     run = detail["status"]
     if run == "SUCCEEDED":
         assert all(n["status"] in FINISHED for n in nodes.values()), nodes
@@ -163,6 +175,9 @@ def _check_nodes(definition: dict[str, Any], detail: dict[str, Any]) -> None:
         assert len(waiting) >= 1 and all("human" in raw[i] for i in waiting), nodes
     if run == "FAILED":
         assert detail["failure_reason"] == "workflow_failed", detail["failure_detail"]
+        failed = [i for i, n in nodes.items()
+                  if n["status"] == "failed" and raw[i].get("critical", True)]
+        assert failed or "the run's output" in str(detail["failure_detail"]), detail
 
 
 @settings(max_examples=40, deadline=None,
@@ -197,3 +212,5 @@ def test_a_random_definition_is_refused_with_field_errors_or_runs_to_a_consisten
     page = clients["operator"].get(f"/api/v1/tasks/{task_id}")
     assert page.status_code == 200, page.content[:1000]
     _check_nodes(definition, page.json())
+    # every call was made once under its key (a retry is a new key)
+    assert set(python_tools.CALLS.values()) <= {1}, python_tools.CALLS.most_common(3)
