@@ -30,6 +30,7 @@ from tasks_app.services.accounts import api_key_create
 from tests.fakes.http_tool_server import FakeToolServer, Recorded, Reply
 from tests.fakes.runtime import add_tool
 from tests.helpers import wait_for
+from tools_app.models import ToolExecution
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -52,6 +53,7 @@ class Downstream:
         self._lock = threading.Lock()
         self.server.on("POST", "/lookup", self._lookup)
         self.server.on("POST", "/write", self._write)
+        self.server.on("GET", "/write-status/*", self._status)
 
     def url(self, path: str) -> str:
         return self.server.url(path)
@@ -77,6 +79,17 @@ class Downstream:
                            "row": f"row-{key[:12]}"}, hold=self.held)
 
 
+    def _status(self, request: Recorded) -> Reply:
+        """The status query of a plain write: did the call with this key happen?"""
+        key = request.path.rsplit("/", 1)[1]
+        with self._lock:
+            body = self.effects.get(key)
+        if body is None:
+            return Reply(404, {"state": "not_found"})
+        return Reply(200, {"state": "succeeded", "result": {
+            "item": body.get("item"), "index": body.get("index"), "row": f"row-{key[:12]}"}})
+
+
 @pytest.fixture
 def downstream():  # type: ignore[no-untyped-def]
     service = Downstream()
@@ -90,12 +103,21 @@ def _client(world: Any, role: str) -> APIClient:
     return client
 
 
-def _tools(world: Any, service: Downstream, *, write_timeout_s: float = 5.0) -> None:
+def _tools(world: Any, service: Downstream, *, write_timeout_s: float = 5.0,
+           plain_write: bool = False) -> None:
+    """`wf_write` honours keys (`idempotent_write`); with `plain_write` it is a
+    plain `write` whose status query asks the downstream what happened."""
     common = {"kind": "http", "args_schema": {"type": "object"}}
     add_tool(world.tenant, "wf_lookup", url=service.url("/lookup"), side_effect="read",
              timeout_s=5.0, max_retries=3, **common)
-    add_tool(world.tenant, "wf_write", url=service.url("/write"), side_effect="idempotent_write",
-             timeout_s=write_timeout_s, max_retries=3, **common)
+    if plain_write:
+        add_tool(world.tenant, "wf_write", url=service.url("/write"), side_effect="write",
+                 status_url=service.url("/write-status/{key}"), timeout_s=write_timeout_s,
+                 max_retries=0, **common)
+    else:
+        add_tool(world.tenant, "wf_write", url=service.url("/write"),
+                 side_effect="idempotent_write", timeout_s=write_timeout_s, max_retries=3,
+                 **common)
 
 
 def _register(world: Any, name: str, definition: dict[str, Any]) -> None:
@@ -190,7 +212,7 @@ def _map_steps(task_id: int) -> list[Step]:
 
 def test_a_worker_killed_during_a_map_of_50_leaves_each_item_applied_once(
         world, celery_workers):
-    service = Downstream(latency_s=0.15)
+    service = Downstream(latency_s=0.3)
     try:
         _tools(world, service)
         _register(world, "fan", FAN_OUT)
@@ -225,7 +247,45 @@ def test_a_worker_killed_during_a_map_of_50_leaves_each_item_applied_once(
     # a key sent again is one the crash cut (in flight at the kill), sent at most twice
     replayed = {k for k, n in service.calls.items() if n > 1}
     assert replayed <= seen_before_kill, replayed - seen_before_kill
+    assert replayed, "no call was in flight at the kill"
     assert max(service.calls.values()) <= 2, service.calls.most_common(3)
+
+
+def test_a_plain_write_map_cut_by_a_kill_is_settled_by_status_queries_never_replayed(
+        world, celery_workers):
+    service = Downstream(latency_s=0.3)
+    try:
+        _tools(world, service, plain_write=True)
+        # a call the kill cut before it was sent is "not performed" (the status
+        # query finds nothing): the item is tried again, under a new key
+        _register(world, "fan", {**FAN_OUT, "nodes": [{**FAN_OUT["nodes"][0], "retries": 1}]})
+        items = [f"item-{i:02d}" for i in range(50)]
+        first = celery_workers.start()
+        task_id = _submit(world, "fan", {"items": items}, "fan-plain")
+
+        wait_for(lambda: len(service.keys()) >= 5, timeout=RUN_TIMEOUT_S, interval=0.02,
+                 message="five item calls to reach the downstream")
+        first.kill()
+        assert len(service.keys()) < len(items), "the map ended before the kill"
+        celery_workers.start(beat=True)
+        detail = _wait_ended(world, task_id, RECOVERY_TIMEOUT_S, celery_workers)
+    finally:
+        service.server.close()
+
+    assert detail["status"] == "SUCCEEDED", (detail["failure_detail"], celery_workers.logs())
+    assert [r["item"] for r in detail["result"]] == items
+    steps = _map_steps(task_id)
+    done = [s for s in steps if s.status == "SUCCEEDED"]
+    assert sorted(s.decision["workflow"]["item"] for s in done) == list(range(50))
+    # never sent twice: each key at most once, and each item took effect once
+    assert set(service.calls.values()) == {1}, service.calls.most_common(3)
+    assert set(service.calls) <= {s.idempotency_key for s in steps}
+    assert {s.idempotency_key for s in done} <= set(service.calls)
+    assert sorted(b["item"] for b in service.effects.values()) == items
+    # the call the kill cut was settled by asking the downstream, not by sending it again
+    asked = ToolExecution.objects.filter(idempotency_key__in=[s.idempotency_key for s in steps],
+                                         status_answer__isnull=False)
+    assert asked.exists(), "no call was in flight at the kill"
 
 
 def test_a_run_canceled_mid_map_starts_no_call_after_and_discards_the_late_result(
