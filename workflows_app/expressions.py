@@ -23,6 +23,7 @@ map, `item` and `index`; in a compensation, `output` (the node's own output).
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -74,7 +75,10 @@ class Expression:
             value = self.program.execute(activation)
         except Exception as exc:  # the library raises KeyError, ValueError, ZeroDivisionError…
             raise ExpressionError(f"{self.source!r}: {_message(exc)}") from exc
-        size = len(json.dumps(value, default=str))
+        problem = _not_json(value)
+        if problem:
+            raise ExpressionError(f"{self.source!r}: {problem}")
+        size = len(json.dumps(value))
         if size > MAX_RESULT_BYTES:
             raise ExpressionError(f"{self.source!r}: its value is {size} bytes as JSON, "
                                   f"more than {MAX_RESULT_BYTES}")
@@ -110,6 +114,32 @@ def _too_much_to_loop_over(expr: Expression, activation: dict[str, Any]) -> str 
             size += len(value) + 2 if isinstance(value, str) else 8
         if size > MAX_LOOP_DATA_BYTES:
             return f"the data it names is over {MAX_LOOP_DATA_BYTES} bytes; {why}"
+    return None
+
+
+def _not_json(value: Any) -> str | None:
+    """Why a value cannot become a tool's arguments, a node's output or a run's
+    result (stored as JSON), or None: CEL also has bytes, timestamps,
+    durations, NaN and maps with other keys than strings."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            bad = next((k for k in item if not isinstance(k, str)), None)
+            if bad is not None:
+                return f"its value has a key that is not a string ({bad!r})"
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str):
+            if "\x00" in item:
+                return "its value has a NUL (\\u0000) character"
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return f"its value has a number that is not finite ({item})"
+        elif item is not None and not isinstance(item, bool | int):
+            return (f"its value holds a value of type {type(item).__name__}, which is not "
+                    "JSON (convert it with string(...))")
     return None
 
 

@@ -122,6 +122,21 @@ def test_an_expression_whose_value_is_over_the_size_limit_fails_its_node(api):
     assert "node 'a' failed" in str(page["failure_detail"]), page["failure_detail"]
 
 
+@pytest.mark.parametrize(("expression", "problem"), [
+    ("b'abc'", "type bytes"),
+    ("timestamp('2026-01-01T00:00:00Z')", "type datetime"),
+    ("duration('1s')", "type timedelta"),
+    ("0.0 / 0.0", "not finite"),
+    ("'a\\x00b'", "NUL"),
+    ("{1: 2}", "not a string"),
+])
+def test_a_value_that_is_not_json_fails_its_node_before_any_call(api, expression, problem):
+    definition = {"nodes": [{"id": "a", "map": {"over": f"[{expression}]", "tool": "echo",
+                                                "args": {"x": "${item}"}}}]}
+    error = _node(_run(api, definition, {}), "a")["error"]
+    assert error["type"] == "expression_failed" and problem in error["message"], error
+
+
 @pytest.mark.parametrize("condition", [
     "inputs.xs.map(x, x + 1).size() > 0",  # the library's macros: quadratic in the length
     "inputs.xs.filter(x, x == 0).size() > 0",
