@@ -24,6 +24,7 @@ class Decision(models.TextChoices):
 class QuestionStatus(models.TextChoices):
     OPEN = "open", "open"
     ANSWERED = "answered", "answered"
+    EXPIRED = "expired", "expired"
     CANCELED = "canceled", "canceled"
 
 
@@ -99,6 +100,12 @@ class Question(HumanRequest):
     )
     answered_role = models.CharField(max_length=16, blank=True)
     answered_at = models.DateTimeField(null=True, blank=True)
+
+    # A question may expire (a workflow's human node with `expires_in`): then it
+    # is closed unanswered and its task goes on (`reject`: the node fails) or
+    # waits for an operator (`escalate`). `decisions.questions_expire`.
+    expires_at = models.DateTimeField(null=True, blank=True)
+    on_expiry = models.CharField(max_length=8, blank=True)
 
     class Meta(HumanRequest.Meta):
         constraints = [one_per_step(QuestionStatus.OPEN, "question_one_open_per_step")]

@@ -51,12 +51,16 @@ from .expressions import Expression, ExpressionError, compile_expression, templa
 MAX_NODES = 200
 MAX_MAP_ITEMS = 1000
 MAX_RETRIES = 10
+MAX_PARALLEL = 50
+DEFAULT_MAP_PARALLEL = 10
 MAX_DEFINITION_BYTES = 256 * 1024
 MAX_DEPTH = 64  # as the API's JSON parser allows
 MAX_VALUES = 50_000  # every object, list, key and scalar, YAML aliases expanded
 NODE_KINDS = ("tool", "agent", "human", "map")
 NODE_KEYS = frozenset({"id", "after", "when", "retries", "critical", "compensate", "description",
-                       "args", *NODE_KINDS})
+                       "args", "timeout_s", *NODE_KINDS})
+MAX_TIMEOUT_S = 3600
+MAX_EXPIRES_IN_S = 30 * 86400
 TOP_KEYS = frozenset({"inputs", "output", "nodes", "budget", "description"})
 BUDGET_CAPS = {"max_steps": 20_000, "max_tool_calls": 20_000, "max_duration_s": 30 * 86400}
 _ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
@@ -85,6 +89,10 @@ class Node:
     retries: int = 0
     critical: bool = True
     compensate: dict[str, Any] | None = None  # {tool, args (template)}
+    max_parallel: int = 1  # map: items in flight at once
+    timeout_s: float | None = None  # tool and map: narrows the tool's own timeout
+    expires_in_s: int | None = None  # human: the question expires after this long
+    on_expiry: str = "reject"  # human: reject (the node fails) or escalate (an operator)
 
 
 @dataclass(frozen=True)
@@ -268,8 +276,16 @@ def _node(item: dict[str, Any], path: str, ids: dict[str, int], tools: set[str] 
     if not isinstance(critical, bool):
         err(f"{path}.critical", "true or false")
         critical = True
+    timeout = item.get("timeout_s")
+    if timeout is not None and (not isinstance(timeout, int | float) or isinstance(timeout, bool)
+                                or not 0 < timeout <= MAX_TIMEOUT_S):
+        err(f"{path}.timeout_s", f"seconds, more than 0 and at most {MAX_TIMEOUT_S}")
+        timeout = None
+    if timeout is not None and kind not in ("tool", "map"):
+        err(f"{path}.timeout_s", "a time limit is for tool and map nodes' calls")
     common: dict[str, Any] = {"id": item["id"], "after": tuple(dict.fromkeys(after)),
-                              "when": when, "retries": retries, "critical": critical}
+                              "when": when, "retries": retries, "critical": critical,
+                              "timeout_s": timeout}
     compensate = _compensate(item.get("compensate"), f"{path}.compensate", tools, err)
     if kind == "agent":
         err(f"{path}.agent", "agent nodes (child tasks) are not supported yet: "
@@ -284,12 +300,18 @@ def _node(item: dict[str, Any], path: str, ids: dict[str, int], tools: set[str] 
         if not isinstance(spec, dict):
             err(f"{path}.map", "an object: {over, tool, args}")
             return None
-        for key in sorted(set(spec) - {"over", "tool", "args"}):
-            err(f"{path}.map.{key}", "unknown field; a map has over, tool and args")
+        for key in sorted(set(spec) - {"over", "tool", "args", "max_parallel"}):
+            err(f"{path}.map.{key}", "unknown field; a map has over, tool, args, max_parallel")
+        parallel = spec.get("max_parallel", DEFAULT_MAP_PARALLEL)
+        if (not isinstance(parallel, int) or isinstance(parallel, bool)
+                or not 1 <= parallel <= MAX_PARALLEL):
+            err(f"{path}.map.max_parallel", f"a whole number from 1 to {MAX_PARALLEL}")
+            parallel = 1
         over = _expression(spec.get("over"), f"{path}.map.over", err, required=True)
         tool = _tool(spec.get("tool"), f"{path}.map.tool", tools, err)
         args = _template(spec.get("args", {}), f"{path}.map.args", err)
-        return Node(kind="map", tool=tool, args=args, over=over, compensate=compensate, **common)
+        return Node(kind="map", tool=tool, args=args, over=over, compensate=compensate,
+                    max_parallel=parallel, **common)
     # human
     spec = item.get("human")
     if compensate is not None:
@@ -297,8 +319,9 @@ def _node(item: dict[str, Any], path: str, ids: dict[str, int], tools: set[str] 
     if not isinstance(spec, dict):
         err(f"{path}.human", "an object: {question, schema?} or {approval}")
         return None
-    for key in sorted(set(spec) - {"question", "schema", "approval"}):
-        err(f"{path}.human.{key}", "unknown field; a human node has question, schema or approval")
+    for key in sorted(set(spec) - {"question", "schema", "approval", "expires_in", "on_expiry"}):
+        err(f"{path}.human.{key}", "unknown field; a human node has question or approval, "
+                                   "schema, expires_in and on_expiry")
     approval = "approval" in spec
     text = spec.get("approval") if approval else spec.get("question")
     if approval and "question" in spec:
@@ -317,8 +340,17 @@ def _node(item: dict[str, Any], path: str, ids: dict[str, int], tools: set[str] 
         else:
             for problem in check_schema(schema):
                 err(f"{path}.human.schema", problem)
+    expires = spec.get("expires_in")
+    if expires is not None and (not isinstance(expires, int) or isinstance(expires, bool)
+                                or not 1 <= expires <= MAX_EXPIRES_IN_S):
+        err(f"{path}.human.expires_in", f"whole seconds from 1 to {MAX_EXPIRES_IN_S}")
+        expires = None
+    on_expiry = spec.get("on_expiry", "reject")
+    if on_expiry not in ("reject", "escalate"):
+        err(f"{path}.human.on_expiry", "reject or escalate")
+        on_expiry = "reject"
     return Node(kind="human", question=text, schema=schema if isinstance(schema, dict) else None,
-                approval=approval, **common)
+                approval=approval, expires_in_s=expires, on_expiry=on_expiry, **common)
 
 
 def _tool(name: Any, path: str, tools: set[str] | None, err: Any) -> str:

@@ -20,8 +20,10 @@ A step serves one node (or one item of a map): its decision carries
   compensations undo what the succeeded nodes did, newest first); a
   non-critical one is recorded and the run goes on.
 
-Nodes run one at a time, in a topological order (definition order among
-nodes that are ready together).
+Every node that is ready gets its calls at once (a map's items up to its
+`max_parallel`): the runner records them one step each and awaits them
+together in one slice (`tasks_app.runner.waves`). While any call of the run
+is open, nothing new is decided; the runner settles the open calls first.
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from tasks_app.gateway import ContextSnapshot, Decision, GatewayError, ModelReply
+from tasks_app.gateway import ContextSnapshot, Decision, GatewayError, ModelReply, OpenSteps
 from tasks_app.models import Task
 
 from .definition import MAX_MAP_ITEMS, Definition, Node, load
@@ -67,11 +69,19 @@ class NodeState:
 
 @dataclass(frozen=True)
 class Plan:
-    """The run's node states and its next move: a decision, or None (a step of
-    the run is still open: the runner is on it)."""
+    """The run's node states and its next move: the decisions to make now
+    (calls that may run at once; or one question; or the end), or the steps
+    still open that the runner must settle first."""
 
     nodes: dict[str, NodeState]
-    decision: Decision | None
+    decisions: tuple[Decision, ...] = ()
+    open_steps: tuple[int, ...] = ()
+
+
+OPEN = ("RUNNING", "RETRYING", "UNCERTAIN", "PENDING_APPROVAL")
+# At most this many calls are decided at once (a wave); a map's own bound is its
+# `max_parallel`.
+WAVE_MAX = 50
 
 
 def records_of(rows: list[dict[str, Any]]) -> list[StepRecord]:
@@ -87,7 +97,14 @@ def records_of(rows: list[dict[str, Any]]) -> list[StepRecord]:
 
 
 def plan(definition: Definition, inputs: dict[str, Any], steps: list[StepRecord]) -> Plan:
-    """The node states of a run, and what it does next."""
+    """The node states of a run, and what it does next.
+
+    Open steps come first: while a call of the run is unsettled (a wave still
+    running, a retry's backoff, a run resumed after a crash) nothing new is
+    decided. Then a failed critical node ends the run; else every node that
+    is ready gets its calls, at once (tool calls and map items; a question
+    only when no call is ready, since asking stops the run); when no node is
+    left, the run's output."""
     states = {n.id: NodeState(n.id) for n in definition.nodes}
     by_node: dict[str, list[StepRecord]] = {}
     for rec in steps:
@@ -95,7 +112,9 @@ def plan(definition: Definition, inputs: dict[str, Any], steps: list[StepRecord]
         if rec.node in states:
             states[rec.node].steps.append(rec.step_no)
     outputs: dict[str, Any] = {}
-    next_decision: Decision | None = None
+    calls: list[Decision] = []
+    asks: list[Decision] = []
+    failed: Node | None = None
     for node in definition.nodes:
         state = states[node.id]
         deps = [states[d] for d in node.after]
@@ -109,31 +128,40 @@ def plan(definition: Definition, inputs: dict[str, Any], steps: list[StepRecord]
             if node.when is not None and not _condition(node, activation):
                 state.status = SKIPPED
                 continue
-            decision = _advance(node, state, by_node.get(node.id, []), activation)
+            decided = _advance(node, state, by_node.get(node.id, []), activation)
         except ExpressionError as exc:
             state.status, state.error = FAILED, {"type": "expression_failed", "message": str(exc)}
-            decision = None
+            decided = []
         if state.status == SUCCEEDED:
             outputs[node.id] = state.output
         elif state.status == FAILED:
             if node.critical:
-                return Plan(states, Decision(kind="fail", error=_failure_text(node, state),
-                                             result={"node": node.id, "error": state.error}))
-            outputs[node.id] = state.output
-        elif state.status == WAITING:
-            return Plan(states, None)
-        elif decision is not None and next_decision is None:
-            next_decision = decision
-    if next_decision is not None:
-        return Plan(states, next_decision)
+                failed = failed or node
+            elif state.output is not None:
+                outputs[node.id] = state.output
+        elif node.kind == "human":
+            asks += decided
+        else:
+            calls += decided
+    open_steps = tuple(r.step_no for r in steps if r.status in OPEN)
+    if open_steps:
+        return Plan(states, open_steps=open_steps)
+    if failed is not None:
+        state = states[failed.id]
+        return Plan(states, (Decision(kind="fail", error=_failure_text(failed, state),
+                                      result={"node": failed.id, "error": state.error}),))
+    if calls:
+        return Plan(states, tuple(calls[:WAVE_MAX]))
+    if asks:
+        return Plan(states, (asks[0],))
     if any(s.status not in FINISHED for s in states.values()):
-        return Plan(states, None)  # cannot happen in a valid graph; nothing to do
+        return Plan(states)  # cannot happen in a valid graph; nothing to do
     try:
         result = _output(definition, inputs, outputs, states)
     except ExpressionError as exc:
-        return Plan(states, Decision(kind="fail", error=f"the run's output: {exc}",
-                                     result={"node": None, "error": str(exc)}))
-    return Plan(states, Decision(kind="final", result=result))
+        return Plan(states, (Decision(kind="fail", error=f"the run's output: {exc}",
+                                      result={"node": None, "error": str(exc)}),))
+    return Plan(states, (Decision(kind="final", result=result),))
 
 
 def _condition(node: Node, activation: dict[str, Any]) -> bool:
@@ -151,17 +179,16 @@ def _failure_text(node: Node, state: NodeState) -> str:
 
 
 def _advance(node: Node, state: NodeState, recs: list[StepRecord],
-             activation: dict[str, Any]) -> Decision | None:
-    """Set `state` from the node's steps; the decision that moves it on, if any."""
+             activation: dict[str, Any]) -> list[Decision]:
+    """Set `state` from the node's steps; the decisions that move it on."""
     if node.kind == "map":
         return _advance_map(node, state, recs, activation)
-    result = _one_call(node, [r for r in recs if r.item is None])
-    state.status, state.output, state.error = result
+    state.status, state.output, state.error = _one_call(node, [r for r in recs if r.item is None])
     if state.status != READY:
-        return None
+        return []
     if node.kind == "human":
-        return _ask(node, activation)
-    return _call(node, activation, item=None, item_value=None)
+        return [_ask(node, activation)]
+    return [_call(node, activation, item=None, item_value=None)]
 
 
 def _one_call(node: Node, recs: list[StepRecord]) -> tuple[str, Any, Any]:
@@ -170,7 +197,7 @@ def _one_call(node: Node, recs: list[StepRecord]) -> tuple[str, Any, Any]:
     if not recs:
         return READY, None, None
     last = recs[-1]
-    if last.status in ("RUNNING", "RETRYING", "UNCERTAIN", "PENDING_APPROVAL"):
+    if last.status in OPEN:
         return WAITING, None, None
     outcome = _outcome(node, last)
     if outcome[0] == SUCCEEDED:
@@ -214,7 +241,8 @@ def _answered(node: Node, output: Any) -> tuple[str, Any, Any]:
 
 
 def _advance_map(node: Node, state: NodeState, recs: list[StepRecord],
-                 activation: dict[str, Any]) -> Decision | None:
+                 activation: dict[str, Any]) -> list[Decision]:
+    """A map's items: each a call of its own, up to `max_parallel` at once."""
     assert node.over is not None
     items = node.over.evaluate(activation)
     if not isinstance(items, list):
@@ -223,28 +251,38 @@ def _advance_map(node: Node, state: NodeState, recs: list[StepRecord],
     if len(items) > MAX_MAP_ITEMS:
         raise ExpressionError(f"map over {node.over.source!r} gave {len(items)} items; "
                               f"at most {MAX_MAP_ITEMS}")
+    per_item: dict[int, list[StepRecord]] = {}
+    for rec in recs:
+        if rec.item is not None:
+            per_item.setdefault(rec.item, []).append(rec)
     outputs: list[Any] = []
-    for index, item in enumerate(items):
-        status, output, error = _one_call(node, [r for r in recs if r.item == index])
-        if status == READY:
-            state.status = READY
-            return _call(node, {**activation, "item": item, "index": index},
-                         item=index, item_value=item)
-        if status == WAITING:
-            state.status = WAITING
-            return None
+    ready: list[int] = []
+    waiting = 0
+    for index in range(len(items)):
+        status, output, error = _one_call(node, per_item.get(index, []))
         if status == FAILED:
             state.status, state.error = FAILED, {**(error or {}), "item": index}
-            return None
+            return []
+        if status == READY:
+            ready.append(index)
+        elif status == WAITING:
+            waiting += 1
         outputs.append(output)
-    state.status, state.output = SUCCEEDED, outputs
-    return None
+    if not ready and not waiting:
+        state.status, state.output = SUCCEEDED, outputs
+        return []
+    state.status = WAITING if waiting else READY
+    room = max(0, node.max_parallel - waiting)
+    return [_call(node, {**activation, "item": items[i], "index": i}, item=i, item_value=items[i])
+            for i in ready[:room]]
 
 
 def _tag(node: Node, item: int | None, item_value: Any = None) -> dict[str, Any]:
     tag: dict[str, Any] = {"node": node.id}
     if item is not None:
         tag["item"] = item
+    if node.timeout_s is not None:
+        tag["timeout_s"] = node.timeout_s
     if node.compensate:
         tag["compensate"] = node.compensate
         if item is not None:
@@ -278,7 +316,8 @@ def _ask(node: Node, activation: dict[str, Any]) -> Decision:
         text = (f"{text}\n\nAnswer with {{\"approved\": true}} or "
                 "{\"approved\": false, \"comment\": \"…\"}.")
     return Decision(kind="ask_user", question=str(text), answer_schema=schema,
-                    workflow=_tag(node, None))
+                    workflow=_tag(node, None), expires_in_s=node.expires_in_s,
+                    on_expiry=node.on_expiry if node.expires_in_s else "")
 
 
 def _output(definition: Definition, inputs: dict[str, Any], outputs: dict[str, Any],
@@ -312,12 +351,15 @@ class WorkflowBackend:
         definition = definition_of(self.model)
         inputs, rows = self.reader(context.task_id)
         planned = plan(definition, inputs, records_of(rows))
-        if planned.decision is None:
-            raise GatewayError("the workflow has a step in progress and nothing else to do",
-                               retryable=True, retry_after_s=1.0, calls=0)
-        return ModelReply(decisions=(planned.decision,), model=BACKEND, tokens=0,
-                          raw=json.dumps(planned.decision.as_dict(), default=str)[:2000],
-                          input_summary=f"{len(rows)} steps of the run")
+        if planned.open_steps:
+            raise OpenSteps(planned.open_steps)
+        if not planned.decisions:
+            raise GatewayError("the workflow has nothing to do", retryable=False, calls=0)
+        first = planned.decisions[0]
+        return ModelReply(decisions=planned.decisions, model=BACKEND, tokens=0,
+                          raw=json.dumps(first.as_dict(), default=str)[:2000],
+                          input_summary=f"{len(rows)} steps of the run, "
+                                        f"{len(planned.decisions)} decided")
 
 
 _DEFINITIONS: dict[str, Definition] = {}

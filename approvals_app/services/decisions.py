@@ -26,7 +26,14 @@ from tools_app.executor.types import ToolCall, ToolContext
 from tools_app.registry import tool_specs
 from tools_app.schemas import schema_errors
 
-from ..models import Approval, Decision, Reconciliation, ReconciliationStatus
+from ..models import (
+    Approval,
+    Decision,
+    Question,
+    QuestionStatus,
+    Reconciliation,
+    ReconciliationStatus,
+)
 from .opening import args_hash
 
 DECIDERS = {Role.REVIEWER, Role.ADMIN}
@@ -283,11 +290,47 @@ def approvals_expire() -> int:
             fresh.status, fresh.decided_at = Decision.EXPIRED, now
             fresh.comment = f"expired ({mode})"
             fresh.save()
-            if mode == "escalate":
-                task_transition(task_id=task.pk, event="escalated", actor=SYSTEM,
-                                expected_version=done.version,
-                                payload={"reason": "approval_expired", "approval_id": fresh.pk})
-            else:
-                schedule_advance_on_commit(task.pk)
+            _after_expiry(task.pk, done.version, escalate=mode == "escalate",
+                          payload={"reason": "approval_expired", "approval_id": fresh.pk})
+            count += 1
+    return count
+
+
+def _after_expiry(task_id: int, version: int, *, escalate: bool,
+                  payload: dict[str, Any]) -> None:
+    """An expired request let its task run again: it goes on, or waits for an
+    operator (`escalated`)."""
+    if escalate:
+        task_transition(task_id=task_id, event="escalated", actor=SYSTEM,
+                        expected_version=version, payload=payload)
+    else:
+        schedule_advance_on_commit(task_id)
+
+
+def questions_expire() -> int:
+    """Open questions past their expiry (a workflow's human node with
+    `expires_in`): closed unanswered, their step failed (`expired`), and the
+    task goes on (`reject`: the node fails, or is asked again if it has
+    retries) or waits for an operator (`escalate`: resume or fail the run)."""
+    now = timezone.now()
+    count = 0
+    due = (Question.objects.filter(status=QuestionStatus.OPEN, expires_at__lt=now)
+           .order_by("id")[:100])
+    for question in due:
+        with transaction.atomic():
+            task = Task.objects.get(pk=question.task_id)
+            fresh = Question.objects.select_for_update().get(pk=question.pk)
+            if fresh.status != QuestionStatus.OPEN or task.version != fresh.task_version:
+                continue
+            done = task_transition(task_id=task.pk, event="input_received", actor=SYSTEM,
+                                   expected_version=task.version,
+                                   payload={"question_id": fresh.pk, "expired": True})
+            step_move(fresh.step_id, StepStatus.FAILED, finished_at=now,
+                      error={"type": "expired",
+                             "message": "the question expired before anyone answered"})
+            fresh.status = QuestionStatus.EXPIRED
+            fresh.save(update_fields=["status"])
+            _after_expiry(task.pk, done.version, escalate=fresh.on_expiry == "escalate",
+                          payload={"reason": "question_expired", "question_id": fresh.pk})
             count += 1
     return count

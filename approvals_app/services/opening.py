@@ -3,7 +3,7 @@ the transaction that moves the task into the matching WAITING_* state."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.utils import timezone
@@ -44,7 +44,8 @@ def approval_open(
 
 
 def question_open(
-    *, task_id: int, tenant_id: int, step_id: int, question: str, task_version: int
+    *, task_id: int, tenant_id: int, step_id: int, question: str, task_version: int,
+    expires_at: datetime | None = None, on_expiry: str = "",
 ) -> Question:
     return Question.objects.create(
         tenant_id=tenant_id,
@@ -52,6 +53,8 @@ def question_open(
         step_id=step_id,
         question=question,
         task_version=task_version,
+        expires_at=expires_at,
+        on_expiry=on_expiry,
     )
 
 

@@ -12,6 +12,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from config.api_errors import error_responses
+from config.errors import invalid
+from workflows_app.services.runs import retry_step_of_node
 
 from ..retries.services import (
     MAX_COMMENT,
@@ -30,6 +32,9 @@ class RetrySerializer(serializers.Serializer):
         min_value=1, max_value=2**31 - 1, required=False,
         help_text="Default: the first step the task did not get past. Steps before it are "
         "inherited, not run again.")
+    from_node = serializers.CharField(
+        max_length=64, required=False,
+        help_text="A workflow run: retry from this node's first step (instead of `from_step`).")
     budget = BudgetExtensionSerializer(
         required=False, help_text="Budget to add to the original's (usage starts from the "
         "inherited steps).")
@@ -89,8 +94,14 @@ class TaskRetryView(TaskViewBase):
     )
     def post(self, request: Request, task_id: int) -> Response:
         data = self.validated(RetrySerializer)
+        from_step = data.get("from_step")
+        if data.get("from_node"):
+            if from_step is not None:
+                raise invalid("invalid", "The request is not valid.",
+                              from_node=["give from_node or from_step, not both"])
+            from_step = retry_step_of_node(self.task(task_id), data["from_node"])
         done = task_retry(tenant_id=self.access.tenant_id, task_id=task_id,
-                          actor=self.access.actor, from_step=data.get("from_step"),
+                          actor=self.access.actor, from_step=from_step,
                           budget=dict(data.get("budget") or {}), comment=data["comment"])
         response = self.render_task(done.task.pk, code=status.HTTP_201_CREATED)
         response["Location"] = f"/api/v1/tasks/{done.task.pk}"

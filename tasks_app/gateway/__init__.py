@@ -9,6 +9,7 @@ from .base import (
     GatewayError,
     ModelBackend,
     ModelReply,
+    OpenSteps,
     ToolSpecView,
     parse_decision,
 )
@@ -21,6 +22,7 @@ __all__ = [
     "GatewayError",
     "ModelBackend",
     "ModelReply",
+    "OpenSteps",
     "ToolSpecView",
     "get_backend",
     "is_instant",

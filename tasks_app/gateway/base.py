@@ -39,6 +39,8 @@ class Decision:
     error: str = ""
     workflow: dict[str, Any] | None = None
     answer_schema: dict[str, Any] | None = None
+    expires_in_s: int | None = None  # a question that expires (then `on_expiry`)
+    on_expiry: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         shape = self._shape()
@@ -61,6 +63,8 @@ class Decision:
             asked: dict[str, Any] = {"kind": "ask_user", "question": self.question}
             if self.answer_schema is not None:
                 asked["answer_schema"] = self.answer_schema
+            if self.expires_in_s is not None:
+                asked.update(expires_in_s=self.expires_in_s, on_expiry=self.on_expiry)
             return asked
         if self.kind == "fail":
             return {"kind": "fail", "error": self.error, "result": self.result}
@@ -86,7 +90,9 @@ class Decision:
             return cls(kind="final", result=data.get("result"), workflow=workflow)
         if kind == "ask_user":
             return cls(kind="ask_user", question=data.get("question", ""),
-                       answer_schema=data.get("answer_schema"), workflow=workflow)
+                       answer_schema=data.get("answer_schema"), workflow=workflow,
+                       expires_in_s=data.get("expires_in_s"),
+                       on_expiry=str(data.get("on_expiry", "")))
         if kind == "fail":
             return cls(kind="fail", error=str(data.get("error", "")), result=data.get("result"),
                        workflow=workflow)
@@ -243,6 +249,16 @@ class GatewayError(Exception):
         self.retry_after_s = retry_after_s
         self.calls = calls
         self.held = held
+
+
+class OpenSteps(GatewayError):
+    """The decision maker waits on steps of the task that are still open (a
+    workflow run whose calls ran at once, resumed after a crash or a backoff):
+    the runner settles them, then asks again. Never a model's answer."""
+
+    def __init__(self, step_nos: tuple[int, ...]) -> None:
+        super().__init__(f"steps {list(step_nos)} are still open", retryable=True, calls=0)
+        self.step_nos = step_nos
 
 
 class CallGuard(Protocol):

@@ -36,6 +36,7 @@ from ..gateway import (
     Decision,
     GatewayError,
     ModelReply,
+    OpenSteps,
     get_backend,
     is_instant,
 )
@@ -67,6 +68,14 @@ class Resume:
 
 
 @dataclass(frozen=True)
+class ResumeMany:
+    """Several tool steps are open (a wave's calls, `waves`): run them together."""
+
+    snap: TaskSnapshot
+    steps: list[Step]
+
+
+@dataclass(frozen=True)
 class Ask:
     """The model must be asked; then `record_reply`."""
 
@@ -94,7 +103,8 @@ def backend_of(snap: TaskSnapshot) -> str:
     return str((snap.agent.get("model") or {}).get("backend", SCRIPTED))
 
 
-def plan_step(*, task_id: int, owner: str, memo: SliceMemo) -> StepResult | Resume | Ask | Recorded:
+def plan_step(*, task_id: int, owner: str,
+              memo: SliceMemo) -> StepResult | Resume | ResumeMany | Ask | Recorded:
     """What the task's next step is (a database phase; see the module docstring)."""
     leased, memo.leased = memo.leased, None  # read with the lease, just now: once
     if memo.still_valid(task_id):
@@ -117,7 +127,7 @@ def plan_step(*, task_id: int, owner: str, memo: SliceMemo) -> StepResult | Resu
         return exhaust(snap, "deadline", actor)
     if current is not None and current.kind == StepKind.TOOL and current.status in (
         StepStatus.RUNNING, StepStatus.RETRYING, StepStatus.UNCERTAIN,
-    ):
+    ) and not snap.agent.get("parallel_calls"):  # its decision maker names its open steps
         if current.next_attempt_at and current.next_attempt_at > now:
             return StepResult(Next.LATER, (current.next_attempt_at - now).total_seconds(),
                               "backoff")
@@ -154,6 +164,9 @@ def plan_step(*, task_id: int, owner: str, memo: SliceMemo) -> StepResult | Resu
     started = time.monotonic()
     try:
         reply = get_backend(snap.agent.get("model") or {}, keys).decide(context)
+    except OpenSteps as exc:
+        return ResumeMany(snap, list(Step.objects.filter(task_id=snap.id,
+                                                         step_no__in=exc.step_nos)))
     except GatewayError as exc:
         return model_failed(snap, exc)
     return record_model_reply(ask, completed(reply, context, started), owner=owner, memo=memo)

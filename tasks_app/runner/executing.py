@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from django.db import transaction
 from django.db.models import F
@@ -57,7 +57,7 @@ from .backoff import backoff_s
 from .hops import Hop
 from .memo import SliceMemo
 from .progress import after_call
-from .recording import Decided, seen_recently
+from .recording import Decided, call_spec, seen_recently
 from .results import CONTINUE, STOP, Next, StepResult
 from .stopping import exhaust, failure_snapshot, known
 
@@ -102,16 +102,36 @@ class Admitted:
     prepared: Prepared | ToolOutcome
 
 
+class Committer(Protocol):
+    """Runs a commit phase `fn(snap, ...)`: the slice's hop, or a wave's turn
+    (`waves.Wave.commit`: the calls of a wave commit one at a time, each from
+    the task as the previous one left it)."""
+
+    async def commit(self, hop: Hop, fn: Any, snap: TaskSnapshot, *args: Any,
+                     **kwargs: Any) -> Any: ...
+
+
+class _Alone:
+    async def commit(self, hop: Hop, fn: Any, snap: TaskSnapshot, *args: Any,
+                     **kwargs: Any) -> Any:
+        return await hop(fn, snap, *args, **kwargs)
+
+
+ALONE = _Alone()
+
+
 async def execute(snap: TaskSnapshot, step: Step, *, owner: str, actor: Actor, memo: SliceMemo,
                   hop: Hop, admitted: StepResult | Admitted | None = None,
-                  after: After = None) -> StepResult:
+                  after: After = None, wave: Committer = ALONE) -> StepResult:
     """Run a decided tool step. With `admitted` (`ready_call`: its claim taken
     in the decision's commit, its admission in the same phase) the call goes
     out at once, and its outcome is recorded in the ledger by the commit of the
     outcome; without (a resumed or retried step, or a retried task's call that
-    reuses an earlier key: no claim was taken), the ledger is asked first."""
+    reuses an earlier key: no claim was taken), the ledger is asked first.
+    In a wave, its commits take their turn (`wave`)."""
     if admitted is None:
-        opened = await hop(open_call, snap, step, owner=owner, actor=actor, memo=memo)
+        opened = await wave.commit(hop, open_call, snap, step, owner=owner, actor=actor,
+                                   memo=memo)
         if isinstance(opened, StepResult):
             return opened
         admitted = await hop(admit_call, snap, step, opened.spec, opened.claim, opened.prepared,
@@ -121,7 +141,7 @@ async def execute(snap: TaskSnapshot, step: Step, *, owner: str, actor: Actor, m
     hold = admitted.hold
     try:
         return await _call_and_commit(snap, step, admitted, owner=owner, actor=actor,
-                                      memo=memo, hop=hop, after=after)
+                                      memo=memo, hop=hop, after=after, wave=wave)
     finally:
         if hold.held:  # after the outcome committed, or on any failure or cancellation
             await hop(_release, hold)
@@ -129,7 +149,7 @@ async def execute(snap: TaskSnapshot, step: Step, *, owner: str, actor: Actor, m
 
 async def _call_and_commit(snap: TaskSnapshot, step: Step, admitted: Admitted,
                            *, owner: str, actor: Actor, memo: SliceMemo, hop: Hop,
-                           after: After) -> StepResult:
+                           after: After, wave: Committer) -> StepResult:
     spec, call, claim, prepared = admitted.spec, admitted.call, admitted.claim, admitted.prepared
     # the slice's lease is kept alive meanwhile (`beats`)
     with tool_span(tool=spec.name, call_id=call_id(step.step_no), kind=spec.kind,
@@ -147,8 +167,8 @@ async def _call_and_commit(snap: TaskSnapshot, step: Step, admitted: Admitted,
         outcome, claim = await _settle(hop, call, prepared, first_error=outcome.error), None
     if outcome.kind is OutcomeKind.PROCESSING:
         return held_elsewhere(outcome)
-    return await hop(commit_then, snap, step, spec, outcome, actor, memo=memo, claim=claim,
-                     after=after)
+    return await wave.commit(hop, commit_then, snap, step, spec, outcome, actor, memo=memo,
+                             claim=claim, after=after)
 
 
 def held_elsewhere(outcome: ToolOutcome) -> StepResult:
@@ -207,7 +227,8 @@ def open_call(snap: TaskSnapshot, step: Step, *, owner: str, actor: Actor,
     """A resumed or retried step (a database phase): its tool, and the ledger's
     claim on its key, or the ledger's stored answer (committed here)."""
     bind_log(step_no=step.step_no, step_kind="tool_call")
-    spec = tool_specs(tenant_id=snap.tenant_id, names=[step.tool]).get(step.tool)
+    spec = call_spec(tool_specs(tenant_id=snap.tenant_id, names=[step.tool]).get(step.tool),
+                     step.decision)
     if spec is None:
         outcome = ToolOutcome(kind=OutcomeKind.BUSINESS, error={
             "type": "tool_unavailable", "message": f"tool {step.tool!r} was disabled or removed"})

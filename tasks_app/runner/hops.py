@@ -120,6 +120,7 @@ _UNSET = object()
 class ThreadHop:
     def __init__(self) -> None:
         self.worked_s = 0.0
+        self._lock = threading.Lock()  # a wave's calls (`waves`) commit from several threads
 
     async def __call__(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         ctx = contextvars.copy_context()
@@ -131,12 +132,12 @@ class ThreadHop:
             _carry_back(ctx)
 
     def _timed(self, job: Callable[[], T]) -> T:
-        # A slice awaits one phase at a time: no two threads add at once.
         started = time.thread_time()
         try:
             return in_db_thread(job)
         finally:
-            self.worked_s += time.thread_time() - started
+            with self._lock:
+                self.worked_s += time.thread_time() - started
 
 
 class CallerHop:

@@ -30,6 +30,7 @@ from django.db import connection
 from tools_app.executor.types import ToolSpec
 
 from ..context.builder import ContextSources
+from ..gateway import is_instant
 from ..models import Step, Task
 from ..models.tasks import OPEN_STEP_STATUSES
 from ..prepared import fetch_one_prepared
@@ -83,7 +84,7 @@ class SliceMemo:
             return False
         if (self.current.model_log or {}).get("queued"):
             return True
-        return (self.snap.agent.get("model") or {}).get("backend", "scripted") == "scripted"
+        return is_instant((self.snap.agent.get("model") or {}).get("backend", "scripted"))
 
     def forget(self) -> None:
         self.snap, self.current, self.specs, self.human_facts = None, None, None, None

@@ -11,6 +11,7 @@ one statement (`store.commits.commit_decision`), returned as `Decided`.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
@@ -57,6 +58,15 @@ def _guard(snap: TaskSnapshot, **fields: Any) -> None:
 def _event(snap: TaskSnapshot, type: str, actor: Actor, payload: dict[str, Any]) -> None:
     event_append(task_id=snap.id, tenant_id=snap.tenant_id, trace_id=snap.trace_id,
                  task_version=snap.version, type=type, actor=actor, payload=payload)
+
+
+def call_spec(spec: ToolSpec | None, decision: dict[str, Any]) -> ToolSpec | None:
+    """The tool as this call runs it: a workflow node's `timeout_s` narrows the
+    tool's own timeout (never widens it)."""
+    limit = ((decision or {}).get("workflow") or {}).get("timeout_s")
+    if spec is None or not limit or limit >= spec.timeout_s:
+        return spec
+    return replace(spec, timeout_s=float(limit))
 
 
 @dataclass(frozen=True)
@@ -107,8 +117,11 @@ def record_decision(
                                    fields=spent.fields(),
                                    payload={"step_no": step_no, "question": decision.question})
             spent.roll_up()  # last: the rollup row's lock is held until the commit
+            expires = (timezone.now() + timedelta(seconds=decision.expires_in_s)
+                       if decision.expires_in_s else None)
             opening.question_open(task_id=snap.id, tenant_id=snap.tenant_id, step_id=step.pk,
-                                  question=decision.question, task_version=done.version)
+                                  question=decision.question, task_version=done.version,
+                                  expires_at=expires, on_expiry=decision.on_expiry)
         return STOP
 
     if decision.kind == "fail":
@@ -131,7 +144,7 @@ def record_decision(
         return STOP
 
     # a tool call
-    spec = specs.get(decision.tool)
+    spec = call_spec(specs.get(decision.tool), decision.as_dict())
     call_hash = call_fingerprint(decision.tool, decision.args)
     if repeats_too_often(snap, call_hash):
         return _refuse(snap, decision, model_log, spent, actor, reason="no_progress", error={

@@ -28,7 +28,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from approvals_app.services.decisions import approvals_expire
+from approvals_app.services.decisions import approvals_expire, questions_expire
 from config.errors import DomainError
 from config.metrics import count_recoveries
 
@@ -50,7 +50,7 @@ STALE_UNLEASED_S = 10
 class SweepReport:
     admitted: int
     requeued: int
-    approvals_expired: int
+    approvals_expired: int  # and questions (their counts together)
     deadlines_failed: int = 0
     compensations_resent: int = 0
 
@@ -75,7 +75,7 @@ def recovery_sweep(*, batch: int = 500) -> SweepReport:
             break  # the broker is down: the next sweep tries again
         requeued += 1
     count_recoveries(requeued)
-    expired = approvals_expire()
+    expired = approvals_expire() + questions_expire()
     compensations = resweep_compensations()
     failed = fail_waiting_past_deadline(batch=batch)
     run_sweep_hooks()  # other apps' periodic work (notify_app: SLA warnings, stuck deliveries)

@@ -38,6 +38,7 @@ from .deciding import (
     Ask,
     Recorded,
     Resume,
+    ResumeMany,
     after_step,
     ask_model,
     model_failed,
@@ -49,6 +50,7 @@ from .hops import CallerHop, Hop
 from .memo import SliceMemo
 from .recording import Decided
 from .results import CONTINUE, STOP, Next, Spent, Stale, StepResult
+from .waves import parallel, resume_wave, run_wave
 
 __all__ = ["CONTINUE", "STOP", "Next", "Spent", "StepResult", "advance_one_step", "step"]
 
@@ -69,6 +71,8 @@ async def step(*, task_id: int, owner: str, memo: SliceMemo, hop: Hop) -> StepRe
         if isinstance(plan, Resume):
             return await execute(plan.snap, plan.step, owner=owner, actor=Actor.worker(owner),
                                  memo=memo, hop=hop)
+        if isinstance(plan, ResumeMany):
+            return await resume_wave(plan.snap, plan.steps, owner=owner, memo=memo, hop=hop)
         if isinstance(plan, Ask):
             # the model's breakers (the primary's asked ahead, in `plan_step`)
             guard = ModelGuard(plan.snap, owner=owner, hop=hop, ahead=plan.admitted)
@@ -93,6 +97,8 @@ async def _after_recording(recorded: Recorded, *, owner: str, memo: SliceMemo,
     if not isinstance(recorded.result, Decided):
         return recorded.result  # the summary check ran in the recording phase
     decided = recorded.result
+    if parallel(decided.snap) and (decided.step.model_log or {}).get("queued"):
+        return await run_wave(decided, recorded.admitted, owner=owner, memo=memo, hop=hop)
     return await execute(
         decided.snap, decided.step, owner=owner, actor=Actor.worker(owner), memo=memo, hop=hop,
         admitted=recorded.admitted,

@@ -92,6 +92,14 @@ def blocking_note(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     return note(args, ctx)
 
 
+def blocking_read(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    """A read that answers only when its gate is released (a slow provider)."""
+    g = gate(args["gate"])
+    g.enter()
+    g.wait()
+    return {"read": args.get("gate")}
+
+
 def note_then_block(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     """Writes first, then blocks on its gate (the effect happened; the answer is late)."""
     result = note(args, ctx)

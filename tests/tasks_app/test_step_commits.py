@@ -50,7 +50,8 @@ def _written(task_id: int) -> dict[str, Any]:
         "task": {f: getattr(task, f) for f in (
             "status", "version", "steps_count", "model_calls", "tool_calls", "tokens", "per_tool",
             "last_call_hash", "repeat_count", "stale_steps", "result")},
-        "steps": [(s.step_no, s.kind, s.status, s.decision, s.model_log, s.tool, s.args,
+        "steps": [(s.step_no, s.kind, s.status, s.decision,
+                   {k: v for k, v in s.model_log.items() if k != "latency_ms"}, s.tool, s.args,
                    s.output, s.error, s.output_hash, s.attempt, s.latency_ms is not None,
                    s.finished_at is not None) for s in steps],
         "events": [(e.type, e.task_version, e.actor_role,

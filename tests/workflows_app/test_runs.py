@@ -68,7 +68,8 @@ def _nodes(task):  # type: ignore[no-untyped-def]
 def test_a_run_with_a_branch_and_a_map_ends_with_the_mapped_output(flows):
     task = _run(flows, FLOW, {"order": "A-1", "amount": 500})
     assert task.status == TaskStatus.SUCCEEDED, task.failure_detail
-    notes = list(DemoNotification.objects.exclude(customer="undo").order_by("id"))
+    # the items ran at once (in any order); the output lists their results in item order
+    notes = sorted(DemoNotification.objects.exclude(customer="undo"), key=lambda n: n.message)
     assert [n.customer for n in notes] == ["a", "b", "c"]
     assert [n.message for n in notes] == ["order A-1 #0", "order A-1 #1", "order A-1 #2"]
     assert task.result == {"order": "A-1", "big": 500, "notes": [n.pk for n in notes]}
@@ -193,3 +194,101 @@ def test_input_that_does_not_match_the_schema_is_refused_and_nothing_is_written(
                    input={"amount": 3}, actor=SYSTEM)
     assert "input" in refused.value.details
     assert not Task.objects.exists()
+
+
+def test_a_maps_items_and_independent_nodes_are_in_flight_at_once(flows):
+    """Five map items and a node of another branch all enter their (blocked)
+    tool before any is let go: one slice has them in flight together, bounded
+    by the map's `max_parallel`; each runs once."""
+    import threading
+
+    from tests.helpers import wait_for
+
+    add_tool(flows.tenant, "blocking_note", "blocking_note", side_effect="write", max_retries=0)
+    definition = {"nodes": [
+        {"id": "fan", "map": {"over": "[1, 2, 3, 4, 5, 6, 7]", "tool": "blocking_note",
+                              "max_parallel": 5,
+                              "args": {"gate": "g", "to": "c${item}", "text": "x"}}},
+        {"id": "side", "tool": "blocking_note", "args": {"gate": "g", "to": "side", "text": "y"}},
+    ]}
+    workflow_create(tenant_id=flows.tenant.pk, name="fan", definition=definition, actor=SYSTEM)
+    task = submit_run(tenant_id=flows.tenant.pk, requester_id=None, workflow="fan", input={},
+                      actor=SYSTEM).task
+    gate = python_tools.gate("g")
+    done: dict[str, object] = {}
+    runner = threading.Thread(target=lambda: done.update(task=drive(task.pk)), daemon=True)
+    runner.start()
+    wait_for(lambda: gate.entries >= 6, message="five items and the side node in flight")
+    assert gate.entries == 6  # max_parallel holds the other two items back
+    gate.release.set()
+    runner.join(30)
+    ended = done["task"]
+    assert ended.status == TaskStatus.SUCCEEDED, ended.failure_detail
+    assert gate.entries == 8
+    keys = [s.idempotency_key for s in ended.steps.filter(tool="blocking_note")]
+    assert len(keys) == 8 and all(python_tools.CALLS[k] == 1 for k in keys)
+    assert len(ended.result["fan"]) == 7
+
+
+def test_a_retry_from_a_node_reuses_what_succeeded_before_it(flows):
+    from tasks_app.retries.services import task_retry
+    from tools_app.models import DemoOrder
+    from workflows_app.services.runs import retry_step_of_node
+
+    definition = {"nodes": [
+        {"id": "note", "tool": "note", "args": {"to": "ada", "text": "once"}},
+        {"id": "look", "after": ["note"], "tool": "lookup_order",
+         "args": {"order_id": "Z-9"}},
+    ], "output": "${nodes.look.customer}"}
+    failed = _run(flows, definition, {})
+    assert failed.status == TaskStatus.FAILED  # no order Z-9 yet
+    DemoOrder.objects.create(order_id="Z-9", customer="Zoe", email="z@example.com",
+                             amount_cents=10)
+    from_step = retry_step_of_node(failed, "look")
+    assert from_step == failed.steps.get(tool="lookup_order").step_no
+    retry = drive(task_retry(tenant_id=flows.tenant.pk, task_id=failed.pk, actor=SYSTEM,
+                             from_step=from_step).task.pk)
+    assert retry.status == TaskStatus.SUCCEEDED and retry.result == "Zoe"
+    assert DemoNotification.objects.filter(customer="ada").count() == 1  # not written again
+    assert _nodes(retry)["note"]["status"] == "succeeded"
+
+
+def test_a_nodes_timeout_narrows_its_tools(flows):
+    add_tool(flows.tenant, "blocking_read", "blocking_read", max_retries=0, timeout_s=30)
+    definition = {"nodes": [{"id": "slow", "tool": "blocking_read", "timeout_s": 0.3,
+                             "args": {"gate": "never"}}]}
+    task = _run(flows, definition, {})
+    assert task.status == TaskStatus.FAILED
+    step = task.steps.get(tool="blocking_read")
+    assert step.error == {"type": "timeout", "message": "no answer within 0.3s"}
+
+
+@pytest.mark.parametrize(("on_expiry", "critical"), [("reject", False), ("escalate", True)])
+def test_a_question_that_expires_fails_its_node_or_escalates(flows, on_expiry, critical):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from approvals_app.models import Question
+    from approvals_app.services.decisions import questions_expire
+
+    definition = {"nodes": [
+        {"id": "ask", "critical": critical,
+         "human": {"question": "Still there?", "expires_in": 60, "on_expiry": on_expiry}},
+        {"id": "after", "tool": "echo", "args": {"went": "on"}},
+    ]}
+    task = _run(flows, definition, {})
+    assert task.status == TaskStatus.WAITING_FOR_INPUT
+    question = Question.objects.get(task=task)
+    assert question.expires_at is not None and question.on_expiry == on_expiry
+    assert questions_expire() == 0  # not yet due
+    Question.objects.filter(pk=question.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert questions_expire() == 1
+    task = drive(task.pk)
+    assert Question.objects.get(pk=question.pk).status == "expired"
+    if on_expiry == "escalate":
+        assert task.status == TaskStatus.WAITING_FOR_HUMAN
+        return
+    assert task.status == TaskStatus.SUCCEEDED, task.failure_detail
+    node = _nodes(task)["ask"]
+    assert node["status"] == "failed" and node["error"]["type"] == "expired"

@@ -13,12 +13,12 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from config.errors import conflict, invalid
+from config.errors import invalid
 from tasks_app.actors import Actor
 from tasks_app.keys import canonical_json, sha256_hex
-from tasks_app.models import Task
+from tasks_app.models import Step, Task
 from tasks_app.services.admission import admission_after_commit
-from tasks_app.services.tasks import Submitted
+from tasks_app.services.tasks import Submitted, same_submission
 from tasks_app.store.creation import task_create
 from tools_app.schemas import schema_errors
 
@@ -61,6 +61,8 @@ def run_snapshot(workflow: Workflow, version: WorkflowVersion,
         "approval_on_expiry": "escalate",
         "allow_self_approval": False,
         "result_schema": {},
+        # the orchestrator decides every ready call at once; none depends on another
+        "parallel_calls": True,
     }
 
 
@@ -76,7 +78,7 @@ def submit_run(*, tenant_id: int, requester_id: int | None, workflow: str,
     if idempotency_key:
         existing = Task.objects.filter(tenant_id=tenant_id, idempotency_key=idempotency_key).first()
         if existing is not None:
-            return _same(existing, request_hash)
+            return same_submission(existing, request_hash)
     found = Workflow.objects.filter(tenant_id=tenant_id, name=workflow).first()
     if found is None:
         raise invalid("invalid", "The request is not valid.",
@@ -106,12 +108,27 @@ def submit_run(*, tenant_id: int, requester_id: int | None, workflow: str,
         existing = Task.objects.filter(tenant_id=tenant_id, idempotency_key=idempotency_key).first()
         if existing is None:
             raise
-        return _same(existing, request_hash)
+        return same_submission(existing, request_hash)
     return Submitted(task=task, created=True)
 
 
-def _same(existing: Task, request_hash: str) -> Submitted:
-    if existing.request_hash != request_hash:
-        raise conflict("idempotency_key_reused",
-                       "this Idempotency-Key was used for a different request", task_id=existing.pk)
-    return Submitted(task=existing, created=False)
+
+def retry_step_of_node(task: Task, node: str) -> int | None:
+    """Where a retry of the run `task` starts to run `node` again: its first
+    step (the steps before it are inherited, and every call the retry makes
+    again with the same tool and arguments gets the same key from the ledger,
+    so nothing that happened happens twice). None: the node never ran (the
+    retry starts where the run stopped). 400 for a task that is no workflow
+    run, or a node its definition does not have."""
+    definition = (task.agent_snapshot or {}).get("model") or {}
+    if not (task.agent_snapshot or {}).get("workflow"):
+        raise invalid("invalid", "The request is not valid.",
+                      from_node=["this task is not a workflow run"])
+    if node not in {n.id for n in load(definition["definition"]).nodes}:
+        raise invalid("invalid", "The request is not valid.",
+                      from_node=[f"the run's workflow has no node {node!r}"])
+    for step_no, decision in (Step.objects.filter(task_id=task.pk).order_by("step_no")
+                              .values_list("step_no", "decision")):
+        if ((decision or {}).get("workflow") or {}).get("node") == node:
+            return int(step_no)
+    return None

@@ -27,6 +27,7 @@ from ..definition import DefinitionError, load, parse_source
 from ..models import Workflow, WorkflowVersion
 
 NAME_MAX = 100
+RESERVED_NAMES = frozenset({"new"})  # /workflows/new/ is the editor
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
 
 
@@ -48,6 +49,9 @@ def _name_checked(name: Any) -> str:
             or not set(name) <= _NAME_CHARS):
         raise invalid("invalid", "The request is not valid.",
                       name=[f"1-{NAME_MAX} lowercase letters, digits, '_' or '-'"])
+    if name in RESERVED_NAMES:
+        raise invalid("invalid", "The request is not valid.",
+                      name=[f"{name!r} is reserved (a console page of its own)"])
     return name
 
 
@@ -118,6 +122,15 @@ def _existing(workflow: Workflow, number: Any, field: str) -> int:
     return number
 
 
+def _not_current(workflow: Workflow, number: int, field: str) -> int:
+    """A release or promotion of the current version is a request made on a
+    stale view (someone promoted it meanwhile): refused, with the reason."""
+    if number == workflow.current_version:
+        raise invalid("invalid", "The request is not valid.",
+                      **{field: [f"version {number} is already the current version"]})
+    return number
+
+
 def workflow_release(*, tenant_id: int, name: str, candidate: Any, percent: Any,
                      actor: Actor) -> Workflow:
     """Send `percent` of new runs to version `candidate` (0 or None ends it)."""
@@ -129,7 +142,8 @@ def workflow_release(*, tenant_id: int, name: str, candidate: Any, percent: Any,
             if not isinstance(percent, int) or isinstance(percent, bool) or not 1 <= percent <= 100:
                 raise invalid("invalid", "The request is not valid.",
                               percent=["a whole number from 0 to 100"])
-            workflow.release_candidate = _existing(workflow, candidate, "candidate")
+            workflow.release_candidate = _not_current(
+                workflow, _existing(workflow, candidate, "candidate"), "candidate")
             workflow.release_percent = percent
         workflow.save(update_fields=["release_candidate", "release_percent", "updated_at"])
         audit_record(actor=actor, tenant_id=tenant_id, kind="workflow", name=name,
@@ -145,7 +159,8 @@ def workflow_promote(*, tenant_id: int, name: str, version: Any, actor: Actor,
     with transaction.atomic():
         workflow = _locked(tenant_id, name)
         before = workflow.current_version
-        workflow.current_version = _existing(workflow, version, "version")
+        workflow.current_version = _not_current(
+            workflow, _existing(workflow, version, "version"), "version")
         workflow.release_candidate = workflow.release_percent = None
         workflow.save(update_fields=["current_version", "release_candidate", "release_percent",
                                      "updated_at"])
