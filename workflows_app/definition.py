@@ -40,6 +40,7 @@ the API answers 400 with these as its field errors.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +58,8 @@ MAX_PARALLEL = 50
 DEFAULT_MAP_PARALLEL = 10
 MAX_DEFINITION_BYTES = 256 * 1024
 AGENT_TOOL_PREFIX = "agent:"  # the tool an agent is called as (`tasks_app.services.children`)
+MAX_DEPTH = 64  # as the API's JSON parser allows
+MAX_VALUES = 50_000  # every object, list, key and scalar, YAML aliases expanded
 NODE_KINDS = ("tool", "agent", "human", "map")
 NODE_KEYS = frozenset({"id", "after", "when", "retries", "critical", "compensate", "description",
                        "args", "timeout_s", *NODE_KINDS})
@@ -115,7 +118,10 @@ class Definition:
 
 
 def parse_source(source: Any) -> dict[str, Any]:
-    """A definition given as an object, or as YAML or JSON text."""
+    """A definition given as an object, or as YAML or JSON text: plain JSON
+    values once parsed (YAML's dates, binaries and aliases expanded into many
+    values are refused), nested at most MAX_DEPTH levels, at most
+    MAX_DEFINITION_BYTES."""
     if isinstance(source, str):
         if len(source.encode()) > MAX_DEFINITION_BYTES:
             raise DefinitionError({"definition": [f"at most {MAX_DEFINITION_BYTES} bytes"]})
@@ -123,11 +129,56 @@ def parse_source(source: Any) -> dict[str, Any]:
             source = yaml.safe_load(source)
         except yaml.YAMLError as exc:
             raise DefinitionError({"definition": [f"not valid YAML or JSON: {exc}"]}) from exc
-    elif len(json.dumps(source, default=str)) > MAX_DEFINITION_BYTES:
+        except RecursionError as exc:
+            raise DefinitionError({"definition": [f"nested at most {MAX_DEPTH} levels deep"]}) \
+                from exc
+    problem = _not_plain_json(source)
+    if problem:
+        raise DefinitionError({"definition": [problem]})
+    if len(json.dumps(source)) > MAX_DEFINITION_BYTES:
         raise DefinitionError({"definition": [f"at most {MAX_DEFINITION_BYTES} bytes"]})
     if not isinstance(source, dict):
         raise DefinitionError({"definition": ["must be an object with `nodes`"]})
     return source
+
+
+def _not_plain_json(value: Any) -> str | None:
+    """Why `value` cannot be stored and walked as a definition, or None. The
+    walk stops at the first problem, so YAML aliases that would expand into
+    millions of values cost no more than the bounds."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    values = chars = 0
+    while stack:
+        item, depth = stack.pop()
+        values += 1
+        if values > MAX_VALUES:
+            return f"at most {MAX_VALUES} values (a YAML alias counts each time it is used)"
+        if depth > MAX_DEPTH:
+            return f"nested at most {MAX_DEPTH} levels deep"
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    return f"keys are strings: {key!r} is not (quote it)"
+                stack.append((key, depth + 1))
+                stack.append((child, depth + 1))
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+        elif isinstance(item, str):
+            chars += len(item)
+            if chars > MAX_DEFINITION_BYTES:
+                return f"at most {MAX_DEFINITION_BYTES} bytes (a YAML alias counts each time)"
+            if "\x00" in item:
+                return "strings may not contain NUL (\\u0000) characters"
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return "strings may not contain unpaired surrogates"
+        elif isinstance(item, float) and not math.isfinite(item):
+            return "numbers must be finite"
+        elif item is not None and not isinstance(item, bool | int | float):
+            return (f"only JSON values (objects, lists, strings, numbers, true, false, null): "
+                    f"{type(item).__name__} {str(item)[:40]!r} is not one (quote it)")
+    return None
 
 
 def load(raw: dict[str, Any], *, tools: Iterable[str] | None = None,
