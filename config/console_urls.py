@@ -17,6 +17,7 @@ urlpatterns = [
     path("webhooks/", include("notify_app.console.urls")),
     path("audit/", include("audit_app.urls")),
     path("schedules/", include("schedules_app.console.urls")),
+    path("workflows/", include("workflows_app.console.urls")),
     path("memory/", include("memory_app.urls")),
     path("", include("tasks_app.console.urls")),
 ]

@@ -42,6 +42,7 @@ def tasks_matching(
     requester_id: int | None = None,
     agent_version: int | None = None,
     subject: str | None = None,
+    parent: int | None = None,
 ) -> QuerySet[Task]:
     """The tenant's tasks that match every filter given (the API list and bulk cancel)."""
     qs = tasks_of_tenant(tenant_id).select_related("requester")
@@ -61,6 +62,8 @@ def tasks_matching(
         qs = qs.filter(agent_version=agent_version)
     if subject:
         qs = qs.filter(subject=subject)
+    if parent is not None:
+        qs = qs.filter(parent_id=parent)
     return qs
 
 

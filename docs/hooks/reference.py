@@ -132,6 +132,7 @@ EVENT_MEANINGS = {
     "compensation_skipped": "a step was left uncompensated (a retry continues from it)",
     "retried": "an operator retried this task from a step (on the original)",
     "retry_created": "this task was created by a retry (on the new task)",
+    "child_started": "a tool step calling an agent started its child task (on the parent)",
     "memory_written": "a `remember` decision saved a memory item (policy `auto`)",
     "memory_proposed": "a `remember` decision proposed a memory write for a reviewer (`propose`)",
     "memory_accepted": "a reviewer accepted a proposed memory write (as it was, or edited)",

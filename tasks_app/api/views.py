@@ -124,6 +124,7 @@ class TaskListView(TaskViewBase):
             requester_id=self.access.user_id if f.get("mine") else None,
             agent_version=f.get("agent_version"),
             subject=f.get("subject"),
+            parent=f.get("parent"),
         )
         return self.paginate(qs, lambda page: TaskSerializer(page, many=True).data)
 
