@@ -86,6 +86,7 @@ def test_a_remembered_preference_reaches_the_same_subject_and_no_other(world, op
     page = client.get(f"/tasks/{second.pk}/").content.decode()
     assert f'data-memory="{cite}" data-cited' in page
     assert f'href="/memory/{item.pk}/"' in page
+    assert 'href="/memory/?subject=cust-S"' in page  # the subject, linked to its memory
 
     openai_server.requests.clear()
     _run(world, openai_server, subject="cust-T")
