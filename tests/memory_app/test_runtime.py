@@ -87,6 +87,8 @@ def test_a_remembered_preference_reaches_the_same_subject_and_no_other(world, op
     assert f'data-memory="{cite}" data-cited' in page
     assert f'href="/memory/{item.pk}/"' in page
     assert 'href="/memory/?subject=cust-S"' in page  # the subject, linked to its memory
+    timeline = client.get(f"/tasks/{first.pk}/").content.decode()
+    assert f"saved to memory as mem:{item.pk}@1" in timeline  # the write, in the timeline
 
     openai_server.requests.clear()
     _run(world, openai_server, subject="cust-T")
