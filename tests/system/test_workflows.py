@@ -337,12 +337,7 @@ def test_a_run_canceled_mid_map_starts_no_call_after_and_discards_the_late_resul
     detail = _client(world, "operator").get(f"/api/v1/tasks/{task_id}")
     assert detail.status_code == 200
     assert detail.json()["nodes"][0]["status"] == "canceled", detail.json()["nodes"]
-    # No call may start once the cancel committed. A runner that calls a map's
-    # items together (a wave) records every call first and still sent some of
-    # them after the cancel, and kept one late result of the wave, not each:
-    # runner problems, reported; this test says so instead of passing.
-    sent_after = service.seen_keys() - in_flight
-    if sent_after or not all(s.late_output for s in steps if s.idempotency_key in in_flight):
-        pytest.xfail(f"runner: {len(sent_after)} item calls sent after the cancel committed; "
-                     f"{sum(1 for s in steps if s.late_output)} of {len(service.seen_keys())} late "
-                     "results kept")
+    # No call starts once the cancel committed (a wave reads the task once
+    # more right before its calls go out), and every late result is kept.
+    assert service.seen_keys() - in_flight == set()
+    assert all(s.late_output for s in steps if s.idempotency_key in in_flight)
