@@ -383,9 +383,10 @@ def run_nodes(task: Task) -> list[dict[str, Any]]:
     """Each node of a run: {id, kind, status, output, error, steps, task (an
     agent node's latest child task), tasks (all of them: a map's, a retried
     node's), started_at, finished_at}; a node of a run that ended before
-    reaching it is `not_run` (or `canceled` when the run was canceled), and so
-    is one whose call the cancel cut (its step DISCARDED). A node whose child
-    task runs, or waits for a person, is `waiting`."""
+    reaching it is `not_run` (`canceled` when the run was canceled, and so is
+    one whose call the cancel cut: its step DISCARDED); one the end of the run
+    cut short (calls made, a retry or items left) is `failed`, `run_ended`. A
+    node whose child task runs, or waits for a person, is `waiting`."""
     model = (task.agent_snapshot or {}).get("model") or {}
     definition = definition_of(model)
     inputs, rows = run_steps(task.pk)
@@ -399,17 +400,25 @@ def run_nodes(task: Task) -> list[dict[str, Any]]:
     out = []
     for node in definition.nodes:
         state = planned.nodes[node.id]
-        status = state.status
+        status, error = state.status, state.error
+        steps = times.get(node.id, [])
         if status in ("ready", "pending") and task.is_terminal:
-            status = "canceled" if task.status == "CANCELED" else "not_run"
+            if task.status == "CANCELED":
+                status = "canceled"
+            elif steps:  # started (a try failed, or items remained) when another node ended it
+                status, error = "failed", {
+                    "type": "run_ended", "message": "the run ended before this node finished",
+                    "last_error": next((r["error"] for r in reversed(steps) if r["error"]),
+                                       None)}
+            else:
+                status = "not_run"
         elif status == "failed" and task.status == "CANCELED" and _canceled(state.error):
             status = "canceled"  # its call was open when the run was canceled
         elif status == "ready":
             status = "pending"
-        steps = times.get(node.id, [])
         out.append({
             "id": node.id, "kind": node.kind, "status": status, "output": state.output,
-            "error": state.error, "steps": [r["step_no"] for r in steps],
+            "error": error, "steps": [r["step_no"] for r in steps],
             **_children_of(steps, children),
             "started_at": steps[0]["started_at"] if steps else None,
             "finished_at": steps[-1]["finished_at"] if steps and status in (

@@ -111,11 +111,16 @@ class Committer(Protocol):
     async def commit(self, hop: Hop, fn: Any, snap: TaskSnapshot, *args: Any,
                      **kwargs: Any) -> Any: ...
 
+    async def may_send(self, hop: Hop, task_id: int) -> bool: ...
+
 
 class _Alone:
     async def commit(self, hop: Hop, fn: Any, snap: TaskSnapshot, *args: Any,
                      **kwargs: Any) -> Any:
         return await hop(fn, snap, *args, **kwargs)
+
+    async def may_send(self, hop: Hop, task_id: int) -> bool:
+        return True  # a lone call goes out; its outcome's commit fences a cancel
 
 
 ALONE = _Alone()
@@ -144,6 +149,11 @@ async def execute(snap: TaskSnapshot, step: Step, *, owner: str, actor: Actor, m
         return admitted
     hold = admitted.hold
     try:
+        if not await wave.may_send(hop, snap.id):
+            if admitted.claim is not None:
+                await hop(ledger.unclaim, admitted.claim,
+                          reason="the task stopped before the call was sent")
+            return CONTINUE
         return await _call_and_commit(snap, step, admitted, owner=owner, actor=actor,
                                       memo=memo, hop=hop, after=after, wave=wave)
     finally:

@@ -29,12 +29,13 @@ from django.utils import timezone
 
 from ..actors import Actor
 from ..gateway import Decision
+from ..machine import TaskStatus
 from ..models import Step, StepStatus, Task
 from ..snapshot import TaskSnapshot
 from .deciding import record_reply
 from .executing import Admitted, execute
 from .hops import Hop
-from .memo import SliceMemo
+from .memo import SliceMemo, probe
 from .recording import Decided
 from .results import CONTINUE, STOP, Next, Spent, StepResult
 
@@ -49,20 +50,38 @@ class Wave:
     memo: SliceMemo
     snap: TaskSnapshot | None  # as the last commit left the task; None: read it again
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _running: bool | None = None  # still RUNNING when the calls went out (`may_send`)
+
+    async def may_send(self, hop: Hop, task_id: int) -> bool:
+        """May the wave's calls go out? The task is read once, right before the
+        first call: a cancel that committed while the wave was being recorded
+        sends none of them (each is given back to the ledger, uncalled). One
+        that commits later is fenced when each outcome commits, as always."""
+        if self._running is None:
+            row = await hop(probe, task_id)
+            self._running = row is not None and row[1] == TaskStatus.RUNNING
+        return self._running
 
     async def commit(self, hop: Hop, fn: Any, snap: TaskSnapshot, *args: Any, **kwargs: Any) -> Any:
         """Run the commit phase `fn(snap, ...)` with the task as it now stands."""
         async with self.lock:
             self.memo.snap = None  # set again by a commit that knows what it wrote
-            result = await hop(_at_latest, fn, self.snap, snap.id, *args, **kwargs)
+            used = self.snap or snap
+            result = await hop(_at_latest, fn, self.snap, used, *args, **kwargs)
             self.snap = self.memo.snap
             return result
 
 
-def _at_latest(fn: Any, latest: TaskSnapshot | None, task_id: int, *args: Any,
+def _at_latest(fn: Any, latest: TaskSnapshot | None, known: TaskSnapshot, *args: Any,
                **kwargs: Any) -> Any:
-    snap = latest if latest is not None else TaskSnapshot.of(Task.objects.get(pk=task_id))
-    return fn(snap, *args, **kwargs)
+    """`fn` with the task as it stands, read again when the last commit did not
+    say (a retry's transition, a discard). A task that stopped meanwhile (a
+    cancel) keeps the snapshot the wave knew: its version check fails, so the
+    outcome is discarded and kept for audit, as a late result of any step."""
+    if latest is None:
+        fresh = TaskSnapshot.of(Task.objects.get(pk=known.id))
+        latest = fresh if fresh.status == TaskStatus.RUNNING else known
+    return fn(latest, *args, **kwargs)
 
 
 def parallel(snap: TaskSnapshot) -> bool:

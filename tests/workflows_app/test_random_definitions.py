@@ -155,7 +155,9 @@ def _check_nodes(definition: dict[str, Any], detail: dict[str, Any]) -> None:
                 node_id, deps)
         tries = raw[node_id].get("retries", 0) + 1
         error_type = (node["error"] or {}).get("type")
-        if status == "failed" and error_type != "expression_failed" and "map" in raw[node_id]:
+        if status == "failed" and error_type == "run_ended":  # another node ended the run
+            assert node["steps"] and detail["status"] == "FAILED", (node_id, node)
+        elif status == "failed" and error_type != "expression_failed" and "map" in raw[node_id]:
             # its items run at once: the failing one tried `tries` times, others beside it
             assert len(node["steps"]) >= tries, (node_id, node["steps"], node["error"])
         elif status == "failed" and error_type != "expression_failed":
