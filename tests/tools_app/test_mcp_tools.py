@@ -170,6 +170,7 @@ def test_structured_output_is_checked_against_the_output_schema(world, mcp_serve
     assert "refund_id" in json.dumps(step.error["errors"])
 
 
+@pytest.mark.system  # starts an MCP server of its own
 def test_a_server_that_went_away_is_a_transient_error_nothing_was_sent(world, tmp_path,
                                                                      mcp_sessions):
     own = start_mcp_server(tmp_path)  # this test kills its server
@@ -411,6 +412,7 @@ def test_a_disabled_server_offers_no_tools(world, mcp_server):
     assert "shop__lookup" not in tool_specs(tenant_id=world.tenant.pk)
 
 
+@pytest.mark.system  # the stdio server is a process
 def test_a_stdio_server_the_operator_configured_is_registered_by_name(world, settings,
                                                                     mcp_sessions):
     settings.TETHER_MCP_STDIO_SERVERS = json.dumps(
