@@ -24,7 +24,7 @@ from tests.fakes.mcp_process import mcp_process, mcp_server, mcp_sessions  # noq
 from tests.fakes.webhook_receiver import webhook_receiver  # noqa: E402,F401
 from tests.helpers import *  # noqa: E402,F401,F403
 from tests.processes import celery_workers, embedded_server  # noqa: E402,F401
-from tests.tiers import FastTierGuard, belongs_to_system
+from tests.tiers import GUARD, belongs_to_system
 
 REQUIRED = {"PostgreSQL": ("127.0.0.1", 5432), "Redis": ("127.0.0.1", 6379)}
 
@@ -34,7 +34,6 @@ SQLITE_SKIPS = {
     "postgres": "row locks and concurrent writers",
 }
 TESTS = Path(__file__).resolve().parent
-GUARD = FastTierGuard()
 
 
 def _on_sqlite() -> bool:

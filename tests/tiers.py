@@ -77,3 +77,6 @@ class FastTierGuard:
             pytest.fail(
                 "a fast-tier test started processes: " + "; ".join(started)
                 + ". Mark it `system` (see tests/tiers.py).", pytrace=False)
+
+
+GUARD = FastTierGuard()  # one audit hook per process (hooks cannot be removed)
