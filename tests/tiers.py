@@ -15,6 +15,7 @@ and fails, by the audit hook below.
 """
 from __future__ import annotations
 
+import platform
 import sys
 from typing import Any
 
@@ -56,6 +57,9 @@ class FastTierGuard:
     def __init__(self) -> None:
         self.running: str | None = None  # the node id of the fast-tier test running now
         self.started: list[str] = []
+        # The OpenAI client reads the processor, which runs `uname -p` once per
+        # process: read (and cache) it before any test is guarded.
+        platform.processor()
         sys.addaudithook(self._audit)
 
     def _audit(self, event: str, args: tuple[Any, ...]) -> None:
