@@ -368,6 +368,7 @@ def test_secret_headers_reach_the_server_and_never_appear_in_answers(world, mcp_
     assert in_use.json()["error"]["details"]["tools"] == ["shop (MCP server)"]
 
 
+@pytest.mark.django_db  # one thread: no real commits needed
 @pytest.mark.parametrize(("payload", "field"), [
     ({"name": "shop", "url": "ftp://127.0.0.1/mcp"}, "url"),
     ({"name": "a__b", "url": "http://127.0.0.1:9/mcp"}, "name"),
@@ -385,6 +386,7 @@ def test_bad_registrations_are_400s_with_field_errors_and_store_nothing(world, p
     assert not McpServer.objects.exists()
 
 
+@pytest.mark.django_db  # one thread: no real commits needed
 def test_a_server_that_cannot_be_listed_is_not_registered(world, mcp_sessions):
     from tests.processes import free_port
 
