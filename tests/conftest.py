@@ -10,10 +10,14 @@ With `TETHER_TEST_DB=sqlite` the database is a SQLite file instead (PostgreSQL
 need not run): the runtime-core tests (`tests/core.py`, marked `core`) run
 there too, and a test that needs PostgreSQL (`worker`, `postgres`,
 `postgres_only(reason)`) is skipped with its reason.
+
+Tests that start real processes are marked `system` here (tests/tiers.py); a
+test of the fast tier (the rest) that starts one fails.
 """
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest  # noqa: E402
@@ -81,9 +85,12 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     GUARD.enter(item)
 
 
-@pytest.hookimpl(trylast=True)  # after the test's fixtures are torn down
-def pytest_runtest_teardown(item: pytest.Item) -> None:
-    GUARD.leave()
+@pytest.hookimpl(wrapper=True)  # around the teardown of the test's fixtures
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    try:
+        return (yield)
+    finally:
+        GUARD.leave()
 
 
 @pytest.fixture(autouse=True)
