@@ -14,6 +14,9 @@ Parts:
 - `world`      the bench tenant, tools, agent, user, session, scripts;
 - `procs`      Celery worker and daphne subprocesses;
 - `datagen`    100k tasks / 1M events for the console timings (SQL, fast);
+- `io_load`    tasks waiting on a model and an HTTP tool (`edge_server`, the fake);
+- `workflow_load` runs of a 6-node workflow: wall time against its critical
+               path, node steps/s against the scripted runner's;
 - `throughput` N tasks x M steps through the real runner; a waiting task's cost;
 - `floor`      the same durable writes per step with bare psycopg 3;
 - `long_task`  one long task: step ~10 vs step ~L;

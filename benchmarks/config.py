@@ -44,6 +44,10 @@ class BenchConfig:
     # The I/O workload (`io_load`), reported first: its sizes, and "io" in `only`
     # to run nothing else.
     io_tasks: tuple[int, ...] = (200, 1000)
+    # The workflow workload (`workflow_load`): runs with the 0.2 s tool, and as
+    # many with instant tools beside the scripted workload; "workflow" in `only`
+    # to run nothing else.
+    workflow_runs: int = 500
     only: str = ""
 
     @classmethod
@@ -61,6 +65,7 @@ class BenchConfig:
             console_requests=3,
             waiting_tasks=3,
             io_tasks=(20,),
+            workflow_runs=6,
             quick=True,
         )
         return replace(base, **overrides)

@@ -10,7 +10,8 @@ benchmarks.edge_server --port N`, for the benchmark):
   the number of tool results in the conversation), then answers the final
   ``{"done": true, "calls": k}``; `usage` in every answer;
 - ``POST /tool/<name>``: after `tool_latency_s` (or ``?latency=S``), answers
-  ``{"ok": true, "i": ..}`` and counts one effect per ``Idempotency-Key``;
+  ``{"ok": true, "i": ..}`` (and ``"echo"``, the argument of that name, when
+  given) and counts one effect per ``Idempotency-Key``;
 - ``GET /status/<key>``: the status query of a tool (``succeeded`` when the
   key had its effect, else ``not_found``);
 - ``GET /stats``: calls, calls in flight now and at the peak (model, tool),
@@ -210,7 +211,10 @@ class EdgeServer:
         finally:
             stats.tool_in_flight -= 1
         stats.effects[key] += 1
-        return {"ok": True, "i": args.get("i")}
+        answer = {"ok": True, "i": args.get("i")}
+        if "echo" in args:
+            answer["echo"] = args["echo"]
+        return answer
 
 
 def main() -> None:

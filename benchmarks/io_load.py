@@ -129,7 +129,7 @@ def io_world_ensure(world: World, edge_url: str) -> None:
             "on_exhaustion": "fail"})
 
 
-def _rss_mb(pgid: int) -> float:
+def rss_mb(pgid: int) -> float:
     total = 0
     for pid in cpu_by_process(lambda pid, pgrp, comm: pgrp == pgid):
         try:
@@ -140,7 +140,7 @@ def _rss_mb(pgid: int) -> float:
     return round(total / 1024, 1)
 
 
-def _admit_all() -> None:
+def admit_all() -> None:
     """Admission starts 100 tasks per call: start the rest as the sweep would."""
     while admit_created_tasks(limit=500):
         pass
@@ -150,19 +150,19 @@ def run_io(world: World, *, tasks: int, edge_url: str, edge_pid: int,
            workers: Workers) -> dict[str, Any]:
     vacuum()
     httpx.post(f"{edge_url}/reset")
-    before = _cpu_now(workers, edge_pid)
+    before = cpu_now(workers, edge_pid)
     with transaction.atomic():
         ids = [task_submit(tenant_id=world.tenant_id, requester_id=world.user_id,
                            agent=IO_AGENT, goal=f"bench io {i}", input={}, script=None,
                            actor=SYSTEM).task.pk for i in range(tasks)]
-    _admit_all()
+    admit_all()
     rss = 0.0
     deadline = time.monotonic() + max(300.0, tasks * 0.5)
     while Task.objects.filter(pk__in=ids, status__in=(TaskStatus.CREATED, TaskStatus.RUNNING)
                               ).exists() and time.monotonic() < deadline:
-        rss = max(rss, _rss_mb(workers.pgid))
+        rss = max(rss, rss_mb(workers.pgid))
         time.sleep(0.25)
-    spent = _cpu_since(before, workers, edge_pid)
+    spent = cpu_since(before, workers, edge_pid)
     cancel_open(world, ids)
     edge = httpx.get(f"{edge_url}/stats").json()
     agg = Task.objects.filter(pk__in=ids).aggregate(
@@ -178,20 +178,20 @@ def run_io(world: World, *, tasks: int, edge_url: str, edge_pid: int,
         "peak_tool_calls_in_flight": edge["tool_peak"],
         "model_calls": edge["model_calls"], "tool_calls": edge["tool_calls"],
         "steps_per_s": round(steps / wall, 1) if wall and steps else None,
-        "cpu_ms_per_step": _per_step_ms(spent, steps),
+        "cpu_ms_per_step": per_step_ms(spent, steps),
         "worker_rss_mb_max": rss,
     }
 
 
-def _cpu_since(before: dict[str, float], workers: Workers, edge_pid: int) -> dict[str, float]:
-    return {k: v - before[k] for k, v in _cpu_now(workers, edge_pid).items()}
+def cpu_since(before: dict[str, float], workers: Workers, edge_pid: int) -> dict[str, float]:
+    return {k: v - before[k] for k, v in cpu_now(workers, edge_pid).items()}
 
 
-def _per_step_ms(spent: dict[str, float], steps: int) -> dict[str, float | None]:
+def per_step_ms(spent: dict[str, float], steps: int) -> dict[str, float | None]:
     return {k: round(v / steps * 1000, 2) if steps else None for k, v in spent.items()}
 
 
-def _cpu_now(workers: Workers, edge_pid: int) -> dict[str, float]:
+def cpu_now(workers: Workers, edge_pid: int) -> dict[str, float]:
     consumer = workers.consumer_cpu_s()
     return {
         "worker_pool": workers.cpu_s() - consumer,
@@ -202,26 +202,26 @@ def _cpu_now(workers: Workers, edge_pid: int) -> dict[str, float]:
     }
 
 
-def run_scripted(world: World, *, tasks: int, edge_pid: int,
-                 workers: Workers) -> dict[str, Any]:
-    """The scripted model and instant tools on the same worker, in the I/O
-    workload's shape: its steps/s and CPU per step."""
+def run_scripted(world: World, *, tasks: int, edge_pid: int, workers: Workers,
+                 steps: int = TOOL_CALLS + 1) -> dict[str, Any]:
+    """The scripted model and instant tools on the same worker, `steps` steps a
+    task (the I/O workload's shape by default): its steps/s and CPU per step."""
     vacuum()
     with transaction.atomic():
-        ids = [submit(world, step_script(TOOL_CALLS + 1, salt=f"io-cmp{i}-"),
+        ids = [submit(world, step_script(steps, salt=f"io-cmp{i}-"),
                       goal=f"bench cmp {i}") for i in range(tasks)]
-    before = _cpu_now(workers, edge_pid)  # admission hands them to the worker
-    _admit_all()
+    before = cpu_now(workers, edge_pid)  # admission hands them to the worker
+    admit_all()
     wait_terminal(ids, timeout=max(300.0, tasks * 0.5))
-    spent = _cpu_since(before, workers, edge_pid)
+    spent = cpu_since(before, workers, edge_pid)
     cancel_open(world, ids)
     agg = Task.objects.filter(pk__in=ids).aggregate(
         first=Min("started_at"), last=Max("finished_at"), steps=Sum("steps_count"))
     window = (agg["last"] - agg["first"]).total_seconds() if agg["first"] and agg["last"] else None
     total = int(agg["steps"] or 0)
-    return {"tasks": tasks, "steps": total,
+    return {"tasks": tasks, "steps_per_task": steps, "steps": total,
             "steps_per_s": round(total / window, 1) if window and total else None,
-            "cpu_ms_per_step": _per_step_ms(spent, total)}
+            "cpu_ms_per_step": per_step_ms(spent, total)}
 
 
 def compare(world: World, *, first_io: dict[str, Any], rounds: int, edge_url: str,
@@ -237,8 +237,8 @@ def compare(world: World, *, first_io: dict[str, Any], rounds: int, edge_url: st
                                   workers=workers))
         scripted_runs.append(run_scripted(world, tasks=tasks, edge_pid=edge_pid,
                                           workers=workers))
-    io_rate = _median([r.get("steps_per_s") for r in io_runs])
-    scripted_rate = _median([r.get("steps_per_s") for r in scripted_runs])
+    io_rate = median([r.get("steps_per_s") for r in io_runs])
+    scripted_rate = median([r.get("steps_per_s") for r in scripted_runs])
     return {
         "tasks": tasks, "steps_per_task": TOOL_CALLS + 1, "rounds": rounds,
         "io_steps_per_s": [r.get("steps_per_s") for r in io_runs],
@@ -250,32 +250,40 @@ def compare(world: World, *, first_io: dict[str, Any], rounds: int, edge_url: st
     }
 
 
-def _median(values: list[Any]) -> float | None:
+def median(values: list[Any]) -> float | None:
     known = [v for v in values if v]
     return round(statistics.median(known), 1) if known else None
 
 
-def run_io_phase(world: World, env: dict[str, str], *, sizes: list[int], rounds: int,
-                 log_dir: Any, say: Any) -> dict[str, Any]:
-    roomy = {"TETHER_MAX_RUNNING_TASKS": str(ROOMY), "TETHER_MAX_RUNNING_PER_TENANT": str(ROOMY),
-             "TETHER_EGRESS_ALLOW": "127.0.0.1"}
+@contextmanager
+def roomy_admission() -> Iterator[dict[str, str]]:
+    """Admission's limits out of the way in this process; yields the environment
+    that does the same for the worker (and lets it reach the edge)."""
     saved = dict(settings.TETHER)
     settings.TETHER.update(MAX_RUNNING_TASKS=ROOMY, MAX_RUNNING_PER_TENANT=ROOMY)
-    doc: dict[str, Any] = {"worker": "celery -A config worker (pool and concurrency from "
-                                     "config/celery.py settings)", "runs": []}
     try:
-        with edge_process(log_dir) as (edge_url, edge_pid):
-            io_world_ensure(world, edge_url)
-            doc["anatomy"] = io_anatomy(world)
-            say(f"  an I/O step: {doc['anatomy'].get('phases_per_step')} database phases, "
-                f"{doc['anatomy'].get('statements_per_step')} statements, "
-                f"{doc['anatomy'].get('commits_per_step')} commits")
-            doc.update(_with_worker(world, env, roomy, sizes=sizes, rounds=rounds,
-                                    edge_url=edge_url, edge_pid=edge_pid, log_dir=log_dir,
-                                    say=say))
+        yield {"TETHER_MAX_RUNNING_TASKS": str(ROOMY),
+               "TETHER_MAX_RUNNING_PER_TENANT": str(ROOMY), "TETHER_EGRESS_ALLOW": "127.0.0.1"}
     finally:
         settings.TETHER.clear()
         settings.TETHER.update(saved)
+
+
+README_WORKER = "celery -A config worker (pool and concurrency from config/celery.py settings)"
+
+
+def run_io_phase(world: World, env: dict[str, str], *, sizes: list[int], rounds: int,
+                 log_dir: Any, say: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {"worker": README_WORKER, "runs": []}
+    with roomy_admission() as roomy, edge_process(log_dir) as (edge_url, edge_pid):
+        io_world_ensure(world, edge_url)
+        doc["anatomy"] = io_anatomy(world)
+        say(f"  an I/O step: {doc['anatomy'].get('phases_per_step')} database phases, "
+            f"{doc['anatomy'].get('statements_per_step')} statements, "
+            f"{doc['anatomy'].get('commits_per_step')} commits")
+        doc.update(_with_worker(world, env, roomy, sizes=sizes, rounds=rounds,
+                                edge_url=edge_url, edge_pid=edge_pid, log_dir=log_dir,
+                                say=say))
     doc["io_to_scripted_steps_ratio"] = (doc.get("compare") or {}).get("ratio")
     return doc
 
@@ -290,7 +298,7 @@ def io_anatomy(world: World) -> dict[str, Any]:
             task_id = task_submit(tenant_id=world.tenant_id, requester_id=world.user_id,
                                   agent=IO_AGENT, goal="bench io anatomy", input={},
                                   script=None, actor=SYSTEM).task.pk
-        _admit_all()
+        admit_all()
         return run_anatomy(world, steps=TOOL_CALLS, task_id=task_id)
     finally:
         settings.TETHER_EGRESS_ALLOW = saved

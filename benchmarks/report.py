@@ -10,6 +10,7 @@ from typing import Any
 from django.db import connection
 
 IO_TARGET_TASKS = 200  # the I/O workload's wall time and concurrency targets are at this size
+WORKFLOW_TARGET_RUNS = 500  # the workflow workload's wall time target is at this size
 
 # name, where in the document, comparison, bound
 TARGETS: list[tuple[str, tuple[str, ...], str, float]] = [
@@ -79,6 +80,7 @@ def check_targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
                                run.get("ratio_to_ideal")))
             out.append(_target(f"I/O {IO_TARGET_TASKS} tasks: peak model calls in flight",
                                ">=", 150, run.get("peak_model_calls_in_flight")))
+    out.extend(workflow_targets(doc))
     conns = doc.get("waiting") or {}
     if "db_connections_before" in conns:
         grew = conns["db_connections_while_waiting"] - conns["db_connections_before"]
@@ -89,6 +91,19 @@ def check_targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
                 "met": grew <= 0,
             }
         )
+    return out
+
+
+def workflow_targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    wf = doc.get("workflow")
+    if not wf:
+        return []
+    out = []
+    if dig(wf, ("http", "runs")) == WORKFLOW_TARGET_RUNS:
+        out.append(_target(f"workflow {WORKFLOW_TARGET_RUNS} runs: wall / ideal critical path",
+                           "<=", 1.5, wf.get("wall_to_ideal")))
+    out.append(_target("workflow node steps/s, instant tools / scripted-instant steps/s",
+                       ">=", 0.7, wf.get("instant_to_scripted_steps_ratio")))
     return out
 
 
@@ -128,11 +143,12 @@ def table(doc: dict[str, Any]) -> str:
         f"PostgreSQL {m.get('postgresql')}, autovacuum {m.get('autovacuum')} "
         "(every run starts from a vacuumed database)",
     )
-    if doc.get("config", {}).get("only") == "io":
-        return _rows_text([machine, *_io_rows(doc)], doc)
+    if doc.get("config", {}).get("only") in ("io", "workflow"):
+        return _rows_text([machine, *_io_rows(doc), *_workflow_rows(doc)], doc)
     rows = [
         machine,
         *_io_rows(doc),
+        *_workflow_rows(doc),
         (
             "runner",
             f"{_fmt(r.get('steps_per_s'))} steps/s, {_fmt(r.get('tasks_per_s'))} tasks/s "
@@ -247,6 +263,57 @@ def _io_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
             cpu = cmp.get(f"{name}_cpu_ms_per_step") or {}
             rows.append((f"  CPU/step, {name}", ", ".join(f"{k} {_fmt(v, ' ms')}"
                                                           for k, v in cpu.items())))
+    return rows
+
+
+def _cpu_text(cpu: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {_fmt(v, ' ms')}" for k, v in cpu.items())
+
+
+def _workflow_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    wf = doc.get("workflow") or {}
+    if not wf:
+        return []
+    rows = [("workflow graph",
+             f"{wf.get('graph')}; {wf.get('calls_per_run')} calls of "
+             f"{_fmt(wf.get('tool_latency_s'), ' s')} a run; critical path: ideal "
+             f"{_fmt(wf.get('ideal_critical_path_s'), ' s')} (independent nodes and map items "
+             f"at once), sequential {_fmt(wf.get('sequential_critical_path_s'), ' s')}")]
+    anatomy = wf.get("anatomy") or {}
+    for name in ("workflow", "scripted"):
+        one = anatomy.get(name) or {}
+        if one.get("tool_steps"):
+            rows.append((f"{name} step anatomy",
+                         _anatomy_text(one).replace("tool step", "node step" if name == "workflow"
+                                                    else "tool step")
+                         + f"; {_fmt(one.get('in_process_step_ms'), ' ms')} in one process"))
+    h = wf.get("http") or {}
+    if h:
+        rows.append((
+            f"workflow {h.get('runs')} runs",
+            f"wall {_fmt(h.get('wall_s'), ' s')}: {_fmt(h.get('ratio_to_ideal'))} x ideal, "
+            f"{_fmt(h.get('ratio_to_sequential'))} x sequential; "
+            f"{_fmt(h.get('node_steps_per_s'))} node steps/s; a run took p50 "
+            f"{_fmt(dig(h, ('run_duration', 'p50_ms')), ' ms')}, p99 "
+            f"{_fmt(dig(h, ('run_duration', 'p99_ms')), ' ms')}; peak "
+            f"{h.get('peak_tool_calls_in_flight')} tool calls in flight; "
+            f"{h.get('succeeded')} succeeded; worker RSS "
+            f"{_fmt(h.get('worker_rss_mb_max'), ' MB')}"))
+        rows.append(("  CPU/node step", _cpu_text(h.get("cpu_ms_per_node_step") or {})))
+    c = wf.get("compare") or {}
+    if c:
+        rows.append((
+            "workflow vs scripted",
+            f"{c.get('runs')} runs/tasks x {c.get('steps_per_run')} steps, medians of "
+            f"{c.get('rounds')} alternated runs: "
+            f"{_fmt(c.get('workflow_median_node_steps_per_s'))} node steps/s (instant tools: "
+            f"{', '.join(_fmt(v) for v in c.get('workflow_node_steps_per_s') or [])}) vs "
+            f"{_fmt(c.get('scripted_median_steps_per_s'))} steps/s (scripted-instant: "
+            f"{', '.join(_fmt(v) for v in c.get('scripted_steps_per_s') or [])}): ratio "
+            f"{_fmt(c.get('ratio'))}"))
+        rows.append(("  CPU/step, workflow",
+                     _cpu_text(c.get("workflow_cpu_ms_per_node_step") or {}) + " (per node step)"))
+        rows.append(("  CPU/step, scripted", _cpu_text(c.get("scripted_cpu_ms_per_step") or {})))
     return rows
 
 

@@ -2,6 +2,8 @@
 
 0. the I/O workload (`io_load`): tasks waiting on a model and an HTTP tool,
    through the worker started as docs/how-to/deploy.md says (alone with `only="io"`);
+   then the workflow workload (`workflow_load`) on the same kind of worker
+   (alone with `only="workflow"`);
 1. console history (unless skipped), so every later phase runs on big tables;
 2. Celery workers: warm-up, then `rounds` times the runner throughput and the
    psycopg floor (the workers idle meanwhile), alternately, so both see the
@@ -34,8 +36,9 @@ from .floor import run_floor
 from .io_load import run_io_phase
 from .long_task import run_long_tasks
 from .procs import celery_workers, daphne_server, purge_queue
-from .report import check_targets, machine_info
+from .report import check_targets, machine_info, workflow_targets
 from .throughput import run_throughput, run_waiting, warm_up
+from .workflow_load import run_workflow_phase
 from .world import api_key, session_cookie, world_ensure
 from .ws_latency import run_ws_latency
 
@@ -71,12 +74,20 @@ def bench_run(cfg: BenchConfig, *, log_dir: Path, say: Callable[[str], None]) ->
     world = world_ensure()
     purge_queue()
 
-    phase("io", f"I/O workload: {', '.join(str(n) for n in cfg.io_tasks)} tasks ...")
-    doc["io"] = run_io_phase(world, env, sizes=list(cfg.io_tasks), rounds=cfg.rounds,
-                             log_dir=log_dir, say=say)
-    purge_queue()
-    if cfg.only == "io":
+    if cfg.only in ("", "io"):
+        phase("io", f"I/O workload: {', '.join(str(n) for n in cfg.io_tasks)} tasks ...")
+        doc["io"] = run_io_phase(world, env, sizes=list(cfg.io_tasks), rounds=cfg.rounds,
+                                 log_dir=log_dir, say=say)
+        purge_queue()
+    if cfg.only in ("", "workflow"):
+        phase("workflow", f"workflow workload: {cfg.workflow_runs} runs ...")
+        doc["workflow"] = run_workflow_phase(world, env, runs=cfg.workflow_runs,
+                                             rounds=cfg.rounds, log_dir=log_dir, say=say)
+        purge_queue()
+    if cfg.only:
         load["end"] = round(os.getloadavg()[0], 2)
+        if cfg.only == "workflow":
+            doc["targets"] = workflow_targets(doc)
         doc["duration_s"] = round(time.monotonic() - started, 1)
         return doc
 

@@ -8,6 +8,10 @@
 
 Both results depend on the step (`n`), so the no-progress check never sees a
 repeated observation.
+
+- ``bench_echo`` (read): the workflow workload's instant tool (`workflow_load`
+  registers it), answering as the fake edge's HTTP tool does: ``{"ok": true,
+  "i": ..}``, and ``"echo"`` (the argument of that name) when given.
 """
 
 from __future__ import annotations
@@ -24,6 +28,13 @@ from .models import BenchRecord
 
 def bench_read(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     return {"n": args["n"], "task": ctx.task_id, "value": f"read-{args['n']}"}
+
+
+def bench_echo(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    answer = {"ok": True, "i": args.get("i")}
+    if "echo" in args:
+        answer["echo"] = args["echo"]
+    return answer
 
 
 def bench_write(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:

@@ -17,5 +17,6 @@ urlpatterns = [
     path("webhooks/", include("notify_app.console.urls")),
     path("audit/", include("audit_app.urls")),
     path("schedules/", include("schedules_app.console.urls")),
+    path("workflows/", include("workflows_app.console.urls")),
     path("", include("tasks_app.console.urls")),
 ]

@@ -5,6 +5,7 @@ Celery entry points or the services above it.
 
 - `store.hooks`: after an event commits, its observation and its publication;
   after a task leaves RUNNING, admission; after it fails, its compensation;
+  after it ends, its parent's wake-up and its children's cancel (`services.children`);
 - `services.dispatch`: who runs a task's slices and compensations, per
   `TETHER_RUNNER` mode (Celery workers, or the embedded runner).
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 from .live.publish import publish_event
 from .runner.embedded import EMBEDDED
 from .services.admission import admission_after_commit
+from .services.children import children_sweep, on_task_ended
 from .services.dispatch import register_executor, schedule_compensation
 from .services.events import observe_committed
 from .store import hooks
@@ -24,5 +26,7 @@ def register() -> None:
     hooks.on_event_committed(publish_event)
     hooks.on_slot_freed(admission_after_commit)
     hooks.on_task_failed(schedule_compensation)
+    hooks.on_task_ended(on_task_ended)  # a child's parent is woken, a parent's children canceled
+    hooks.on_sweep(children_sweep)
     register_executor("celery", CELERY)
     register_executor("embedded", EMBEDDED)

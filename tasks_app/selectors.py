@@ -41,6 +41,7 @@ def tasks_matching(
     trace_id: str | None = None,
     requester_id: int | None = None,
     agent_version: int | None = None,
+    parent: int | None = None,
 ) -> QuerySet[Task]:
     """The tenant's tasks that match every filter given (the API list and bulk cancel)."""
     qs = tasks_of_tenant(tenant_id).select_related("requester")
@@ -58,6 +59,8 @@ def tasks_matching(
         qs = qs.filter(requester_id=requester_id)
     if agent_version is not None:
         qs = qs.filter(agent_version=agent_version)
+    if parent is not None:
+        qs = qs.filter(parent_id=parent)
     return qs
 
 

@@ -22,10 +22,13 @@ The format (the docs' Workflows page has a complete example):
       - id: notify_each
         after: [lookup]
         map: {over: "nodes.lookup.contacts", tool: notify_customer, args: {...}}
+      - id: triage
+        agent: {name: triager, goal: "Triage ${inputs.order_id}", input: {...}}
 
-Node kinds: `tool`, `agent` (a child task of an agent profile: not run yet,
-refused at registration), `human` (`question` with an optional answer
-`schema`, or `approval`), `map` (a tool called once per item of a list).
+Node kinds: `tool`, `agent` (a child task of an agent profile: `{name, goal,
+input}`, called as the tool `agent:<name>` with the rendered `{goal, input}`),
+`human` (`question` with an optional answer `schema`, or `approval`), `map`
+(a tool or an agent called once per item of a list).
 Every node may declare `after`, `when`, `retries` (business errors; a
 transient error has the tool's own retries), `critical` (default true) and
 `compensate` (tool nodes and maps of tools).
@@ -37,6 +40,7 @@ the API answers 400 with these as its field errors.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +57,9 @@ MAX_RETRIES = 10
 MAX_PARALLEL = 50
 DEFAULT_MAP_PARALLEL = 10
 MAX_DEFINITION_BYTES = 256 * 1024
+AGENT_TOOL_PREFIX = "agent:"  # the tool an agent is called as (`tasks_app.services.children`)
+MAX_DEPTH = 64  # as the API's JSON parser allows
+MAX_VALUES = 50_000  # every object, list, key and scalar, YAML aliases expanded
 NODE_KINDS = ("tool", "agent", "human", "map")
 NODE_KEYS = frozenset({"id", "after", "when", "retries", "critical", "compensate", "description",
                        "args", "timeout_s", *NODE_KINDS})
@@ -74,9 +81,9 @@ class DefinitionError(ValueError):
 @dataclass(frozen=True)
 class Node:
     id: str
-    kind: str  # tool | human | map
+    kind: str  # tool | agent | human | map
     after: tuple[str, ...]
-    tool: str = ""
+    tool: str = ""  # an agent node's, or a map's over an agent: `agent:<name>`
     args: Any = None  # template
     when: Expression | None = None
     over: Expression | None = None  # map
@@ -104,13 +111,17 @@ class Definition:
 
     @property
     def tools(self) -> list[str]:
+        """What the run may call: its tools, and `agent:<name>` for its agents."""
         names = {n.tool for n in self.nodes if n.tool}
         names |= {n.compensate["tool"] for n in self.nodes if n.compensate}
         return sorted(names)
 
 
 def parse_source(source: Any) -> dict[str, Any]:
-    """A definition given as an object, or as YAML or JSON text."""
+    """A definition given as an object, or as YAML or JSON text: plain JSON
+    values once parsed (YAML's dates, binaries and aliases expanded into many
+    values are refused), nested at most MAX_DEPTH levels, at most
+    MAX_DEFINITION_BYTES."""
     if isinstance(source, str):
         if len(source.encode()) > MAX_DEFINITION_BYTES:
             raise DefinitionError({"definition": [f"at most {MAX_DEFINITION_BYTES} bytes"]})
@@ -118,16 +129,63 @@ def parse_source(source: Any) -> dict[str, Any]:
             source = yaml.safe_load(source)
         except yaml.YAMLError as exc:
             raise DefinitionError({"definition": [f"not valid YAML or JSON: {exc}"]}) from exc
-    elif len(json.dumps(source, default=str)) > MAX_DEFINITION_BYTES:
+        except RecursionError as exc:
+            raise DefinitionError({"definition": [f"nested at most {MAX_DEPTH} levels deep"]}) \
+                from exc
+    problem = _not_plain_json(source)
+    if problem:
+        raise DefinitionError({"definition": [problem]})
+    if len(json.dumps(source)) > MAX_DEFINITION_BYTES:
         raise DefinitionError({"definition": [f"at most {MAX_DEFINITION_BYTES} bytes"]})
     if not isinstance(source, dict):
         raise DefinitionError({"definition": ["must be an object with `nodes`"]})
     return source
 
 
-def load(raw: dict[str, Any], *, tools: Iterable[str] | None = None) -> Definition:
+def _not_plain_json(value: Any) -> str | None:
+    """Why `value` cannot be stored and walked as a definition, or None. The
+    walk stops at the first problem, so YAML aliases that would expand into
+    millions of values cost no more than the bounds."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    values = chars = 0
+    while stack:
+        item, depth = stack.pop()
+        values += 1
+        if values > MAX_VALUES:
+            return f"at most {MAX_VALUES} values (a YAML alias counts each time it is used)"
+        if depth > MAX_DEPTH:
+            return f"nested at most {MAX_DEPTH} levels deep"
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    return f"keys are strings: {key!r} is not (quote it)"
+                stack.append((key, depth + 1))
+                stack.append((child, depth + 1))
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+        elif isinstance(item, str):
+            chars += len(item)
+            if chars > MAX_DEFINITION_BYTES:
+                return f"at most {MAX_DEFINITION_BYTES} bytes (a YAML alias counts each time)"
+            if "\x00" in item:
+                return "strings may not contain NUL (\\u0000) characters"
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return "strings may not contain unpaired surrogates"
+        elif isinstance(item, float) and not math.isfinite(item):
+            return "numbers must be finite"
+        elif item is not None and not isinstance(item, bool | int | float):
+            return (f"only JSON values (objects, lists, strings, numbers, true, false, null): "
+                    f"{type(item).__name__} {str(item)[:40]!r} is not one (quote it)")
+    return None
+
+
+def load(raw: dict[str, Any], *, tools: Iterable[str] | None = None,
+         agents: Iterable[str] | None = None) -> Definition:
     """Check `raw` (a parsed definition) and build its graph. With `tools` (the
-    tenant's enabled tool names), a node naming another tool is an error."""
+    tenant's enabled tool names), a node naming another tool is an error; with
+    `agents` (its enabled agents' names), so is an agent node naming another."""
     errors: dict[str, list[str]] = {}
 
     def err(path: str, message: str) -> None:
@@ -151,6 +209,7 @@ def load(raw: dict[str, Any], *, tools: Iterable[str] | None = None) -> Definiti
         err("nodes", f"at most {MAX_NODES} nodes")
         raise DefinitionError(errors)
     known_tools = set(tools) if tools is not None else None
+    known_agents = set(agents) if agents is not None else None
     ids: dict[str, int] = {}
     for i, item in enumerate(raw_nodes):
         node_id = item.get("id") if isinstance(item, dict) else None
@@ -167,7 +226,7 @@ def load(raw: dict[str, Any], *, tools: Iterable[str] | None = None) -> Definiti
             if not isinstance(item, dict):
                 err(f"nodes[{i}]", "a node is an object")
             continue
-        node = _node(item, f"nodes[{i}]", ids, known_tools, err)
+        node = _node(item, f"nodes[{i}]", ids, known_tools, known_agents, err)
         if node is not None:
             built[node.id] = node
     order = _topological(built, ids, err)
@@ -199,7 +258,7 @@ def _budget(raw: Any, err: Any) -> dict[str, int]:
 
 
 def _node(item: dict[str, Any], path: str, ids: dict[str, int], tools: set[str] | None,
-          err: Any) -> Node | None:
+          agents: set[str] | None, err: Any) -> Node | None:
     for key in sorted(set(item) - NODE_KEYS):
         err(f"{path}.{key}", "unknown field")
     kinds = [k for k in NODE_KINDS if k in item]
@@ -237,9 +296,14 @@ def _node(item: dict[str, Any], path: str, ids: dict[str, int], tools: set[str] 
                               "timeout_s": timeout}
     compensate = _compensate(item.get("compensate"), f"{path}.compensate", tools, err)
     if kind == "agent":
-        err(f"{path}.agent", "agent nodes (child tasks) are not supported yet: "
-                             "call the agent's tools from tool nodes")
-        return None
+        if compensate is not None:
+            err(f"{path}.compensate", "an agent's child task is not compensated: its own "
+                                      "tools' compensations run when it fails")
+        called = _agent(item.get("agent"), f"{path}.agent", agents, err)
+        if called is None:
+            return None
+        tool, args = called
+        return Node(kind="agent", tool=tool, args=args, **common)
     if kind == "tool":
         tool = _tool(item.get("tool"), f"{path}.tool", tools, err)
         args = _template(item.get("args", {}), f"{path}.args", err)
@@ -247,16 +311,29 @@ def _node(item: dict[str, Any], path: str, ids: dict[str, int], tools: set[str] 
     if kind == "map":
         spec = item.get("map")
         if not isinstance(spec, dict):
-            err(f"{path}.map", "an object: {over, tool, args}")
+            err(f"{path}.map", "an object: {over, tool, args} or {over, agent}")
             return None
-        for key in sorted(set(spec) - {"over", "tool", "args", "max_parallel"}):
-            err(f"{path}.map.{key}", "unknown field; a map has over, tool, args, max_parallel")
+        for key in sorted(set(spec) - {"over", "tool", "args", "agent", "max_parallel"}):
+            err(f"{path}.map.{key}", "unknown field; a map has over, tool and args or agent, "
+                                     "and max_parallel")
         parallel = spec.get("max_parallel", DEFAULT_MAP_PARALLEL)
         if (not isinstance(parallel, int) or isinstance(parallel, bool)
                 or not 1 <= parallel <= MAX_PARALLEL):
             err(f"{path}.map.max_parallel", f"a whole number from 1 to {MAX_PARALLEL}")
             parallel = 1
         over = _expression(spec.get("over"), f"{path}.map.over", err, required=True)
+        if "agent" in spec:
+            if "tool" in spec or "args" in spec:
+                err(f"{path}.map", "either a tool (with args) or an agent, not both")
+            if compensate is not None:
+                err(f"{path}.compensate", "an agent's child task is not compensated")
+            if timeout is not None:
+                err(f"{path}.timeout_s", "a child task has its agent's own time budget")
+            called = _agent(spec.get("agent"), f"{path}.map.agent", agents, err)
+            if called is None:
+                return None
+            return Node(kind="map", tool=called[0], args=called[1], over=over,
+                        max_parallel=parallel, **common)
         tool = _tool(spec.get("tool"), f"{path}.map.tool", tools, err)
         args = _template(spec.get("args", {}), f"{path}.map.args", err)
         return Node(kind="map", tool=tool, args=args, over=over, compensate=compensate,
@@ -309,6 +386,31 @@ def _tool(name: Any, path: str, tools: set[str] | None, err: Any) -> str:
     if tools is not None and name not in tools:
         err(path, f"no enabled tool named {name!r}")
     return name
+
+
+def _agent(spec: Any, path: str, agents: set[str] | None,
+           err: Any) -> tuple[str, dict[str, Any]] | None:
+    """An agent call `{name, goal, input}`: (its tool, `agent:<name>`; its
+    arguments' template `{goal, input}`)."""
+    if not isinstance(spec, dict):
+        err(path, "an object: {name, goal, input}")
+        return None
+    for key in sorted(set(spec) - {"name", "goal", "input"}):
+        err(f"{path}.{key}", "unknown field; an agent call has name, goal and input")
+    name = spec.get("name")
+    if not isinstance(name, str) or not name:
+        err(f"{path}.name", "the name of an agent profile")
+        return None
+    if agents is not None and name not in agents:
+        err(f"{path}.name", f"no enabled agent named {name!r}")
+    goal = spec.get("goal")
+    if not isinstance(goal, str) or not goal.strip() or len(goal) > 4000:
+        err(f"{path}.goal", "what the agent is to do (a template): 1 to 4000 characters")
+    input_ = spec.get("input", {})
+    if not isinstance(input_, dict | str):
+        err(f"{path}.input", "an object (a template), or an expression giving one")
+    return AGENT_TOOL_PREFIX + name, {"goal": _template(goal, f"{path}.goal", err),
+                                      "input": _template(input_, f"{path}.input", err)}
 
 
 def _expression(source: Any, path: str, err: Any, *, required: bool = False) -> Expression | None:
@@ -377,7 +479,10 @@ def _check_references(order: list[Node], ids: dict[str, int], raw: dict[str, Any
             sources.append((f"{path}.when", node.when))
         if node.over is not None:
             sources.append((f"{path}.map.over", node.over))
-        args_path = f"{path}.map.args" if node.kind == "map" else f"{path}.args"
+        calls_agent = node.tool.startswith(AGENT_TOOL_PREFIX)
+        args_path = {(True, False): f"{path}.map.args", (True, True): f"{path}.map.agent",
+                     (False, True): f"{path}.agent"}.get((node.kind == "map", calls_agent),
+                                                         f"{path}.args")
         sources += [(f"{args_path}.{p}" if p else args_path, e)
                     for p, e in template_expressions(node.args)]
         if node.kind == "human":

@@ -23,6 +23,7 @@ map, `item` and `index`; in a compensation, `output` (the node's own output).
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,6 +35,15 @@ MAX_SOURCE_CHARS = 2000
 MAX_NESTING = 24  # brackets, braces and parentheses open at once
 MAX_MACROS = 4  # list macros (map, filter, all, exists, exists_one) in one expression
 MAX_RESULT_BYTES = 256 * 1024  # what one expression may produce, as JSON
+# An expression with a list macro, or with more than MAX_CHEAP_PLUS `+` (a
+# chain of list concatenations), costs more than its data's size: the
+# library's macros rebuild their result list on every item, so their time
+# grows with the square of the list. Such an expression runs only over data
+# (the values it names) with lists of at most MAX_LOOP_ITEMS items and at most
+# MAX_LOOP_DATA_BYTES in all; otherwise it fails with the reason, at once.
+MAX_LOOP_ITEMS = 1000
+MAX_LOOP_DATA_BYTES = 256 * 1024
+MAX_CHEAP_PLUS = 8
 ROOTS = frozenset({"inputs", "nodes", "item", "index", "output"})
 
 _TEMPLATE = re.compile(r"\$\{(.*?)\}", re.DOTALL)
@@ -54,17 +64,83 @@ class Expression:
     source: str
     program: Any
     nodes: frozenset[str]  # the node ids it refers to
+    loops: bool = False  # a list macro, or many `+`: its data is bounded before it runs
 
     def evaluate(self, activation: dict[str, Any]) -> Any:
+        if self.loops:
+            problem = _too_much_to_loop_over(self, activation)
+            if problem:
+                raise ExpressionError(f"{self.source!r}: {problem}")
         try:
             value = self.program.execute(activation)
         except Exception as exc:  # the library raises KeyError, ValueError, ZeroDivisionError…
             raise ExpressionError(f"{self.source!r}: {_message(exc)}") from exc
-        size = len(json.dumps(value, default=str))
+        problem = _not_json(value)
+        if problem:
+            raise ExpressionError(f"{self.source!r}: {problem}")
+        size = len(json.dumps(value))
         if size > MAX_RESULT_BYTES:
             raise ExpressionError(f"{self.source!r}: its value is {size} bytes as JSON, "
                                   f"more than {MAX_RESULT_BYTES}")
         return value
+
+
+def _too_much_to_loop_over(expr: Expression, activation: dict[str, Any]) -> str | None:
+    """Why the data `expr` names is too large for an expression that loops, or None."""
+    roots = set(expr.program.variables()) & ROOTS
+    named: list[tuple[str, Any]] = []
+    for root in sorted(roots & set(activation)):
+        if root == "nodes":
+            outputs = activation["nodes"] or {}
+            named += [(f"nodes.{n}", outputs[n]) for n in sorted(expr.nodes) if n in outputs]
+        else:
+            named.append((root, activation[root]))
+    why = (f"an expression with a list macro (or more than {MAX_CHEAP_PLUS} `+`) works over "
+           f"lists of at most {MAX_LOOP_ITEMS} items and at most {MAX_LOOP_DATA_BYTES} bytes "
+           "of data")
+    size = 0
+    stack = [(value, where) for where, value in named]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, dict):
+            size += 2 + sum(len(str(k)) + 4 for k in value)
+            stack.extend((v, f"{where}.{k}") for k, v in value.items())
+        elif isinstance(value, list):
+            if len(value) > MAX_LOOP_ITEMS:
+                return f"{where} has {len(value)} items; {why}"
+            size += 2 + len(value)
+            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(value))
+        else:
+            size += len(value) + 2 if isinstance(value, str) else 8
+        if size > MAX_LOOP_DATA_BYTES:
+            return f"the data it names is over {MAX_LOOP_DATA_BYTES} bytes; {why}"
+    return None
+
+
+def _not_json(value: Any) -> str | None:
+    """Why a value cannot become a tool's arguments, a node's output or a run's
+    result (stored as JSON), or None: CEL also has bytes, timestamps,
+    durations, NaN and maps with other keys than strings."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            bad = next((k for k in item if not isinstance(k, str)), None)
+            if bad is not None:
+                return f"its value has a key that is not a string ({bad!r})"
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str):
+            if "\x00" in item:
+                return "its value has a NUL (\\u0000) character"
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return f"its value has a number that is not finite ({item})"
+        elif item is not None and not isinstance(item, bool | int):
+            return (f"its value holds a value of type {type(item).__name__}, which is not "
+                    "JSON (convert it with string(...))")
+    return None
 
 
 def _message(exc: Exception) -> str:
@@ -157,7 +233,8 @@ def compile_expression(source: str) -> Expression:
                               + ", ".join(sorted(ROOTS)))
     named = code_with_names(source, code)
     nodes = frozenset(m.group(1) or m.group(3) for m in _NODE_REF.finditer(named))
-    return Expression(source, program, nodes)
+    loops = bool(_MACRO.search(code)) or code.count("+") > MAX_CHEAP_PLUS
+    return Expression(source, program, nodes, loops)
 
 
 def code_with_names(source: str, code: str) -> str:

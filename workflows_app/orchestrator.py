@@ -36,7 +36,7 @@ from tasks_app.models import Task
 
 from .definition import MAX_MAP_ITEMS, Definition, Node, load
 from .expressions import ExpressionError, render
-from .selectors import run_steps
+from .selectors import run_children, run_steps
 
 BACKEND = "workflow"
 
@@ -199,14 +199,26 @@ def _one_call(node: Node, recs: list[StepRecord]) -> tuple[str, Any, Any]:
     last = recs[-1]
     if last.status in OPEN:
         return WAITING, None, None
-    if last.status == "SUCCEEDED":
-        if node.kind == "human":
-            return _answered(node, last.output)
-        return SUCCEEDED, last.output, None
-    failures = sum(1 for r in recs if r.status in ("FAILED", "REJECTED", "DISCARDED"))
+    outcome = _outcome(node, last)
+    if outcome[0] == SUCCEEDED:
+        return outcome
+    # a rejected approval is a failed try too: asked again while retries last
+    failures = sum(1 for r in recs if _outcome(node, r)[0] == FAILED)
     if failures <= node.retries:
         return READY, None, None
-    return FAILED, None, last.error or {"type": "failed", "message": f"step {last.step_no} failed"}
+    return outcome
+
+
+def _outcome(node: Node, rec: StepRecord) -> tuple[str, Any, Any]:
+    """(status, output, error) of one finished step of a node."""
+    if rec.status == "SUCCEEDED":
+        if node.kind == "human":
+            return _answered(node, rec.output)
+        return SUCCEEDED, rec.output, None
+    if rec.status in ("FAILED", "REJECTED", "DISCARDED"):
+        return FAILED, None, rec.error or {"type": "failed",
+                                           "message": f"step {rec.step_no} failed"}
+    return WAITING, None, None
 
 
 def _answered(node: Node, output: Any) -> tuple[str, Any, Any]:
@@ -368,9 +380,12 @@ def definition_of(model: dict[str, Any]) -> Definition:
 
 
 def run_nodes(task: Task) -> list[dict[str, Any]]:
-    """Each node of a run: {id, kind, status, output, error, steps, task,
-    started_at, finished_at}; a node of a run that ended before reaching it is
-    `pending` (or `canceled` when the run was canceled)."""
+    """Each node of a run: {id, kind, status, output, error, steps, task (an
+    agent node's latest child task), tasks (all of them: a map's, a retried
+    node's), started_at, finished_at}; a node of a run that ended before
+    reaching it is `not_run` (or `canceled` when the run was canceled), and so
+    is one whose call the cancel cut (its step DISCARDED). A node whose child
+    task runs, or waits for a person, is `waiting`."""
     model = (task.agent_snapshot or {}).get("model") or {}
     definition = definition_of(model)
     inputs, rows = run_steps(task.pk)
@@ -380,20 +395,35 @@ def run_nodes(task: Task) -> list[dict[str, Any]]:
         node = ((row.get("decision") or {}).get("workflow") or {}).get("node")
         if node:
             times.setdefault(node, []).append(row)
+    children = run_children(task.pk)
     out = []
     for node in definition.nodes:
         state = planned.nodes[node.id]
         status = state.status
         if status in ("ready", "pending") and task.is_terminal:
             status = "canceled" if task.status == "CANCELED" else "not_run"
+        elif status == "failed" and task.status == "CANCELED" and _canceled(state.error):
+            status = "canceled"  # its call was open when the run was canceled
         elif status == "ready":
             status = "pending"
         steps = times.get(node.id, [])
         out.append({
             "id": node.id, "kind": node.kind, "status": status, "output": state.output,
-            "error": state.error, "steps": [r["step_no"] for r in steps], "task": None,
+            "error": state.error, "steps": [r["step_no"] for r in steps],
+            **_children_of(steps, children),
             "started_at": steps[0]["started_at"] if steps else None,
             "finished_at": steps[-1]["finished_at"] if steps and status in (
                 "succeeded", "failed") else None,
         })
     return out
+
+
+def _children_of(steps: list[dict[str, Any]], children: dict[int, int]) -> dict[str, Any]:
+    """A node's child tasks (agent nodes, maps over an agent), oldest first, and
+    the latest of them (None: the node started none)."""
+    ids = [children[r["step_no"]] for r in steps if r["step_no"] in children]
+    return {"task": ids[-1] if ids else None, "tasks": ids}
+
+
+def _canceled(error: Any) -> bool:
+    return isinstance(error, dict) and error.get("type") == "canceled"

@@ -32,5 +32,11 @@ def run_steps(task_id: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return dict(inputs or {}), rows
 
 
+def run_children(task_id: int) -> dict[int, int]:
+    """A run's child tasks (its agent nodes'), by the step that started each."""
+    return {step_no: pk for step_no, pk in Task.objects.filter(parent_id=task_id).values_list(
+        "parent_step_no", "pk") if step_no is not None}
+
+
 def run_of(task: Task) -> WorkflowRun | None:
     return WorkflowRun.objects.filter(task_id=task.pk).select_related("workflow").first()

@@ -290,14 +290,21 @@ def approvals_expire() -> int:
             fresh.status, fresh.decided_at = Decision.EXPIRED, now
             fresh.comment = f"expired ({mode})"
             fresh.save()
-            if mode == "escalate":
-                task_transition(task_id=task.pk, event="escalated", actor=SYSTEM,
-                                expected_version=done.version,
-                                payload={"reason": "approval_expired", "approval_id": fresh.pk})
-            else:
-                schedule_advance_on_commit(task.pk)
+            _after_expiry(task.pk, done.version, escalate=mode == "escalate",
+                          payload={"reason": "approval_expired", "approval_id": fresh.pk})
             count += 1
     return count
+
+
+def _after_expiry(task_id: int, version: int, *, escalate: bool,
+                  payload: dict[str, Any]) -> None:
+    """An expired request let its task run again: it goes on, or waits for an
+    operator (`escalated`)."""
+    if escalate:
+        task_transition(task_id=task_id, event="escalated", actor=SYSTEM,
+                        expected_version=version, payload=payload)
+    else:
+        schedule_advance_on_commit(task_id)
 
 
 def questions_expire() -> int:
@@ -323,11 +330,7 @@ def questions_expire() -> int:
                              "message": "the question expired before anyone answered"})
             fresh.status = QuestionStatus.EXPIRED
             fresh.save(update_fields=["status"])
-            if fresh.on_expiry == "escalate":
-                task_transition(task_id=task.pk, event="escalated", actor=SYSTEM,
-                                expected_version=done.version,
-                                payload={"reason": "question_expired", "question_id": fresh.pk})
-            else:
-                schedule_advance_on_commit(task.pk)
+            _after_expiry(task.pk, done.version, escalate=fresh.on_expiry == "escalate",
+                          payload={"reason": "question_expired", "question_id": fresh.pk})
             count += 1
     return count

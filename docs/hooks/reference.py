@@ -132,6 +132,7 @@ EVENT_MEANINGS = {
     "compensation_skipped": "a step was left uncompensated (a retry continues from it)",
     "retried": "an operator retried this task from a step (on the original)",
     "retry_created": "this task was created by a retry (on the new task)",
+    "child_started": "a tool step calling an agent started its child task (on the parent)",
 }
 _EVENT_KEYWORD_CALLS = {"event_append": "type", "task_transition": "event", "Commit": "event"}
 _EVENT_POSITIONAL_CALLS = ("_event", "_info_event")  # (subject, type, ...)

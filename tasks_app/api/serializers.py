@@ -72,6 +72,11 @@ class TaskSerializer(serializers.Serializer):
     started_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)
     retry_of = serializers.SerializerMethodField()
+    # (a declared field leaves the class: DRF's own `Field.parent` is not shadowed)
+    parent = serializers.IntegerField(  # type: ignore[assignment]
+        source="parent_id", allow_null=True,
+        help_text="The task that started this one (a child task: an agent node, an agent "
+                  "called as a tool); null for a task submitted by a person or a schedule.")
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_agent(self, task: Task) -> str | None:
@@ -136,7 +141,11 @@ class WorkflowNodeSerializer(serializers.Serializer):
     output = serializers.JSONField(allow_null=True)
     error = serializers.JSONField(allow_null=True)
     steps = serializers.ListField(child=serializers.IntegerField())
-    task = serializers.IntegerField(allow_null=True, help_text="A child task (agent nodes).")
+    task = serializers.IntegerField(allow_null=True,
+                                    help_text="The latest child task (agent nodes).")
+    tasks = serializers.ListField(child=serializers.IntegerField(),
+                                  help_text="Every child task of the node, oldest first "
+                                            "(a map over an agent: one per item and try).")
     started_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)
 
@@ -144,6 +153,7 @@ class WorkflowNodeSerializer(serializers.Serializer):
 class TaskDetailSerializer(TaskSerializer):
     open_request = serializers.SerializerMethodField()
     retried_by = serializers.SerializerMethodField()
+    children = serializers.SerializerMethodField()
     workflow = serializers.SerializerMethodField()
     workflow_version = serializers.SerializerMethodField()
     nodes = serializers.SerializerMethodField()
@@ -163,6 +173,11 @@ class TaskDetailSerializer(TaskSerializer):
         if not (task.agent_snapshot or {}).get("workflow"):
             return None
         return list(WorkflowNodeSerializer(run_nodes(task), many=True).data)
+
+    @extend_schema_field(serializers.ListField(
+        child=serializers.IntegerField(), help_text="The tasks this one started, oldest first."))
+    def get_children(self, task: Task) -> list[int]:
+        return list(task.children.order_by("id").values_list("id", flat=True))
 
     @extend_schema_field(serializers.ListField(
         child=serializers.IntegerField(), help_text="The retries of this task, oldest first."))
@@ -349,6 +364,9 @@ class TaskFilterSerializer(serializers.Serializer):
     created_after = serializers.DateTimeField(required=False, help_text="Created at or after.")
     created_before = serializers.DateTimeField(required=False, help_text="Created before.")
     trace_id = serializers.CharField(max_length=64, required=False)
+    parent = serializers.IntegerField(  # type: ignore[assignment]  # see TaskSerializer
+        min_value=1, required=False,
+        help_text="The child tasks of this task (agent nodes, agents called as tools).")
     mine = serializers.BooleanField(
         required=False, default=False, help_text="Only the tasks the caller submitted."
     )

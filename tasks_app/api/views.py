@@ -123,6 +123,7 @@ class TaskListView(TaskViewBase):
             trace_id=f.get("trace_id"),
             requester_id=self.access.user_id if f.get("mine") else None,
             agent_version=f.get("agent_version"),
+            parent=f.get("parent"),
         )
         return self.paginate(qs, lambda page: TaskSerializer(page, many=True).data)
 

@@ -43,6 +43,7 @@ class TaskFilterForm(forms.Form):
     )
     status = forms.ChoiceField(required=False, choices=status_choices)
     agent = forms.ChoiceField(required=False)
+    workflow = forms.ChoiceField(required=False)
     agent_version = forms.IntegerField(
         required=False, min_value=1, max_value=2**31 - 1, label="Agent version",
         widget=forms.NumberInput(attrs={"placeholder": "Any"}),
@@ -50,11 +51,15 @@ class TaskFilterForm(forms.Form):
     trace = forms.CharField(required=False, max_length=64, widget=forms.HiddenInput)
     mine = forms.BooleanField(required=False, label="Only mine")
 
-    def __init__(self, *args: Any, agents: list[str], **kwargs: Any) -> None:
+    def __init__(self, *args: Any, agents: list[str], workflows: list[str] | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         agent = self.fields["agent"]
         assert isinstance(agent, forms.ChoiceField)
         agent.choices = [("", "Any agent"), *((a, a) for a in agents)]
+        workflow = self.fields["workflow"]
+        assert isinstance(workflow, forms.ChoiceField)
+        workflow.choices = [("", "Any workflow"), *((w, w) for w in workflows or [])]
 
     def filters(self) -> dict[str, Any]:
         """The cleaned filters; anything invalid is dropped rather than refused."""
@@ -64,6 +69,7 @@ class TaskFilterForm(forms.Form):
             "q": data.get("q", ""),
             "status": data.get("status", ""),
             "agent": data.get("agent", ""),
+            "workflow": data.get("workflow", ""),
             "agent_version": data.get("agent_version"),
             "trace": data.get("trace", ""),
             "mine": bool(data.get("mine")),
@@ -77,6 +83,8 @@ def describe_filters(filters: dict[str, Any]) -> str:
         parts.append(f"status {s}" if s in STATUS_GROUPS else f"status {status_label(s)}")
     if filters.get("agent"):
         parts.append(f"agent {filters['agent']}")
+    if filters.get("workflow"):
+        parts.append(f"workflow {filters['workflow']}")
     if filters.get("agent_version"):
         parts.append(f"agent version {filters['agent_version']}")
     if filters.get("q"):

@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from config.ids import parse_id
 from tools_app.models import ToolExecution
+from workflows_app.models import Workflow
 
 from ..context.summaries import summary_list
 from ..machine import NON_TERMINAL, TERMINAL, WAITING, TaskStatus
@@ -31,7 +32,8 @@ STATUS_GROUPS: dict[str, tuple[str, ...]] = {
 }
 TIMELINE_PAGE = 200
 STEPS_SHOWN = 50
-SUMMARIES_SHOWN = 10  # a 1,000-step task has over a hundred versions
+SUMMARIES_SHOWN = 10
+CHILDREN_SHOWN = 50  # a 1,000-step task has over a hundred versions
 
 
 # --- the task list -------------------------------------------------------------------
@@ -42,6 +44,7 @@ def filtered_tasks(
     *,
     status: str = "",
     agent: str = "",
+    workflow: str = "",
     q: str = "",
     trace: str = "",
     requester_id: int | None = None,
@@ -59,6 +62,8 @@ def filtered_tasks(
         qs = qs.filter(status=status)
     if agent:
         qs = qs.filter(agent__name=agent)
+    if workflow:
+        qs = qs.filter(agent_snapshot__workflow__name=workflow)
     if trace:
         qs = qs.filter(trace_id=trace.strip().lower())
     q = q.strip()
@@ -82,6 +87,12 @@ def agent_names(tenant_id: int) -> list[str]:
         AgentProfile.objects.filter(tenant_id=tenant_id)
         .order_by("name")
         .values_list("name", flat=True)
+    )
+
+
+def workflow_names(tenant_id: int) -> list[str]:
+    return list(
+        Workflow.objects.filter(tenant_id=tenant_id).order_by("name").values_list("name", flat=True)
     )
 
 
@@ -287,6 +298,15 @@ def step_views(task_id: int, *, limit: int = STEPS_SHOWN) -> tuple[list[StepView
         )
         for s in steps
     ], total
+
+
+def children_of(task: Task, *, limit: int = CHILDREN_SHOWN) -> dict[str, Any]:
+    """The task's child tasks, oldest first: {children, children_total}."""
+    children = list(Task.objects.filter(parent_id=task.pk).order_by("id")
+                    .only("id", "goal", "status", "parent_step_no")[:limit])
+    total = (len(children) if len(children) < limit
+             else Task.objects.filter(parent_id=task.pk).count())
+    return {"children": children, "children_total": total}
 
 
 # --- the task page: context summaries ----------------------------------------------------

@@ -11,7 +11,7 @@ reason, and the status of the refusal (400/403/409).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlencode
 
 from django.contrib import messages
@@ -23,6 +23,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from approvals_app.console.selectors import inbox_count, open_card_for_task
 from tools_app.breakers.selectors import waits_of_task
+from workflows_app.console.dag import Dag, run_dag
 
 from ..context.summaries import summary_count, summary_rollback
 from ..machine import NON_TERMINAL, WAITING, TaskStatus
@@ -91,10 +92,19 @@ def dashboard(request: HttpRequest) -> HttpResponse:
 # --- the task list ------------------------------------------------------------------------
 
 
+FilterForm = TypeVar("FilterForm", bound=TaskFilterForm)
+
+
+def _filter_form(form_class: type[FilterForm], data: Any, cu: ConsoleUser) -> FilterForm:
+    """A form carrying the list's filters, with the tenant's agents and workflows to pick."""
+    return form_class(data, agents=sel.agent_names(cu.tenant_id),
+                      workflows=sel.workflow_names(cu.tenant_id))
+
+
 def _list_filters(
     request: HttpRequest, cu: ConsoleUser, data: Any
 ) -> tuple[TaskFilterForm, dict[str, Any]]:
-    form = TaskFilterForm(data, agents=sel.agent_names(cu.tenant_id))
+    form = _filter_form(TaskFilterForm, data, cu)
     return form, form.filters()
 
 
@@ -103,6 +113,7 @@ def _matching(cu: ConsoleUser, filters: dict[str, Any]):  # type: ignore[no-unty
         cu.tenant_id,
         status=filters["status"],
         agent=filters["agent"],
+        workflow=filters["workflow"],
         q=filters["q"],
         trace=filters["trace"],
         requester_id=cu.user_id if filters["mine"] else None,
@@ -158,9 +169,9 @@ def tasks_bulk_cancel(request: HttpRequest) -> HttpResponse:
         return _bulk_done("Canceled", len(done["canceled"]), len(done["skipped"]),
                           "had already ended or moved on")
 
-    return _bulk_by_filter(request, cu, BulkCancelForm(request.POST, agents=sel.agent_names(
-        cu.tenant_id)), verb="cancel", limit=BULK_CANCEL_LIMIT,
-        which=lambda qs: qs.filter(status__in=NON_TERMINAL), run=cancel)
+    return _bulk_by_filter(request, cu, _filter_form(BulkCancelForm, request.POST, cu),
+                           verb="cancel", limit=BULK_CANCEL_LIMIT,
+                           which=lambda qs: qs.filter(status__in=NON_TERMINAL), run=cancel)
 
 
 @require_POST
@@ -178,9 +189,9 @@ def tasks_bulk_retry(request: HttpRequest) -> HttpResponse:
         return _bulk_done("Retried", len(done["retried"]), len(done["skipped"]),
                           "could not be retried")
 
-    return _bulk_by_filter(request, cu, BulkRetryForm(request.POST, agents=sel.agent_names(
-        cu.tenant_id)), verb="retry", limit=BULK_RETRY_LIMIT, which=not_yet_retried,
-        run=retry, needs_filter=True)
+    return _bulk_by_filter(request, cu, _filter_form(BulkRetryForm, request.POST, cu),
+                           verb="retry", limit=BULK_RETRY_LIMIT, which=not_yet_retried,
+                           run=retry, needs_filter=True)
 
 
 def _bulk_by_filter(request: HttpRequest, cu: ConsoleUser, form: BulkCancelForm | BulkRetryForm,
@@ -236,7 +247,13 @@ def _task_context(request: HttpRequest, cu: ConsoleUser, task: Task) -> dict[str
         **_summaries(cu, task, first_on_page=events[0].id if earlier and events else 0),
         "steps": steps,
         "steps_total": steps_total,
+        "dag": _dag(task, steps),
     }
+
+
+def _dag(task: Task, steps: list[sel.StepView]) -> Dag | None:
+    """A workflow run's graph, its boxes linked to the step rows the page shows."""
+    return run_dag(task, shown_steps=frozenset(s.step.step_no for s in steps))
 
 
 def _summaries(cu: ConsoleUser, task: Task, *, first_on_page: int) -> dict[str, Any]:
@@ -265,6 +282,7 @@ def _panels(cu: ConsoleUser, task: Task) -> dict[str, Any]:
         "can_resume": cu.can_resume(task) and task.status == TaskStatus.WAITING_FOR_HUMAN,
         "can_fail": cu.can_operate and task.status in WAITING,
         "breaker_waits": (waits_of_task(task.pk) if task.status == TaskStatus.RUNNING else []),
+        **sel.children_of(task),
         "resume_fields": RESUME_FIELDS,
         **retry_panel(cu, task),
     }
@@ -298,6 +316,7 @@ def task_live(request: HttpRequest, task_id: int) -> HttpResponse:
             "more": more,
             "steps": steps,
             "steps_total": steps_total,
+            "dag": _dag(task, steps),
         },
     )
 

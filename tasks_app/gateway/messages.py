@@ -12,6 +12,9 @@
 
 The tool catalogue is the registry's JSON Schemas as function tools, each
 with an optional ``_cites`` argument, plus the reserved ``ask_user`` tool.
+A tool's name is given as it is, except another agent's (``agent:<name>``):
+function names are ``^[a-zA-Z0-9_-]{1,64}$``, so it is ``agent__<name>`` to
+the model (`model_tool_name`), and its calls are read back (`tool_names_back`).
 """
 from __future__ import annotations
 
@@ -60,6 +63,21 @@ _CITES_SCHEMA = {
 }
 
 
+AGENT_PREFIX, MODEL_AGENT_PREFIX = "agent:", "agent__"
+
+
+def model_tool_name(name: str) -> str:
+    """The name the model sees for a tool (an agent's, `agent:x`, is `agent__x`)."""
+    if name.startswith(AGENT_PREFIX):
+        return MODEL_AGENT_PREFIX + name[len(AGENT_PREFIX):]
+    return name
+
+
+def tool_names_back(tools: tuple[ToolSpecView, ...]) -> dict[str, str]:
+    """The model's names of the tools whose name it sees differently, to ours."""
+    return {model_tool_name(s.name): s.name for s in tools if model_tool_name(s.name) != s.name}
+
+
 def call_id(step_no: int) -> str:
     return f"step_{step_no}"
 
@@ -73,7 +91,7 @@ def tool_catalogue(tools: tuple[ToolSpecView, ...]) -> list[dict[str, Any]]:
         out.append({
             "type": "function",
             "function": {
-                "name": spec.name,
+                "name": model_tool_name(spec.name),
                 "description": spec.description or spec.name,
                 "parameters": _parameters(spec.args_schema),
             },
@@ -158,9 +176,10 @@ def _as_call(view: dict[str, Any]) -> dict[str, Any]:
     if view["kind"] == "ask":
         name, arguments = ASK_TOOL, json.dumps({"question": view.get("question") or ""})
     elif view["kind"] == "invalid" and "raw" in view and "args" not in view:
-        name, arguments = view["tool"], view["raw"]  # the malformed arguments, as sent
+        name, arguments = model_tool_name(view["tool"]), view["raw"]  # as sent
     else:
-        name, arguments = view["tool"], json.dumps(view.get("args") or {}, default=str)
+        name = model_tool_name(view["tool"])
+        arguments = json.dumps(view.get("args") or {}, default=str)
     return {"id": call_id(view["step_no"]), "type": "function",
             "function": {"name": name, "arguments": arguments}}
 

@@ -145,6 +145,10 @@ def model_settings_errors(model: Any) -> dict[str, list[str]]:
     if retries is not None and (isinstance(retries, bool) or not isinstance(retries, int)
                                 or not 0 <= retries <= 10):
         add("max_retries", "an integer from 0 to 10")
+    script = model.get("script")  # a scripted agent's tasks that come with none: child tasks
+    if script is not None and (backend != "scripted" or not isinstance(script, list)
+                               or len(script) > 5000):
+        add("script", "a scripted agent's list of decisions (at most 5000)")
     if "system_prompt" in model and not isinstance(model["system_prompt"], str):
         add("system_prompt", "a string")
     for problem in breaker_errors(model.get("breaker")):

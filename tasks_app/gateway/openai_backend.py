@@ -69,7 +69,7 @@ from tools_app.outbound.retry_after import retry_after_s
 from ..pricing import TokenUsage
 from ..vault.values import Resolved, Unresolved
 from .base import CallGuard, ContextSnapshot, GatewayError, ModelReply, Summarized
-from .messages import build_messages, input_summary, tool_catalogue
+from .messages import build_messages, input_summary, tool_catalogue, tool_names_back
 from .model_settings import NO_KEY, ModelSettings, ModelTarget, parse_model_settings
 from .replies import decisions_from_message
 
@@ -135,7 +135,8 @@ class OpenAIBackend:
         done = await self._complete(request)
         choice = (done.body.get("choices") or [{}])[0]
         decisions = decisions_from_message(choice.get("message") or {},
-                                           finish_reason=choice.get("finish_reason"))
+                                           finish_reason=choice.get("finish_reason"),
+                                           names=tool_names_back(context.tools))
         return ModelReply(
             decisions=decisions,
             model=done.target.name,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from typing import Any
 
 from .base import Decision
@@ -25,13 +26,17 @@ _THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL | re.IGNORECASE)
 
 
-def decisions_from_message(message: dict[str, Any], *,
-                           finish_reason: str | None) -> tuple[Decision, ...]:
-    """`message` is the reply's ``choices[0].message`` as plain data."""
+def decisions_from_message(message: dict[str, Any], *, finish_reason: str | None,
+                           names: dict[str, str] | None = None) -> tuple[Decision, ...]:
+    """`message` is the reply's ``choices[0].message`` as plain data; `names`,
+    the model's names of tools it sees under another name, to ours
+    (`messages.tool_names_back`)."""
     text = _visible_text(message.get("content"))
     calls = message.get("tool_calls") or []
     if calls:
-        return tuple(_from_call(call, reason=text) for call in calls)
+        decisions = (_from_call(call, reason=text) for call in calls)
+        return tuple(replace(d, tool=names[d.tool]) if names and d.tool in names else d
+                     for d in decisions)
     if finish_reason == "length":
         return (Decision(kind="invalid", raw=text[:MAX_RAW],
                          error="the answer was cut off by the length limit; answer more briefly"),)

@@ -26,7 +26,6 @@ from django.utils import timezone
 
 from tools_app.breakers import Admission
 from tools_app.executor.types import ToolSpec
-from tools_app.registry import tool_specs
 
 from ..actors import Actor
 from ..context.builder import ContextSources, build_context, gather
@@ -42,6 +41,7 @@ from ..gateway import (
 )
 from ..machine import TaskStatus
 from ..models import Step, StepKind, StepStatus, Task
+from ..services.children import specs_for
 from ..services.spend import priced_reply
 from ..snapshot import TaskSnapshot
 from ..vault.lookup import model_keys
@@ -139,8 +139,9 @@ def plan_step(*, task_id: int, owner: str,
     if budget is not None:
         return exhaust(snap, budget, actor)
     if memo.specs is None:
-        memo.specs = tool_specs(tenant_id=snap.tenant_id,
-                                names=list(snap.agent.get("tools") or []))
+        # the registry's tools, and the agents it may call (`agent:<name>`)
+        memo.specs = specs_for(tenant_id=snap.tenant_id,
+                               names=list(snap.agent.get("tools") or []))
     specs = memo.specs
     if queued:
         decision = Decision.from_dict(queued[0])

@@ -54,6 +54,7 @@ from ..store.steps import step_keep_late, step_move
 from ..store.tasks import KnownTask, task_transition
 from . import breaker_waits
 from .backoff import backoff_s
+from .children import child_step, is_child_step
 from .hops import Hop
 from .memo import SliceMemo
 from .progress import after_call
@@ -75,7 +76,7 @@ def ready_call(decided: Decided, *, owner: str, actor: Actor) -> StepResult | Ad
     its admission (resource lease, breaker: `admit_call`), so that the call goes
     out with no database phase of its own first. None when the ledger must be
     asked first (a retried task's call that reuses an earlier key: no claim)."""
-    if decided.claim is None:
+    if decided.claim is None or is_child_step(decided.step):  # a child task: `execute`
         return None
     prepared = prepare(call_of(decided.snap, decided.step, decided.spec))
     return admit_call(decided.snap, decided.step, decided.spec, decided.claim, prepared,
@@ -129,6 +130,9 @@ async def execute(snap: TaskSnapshot, step: Step, *, owner: str, actor: Actor, m
     outcome; without (a resumed or retried step, or a retried task's call that
     reuses an earlier key: no claim was taken), the ledger is asked first.
     In a wave, its commits take their turn (`wave`)."""
+    if is_child_step(step):  # `agent:<name>`: a child task, waited for (`children`)
+        return await wave.commit(hop, _child_step, snap, step, owner=owner, actor=actor,
+                                 memo=memo, after=after)
     if admitted is None:
         opened = await wave.commit(hop, open_call, snap, step, owner=owner, actor=actor,
                                    memo=memo)
@@ -169,6 +173,15 @@ async def _call_and_commit(snap: TaskSnapshot, step: Step, admitted: Admitted,
         return held_elsewhere(outcome)
     return await wave.commit(hop, commit_then, snap, step, spec, outcome, actor, memo=memo,
                              claim=claim, after=after)
+
+
+def _child_step(snap: TaskSnapshot, step: Step, *, owner: str, actor: Actor, memo: SliceMemo,
+                after: After) -> StepResult:
+    ended = child_step(snap, step, owner=owner)
+    if isinstance(ended, StepResult):
+        return ended
+    return commit_then(snap, step, ended.spec, ended.outcome, actor, memo=memo,
+                       claim=ended.claim, after=after)
 
 
 def held_elsewhere(outcome: ToolOutcome) -> StepResult:

@@ -121,10 +121,12 @@ async def resume_wave(snap: TaskSnapshot, steps: list[Step], *, owner: str, memo
 async def _together(calls: list[Any]) -> list[StepResult]:
     """Await every call; a bug in one does not abandon the others' commits."""
     outcomes = await asyncio.gather(*calls, return_exceptions=True)
+    results: list[StepResult] = []
     for outcome in outcomes:
         if isinstance(outcome, BaseException):
             raise outcome
-    return list(outcomes)
+        results.append(outcome)
+    return results
 
 
 def _settled(memo: SliceMemo, wave: Wave, steps: list[Step],

@@ -1,7 +1,9 @@
 """Agent profiles: create and update, every field checked before it is stored.
 
 A profile names the tools its agent may call; each must be a tool of the
-same tenant (another tenant's tool cannot be used). Per-tool limits may name
+same tenant (another tenant's tool cannot be used), or `agent:<name>`, another
+agent of the tenant that does not call this one back, even through others
+(`services.children`). Per-tool limits may name
 only those tools. The `model` settings are checked by the gateway's own
 `model_settings_errors`, so the API, the console and the runner agree on
 them; the key a model names must be a secret of the same tenant
@@ -30,6 +32,7 @@ from ..selectors import missing_secret_names
 from ..vault.grants import env_granted, not_granted_message
 from ..vault.references import model_env_names, model_secret_names
 from .agent_versions import version_record
+from .children import agent_cycle_errors, is_agent_tool
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 # Names a profile cannot take: its console page would be a route (`/agents/new/`).
@@ -122,8 +125,11 @@ def agent_errors(agent: AgentProfile) -> dict[str, list[str]]:
             "name", flat=True
         )
     )
-    for missing in [t for t in tools if t not in known]:
+    for missing in [t for t in tools if t not in known and not is_agent_tool(t)]:
         add("tools", f"no tool named {missing!r} in this tenant")
+    # `agent:<name>`: another agent of the tenant, which never calls this one back
+    for cycle in agent_cycle_errors(tenant_id=agent.tenant_id, name=agent.name, tools=tools):
+        add("tools", cycle)
 
     for field in BUDGET_FIELDS:
         value = getattr(agent, field)

@@ -60,7 +60,7 @@ def task_submit(
     if idempotency_key:
         existing = Task.objects.filter(tenant_id=tenant_id, idempotency_key=idempotency_key).first()
         if existing is not None:
-            return _same_submission(existing, request_hash)
+            return same_submission(existing, request_hash)
 
     profile = AgentProfile.objects.filter(tenant_id=tenant_id, name=agent).first()
     if profile is None:
@@ -108,11 +108,12 @@ def task_submit(
         existing = Task.objects.filter(tenant_id=tenant_id, idempotency_key=idempotency_key).first()
         if existing is None:
             raise
-        return _same_submission(existing, request_hash)
+        return same_submission(existing, request_hash)
     return Submitted(task=task, created=True)
 
 
-def _same_submission(existing: Task, request_hash: str) -> Submitted:
+def same_submission(existing: Task, request_hash: str) -> Submitted:
+    """A submission under a key used before: the same task, if the body is the same."""
     if existing.request_hash != request_hash:
         raise conflict("idempotency_key_reused",
                        "this Idempotency-Key was used for a different request", task_id=existing.pk)

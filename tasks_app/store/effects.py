@@ -10,7 +10,8 @@ statement):
   on PostgreSQL) or `closing_ctes` inside a commit's statement;
 - `after_transition`: a RUNNING slot freed schedules admission after commit,
   and a FAILED task schedules its compensation after commit (and is marked
-  `compensation_due_at` by `ending_fields`, for the sweep should that be lost).
+  `compensation_due_at` by `ending_fields`, for the sweep should that be lost);
+  any task that ends runs the `on_task_ended` hooks after commit.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from django.utils import timezone
 from ..machine import TERMINAL, TaskStatus
 from ..models import Step
 from ..models.tasks import OPEN_STEP_STATUSES
-from .hooks import OPEN_REQUESTS, run_slot_freed, run_task_failed
+from .hooks import OPEN_REQUESTS, run_slot_freed, run_task_ended, run_task_failed
 from .sql import json_param, table
 from .steps import close_open_steps, open_steps_end_as
 
@@ -59,6 +60,8 @@ def after_transition(task_id: int, source: str, target: str) -> None:
     if target == TaskStatus.FAILED:
         # Irreversible failure: undo what the task's writes did.
         transaction.on_commit(lambda: run_task_failed(task_id))
+    if ends(target):
+        transaction.on_commit(lambda: run_task_ended(task_id))
 
 
 def close_open_work(task_id: int, *, event: str, payload: dict[str, Any]) -> None:

@@ -15,7 +15,9 @@ importing them (the layers point one way: the registering app does it from its
   counted twice), nor keep the other publishers from running.
 - `on_slot_freed(hook)`: a task left RUNNING; `hook()` schedules admission
   after commit. `on_task_failed(hook)`: `hook(task_id)` runs after a task's
-  FAILED transition commits (compensation).
+  FAILED transition commits (compensation). `on_task_ended(hook)`:
+  `hook(task_id)` runs after any transition that ends a task commits (a
+  child task's parent is woken, its own children canceled).
 - `on_task_end_close(model, open_status, canceled_status)`: a kind of human
   request a task that ends closes (its `status` goes from `open_status` to
   `canceled_status`), in the transaction that ends it.
@@ -49,6 +51,7 @@ _sweep_hooks: list[SweepHook] = []
 _publishers: list[EventHook] = []
 _slot_freed: list[Callable[[], None]] = []
 _task_failed: list[Callable[[int], None]] = []
+_task_ended: list[Callable[[int], None]] = []
 # (model, its open status, its canceled status): the human requests a task that ends closes
 OPEN_REQUESTS: list[tuple[type[models.Model], str, str]] = []
 
@@ -77,6 +80,10 @@ def on_slot_freed(hook: Callable[[], None]) -> None:
 
 def on_task_failed(hook: Callable[[int], None]) -> None:
     _add(_task_failed, hook)
+
+
+def on_task_ended(hook: Callable[[int], None]) -> None:
+    _add(_task_ended, hook)
 
 
 def on_task_end_close(model: type[models.Model], open_status: str,
@@ -111,6 +118,15 @@ def run_slot_freed() -> None:
 def run_task_failed(task_id: int) -> None:
     for hook in _task_failed:
         hook(task_id)
+
+
+def run_task_ended(task_id: int) -> None:
+    for hook in _task_ended:
+        try:
+            hook(task_id)
+        except Exception:  # noqa: BLE001 - the end has committed; the sweep catches up
+            log.exception("task-ended hook %s failed for task %s",
+                          getattr(hook, "__qualname__", hook), task_id)
 
 
 def run_sweep_hooks() -> None:

@@ -79,6 +79,13 @@ def test_a_yaml_definition_registers_as_version_1_and_runs_as_a_task(main):
     ({"nodes": [{"id": "a", "tool": "lookup_order", "when": "nodes[inputs.k] == 1"}]},
      "definition.nodes[0].when"),
     ("nodes: [unclosed", "definition"),
+    ({"nodes": [{"id": "a", "agent": {"name": "nobody", "goal": "g"}}]},
+     "definition.nodes[0].agent.name"),
+    ({"nodes": [{"id": "a", "tool": "lookup_order"},
+                {"id": "b", "agent": {"name": "support", "goal": "about ${nodes.a.x}"}}]},
+     "definition.nodes[1].agent.goal"),
+    ({"nodes": [{"id": "a", "agent": {"name": "support", "goal": "g", "tools": []}}]},
+     "definition.nodes[0].agent.tools"),
 ])
 def test_a_bad_definition_is_a_400_naming_the_node_and_writes_nothing(main, definition, field):
     response = _register(main.client("admin"), definition)

@@ -16,6 +16,8 @@ from django.db import connection
 from benchmarks.config import database_url_of
 from benchmarks.management.commands.bench import Command as Bench
 from benchmarks.report import dig
+from benchmarks.workflow_load import HTTP_TOOL, critical_path_s, definition
+from workflows_app.definition import load
 
 FIGURES = [
     ("machine", "cpus"),
@@ -26,6 +28,21 @@ FIGURES = [
     ("io", "compare", "scripted_median_steps_per_s"),
     ("io", "compare", "scripted_cpu_ms_per_step", "worker_pool"),
     ("io", "compare", "io_cpu_ms_per_step", "postgres"),
+    ("workflow", "ideal_critical_path_s"),
+    ("workflow", "sequential_critical_path_s"),
+    ("workflow", "wall_to_ideal"),
+    ("workflow", "instant_to_scripted_steps_ratio"),
+    ("workflow", "anatomy", "workflow", "statements_per_step"),
+    ("workflow", "anatomy", "scripted", "statements_per_step"),
+    ("workflow", "http", "wall_s"),
+    ("workflow", "http", "ratio_to_sequential"),
+    ("workflow", "http", "node_steps_per_s"),
+    ("workflow", "http", "run_duration", "p50_ms"),
+    ("workflow", "http", "peak_tool_calls_in_flight"),
+    ("workflow", "http", "cpu_ms_per_node_step", "worker_pool"),
+    ("workflow", "compare", "workflow_median_node_steps_per_s"),
+    ("workflow", "compare", "scripted_median_steps_per_s"),
+    ("workflow", "compare", "workflow_cpu_ms_per_node_step", "postgres"),
     ("runner", "steps_per_s"),
     ("runner", "tasks_per_s"),
     ("runner", "step_latency", "p50_ms"),
@@ -81,6 +98,20 @@ def test_quick_bench_reports_every_figure(tmp_path, capfd):
     cmp = doc["io"]["compare"]
     assert (cmp["tasks"], cmp["steps_per_task"], cmp["rounds"]) == (20, 5, 1)
     assert len(cmp["io_steps_per_s"]) == len(cmp["scripted_steps_per_s"]) == 1
+    wf = doc["workflow"]
+    assert (wf["ideal_critical_path_s"], wf["sequential_critical_path_s"]) == (0.8, 1.8)
+    # the anatomy's first step of each is left out: 8 node steps, 8 tool steps
+    assert [wf["anatomy"][k]["tool_steps"] for k in ("workflow", "scripted")] == [8, 8]
+    http = wf["http"]
+    # 6 runs, each 9 calls of the edge's tool (inputs 0-5: three take each side of the branch)
+    assert http["succeeded"] == http["runs"] == 6 and http["tool_calls"] == 6 * 9
+    assert http["node_steps_by_node"] == {"accept": 3, "check": 6, "decide": 6, "enrich": 30,
+                                          "lookup": 6, "refer": 3}
+    assert (http["node_steps"], http["steps"]) == (6 * 9, 6 * 10)
+    wf_cmp = wf["compare"]
+    assert (wf_cmp["runs"], wf_cmp["steps_per_run"], wf_cmp["rounds"]) == (6, 10, 1)
+    assert wf_cmp["succeeded"] == [6] and wf_cmp["node_steps"] == [6 * 9]
+    assert wf_cmp["scripted_steps"] == [6 * 10]
     runner = doc["runner"]
     assert runner["complete"] and runner["succeeded"] == runner["tasks"] == 8
     assert runner["steps"] == 8 * 4
@@ -92,5 +123,16 @@ def test_quick_bench_reports_every_figure(tmp_path, capfd):
     assert ws["committed"] == ws["received"] == 40 and ws["lost"] == 0
     assert doc["waiting"]["waiting_for_input"] == doc["waiting"]["tasks"] == 3
     assert doc["console_data"]["tenant_tasks"] >= 2000
-    assert {t["target"].split(" ")[0] for t in doc["targets"]} >= {"runner", "step", "event"}
-    assert "runner / floor" in capfd.readouterr().out  # the table was printed
+    assert {t["target"].split(" ")[0] for t in doc["targets"]} >= {"runner", "step", "event",
+                                                                   "workflow"}
+    printed = capfd.readouterr().out
+    assert "runner / floor" in printed and "workflow vs scripted" in printed  # the table
+
+
+def test_the_workflow_critical_paths_follow_the_graph():
+    graph = load(definition(HTTP_TOOL))
+    # lookup, then check beside the map's items, decide, one side of the branch
+    assert critical_path_s(graph, latency_s=0.2, concurrent=True) == 0.8
+    # lookup, check, 5 items, decide, one side of the branch
+    assert critical_path_s(graph, latency_s=0.2, concurrent=False) == 1.8
+    assert critical_path_s(graph, latency_s=0.5, concurrent=True) == 2.0

@@ -20,6 +20,7 @@ from tests.fakes.runtime import add_agent
 from tests.helpers import drive
 from tools_app.breakers import Target, admit, breaker_policy, record
 from tools_app.services import tool_create
+from workflows_app.services.workflows import workflow_create
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -125,7 +126,7 @@ def test_the_agents_and_tasks_tables_fit_1280_px(world, page_as, tmp_path: Path)
 
 
 def _stress_other_tables(world: Any) -> None:
-    """Long names and values on the tools, secrets, webhooks and audit pages."""
+    """Long names and values on the tools, secrets, webhooks, audit and workflows pages."""
     admin = actor_of(world.users[Role.ADMIN])
     tenant_id = world.tenant.pk
     for n in range(3):
@@ -139,12 +140,16 @@ def _stress_other_tables(world: Any) -> None:
                        url=("http://127.0.0.1:9/hooks/tether/customer-support-escalations/"
                             f"damaged-deliveries/eu-west-1/primary-receiver-{n}"),
                        events=list(EventType.values))
+        workflow_create(
+            tenant_id=tenant_id, actor=admin, description=LONG_DESCRIPTION,
+            name=f"customer_support_escalations_for_damaged_deliveries_in_the_warehouse_{n}",
+            definition={"nodes": [{"id": "ask", "human": {"question": LONG_DESCRIPTION}}]})
     agent_update(tenant_id=tenant_id, name="support", actor=admin, changes={
         "description": LONG_DESCRIPTION * 2,
         "model": {"backend": "scripted", "system_prompt": LONG_DESCRIPTION.replace(" ", "_")}})
 
 
-@pytest.mark.parametrize("path", ["/tools/", "/secrets/", "/webhooks/", "/audit/"])
+@pytest.mark.parametrize("path", ["/tools/", "/secrets/", "/webhooks/", "/audit/", "/workflows/"])
 def test_the_other_console_tables_fit_1280_px(world, page_as, tmp_path: Path, path: str):
     _stress_other_tables(world)
     admin = page_as(world.users[Role.ADMIN])

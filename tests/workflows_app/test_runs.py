@@ -167,6 +167,24 @@ def test_a_rejected_approval_fails_the_run(flows):
     assert not task.steps.filter(tool="echo").exists()
 
 
+def test_a_rejected_approval_with_retries_is_asked_again(flows):
+    definition = {"nodes": [
+        {"id": "ok", "human": {"approval": "Ship it?"}, "retries": 1},
+        {"id": "ship", "after": ["ok"], "tool": "echo"},
+    ]}
+    task = _run(flows, definition, {})
+    task_provide_input(task_id=task.pk, answer='{"approved": false, "comment": "not yet"}',
+                       actor=SYSTEM)
+    task = drive(task.pk)
+    assert task.status == TaskStatus.WAITING_FOR_INPUT  # asked again: one retry
+    assert task.steps.filter(kind="ask").count() == 2
+    task_provide_input(task_id=task.pk, answer='{"approved": true}', actor=SYSTEM)
+    task = drive(task.pk)
+    assert task.status == TaskStatus.SUCCEEDED, task.failure_detail
+    assert _nodes(task)["ok"]["output"] == {"approved": True, "comment": ""}
+    assert len(_nodes(task)["ok"]["steps"]) == 2
+
+
 def test_input_that_does_not_match_the_schema_is_refused_and_nothing_is_written(flows):
     from config.errors import DomainError
     from tasks_app.models import Task

@@ -13,12 +13,12 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from config.errors import conflict, invalid
+from config.errors import invalid
 from tasks_app.actors import Actor
 from tasks_app.keys import canonical_json, sha256_hex
 from tasks_app.models import Step, Task
 from tasks_app.services.admission import admission_after_commit
-from tasks_app.services.tasks import Submitted
+from tasks_app.services.tasks import Submitted, same_submission
 from tasks_app.store.creation import task_create
 from tools_app.schemas import schema_errors
 
@@ -49,8 +49,12 @@ def run_snapshot(workflow: Workflow, version: WorkflowVersion,
     return {
         "name": f"workflow:{workflow.name}",
         "workflow": {"name": workflow.name, "version": version.number},
+        # the key of the process-wide cache of loaded definitions: with the
+        # definition's digest, a reused id (a restored or flushed database) never
+        # finds another definition
         "model": {"backend": BACKEND, "definition": version.definition,
-                  "definition_key": f"{workflow.pk}:{version.number}"},
+                  "definition_key": f"{workflow.pk}:{version.number}:"
+                                    f"{sha256_hex(canonical_json(version.definition))[:16]}"},
         "tools": definition.tools,
         "budget": budget,
         "on_exhaustion": "fail",
@@ -78,7 +82,7 @@ def submit_run(*, tenant_id: int, requester_id: int | None, workflow: str,
     if idempotency_key:
         existing = Task.objects.filter(tenant_id=tenant_id, idempotency_key=idempotency_key).first()
         if existing is not None:
-            return _same(existing, request_hash)
+            return same_submission(existing, request_hash)
     found = Workflow.objects.filter(tenant_id=tenant_id, name=workflow).first()
     if found is None:
         raise invalid("invalid", "The request is not valid.",
@@ -108,15 +112,9 @@ def submit_run(*, tenant_id: int, requester_id: int | None, workflow: str,
         existing = Task.objects.filter(tenant_id=tenant_id, idempotency_key=idempotency_key).first()
         if existing is None:
             raise
-        return _same(existing, request_hash)
+        return same_submission(existing, request_hash)
     return Submitted(task=task, created=True)
 
-
-def _same(existing: Task, request_hash: str) -> Submitted:
-    if existing.request_hash != request_hash:
-        raise conflict("idempotency_key_reused",
-                       "this Idempotency-Key was used for a different request", task_id=existing.pk)
-    return Submitted(task=existing, created=False)
 
 
 def retry_step_of_node(task: Task, node: str) -> int | None:

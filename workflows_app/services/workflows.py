@@ -3,8 +3,8 @@
 Invariants (as for agent profiles' versions):
 - a version is the definition as registered, never changed or deleted,
   numbered 1, 2, 3 per workflow under the workflow's row lock;
-- a definition is checked against the tenant's enabled tools before it is
-  stored: every problem is a field error naming the node (nothing written);
+- a definition is checked against the tenant's enabled tools and agents
+  before it is stored: every problem is a field error naming the node (nothing written);
 - the first version is current; a later one reaches new runs when it is
   promoted (`workflow_promote`) or through a release (`workflow_release`:
   a share of new runs, a pure function of the run's Idempotency-Key);
@@ -21,12 +21,14 @@ from audit_app.diffs import config_diff
 from audit_app.services import audit_record
 from config.errors import conflict, invalid, not_found
 from tasks_app.actors import Actor
+from tasks_app.models import AgentProfile
 from tools_app.registry import tool_specs
 
 from ..definition import DefinitionError, load, parse_source
 from ..models import Workflow, WorkflowVersion
 
 NAME_MAX = 100
+RESERVED_NAMES = frozenset({"new"})  # /workflows/new/ is the editor
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
 
 
@@ -35,7 +37,9 @@ def _checked(tenant_id: int, definition: Any) -> tuple[dict[str, Any], str]:
     source = definition if isinstance(definition, str) else ""
     try:
         raw = parse_source(definition)
-        load(raw, tools=tool_specs(tenant_id=tenant_id).keys())
+        load(raw, tools=tool_specs(tenant_id=tenant_id).keys(),
+             agents=AgentProfile.objects.filter(tenant_id=tenant_id, enabled=True)
+             .values_list("name", flat=True))
     except DefinitionError as exc:
         raise invalid("invalid_definition", "The workflow definition is not valid.",
                       **{f"definition.{k}" if k != "definition" else k: v
@@ -48,6 +52,9 @@ def _name_checked(name: Any) -> str:
             or not set(name) <= _NAME_CHARS):
         raise invalid("invalid", "The request is not valid.",
                       name=[f"1-{NAME_MAX} lowercase letters, digits, '_' or '-'"])
+    if name in RESERVED_NAMES:
+        raise invalid("invalid", "The request is not valid.",
+                      name=[f"{name!r} is reserved (a console page of its own)"])
     return name
 
 
@@ -118,6 +125,15 @@ def _existing(workflow: Workflow, number: Any, field: str) -> int:
     return number
 
 
+def _not_current(workflow: Workflow, number: int, field: str) -> int:
+    """A release or promotion of the current version is a request made on a
+    stale view (someone promoted it meanwhile): refused, with the reason."""
+    if number == workflow.current_version:
+        raise invalid("invalid", "The request is not valid.",
+                      **{field: [f"version {number} is already the current version"]})
+    return number
+
+
 def workflow_release(*, tenant_id: int, name: str, candidate: Any, percent: Any,
                      actor: Actor) -> Workflow:
     """Send `percent` of new runs to version `candidate` (0 or None ends it)."""
@@ -129,7 +145,8 @@ def workflow_release(*, tenant_id: int, name: str, candidate: Any, percent: Any,
             if not isinstance(percent, int) or isinstance(percent, bool) or not 1 <= percent <= 100:
                 raise invalid("invalid", "The request is not valid.",
                               percent=["a whole number from 0 to 100"])
-            workflow.release_candidate = _existing(workflow, candidate, "candidate")
+            workflow.release_candidate = _not_current(
+                workflow, _existing(workflow, candidate, "candidate"), "candidate")
             workflow.release_percent = percent
         workflow.save(update_fields=["release_candidate", "release_percent", "updated_at"])
         audit_record(actor=actor, tenant_id=tenant_id, kind="workflow", name=name,
@@ -145,7 +162,8 @@ def workflow_promote(*, tenant_id: int, name: str, version: Any, actor: Actor,
     with transaction.atomic():
         workflow = _locked(tenant_id, name)
         before = workflow.current_version
-        workflow.current_version = _existing(workflow, version, "version")
+        workflow.current_version = _not_current(
+            workflow, _existing(workflow, version, "version"), "version")
         workflow.release_candidate = workflow.release_percent = None
         workflow.save(update_fields=["current_version", "release_candidate", "release_percent",
                                      "updated_at"])

@@ -28,12 +28,12 @@ from benchmarks.config import CHILD_FLAG, DEFAULT_DATABASE_URL, BenchConfig, ben
 from benchmarks.models import store_ensure
 
 KNOBS = ("tasks", "steps", "rounds", "long_steps", "workers", "ws_steps", "console_tasks",
-         "console_events")
+         "console_events", "workflow_runs")
 
 
 class Command(BaseCommand):
-    help = ("Measure Tether: the I/O workload first, then its overhead per step (runner, "
-            "floor, long task, live latency, console).")
+    help = ("Measure Tether: the I/O and workflow workloads first, then its overhead per step "
+            "(runner, floor, long task, live latency, console).")
     # The bench measures; the URL and model checks are the test suite's job.
     requires_system_checks: list[str] = []
 
@@ -65,8 +65,15 @@ class Command(BaseCommand):
             "--io-tasks", default="",
             help="sizes of the I/O workload, comma-separated (200,1000)")
         parser.add_argument(
-            "--only", choices=["io", "breaker", "chaos"], default="",
+            "--workflow-runs", type=int,
+            help="runs of the workflow workload, with the 0.2 s tool and with instant tools "
+            "(500)")
+        parser.add_argument(
+            "--only", choices=["io", "workflow", "breaker", "chaos"], default="",
             help="one workload only: `io` (the I/O workload and its scripted comparison), "
+            "`workflow` (the 6-node workflow: wall time against its critical path, and "
+            "node steps/s with instant tools against the scripted runner's; --workflow-runs, "
+            "--rounds), "
             "`breaker` (a downstream outage under running tasks; --tasks (100), "
             "--outage-s (20), --workers), `chaos` (worker kills and PostgreSQL and Redis "
             "restarts on a private cluster; --tasks (1000), --kills (10), --seed, --workers)")
@@ -88,6 +95,8 @@ class Command(BaseCommand):
         given = {k: opts[k] for k in KNOBS if opts.get(k) is not None}
         cfg = replace(cfg, skip_console=opts["skip_console"], json_path=opts["json_path"],
                       only=opts["only"], **given)
+        if cfg.workflow_runs < 1:
+            raise CommandError("--workflow-runs must be at least 1")
         if opts["io_tasks"]:
             cfg = replace(cfg, io_tasks=tuple(int(n) for n in opts["io_tasks"].split(",")))
         if opts["only"] == "chaos":  # on a cluster of its own
