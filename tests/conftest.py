@@ -10,10 +10,14 @@ With `TETHER_TEST_DB=sqlite` the database is a SQLite file instead (PostgreSQL
 need not run): the runtime-core tests (`tests/core.py`, marked `core`) run
 there too, and a test that needs PostgreSQL (`worker`, `postgres`,
 `postgres_only(reason)`) is skipped with its reason.
+
+Tests that start real processes are marked `system` here (tests/tiers.py); a
+test of the fast tier (the rest) that starts one fails.
 """
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest  # noqa: E402
@@ -24,6 +28,7 @@ from tests.fakes.mcp_process import mcp_process, mcp_server, mcp_sessions  # noq
 from tests.fakes.webhook_receiver import webhook_receiver  # noqa: E402,F401
 from tests.helpers import *  # noqa: E402,F401,F403
 from tests.processes import celery_workers, embedded_server  # noqa: E402,F401
+from tests.tiers import GUARD, belongs_to_system
 
 REQUIRED = {"PostgreSQL": ("127.0.0.1", 5432), "Redis": ("127.0.0.1", 6379)}
 
@@ -58,8 +63,11 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     on_sqlite = _on_sqlite()
     for item in items:
-        if item.path.resolve().relative_to(TESTS).as_posix().startswith(CORE_TESTS):
+        relative = item.path.resolve().relative_to(TESTS).as_posix()
+        if relative.startswith(CORE_TESTS):
             item.add_marker(pytest.mark.core)
+        if belongs_to_system(item, relative):
+            item.add_marker(pytest.mark.system)
         if not on_sqlite:
             continue
         for name, reason in SQLITE_SKIPS.items():
@@ -70,6 +78,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if not only.args:
                 raise pytest.UsageError(f"{item.nodeid}: postgres_only needs a reason")
             item.add_marker(pytest.mark.skip(reason=f"PostgreSQL only: {only.args[0]}"))
+
+
+@pytest.hookimpl(tryfirst=True)  # before the test's fixtures are set up
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    GUARD.enter(item)
+
+
+@pytest.hookimpl(wrapper=True)  # around the teardown of the test's fixtures
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    try:
+        return (yield)
+    finally:
+        GUARD.leave()
 
 
 @pytest.fixture(autouse=True)

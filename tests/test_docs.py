@@ -26,6 +26,7 @@ from tasks_app.machine import TRANSITIONS
 from tasks_app.store.steps import STEP_TRANSITIONS
 
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.system  # mkdocs builds in a process of its own
 
 
 @pytest.fixture(scope="module")

@@ -335,7 +335,11 @@ def fingerprint() -> tuple[Any, ...]:
 
 
 @pytest.mark.parametrize("role", sorted(ALL))
-@pytest.mark.parametrize("operation", sorted(MATRIX))
+@pytest.mark.parametrize("operation", [
+    # The MCP server operations need the MCP test server, a process.
+    pytest.param(op, marks=pytest.mark.system) if op.startswith("mcp_servers") else op
+    for op in sorted(MATRIX)
+])
 def test_every_endpoint_with_every_role(main: Tenancy, operation: str, role: str,
                                         request: pytest.FixtureRequest) -> None:
     if operation.startswith("mcp_servers"):

@@ -11,7 +11,7 @@ from tasks_app.models import Task
 from tests.helpers import drive
 from workflows_app.models import Workflow, WorkflowVersion
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 FLOW_YAML = """
 inputs:
@@ -35,6 +35,7 @@ def _register(client: Any, definition: Any, name: str = "refund_flow") -> Any:
                        format="json")
 
 
+@pytest.mark.django_db(transaction=True)  # the runner's tools read from other threads
 def test_a_yaml_definition_registers_as_version_1_and_runs_as_a_task(main):
     admin = main.client("admin")
     created = _register(admin, FLOW_YAML)

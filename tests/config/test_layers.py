@@ -52,6 +52,7 @@ def _layer_modules() -> list[str]:
     return names
 
 
+@pytest.mark.system  # runs lint-imports
 def test_the_import_contracts_hold() -> None:
     run = subprocess.run([str(Path(sys.executable).parent / "lint-imports")], cwd=ROOT,
                          capture_output=True, text=True)

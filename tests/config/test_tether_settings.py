@@ -242,6 +242,7 @@ def _manage(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.system  # runs manage.py
 def test_manage_py_check_refuses_a_bogus_runner_and_passes_a_valid_environment() -> None:
     refused = _manage("check", TETHER_RUNNER="bogus")
     assert refused.returncode != 0
@@ -252,6 +253,7 @@ def test_manage_py_check_refuses_a_bogus_runner_and_passes_a_valid_environment()
     assert "System check identified no issues" in passed.stdout
 
 
+@pytest.mark.system  # runs manage.py
 def test_manage_py_check_reports_the_combinations_that_cannot_work() -> None:
     done = _manage("check", TETHER_RUNNER="celery", DB_POOL_MAX_SIZE="4",
                    TETHER_DRIVER_DB_THREADS="4", DATABASE_URL="postgres://u@db.internal/tether")

@@ -93,6 +93,7 @@ def test_the_roots_span_id_is_derived_from_the_trace_id_alike_everywhere() -> No
     assert tracing.trace_id_int("0" * 32) is None
 
 
+@pytest.mark.system  # a Python process of its own
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
 def test_spans_are_exported_over_grpc_and_http(protocol, http_receiver, grpc_receiver) -> None:
     receiver = grpc_receiver if protocol == "grpc" else http_receiver
@@ -112,6 +113,7 @@ def test_spans_are_exported_over_grpc_and_http(protocol, http_receiver, grpc_rec
     assert step.resource["tether.process.kind"] == "worker"
 
 
+@pytest.mark.system  # a Python process of its own
 def test_a_ratio_sampler_decides_on_the_tasks_trace_id(http_receiver) -> None:
     done = _run({"OTEL_EXPORTER_OTLP_ENDPOINT": http_receiver.endpoint,
                  "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
@@ -123,6 +125,7 @@ def test_a_ratio_sampler_decides_on_the_tasks_trace_id(http_receiver) -> None:
     assert re.fullmatch(rf"00-{TRACE_ID}-[0-9a-f]{{16}}-00", headers["traceparent"])
 
 
+@pytest.mark.system  # a Python process of its own
 def test_an_unknown_protocol_stops_the_process_with_a_reason(http_receiver) -> None:
     done = _run({"OTEL_EXPORTER_OTLP_ENDPOINT": http_receiver.endpoint,
                  "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"})

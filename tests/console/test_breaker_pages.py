@@ -54,6 +54,7 @@ def test_a_waiting_task_and_the_tools_page_show_the_open_breaker(world):
     assert "Circuit breaker" in detail and 'breaker-state">open' in detail
 
 
+@pytest.mark.django_db  # one thread: no real commits needed
 def test_the_agents_pages_show_the_model_breakers(world):
     admin = _client(world.users[Role.ADMIN])
     add_agent(world.tenant, "llm", ["lookup_order"], model={
@@ -71,6 +72,7 @@ def test_the_agents_pages_show_the_model_breakers(world):
     assert "Fallback&#x27;s breaker" in detail or "Fallback's breaker" in detail
 
 
+@pytest.mark.django_db  # one thread: no real commits needed
 def test_the_tool_form_keeps_the_retry_delays_and_breaker_and_refuses_nonsense(world):
     admin = _client(world.users[Role.ADMIN])
     add_tool(world.tenant, "lookup", kind="http", url=NOWHERE, target="", max_retries=3,

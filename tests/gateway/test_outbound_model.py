@@ -77,6 +77,7 @@ def test_the_sdk_client_of_a_base_url_is_built_once(world, openai_server):
     assert len(openai_server.requests) == 2
 
 
+@pytest.mark.django_db  # one thread: no real commits needed
 def test_a_reply_is_limited_as_it_decodes_not_as_it_is_sent(openai_server, settings):
     """A few kilobytes of gzip can decode to gigabytes, which the SDK would
     hold whole: the limit holds on the decoded reply. A reply gzipped within
@@ -106,6 +107,7 @@ def test_a_reply_is_limited_as_it_decodes_not_as_it_is_sent(openai_server, setti
     assert openai_server.pending() == 1
 
 
+@pytest.mark.django_db  # one thread: no real commits needed
 def test_a_model_reply_past_the_limit_fails_the_call_unretried(openai_server, settings):
     """The base URL is the tenant's: its reply is read up to TETHER_MAX_RESPONSE_BYTES."""
     settings.TETHER = {**settings.TETHER, "MAX_RESPONSE_BYTES": 20_000,

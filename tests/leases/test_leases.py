@@ -100,6 +100,7 @@ def test_a_busy_resource_makes_the_call_wait_without_a_worker_until_released(ord
         assert_log_consistent(task.pk)
 
 
+@pytest.mark.django_db  # one thread: no real commits needed
 @pytest.mark.parametrize("template,problem", [
     ("order:{order}", "not an argument"),
     ("order:{note}", "must be a required argument"),
@@ -122,6 +123,7 @@ def test_a_bad_resource_template_is_refused_at_registration(orders, template, pr
     assert response.status_code == 400 and "resource" in response.json()["error"]["details"]
 
 
+@pytest.mark.django_db  # one thread: no real commits needed
 def test_resources_render_canonically_and_bounded():
     assert render_resource("order:{order_id}", {"order_id": 7}) == "order:7"
     assert render_resource("order:{order_id}", {"order_id": "7"}) == "order:7"

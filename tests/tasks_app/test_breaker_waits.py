@@ -222,6 +222,7 @@ def test_the_model_backoff_grows_across_slices(world, openai_server, settings): 
     assert Task.objects.get(pk=task.pk).model_calls == 4
 
 
+@pytest.mark.django_db  # one thread: no real commits needed
 def test_an_mcp_tool_has_a_breaker_like_an_http_tool(world):  # type: ignore[no-untyped-def]
     task = submit(world.tenant, [FINAL])
     snap = TaskSnapshot.of(task)
@@ -237,6 +238,7 @@ def test_an_mcp_tool_has_a_breaker_like_an_http_tool(world):  # type: ignore[no-
     assert Breaker.objects.get(kind="tool", name="shop__record").state == BreakerState.OPEN
 
 
+@pytest.mark.django_db  # one thread: no real commits needed
 def test_backoff_with_full_jitter_grows_then_stays_under_the_cap(settings):
     settings.TETHER = {**settings.TETHER, "BACKOFF_BASE_S": 1.0, "BACKOFF_MAX_S": 8.0}
     for attempt, ceiling in ((1, 1.0), (2, 2.0), (3, 4.0), (4, 8.0), (9, 8.0)):

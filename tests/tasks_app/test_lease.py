@@ -15,12 +15,13 @@ from tasks_app.services.tasks import task_cancel
 from tasks_app.store.leases import lease_release, lease_take
 from tests.factories import submit
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def running(world):  # type: ignore[no-untyped-def]
-    task = submit(world.tenant, [{"final": {"ok": True}}])
+def running(world, django_capture_on_commit_callbacks):  # type: ignore[no-untyped-def]
+    with django_capture_on_commit_callbacks(execute=True):  # admission
+        task = submit(world.tenant, [{"final": {"ok": True}}])
     admit_created_tasks()
     return task
 

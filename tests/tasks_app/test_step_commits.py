@@ -108,7 +108,7 @@ def commit_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     return str(request.param)
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_a_stale_version_writes_nothing(world, commit_path):
     task = _admitted(world)
     snap = TaskSnapshot.of(task)
@@ -119,7 +119,7 @@ def test_a_stale_version_writes_nothing(world, commit_path):
     assert _written(task.pk) == before
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_a_decision_checks_the_status_as_well_as_the_version(world, commit_path):
     task = _admitted(world)
     snap = TaskSnapshot.of(task)
@@ -170,7 +170,7 @@ def _with_an_open_step(world: Any) -> Task:
     return Task.objects.get(pk=task.pk)
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_a_final_answer_ends_the_task_and_closes_what_it_left_open(world, commit_path):
     task = _with_an_open_step(world)
 
@@ -189,7 +189,7 @@ def test_a_final_answer_ends_the_task_and_closes_what_it_left_open(world, commit
         "final_accepted", done.version, {"from": "RUNNING", "to": "SUCCEEDED", "step_no": 2})
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_a_final_answer_on_a_stale_version_writes_nothing(world, commit_path):
     task = _with_an_open_step(world)
     snap = TaskSnapshot.of(task)

@@ -170,6 +170,7 @@ def test_structured_output_is_checked_against_the_output_schema(world, mcp_serve
     assert "refund_id" in json.dumps(step.error["errors"])
 
 
+@pytest.mark.system  # starts an MCP server of its own
 def test_a_server_that_went_away_is_a_transient_error_nothing_was_sent(world, tmp_path,
                                                                      mcp_sessions):
     own = start_mcp_server(tmp_path)  # this test kills its server
@@ -367,6 +368,7 @@ def test_secret_headers_reach_the_server_and_never_appear_in_answers(world, mcp_
     assert in_use.json()["error"]["details"]["tools"] == ["shop (MCP server)"]
 
 
+@pytest.mark.django_db  # one thread: no real commits needed
 @pytest.mark.parametrize(("payload", "field"), [
     ({"name": "shop", "url": "ftp://127.0.0.1/mcp"}, "url"),
     ({"name": "a__b", "url": "http://127.0.0.1:9/mcp"}, "name"),
@@ -384,6 +386,7 @@ def test_bad_registrations_are_400s_with_field_errors_and_store_nothing(world, p
     assert not McpServer.objects.exists()
 
 
+@pytest.mark.django_db  # one thread: no real commits needed
 def test_a_server_that_cannot_be_listed_is_not_registered(world, mcp_sessions):
     from tests.processes import free_port
 
@@ -411,6 +414,7 @@ def test_a_disabled_server_offers_no_tools(world, mcp_server):
     assert "shop__lookup" not in tool_specs(tenant_id=world.tenant.pk)
 
 
+@pytest.mark.system  # the stdio server is a process
 def test_a_stdio_server_the_operator_configured_is_registered_by_name(world, settings,
                                                                     mcp_sessions):
     settings.TETHER_MCP_STDIO_SERVERS = json.dumps(
