@@ -9,7 +9,7 @@ from typing import Any
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Task
 
-__all__ = ["drive", "wait_for"]
+__all__ = ["drive", "slices_until_waiting", "wait_for"]
 
 
 def wait_for(
@@ -64,3 +64,19 @@ def _due(task_id: int) -> bool:
     return (
         t.status != TaskStatus.RUNNING or t.next_run_at is None or t.next_run_at <= timezone.now()
     )
+
+
+def slices_until_waiting(task_id: int, *, max_slices: int = 20) -> Task:
+    """Slices of one task until it waits (a slice ends `later`: on a child
+    task, a backoff) or stops being RUNNING."""
+    from tasks_app.runner.loop import run_slice
+    from tasks_app.services.admission import admit_created_tasks
+
+    for _ in range(max_slices):
+        task = Task.objects.get(pk=task_id)
+        if task.status == TaskStatus.CREATED:
+            admit_created_tasks()
+            continue
+        if task.status != TaskStatus.RUNNING or run_slice(task_id).ended == "later":
+            return Task.objects.get(pk=task_id)
+    raise AssertionError(f"task {task_id} neither waited nor stopped")

@@ -59,11 +59,9 @@ def task_submit(
     body = {"agent": agent, "goal": goal, "input": input or {}, "script": script}
     if subject:  # absent otherwise: the hashes of submissions without one are as they were
         body["subject"] = subject
-    request_hash = sha256_hex(canonical_json(body))
-    if idempotency_key:
-        existing = Task.objects.filter(tenant_id=tenant_id, idempotency_key=idempotency_key).first()
-        if existing is not None:
-            return same_submission(existing, request_hash)
+    request_hash, earlier = earlier_submission(tenant_id, idempotency_key, body)
+    if earlier is not None:
+        return earlier
 
     profile = AgentProfile.objects.filter(tenant_id=tenant_id, name=agent).first()
     if profile is None:
@@ -114,6 +112,17 @@ def task_submit(
             raise
         return same_submission(existing, request_hash)
     return Submitted(task=task, created=True)
+
+
+def earlier_submission(tenant_id: int, idempotency_key: str | None,
+                       body: dict[str, Any]) -> tuple[str, Submitted | None]:
+    """The request's hash, and the task an earlier submission with this
+    Idempotency-Key made (a conflict when its body differed), if any."""
+    request_hash = sha256_hex(canonical_json(body))
+    if not idempotency_key:
+        return request_hash, None
+    existing = Task.objects.filter(tenant_id=tenant_id, idempotency_key=idempotency_key).first()
+    return request_hash, (same_submission(existing, request_hash) if existing else None)
 
 
 def same_submission(existing: Task, request_hash: str) -> Submitted:

@@ -23,7 +23,7 @@ from tests.factories import submit
 from tests.fakes.fixtures import openai_agent
 from tests.fakes.openai_server import reply
 from tests.fakes.runtime import add_agent, add_tool
-from tests.helpers import drive
+from tests.helpers import drive, slices_until_waiting
 from tools_app.models import LedgerStatus, ToolExecution
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -36,18 +36,6 @@ def _scripted(tenant, name: str, script: list[Any], tools: list[str] | None = No
 
 def _call(agent: str, goal: str = "do it", input: Any = None) -> dict[str, Any]:
     return {"tool": f"agent:{agent}", "args": {"goal": goal, "input": input or {}}}
-
-
-def _until_waiting(task_id: int) -> Task:
-    """Slices of the task until it waits (for a child: `later`) or stops."""
-    for _ in range(20):
-        task = Task.objects.get(pk=task_id)
-        if task.status == TaskStatus.CREATED:
-            admit_created_tasks()
-            continue
-        if task.status != TaskStatus.RUNNING or run_slice(task_id).ended == "later":
-            return Task.objects.get(pk=task_id)
-    raise AssertionError(f"task {task_id} neither waited nor stopped")
 
 
 def _only_child(parent: Task) -> Task:
@@ -70,7 +58,7 @@ def test_an_agent_calls_another_and_uses_its_result(tenant, openai_server):
             ("agent__helper", {"goal": "Count to seven", "input": {"upto": 7}})]),
         reply('{"answer": "the helper says seven"}'))
     parent = submit(tenant, None, agent="boss", goal="Ask the helper")
-    _until_waiting(parent.pk)  # the parent starts the child, then waits for it
+    slices_until_waiting(parent.pk)  # the parent starts the child, then waits for it
     parent.refresh_from_db(fields=["lease_owner", "next_run_at"])
     child = _only_child(parent)
     assert parent.lease_owner == ""  # it holds no worker while it waits
@@ -103,7 +91,7 @@ def test_the_childs_end_wakes_the_parent_at_once(tenant):
     _scripted(tenant, "helper", [{"final": {"ok": 1}}])
     _scripted(tenant, "boss", [], tools=["agent:helper"])
     parent = submit(tenant, [_call("helper"), {"final": {"done": True}}], agent="boss")
-    _until_waiting(parent.pk)
+    slices_until_waiting(parent.pk)
     parent.refresh_from_db(fields=["next_run_at"])
     waiting_until = parent.next_run_at
     assert waiting_until is not None
@@ -116,7 +104,7 @@ def test_a_resumed_step_finds_the_child_it_started(tenant):
     _scripted(tenant, "helper", [{"final": {"ok": 1}}])
     _scripted(tenant, "boss", [], tools=["agent:helper"])
     parent = submit(tenant, [_call("helper"), {"final": {"done": True}}], agent="boss")
-    _until_waiting(parent.pk)
+    slices_until_waiting(parent.pk)
     step = Step.objects.get(task=parent, step_no=1)
     for _ in range(3):  # passes over the open step, as after a crash or a re-check
         assert children.child_for_step(children.ParentStep(
@@ -133,7 +121,7 @@ def test_a_failed_child_is_a_typed_error_in_the_parent(tenant):
     _scripted(tenant, "helper", [{"tool": "nope", "args": {}}], tools=["echo"])
     _scripted(tenant, "boss", [], tools=["agent:helper"])
     parent = submit(tenant, [_call("helper"), {"final": {"done": True}}], agent="boss")
-    _until_waiting(parent.pk)
+    slices_until_waiting(parent.pk)
     child = _only_child(parent)
     task_cancel(task_id=child.pk, actor=SYSTEM, reason="not needed")
     parent = drive(parent.pk)
@@ -160,7 +148,7 @@ def test_a_child_waiting_for_a_person_keeps_the_parent_waiting_without_a_lease(t
     _scripted(tenant, "helper", [{"ask": "Which colour?"}, {"final": {"colour": "blue"}}])
     _scripted(tenant, "boss", [], tools=["agent:helper"])
     parent = submit(tenant, [_call("helper"), {"final": {"done": True}}], agent="boss")
-    _until_waiting(parent.pk)
+    slices_until_waiting(parent.pk)
     child = drive(_only_child(parent).pk)
     assert child.status == TaskStatus.WAITING_FOR_INPUT
     run_slice(parent.pk)
@@ -179,9 +167,9 @@ def test_canceling_a_parent_cancels_its_children_down_the_tree(tenant):
     _scripted(tenant, "middle", [_call("leaf"), {"final": {}}], tools=["agent:leaf"])
     _scripted(tenant, "boss", [], tools=["agent:middle"])
     parent = submit(tenant, [_call("middle"), {"final": {"done": True}}], agent="boss")
-    _until_waiting(parent.pk)
+    slices_until_waiting(parent.pk)
     middle = _only_child(parent)
-    _until_waiting(middle.pk)
+    slices_until_waiting(middle.pk)
     leaf = drive(_only_child(middle).pk)
     assert (middle.depth, leaf.depth) == (1, 2)
     assert leaf.status == TaskStatus.WAITING_FOR_INPUT
@@ -196,7 +184,7 @@ def test_the_sweep_cancels_a_child_whose_parent_ended(tenant, monkeypatch):
     _scripted(tenant, "helper", [{"ask": "Anything?"}])
     _scripted(tenant, "boss", [], tools=["agent:helper"])
     parent = submit(tenant, [_call("helper")], agent="boss")
-    _until_waiting(parent.pk)
+    slices_until_waiting(parent.pk)
     child = drive(_only_child(parent).pk)
     # the cancel that follows the parent's end is lost (its worker died)
     monkeypatch.setattr(store_hooks, "_task_ended", [])
@@ -212,7 +200,7 @@ def test_a_child_cannot_call_an_ancestors_agent_at_run_time(tenant):
     _scripted(tenant, "ping", [_call("pong"), {"final": {}}], tools=["agent:pong"])
     _scripted(tenant, "pong", [_call("ping"), {"final": {"pong": True}}], tools=["agent:ping"])
     parent = submit(tenant, [_call("pong"), {"final": {"done": True}}], agent="ping")
-    _until_waiting(parent.pk)
+    slices_until_waiting(parent.pk)
     child = drive(_only_child(parent).pk)
     assert child.status == TaskStatus.SUCCEEDED
     step = Step.objects.get(task=child, step_no=1)
@@ -229,7 +217,7 @@ def test_depth_is_bounded(tenant, monkeypatch):
     task = submit(tenant, [_call("a1"), {"final": {}}], agent="a0")
     chain = [task]
     while True:
-        _until_waiting(chain[-1].pk)
+        slices_until_waiting(chain[-1].pk)
         below = Task.objects.filter(parent=chain[-1]).first()
         if below is None:
             break

@@ -13,12 +13,11 @@ from tasks_app.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Role, Task
 from tasks_app.runner.loop import run_slice
-from tasks_app.services.admission import admit_created_tasks
 from tasks_app.services.tasks import task_provide_input
 from tests.fakes.fixtures import openai_agent, openai_server  # noqa: F401 - fixture
 from tests.fakes.openai_server import reply
 from tests.fakes.runtime import add_agent, add_tool
-from tests.helpers import drive
+from tests.helpers import drive, slices_until_waiting
 from workflows_app.definition import DefinitionError, load, parse_source
 from workflows_app.orchestrator import run_nodes
 from workflows_app.services.runs import submit_run
@@ -45,22 +44,10 @@ def _start(tenant, definition: dict[str, Any], input: dict[str, Any] | None = No
                       input=input or {}, actor=SYSTEM).task
 
 
-def _until_waiting(task_id: int) -> Task:
-    """Slices of the task until it waits (for a child: `later`) or stops."""
-    for _ in range(20):
-        task = Task.objects.get(pk=task_id)
-        if task.status == TaskStatus.CREATED:
-            admit_created_tasks()
-            continue
-        if task.status != TaskStatus.RUNNING or run_slice(task_id).ended == "later":
-            return Task.objects.get(pk=task_id)
-    raise AssertionError(f"task {task_id} neither waited nor stopped")
-
-
 def _run_with_children(run: Task) -> Task:
     """The run and every child it starts, each driven in turn, until the run stops."""
     for _ in range(20):
-        run = _until_waiting(run.pk)
+        run = slices_until_waiting(run.pk)
         if run.status != TaskStatus.RUNNING:
             return run
         for child in Task.objects.filter(parent=run, status__in=("CREATED", "RUNNING")):
@@ -108,7 +95,7 @@ def test_an_agent_node_runs_a_child_task_whose_result_is_the_nodes_output(tenant
 def test_a_node_whose_child_waits_for_a_person_is_waiting_and_holds_no_lease(tenant):
     _scripted(tenant, "asker", [{"ask": "Which size?"}, {"final": {"size": "L"}}])
     run = _start(tenant, {"nodes": [{"id": "ask", "agent": {"name": "asker", "goal": "size"}}]})
-    run = _until_waiting(run.pk)
+    run = slices_until_waiting(run.pk)
     (child,) = Task.objects.filter(parent=run)
     assert drive(child.pk).status == TaskStatus.WAITING_FOR_INPUT
     run_slice(run.pk)  # the run looks again: still waiting

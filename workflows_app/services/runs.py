@@ -18,7 +18,7 @@ from tasks_app.actors import Actor
 from tasks_app.keys import canonical_json, sha256_hex
 from tasks_app.models import Step, Task
 from tasks_app.services.admission import admission_after_commit
-from tasks_app.services.tasks import Submitted, same_submission
+from tasks_app.services.tasks import Submitted, earlier_submission, same_submission
 from tasks_app.store.creation import task_create
 from tools_app.schemas import schema_errors
 
@@ -78,11 +78,9 @@ def submit_run(*, tenant_id: int, requester_id: int | None, workflow: str,
     the same key is a conflict."""
     input = input if input is not None else {}
     body = {"workflow": workflow, "goal": goal, "input": input}
-    request_hash = sha256_hex(canonical_json(body))
-    if idempotency_key:
-        existing = Task.objects.filter(tenant_id=tenant_id, idempotency_key=idempotency_key).first()
-        if existing is not None:
-            return same_submission(existing, request_hash)
+    request_hash, earlier = earlier_submission(tenant_id, idempotency_key, body)
+    if earlier is not None:
+        return earlier
     found = Workflow.objects.filter(tenant_id=tenant_id, name=workflow).first()
     if found is None:
         raise invalid("invalid", "The request is not valid.",
