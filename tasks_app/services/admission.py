@@ -72,8 +72,9 @@ def admit_created_tasks(*, limit: int = 100) -> list[int]:
             for cand in page:
                 if len(admitted) >= wanted:
                     break
-                if per_tenant[cand.tenant_id] >= cfg["MAX_RUNNING_PER_TENANT"] or (
-                    per_agent[cand.agent_id] >= (_number(cand.agent_cap) or 10**9)
+                if cand.parent_id is None and (
+                    per_tenant[cand.tenant_id] >= cfg["MAX_RUNNING_PER_TENANT"]
+                    or per_agent[cand.agent_id] >= (_number(cand.agent_cap) or 10**9)
                 ):
                     continue  # FIFO within what may run; this tenant/agent waits for a slot
                 if db.start(cand, now):
@@ -125,6 +126,11 @@ class Candidate(NamedTuple):
     trace_id: str
     agent_cap: str | None  # the two budget figures of its agent, as text out of the JSON
     duration: str | None
+    # A child task (a workflow's agent node, an agent called as a tool) is started
+    # whatever its tenant's and agent's limits: its parent holds a slot and waits
+    # for it, so holding the child back until a slot frees could wait forever.
+    # The global limit still holds.
+    parent_id: int | None = None
 
 
 class _Statements:
@@ -151,14 +157,14 @@ class _Statements:
         """The next page of CREATED tasks in submission order."""
         rows = (
             Task.objects.filter(status=TaskStatus.CREATED, id__gt=after)
-            .exclude(tenant_id__in=excluding_tenants)
+            .exclude(tenant_id__in=excluding_tenants, parent__isnull=True)
             .order_by("id")
             .annotate(
                 agent_cap=KT("agent_snapshot__budget__max_concurrent_tasks"),
                 duration=KT("agent_snapshot__budget__max_duration_s"),
             )
             .values_list("id", "tenant_id", "agent_id", "version", "trace_id", "agent_cap",
-                         "duration")[:PAGE]
+                         "duration", "parent_id")[:PAGE]
         )
         return [Candidate(*row) for row in rows]
 
@@ -180,9 +186,10 @@ SELECT tenant_id, agent_id, count(*) FROM {_TASKS}
 CANDIDATES_SQL = f"""
 SELECT id, tenant_id, agent_id, version, trace_id,
        agent_snapshot -> 'budget' ->> 'max_concurrent_tasks',
-       agent_snapshot -> 'budget' ->> 'max_duration_s'
+       agent_snapshot -> 'budget' ->> 'max_duration_s', parent_id
   FROM {_TASKS}
- WHERE status = '{_CREATED}' AND id > %(after)s AND NOT (tenant_id = ANY(%(full)s))
+ WHERE status = '{_CREATED}' AND id > %(after)s
+   AND (NOT (tenant_id = ANY(%(full)s)) OR parent_id IS NOT NULL)
  ORDER BY id LIMIT %(page)s
 """
 

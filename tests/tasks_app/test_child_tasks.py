@@ -100,6 +100,25 @@ def test_the_childs_end_wakes_the_parent_at_once(tenant):
     assert parent.next_run_at < waiting_until  # due now, not at its re-check
 
 
+def test_a_child_starts_even_when_its_parent_fills_the_tenants_limit(tenant, settings):
+    """A waiting parent holds its tenant's only slot: its child is admitted all
+    the same (held back, it would wait for the parent, which waits for it)."""
+    from tasks_app.services.admission import admit_created_tasks
+
+    settings.TETHER = {**settings.TETHER, "MAX_RUNNING_PER_TENANT": 1}
+    _scripted(tenant, "helper", [{"final": {"ok": 1}}])
+    _scripted(tenant, "boss", [], tools=["agent:helper"])
+    parent = submit(tenant, [_call("helper"), {"final": {"done": True}}], agent="boss")
+    other = submit(tenant, [{"final": {"later": True}}])  # an ordinary task still waits its turn
+    slices_until_waiting(parent.pk)
+    child = _only_child(parent)
+    admit_created_tasks()
+    assert Task.objects.get(pk=child.pk).status != TaskStatus.CREATED
+    assert Task.objects.get(pk=other.pk).status == TaskStatus.CREATED
+    assert drive(child.pk).status == TaskStatus.SUCCEEDED
+    assert drive(parent.pk).status == TaskStatus.SUCCEEDED
+
+
 def test_a_resumed_step_finds_the_child_it_started(tenant):
     _scripted(tenant, "helper", [{"final": {"ok": 1}}])
     _scripted(tenant, "boss", [], tools=["agent:helper"])
