@@ -149,7 +149,7 @@ def child_for_step(parent: ParentStep) -> Task | ToolOutcome:
     if problems:
         return _refused("invalid_arguments", f"{parent.tool} takes {{goal, input}}: "
                         + "; ".join(problems), errors=problems)
-    row = Task.objects.only("id", "status", "depth", "parent_id", "agent_id").get(
+    row = Task.objects.only("id", "status", "depth", "parent_id", "agent_id", "subject").get(
         pk=parent.task_id)
     if row.status != TaskStatus.RUNNING:  # it ended meanwhile (this outcome is then fenced);
         # a child started in the instant after is canceled by the sweep (`children_sweep`)
@@ -182,7 +182,8 @@ def child_for_step(parent: ParentStep) -> Task | ToolOutcome:
                 input=input_, script=script, trace_id=trace_id, idempotency_key=key,
                 request_hash=sha256_hex(canonical_json({"agent": agent, "goal": goal,
                                                         "input": input_})),
-                parent_id=parent.task_id, parent_step_no=parent.step_no, depth=row.depth + 1)
+                parent_id=parent.task_id, parent_step_no=parent.step_no, depth=row.depth + 1,
+                subject=row.subject)  # about whom its parent is: its memory too
             event_append(task_id=parent.task_id, tenant_id=parent.tenant_id,
                          trace_id=parent.trace_id, task_version=parent.version,
                          type="child_started", actor=ACTOR,

@@ -108,10 +108,12 @@ def test_a_child_starts_even_when_its_parent_fills_the_tenants_limit(tenant, set
     settings.TETHER = {**settings.TETHER, "MAX_RUNNING_PER_TENANT": 1}
     _scripted(tenant, "helper", [{"final": {"ok": 1}}])
     _scripted(tenant, "boss", [], tools=["agent:helper"])
-    parent = submit(tenant, [_call("helper"), {"final": {"done": True}}], agent="boss")
+    parent = submit(tenant, [_call("helper"), {"final": {"done": True}}], agent="boss",
+                    subject="customer-7")
     other = submit(tenant, [{"final": {"later": True}}])  # an ordinary task still waits its turn
     slices_until_waiting(parent.pk)
     child = _only_child(parent)
+    assert child.subject == "customer-7"  # about whom its parent is
     admit_created_tasks()
     assert Task.objects.get(pk=child.pk).status != TaskStatus.CREATED
     assert Task.objects.get(pk=other.pk).status == TaskStatus.CREATED
