@@ -118,9 +118,8 @@ def record_decision(
     actor: Actor,
 ) -> StepResult | Decided:
     """Commit the decision with its counters: in the same transaction as its step,
-    or not at all."""
-    step_no = snap.steps_count + 1
-    bind_log(step_no=step_no, step_kind=decision.kind)
+    or not at all. Each kind is recorded by its own function below."""
+    bind_log(step_no=snap.steps_count + 1, step_kind=decision.kind)
     model_log = storable(model_log)
     if decision.kind == "invalid":
         decision = replace(decision, raw=storable_text(decision.raw),
@@ -135,46 +134,61 @@ def record_decision(
         return _invalid(snap, decision, model_log, spent, actor,
                         {"type": "invalid_decision", "message": decision.error,
                          "raw": decision.raw[:2000]})
-
     if decision.kind in HANDLED_KINDS:
         return _handled(snap, decision, model_log, spent, actor)
-
     if decision.kind == "ask_user":
-        with transaction.atomic():
-            step = _new_step(snap, kind=StepKind.ASK, status=StepStatus.RUNNING, decision=decision,
-                             model_log=model_log)
-            done = task_transition(task_id=snap.id, event="need_input", actor=actor,
-                                   expected_version=snap.version, known=known(snap),
-                                   fields=spent.fields(),
-                                   payload={"step_no": step_no, "question": decision.question})
-            spent.roll_up()  # last: the rollup row's lock is held until the commit
-            expires = (timezone.now() + timedelta(seconds=decision.expires_in_s)
-                       if decision.expires_in_s else None)
-            opening.question_open(task_id=snap.id, tenant_id=snap.tenant_id, step_id=step.pk,
-                                  question=decision.question, task_version=done.version,
-                                  expires_at=expires, on_expiry=decision.on_expiry)
-        return STOP
-
+        return _ask(snap, decision, model_log, spent, actor)
     if decision.kind == "fail":
         return _fail(snap, decision, model_log, spent, actor)
-
     if decision.kind == "final":
-        schema = snap.agent.get("result_schema") or {}
-        errors = schema_errors(schema, decision.result) if schema else []
-        if decision.result is None:
-            errors = ["a final answer needs a result"]
-        if errors:
-            return _invalid(snap, decision, model_log, spent, actor,
-                            {"type": "invalid_result",
-                             "message": "the final result failed validation",
-                             "errors": errors})
-        if not commit_final(snap, decision=decision.as_dict(), model_log=model_log,
-                            result=decision.result, model_calls=spent.model_calls,
-                            tokens=spent.tokens, actor=actor, bill=spent.bill):
-            raise Stale()
-        return STOP
+        return _final(snap, decision, model_log, spent, actor)
+    return _tool_call(snap, decision, model_log, spent, specs, owner=owner, actor=actor)
 
-    # a tool call
+
+def _ask(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any], spent: Spent,
+         actor: Actor) -> StepResult:
+    """A question: the task waits for input (the question may expire)."""
+    with transaction.atomic():
+        step = _new_step(snap, kind=StepKind.ASK, status=StepStatus.RUNNING, decision=decision,
+                         model_log=model_log)
+        done = task_transition(task_id=snap.id, event="need_input", actor=actor,
+                               expected_version=snap.version, known=known(snap),
+                               fields=spent.fields(),
+                               payload={"step_no": snap.steps_count + 1,
+                                        "question": decision.question})
+        spent.roll_up()  # last: the rollup row's lock is held until the commit
+        expires = (timezone.now() + timedelta(seconds=decision.expires_in_s)
+                   if decision.expires_in_s else None)
+        opening.question_open(task_id=snap.id, tenant_id=snap.tenant_id, step_id=step.pk,
+                              question=decision.question, task_version=done.version,
+                              expires_at=expires, on_expiry=decision.on_expiry)
+    return STOP
+
+
+def _final(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any], spent: Spent,
+           actor: Actor) -> StepResult:
+    """A final answer: checked against the result schema, then the task ends."""
+    schema = snap.agent.get("result_schema") or {}
+    errors = schema_errors(schema, decision.result) if schema else []
+    if decision.result is None:
+        errors = ["a final answer needs a result"]
+    if errors:
+        return _invalid(snap, decision, model_log, spent, actor,
+                        {"type": "invalid_result",
+                         "message": "the final result failed validation",
+                         "errors": errors})
+    if not commit_final(snap, decision=decision.as_dict(), model_log=model_log,
+                        result=decision.result, model_calls=spent.model_calls,
+                        tokens=spent.tokens, actor=actor, bill=spent.bill):
+        raise Stale()
+    return STOP
+
+
+def _tool_call(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
+               spent: Spent, specs: dict[str, ToolSpec], *, owner: str,
+               actor: Actor) -> StepResult | Decided:
+    """A tool call: refused (no progress, a budget), invalid, waiting for an
+    approval, or decided: its step and ledger claim committed, it runs next."""
     spec = call_spec(specs.get(decision.tool), decision.as_dict())
     call_hash = call_fingerprint(decision.tool, decision.args)
     if repeats_too_often(snap, call_hash):
@@ -194,25 +208,10 @@ def record_decision(
                        reason=str(error.get("budget", "budget")), error=error, offer_again=True)
     assert spec is not None
     # A retried task's call the chain already made takes that call's key (None: a fresh key).
-    reused = lineage_key(task_id=snap.id, key_lineage=snap.key_lineage, step_no=step_no,
-                         tool=decision.tool, args=decision.args)
+    reused = lineage_key(task_id=snap.id, key_lineage=snap.key_lineage,
+                         step_no=snap.steps_count + 1, tool=decision.tool, args=decision.args)
     if verdict.verdict == "approve":
-        with transaction.atomic():
-            step = _new_step(snap, kind=StepKind.TOOL, status=StepStatus.PENDING_APPROVAL,
-                             decision=decision, model_log=model_log, tool=decision.tool,
-                             args=decision.args)
-            step_keyed(step, reused)
-            done = task_transition(task_id=snap.id, event="need_approval", actor=actor,
-                                   expected_version=snap.version, known=known(snap),
-                                   fields=spent.fields(),
-                                   payload={"step_no": step_no, "tool": decision.tool})
-            opening.approval_open(task_id=snap.id, tenant_id=snap.tenant_id, step_id=step.pk,
-                                  tool=decision.tool, args=decision.args, risk=spec.risk,
-                                  reason=decision.reason, cites=list(decision.cites),
-                                  task_version=done.version,
-                                  sla_s=int(snap.agent.get("approval_sla_s") or 0))
-            spent.roll_up()
-        return STOP
+        return _needs_approval(snap, decision, model_log, spent, spec, reused, actor)
     # The step, its event and the ledger claim commit together, in one statement.
     # A cancel from now on is fenced when the outcome commits.
     committed = commit_decision(
@@ -222,6 +221,28 @@ def record_decision(
     if committed is None:
         raise Stale()
     return Decided(spent.applied_to(snap), committed.step, spec, committed.claim)
+
+
+def _needs_approval(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
+                    spent: Spent, spec: ToolSpec, reused: str | None,
+                    actor: Actor) -> StepResult:
+    """A call that needs a person's approval: its step waits, and so does the task."""
+    with transaction.atomic():
+        step = _new_step(snap, kind=StepKind.TOOL, status=StepStatus.PENDING_APPROVAL,
+                         decision=decision, model_log=model_log, tool=decision.tool,
+                         args=decision.args)
+        step_keyed(step, reused)
+        done = task_transition(task_id=snap.id, event="need_approval", actor=actor,
+                               expected_version=snap.version, known=known(snap),
+                               fields=spent.fields(),
+                               payload={"step_no": snap.steps_count + 1, "tool": decision.tool})
+        opening.approval_open(task_id=snap.id, tenant_id=snap.tenant_id, step_id=step.pk,
+                              tool=decision.tool, args=decision.args, risk=spec.risk,
+                              reason=decision.reason, cites=list(decision.cites),
+                              task_version=done.version,
+                              sla_s=int(snap.agent.get("approval_sla_s") or 0))
+        spent.roll_up()
+    return STOP
 
 
 def _invalid(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
