@@ -16,7 +16,6 @@ too, whose steps ask the model over HTTP and call an HTTP tool.
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections import Counter
 from typing import Any
@@ -25,6 +24,7 @@ from django.db import connection
 from django.db.backends.signals import connection_created
 from django.test.utils import CaptureQueriesContext
 
+from tasks_app.models import Task
 from tasks_app.runner.hops import CallerHop
 from tasks_app.runner.memo import SliceMemo
 from tasks_app.runner.step import Next, step
@@ -67,9 +67,13 @@ def run_anatomy(world: World, *, steps: int = 21, task_id: int | None = None) ->
     conns: list[int] = []
     phases: list[int] = []
     wall: list[float] = []
+    # Steps each pass of the runner took: 1, or a wave's calls (a workflow run's
+    # ready nodes, `runner.waves`); read outside the counted queries.
+    advanced: list[int] = []
+    counted = _steps_count(task_id)
     memo = SliceMemo(leased=leased)  # as the runner's slice starts
     try:
-        for _ in range(steps):
+        while sum(advanced) < steps:
             opened.clear()
             started = time.perf_counter()
             hop = _CountedHop()
@@ -81,27 +85,37 @@ def run_anatomy(world: World, *, steps: int = 21, task_id: int | None = None) ->
                 Counter(q["sql"].split(None, 1)[0].upper() for q in ctx.captured_queries)
             )
             conns.append(len(opened))
+            now = _steps_count(task_id)
+            advanced.append(max(1, now - counted))
+            counted = now
             if result.next is not Next.CONTINUE:
                 break
     finally:
         connection_created.disconnect(count_connection)
         lease_release(task_id=task_id, owner=OWNER)
         cancel_open(world, [task_id])
-    tool_steps = per_step[1:]  # the first step pays one-off costs (imports, caches)
-    verbs = sorted({v for c in tool_steps for v in c})
+    # The first pass pays one-off costs (imports, caches): left out. Every
+    # figure is per step, a wave's shared among its calls.
+    n = sum(advanced[1:])
+    later = per_step[1:]
+    verbs = sorted({v for c in later for v in c})
+
+    def per(total: float) -> float | None:
+        return round(total / n, 2) if n else None
+
     return {
         "task_id": task_id,
-        "tool_steps": len(tool_steps),
-        "statements_per_step": round(statistics.fmean(sum(c.values()) for c in tool_steps), 1)
-        if tool_steps
-        else None,
-        "by_verb": {v: round(statistics.fmean(c[v] for c in tool_steps), 2) for v in verbs},
+        "tool_steps": n,
+        "statements_per_step": per(sum(sum(c.values()) for c in later)),
+        "by_verb": {v: per(sum(c[v] for c in later)) for v in verbs},
         # A `WITH ...` statement is one of the runner's one-statement commits
         # (`store.commits`): outside a transaction, it commits on its own.
-        "commits_per_step": round(statistics.fmean(c["COMMIT"] + c["WITH"] for c in tool_steps), 2)
-        if tool_steps
-        else None,
-        "connections_opened_per_step": round(statistics.fmean(conns[1:]), 2) if conns[1:] else None,
-        "phases_per_step": round(statistics.fmean(phases[1:]), 2) if phases[1:] else None,
-        "in_process_step_ms": round(statistics.median(wall[1:]) * 1000, 2) if wall[1:] else None,
+        "commits_per_step": per(sum(c["COMMIT"] + c["WITH"] for c in later)),
+        "connections_opened_per_step": per(sum(conns[1:])),
+        "phases_per_step": per(sum(phases[1:])),
+        "in_process_step_ms": round(sum(wall[1:]) / n * 1000, 2) if n else None,
     }
+
+
+def _steps_count(task_id: int) -> int:
+    return int(Task.objects.filter(pk=task_id).values_list("steps_count", flat=True).get())
