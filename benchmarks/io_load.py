@@ -140,6 +140,18 @@ def rss_mb(pgid: int) -> float:
     return round(total / 1024, 1)
 
 
+def watch_until_ended(ids: list[int], workers: Workers) -> float:
+    """Poll (4 times a second, with a deadline) until none of `ids` is CREATED
+    or RUNNING; the workers' largest RSS meanwhile, in MB."""
+    rss = 0.0
+    deadline = time.monotonic() + max(300.0, len(ids) * 0.5)
+    while Task.objects.filter(pk__in=ids, status__in=(TaskStatus.CREATED, TaskStatus.RUNNING)
+                              ).exists() and time.monotonic() < deadline:
+        rss = max(rss, rss_mb(workers.pgid))
+        time.sleep(0.25)  # the bench's pace of polling, not a synchronisation
+    return rss
+
+
 def admit_all() -> None:
     """Admission starts 100 tasks per call: start the rest as the sweep would."""
     while admit_created_tasks(limit=500):
@@ -156,12 +168,7 @@ def run_io(world: World, *, tasks: int, edge_url: str, edge_pid: int,
                            agent=IO_AGENT, goal=f"bench io {i}", input={}, script=None,
                            actor=SYSTEM).task.pk for i in range(tasks)]
     admit_all()
-    rss = 0.0
-    deadline = time.monotonic() + max(300.0, tasks * 0.5)
-    while Task.objects.filter(pk__in=ids, status__in=(TaskStatus.CREATED, TaskStatus.RUNNING)
-                              ).exists() and time.monotonic() < deadline:
-        rss = max(rss, rss_mb(workers.pgid))
-        time.sleep(0.25)
+    rss = watch_until_ended(ids, workers)
     spent = cpu_since(before, workers, edge_pid)
     cancel_open(world, ids)
     edge = httpx.get(f"{edge_url}/stats").json()

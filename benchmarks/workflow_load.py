@@ -40,7 +40,6 @@ Figures:
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import httpx
@@ -73,8 +72,8 @@ from .io_load import (
     per_step_ms,
     readme_worker,
     roomy_admission,
-    rss_mb,
     run_scripted,
+    watch_until_ended,
 )
 from .procs import Workers, purge_queue
 from .report import dig
@@ -211,12 +210,7 @@ def run_http(world: World, *, runs: int, edge_url: str, edge_pid: int, workers: 
     ids = _submit(world, HTTP_WORKFLOW, runs)
     before = cpu_now(workers, edge_pid)  # admission hands them to the worker
     admit_all()
-    rss = 0.0
-    deadline = time.monotonic() + max(300.0, runs * 0.5)
-    while Task.objects.filter(pk__in=ids, status__in=(TaskStatus.CREATED, TaskStatus.RUNNING)
-                              ).exists() and time.monotonic() < deadline:
-        rss = max(rss, rss_mb(workers.pgid))
-        time.sleep(0.25)
+    rss = watch_until_ended(ids, workers)
     spent = cpu_since(before, workers, edge_pid)
     cancel_open(world, ids)
     edge = httpx.get(f"{edge_url}/stats").json()
