@@ -127,7 +127,9 @@ else:
     # Its own cursors bind on the client and never prepare anyway; this lets the
     # runner's few hot statements (`tasks_app/prepared.py`) be prepared.
     # Behind a pooler that cannot keep them (PgBouncer < 1.21), set it false.
-    if env.bool("DB_PREPARED_STATEMENTS", default=True):
+    # Nor behind a pooler in transaction mode: a statement prepared on one server
+    # connection is unknown on the next (TETHER_DB_POOLER).
+    if env.bool("DB_PREPARED_STATEMENTS", default=True) and _tether.DB_POOLER == "none":
         DATABASES["default"].setdefault("OPTIONS", {}).setdefault("prepare_threshold", 5)
     if "TEST" not in DATABASES["default"]:
         DATABASES["default"]["TEST"] = {
@@ -174,6 +176,8 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 # (tasks_app/runner/sweeper.py): beat is optional. Its entry stays for
 # deployments that run it; it takes the same lock, so it adds no second sweep.
 TETHER_SWEEP_INTERVAL_S = _tether.SWEEP_INTERVAL_S
+# Behind a pooler in transaction mode (read above, where the database is set up).
+TETHER_DB_POOLER = _tether.DB_POOLER
 CELERY_BEAT_SCHEDULE = {
     "tether-recovery-sweep": {
         "task": "tasks_app.tasks.recovery_sweep",

@@ -88,6 +88,13 @@ class TetherSettings(BaseSettings):
         description="How often each worker process (and beat, if run) tries the recovery "
                     "sweep; one runs at a time (advisory lock).")
 
+    DB_POOLER: Literal["none", "transaction"] = Field(
+        default="none",
+        description="`transaction` when the processes reach PostgreSQL through a pooler in "
+                    "transaction mode (PgBouncer `pool_mode = transaction`): no statement is "
+                    "prepared on the server and no lock outlives a transaction "
+                    "(see [Behind PgBouncer](../how-to/deploy.md#behind-pgbouncer)).")
+
     # --- leases, slices and the driver -------------------------------------------
     LEASE_TTL_S: float = Field(
         default=10.0, gt=0,

@@ -27,7 +27,7 @@ from tests.factories import *  # noqa: E402,F401,F403
 from tests.fakes.mcp_process import mcp_process, mcp_server, mcp_sessions  # noqa: E402,F401
 from tests.fakes.webhook_receiver import webhook_receiver  # noqa: E402,F401
 from tests.helpers import *  # noqa: E402,F401,F403
-from tests.processes import celery_workers, embedded_server  # noqa: E402,F401
+from tests.processes import celery_workers, embedded_server, pgbouncer  # noqa: E402,F401
 from tests.tiers import GUARD, belongs_to_system
 
 REQUIRED = {"PostgreSQL": ("127.0.0.1", 5432), "Redis": ("127.0.0.1", 6379)}

@@ -13,6 +13,9 @@ Fixtures (registered for every test by `tests/conftest.py`):
   `CeleryWorkers` whose `start(beat=...)` starts a worker on pytest-django's
   test database and waits until it answers a ping. Parametrize it indirectly
   with a broker URL to use another broker (RabbitMQ).
+- `pgbouncer` — a PgBouncer of the test's own in transaction mode in front of
+  the test database's server; workers started with `pgbouncer.url(...)` as
+  their DATABASE_URL and `TETHER_DB_POOLER=transaction` run through it.
 - `embedded_server` — a factory: `embedded_server(database_path)` runs
   `scripts/start` (without pip) on a free port with a SQLite file, no broker
   and no keys (it generates them into the test's own `.tether/local.env`), and
@@ -23,10 +26,12 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, suppress
@@ -52,6 +57,8 @@ __all__ = [
     "port_open",
     "celery_workers",
     "embedded_server",
+    "PgBouncer",
+    "pgbouncer",
     "require_service",
 ]
 
@@ -399,3 +406,74 @@ def embedded_server(tmp_path: Path) -> Iterator[Callable[..., EmbeddedServer]]:
             if server.proc.alive():
                 server.proc.kill()
             print(f"--- {server.proc.name} ---\n{server.proc.log_tail()}")
+
+
+# --- PgBouncer ---------------------------------------------------------------------
+
+PGBOUNCER = "/usr/sbin/pgbouncer"  # Debian's package (scripts/test installs it)
+PGBOUNCER_INI = """\
+[databases]
+* = host={host} port={port} user={user}
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = {listen}
+unix_socket_dir =
+auth_type = any
+pool_mode = transaction
+max_client_conn = 2000
+default_pool_size = {pool_size}
+ignore_startup_parameters = extra_float_digits,options
+logfile = {log}
+"""
+
+
+@dataclass
+class PgBouncer:
+    """A PgBouncer of the test's own in transaction mode, in front of the test
+    database's server. `url(name)` is a DATABASE_URL through it."""
+
+    proc: Proc
+    port: int
+    user: str
+
+    def url(self, dbname: str) -> str:
+        return f"postgres://{quote(self.user)}@127.0.0.1:{self.port}/{quote(dbname)}"
+
+
+@pytest.fixture
+def pgbouncer() -> Iterator[PgBouncer]:
+    """PgBouncer in transaction mode on a free port, with fewer server
+    connections than clients (20), so that consecutive transactions of one
+    client do land on different server connections."""
+    from django.db import connection
+
+    if not Path(PGBOUNCER).exists():
+        pytest.fail(f"{PGBOUNCER} is missing: `apt-get install pgbouncer` (scripts/test does)")
+    params = connection.settings_dict
+    user = params.get("USER") or "postgres"
+    # PgBouncer refuses to run as root: it drops to the database's user, who
+    # must read its configuration and write its log.
+    workdir = Path(tempfile.mkdtemp(prefix="tether-pgbouncer-"))
+    workdir.chmod(0o777)
+    port = free_port()
+    ini = workdir / "pgbouncer.ini"
+    ini.write_text(PGBOUNCER_INI.format(
+        host=params.get("HOST") or "127.0.0.1", port=params.get("PORT") or 5432, user=user,
+        listen=port, pool_size=20, log=workdir / "pgbouncer.log"))
+    ini.chmod(0o644)
+    argv = [PGBOUNCER, *(["-u", "postgres"] if os.geteuid() == 0 else []), str(ini)]
+    proc = _spawn(f"pgbouncer-{port}", argv, env=_base_env(), log_dir=workdir)
+    try:
+        wait_for(lambda: port_open("127.0.0.1", port) or _exited(proc), timeout=30,
+                 message="PgBouncer to listen")
+        yield PgBouncer(proc=proc, port=port, user=user)
+    finally:
+        if proc.alive():
+            proc.kill()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _exited(proc: Proc) -> bool:
+    if not proc.alive():
+        raise AssertionError(f"{proc.name} exited early:\n{proc.log_tail()}")
+    return False

@@ -27,6 +27,7 @@ SYSTEM_MARKERS = ("worker", "browser")
 # tests/fakes/mcp_process.py); a fixture built on one of them is caught through it.
 SYSTEM_FIXTURES = frozenset({
     "celery_workers", "embedded_server", "console_server", "browser", "mcp_process",
+    "pgbouncer",
 })
 # Audit events (https://docs.python.org/3/library/audit_events.html) that start a process.
 SPAWN_EVENTS = frozenset({

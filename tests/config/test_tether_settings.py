@@ -34,6 +34,7 @@ FIELDS = set(TetherSettings.model_fields)
 DEFAULTS = {
     "RUNNER": "embedded", "BROKER_TIMEOUT_S": 2.0, "WORKER_POOL": "prefork",
     "WORKER_CONCURRENCY": os.cpu_count() or 1, "WORKER_SWEEP": True, "SWEEP_INTERVAL_S": 2.0,
+    "DB_POOLER": "none",
     "LEASE_TTL_S": 10.0, "SLICE_S": 2.0, "SLICE_MAX_STEPS": 50, "DRIVER_MAX_TASKS": 500,
     "DRIVER_DB_THREADS": 8, "DRIVER_DRAIN_S": 10.0, "TOOL_THREADS": 64,
     "MAX_RUNNING_TASKS": 200, "MAX_RUNNING_PER_TENANT": 50, "BACKOFF_BASE_S": 0.5,

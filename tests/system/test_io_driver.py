@@ -11,102 +11,43 @@ while the test acts, so nothing here depends on timing.
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterator
-from typing import Any
-
 import pytest
 
-from benchmarks.edge_server import EdgeServer
 from tasks_app.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Step, Task
 from tasks_app.services.tasks import task_cancel_many
-from tests.factories import ToolFactory, submit
+from tests.factories import ToolFactory
 from tests.fakes.fixtures import openai_agent
 from tests.helpers import wait_for
+from tests.system.io_world import (
+    LAST_SEEN,
+    ONE_PROCESS,
+    ROOMY,
+    TOOL_CALLS,
+    EdgeModel,
+    all_ended,
+    assert_done_once,
+    in_flight,
+    submit_io,
+)
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
-
-TOOL_CALLS = 4  # per task, then the final answer: 5 model calls
-ONE_PROCESS = {"pool": "prefork", "concurrency": 1}
-ROOMY = {"TETHER_MAX_RUNNING_TASKS": "1000", "TETHER_MAX_RUNNING_PER_TENANT": "1000"}
-
-
-@pytest.fixture
-def edge() -> Iterator[EdgeServer]:
-    server = EdgeServer(model_latency_s=0.05, tool_latency_s=0.05, tool_calls=TOOL_CALLS).start()
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def io_world(world, edge, settings):  # type: ignore[no-untyped-def]
-    settings.TETHER = {**settings.TETHER, "MAX_RUNNING_TASKS": 1000,
-                       "MAX_RUNNING_PER_TENANT": 1000}
-    ToolFactory(tenant=world.tenant, name="edge_write", kind="http",
-                url=edge.tool_url("edge_write"), target="",
-                status_url=f"http://127.0.0.1:{edge.port}/status/{{key}}",
-                args_schema={"type": "object"}, side_effect="write", timeout_s=20,
-                max_retries=0)
-    openai_agent(world.tenant, _Edge(edge), name="io", tools=["edge_write"],
-                 max_concurrent_tasks=1000, model={"timeout_s": 60, "max_retries": 0})
-    return world
-
-
-class _Edge:
-    """What `openai_agent` reads of a fake model server."""
-
-    def __init__(self, edge: EdgeServer) -> None:
-        self.base_url = edge.base_url
-
-
-def _submit(world: Any, n: int, agent: str = "io") -> list[int]:
-    return [submit(world.tenant, None, agent=agent, goal=f"io {i}").pk for i in range(n)]
-
-
-def _all_ended(ids: list[int]) -> list[Task] | None:
-    tasks = list(Task.objects.filter(pk__in=ids))
-    return tasks if all(t.is_terminal for t in tasks) else None
-
-
-def _in_flight(edge: EdgeServer, kind: str, n: int) -> bool:
-    global _last_seen
-    _last_seen = {**edge.snapshot(), "effects": None, "tasks": dict(Counter(
-        Task.objects.values_list("status", flat=True))), "leased": Task.objects.exclude(
-        lease_owner="").count()}
-    return edge.snapshot()[f"{kind}_in_flight"] >= n
-
-
-_last_seen: dict[str, Any] = {}
-
-
-def _assert_done_once(tasks: list[Task], edge: EdgeServer) -> None:
-    """Every task succeeded with its four tool steps, and the downstream saw one
-    effect per key: no write was repeated."""
-    effects = edge.snapshot()["effects"]
-    for task in tasks:
-        assert task.status == TaskStatus.SUCCEEDED, (task.pk, task.status, task.failure_detail)
-        keys = list(Step.objects.filter(task=task, kind="tool").order_by("step_no")
-                    .values_list("idempotency_key", flat=True))
-        assert len(keys) == TOOL_CALLS and len(set(keys)) == TOOL_CALLS
-        assert all(effects.get(k) == 1 for k in keys), [effects.get(k) for k in keys]
-    assert sum(effects.values()) == len(tasks) * TOOL_CALLS
 
 
 def test_one_worker_process_has_a_hundred_model_calls_in_flight(io_world, edge, celery_workers):
     edge.hold("model")
     celery_workers.start(**ONE_PROCESS, env=ROOMY)
-    ids = _submit(io_world, 100)
+    ids = submit_io(io_world, 100)
     try:
-        wait_for(lambda: _in_flight(edge, "model", 100), timeout=120,
+        wait_for(lambda: in_flight(edge, "model", 100), timeout=120,
                  message="100 model calls in flight at once on one worker process")
     except AssertionError as exc:
-        raise AssertionError(f"{exc}: {_last_seen}") from None
+        raise AssertionError(f"{exc}: {LAST_SEEN}") from None
     assert edge.snapshot()["model_peak"] == 100
     edge.release("model")
-    tasks = wait_for(lambda: _all_ended(ids), timeout=60, message="every task to end")
-    _assert_done_once(tasks, edge)
+    tasks = wait_for(lambda: all_ended(ids), timeout=60, message="every task to end")
+    assert_done_once(tasks, edge)
     assert edge.snapshot()["model_calls"] == 100 * (TOOL_CALLS + 1)
 
 
@@ -115,8 +56,8 @@ def test_kill_9_with_calls_in_flight_loses_no_task_and_repeats_no_write(
 ):
     edge.hold("tool")
     first = celery_workers.start(**ONE_PROCESS, env=ROOMY)
-    ids = _submit(io_world, 60)
-    wait_for(lambda: _in_flight(edge, "tool", 60), timeout=120,
+    ids = submit_io(io_world, 60)
+    wait_for(lambda: in_flight(edge, "tool", 60), timeout=120,
              message="60 tool calls in flight")
     first.kill()  # the whole process group, at once
     assert not first.alive()
@@ -124,18 +65,18 @@ def test_kill_9_with_calls_in_flight_loses_no_task_and_repeats_no_write(
     wait_for(lambda: edge.snapshot()["tool_in_flight"] == 0, timeout=30,
              message="the orphaned calls to finish downstream")
     celery_workers.start(beat=True, env=ROOMY)
-    tasks = wait_for(lambda: _all_ended(ids), timeout=240, message="every task to end")
+    tasks = wait_for(lambda: all_ended(ids), timeout=240, message="every task to end")
     # The calls cut by the crash were plain writes: settled by their status query,
     # never sent again.
-    _assert_done_once(tasks, edge)
+    assert_done_once(tasks, edge)
     assert edge.snapshot()["tool_calls"] == 60 * TOOL_CALLS
 
 
-def test_a_cancel_fences_every_call_in_flight(io_world, edge, celery_workers):
+def test_a_cancel_fences_every_callin_flight(io_world, edge, celery_workers):
     edge.hold("tool")
     celery_workers.start(**ONE_PROCESS, env=ROOMY)
-    ids = _submit(io_world, 50)
-    wait_for(lambda: _in_flight(edge, "tool", 50), timeout=120,
+    ids = submit_io(io_world, 50)
+    wait_for(lambda: in_flight(edge, "tool", 50), timeout=120,
              message="50 tool calls in flight")
     assert task_cancel_many(task_ids=ids, actor=SYSTEM)["canceled"] == ids
     edge.release("tool")
@@ -158,22 +99,22 @@ def test_a_blocking_python_tool_does_not_hold_up_the_other_tasks(
     ToolFactory(tenant=io_world.tenant, name="blocking_lookup",
                 target="tests.system.slow_tools.blocking_lookup",
                 args_schema={"type": "object"}, side_effect="read", timeout_s=60, max_retries=0)
-    openai_agent(io_world.tenant, _Edge(edge), name="blocking", tools=["blocking_lookup"],
+    openai_agent(io_world.tenant, EdgeModel(edge), name="blocking", tools=["blocking_lookup"],
                  max_concurrent_tasks=1000,
                  model={"timeout_s": 60, "max_retries": 0})
     gate = tmp_path / "gate"
     celery_workers.start(**ONE_PROCESS, env={**ROOMY, "EDGE_TEST_GATE": str(gate)})
-    blocked = _submit(io_world, 4, agent="blocking")
+    blocked = submit_io(io_world, 4, agent="blocking")
     wait_for(lambda: Step.objects.filter(task_id__in=blocked, tool="blocking_lookup",
                                          status="RUNNING").count() == 4,
              timeout=120, message="four python tools blocking their threads")
-    others = _submit(io_world, 30)
-    tasks = wait_for(lambda: _all_ended(others), timeout=240,
+    others = submit_io(io_world, 30)
+    tasks = wait_for(lambda: all_ended(others), timeout=240,
                      message="the other tasks to end while the python tools block")
     # All the others' model and tool calls went out and came back meanwhile.
     assert not gate.exists()
     assert Step.objects.filter(task_id__in=blocked, status="RUNNING").count() == 4
-    _assert_done_once(tasks, edge)
+    assert_done_once(tasks, edge)
     gate.touch()
-    ended = wait_for(lambda: _all_ended(blocked), timeout=120, message="the blocked tasks")
+    ended = wait_for(lambda: all_ended(blocked), timeout=120, message="the blocked tasks")
     assert all(t.status == TaskStatus.SUCCEEDED for t in ended)

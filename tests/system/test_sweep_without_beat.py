@@ -20,7 +20,7 @@ from django.utils import timezone
 from approvals_app.models import Approval, Decision
 from tasks_app.machine import TaskStatus
 from tasks_app.models import SweepRun, Task
-from tasks_app.runner.sweeper import SWEEP_LOCK_KEY
+from tasks_app.runner.sweeper import LOCK_CONNECTION_NAME, SWEEP_LOCK_KEY
 from tests.factories import submit
 from tests.helpers import wait_for
 from tests.processes import purge_broker
@@ -106,10 +106,10 @@ def test_no_worker_sweeps_while_the_lock_is_held(world, celery_workers):
         def knockers() -> set[int]:
             rows = holder.execute(
                 "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
-                " AND query LIKE 'SELECT pg_try_advisory_lock%%'").fetchall()
+                " AND application_name = %s", [LOCK_CONNECTION_NAME]).fetchall()
             return {pid for (pid,) in rows}
 
-        # Two worker connections have asked for the lock (and been refused).
+        # Two workers have connected for the lock (and been refused it).
         wait_for(lambda: len(knockers()) >= 2, timeout=60, message="two sweepers to knock")
         assert not SweepRun.objects.exists()
         assert Task.objects.get(pk=task.pk).status == TaskStatus.RUNNING
