@@ -32,6 +32,7 @@ class EventType(models.TextChoices):
 class PayloadFormat(models.TextChoices):
     JSON = "json", "Tether JSON"
     SLACK = "slack", "Slack / Teams ({\"text\": ...})"
+    CLOUDEVENTS = "cloudevents", "CloudEvents 1.0 (structured JSON)"
 
 
 class WebhookSubscription(models.Model):
@@ -39,7 +40,7 @@ class WebhookSubscription(models.Model):
                                related_name="webhooks")
     url = models.CharField(max_length=2000)
     events = models.JSONField(default=list, help_text="Event types sent to this URL.")
-    format = models.CharField(max_length=8, choices=PayloadFormat.choices,
+    format = models.CharField(max_length=16, choices=PayloadFormat.choices,
                               default=PayloadFormat.JSON)
     description = models.CharField(max_length=200, blank=True)
     active = models.BooleanField(default=True)

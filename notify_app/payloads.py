@@ -102,3 +102,24 @@ def as_text(body: dict[str, Any]) -> str:
     goal = str(task.get("goal") or "")[:120]
     return (f"[Tether/{body.get('tenant')}] {what}: task {task.get('id')} ({goal}): "
             f"{detail} {request.get('url') or task.get('url')}")
+
+
+CLOUDEVENTS_CONTENT_TYPE = "application/cloudevents+json"
+
+
+def as_cloudevent(body: dict[str, Any]) -> dict[str, Any]:
+    """The body as a CloudEvents 1.0 event in structured JSON mode: the event's
+    id is the notification's (the same for every webhook and every attempt:
+    what a receiver deduplicates on), its type `dev.tether.<event type>`, its
+    subject the task, and the Tether body its data."""
+    task = body.get("task") or {}
+    return {
+        "specversion": "1.0",
+        "id": body["id"],
+        "source": f"urn:tether:tenant:{body['tenant']}",
+        "type": f"dev.tether.{body['type']}",
+        "subject": f"tasks/{task.get('id')}",
+        "time": body["created_at"],
+        "datacontenttype": "application/json",
+        "data": body,
+    }

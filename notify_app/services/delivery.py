@@ -54,8 +54,8 @@ from ..models import (
     PayloadFormat,
     WebhookSubscription,
 )
-from ..payloads import as_text, compose
-from ..signing import signature
+from ..payloads import CLOUDEVENTS_CONTENT_TYPE, as_cloudevent, as_text, compose
+from ..signing import signature, standard_headers
 
 log = logging.getLogger(__name__)
 
@@ -131,14 +131,16 @@ def _send_webhook(delivery: Delivery, subscription: WebhookSubscription,
     except Undecryptable:
         return Sent("retry", error="the signing secret cannot be decrypted with "
                                    "TETHER_SECRETS_KEY (was a key removed?)")
-    payload = {"text": as_text(body)} if subscription.format == PayloadFormat.SLACK else body
+    content_type, payload = _payload(subscription, body)
     content = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    at = int(time.time())
     headers = {
-        "Content-Type": "application/json",
+        "Content-Type": content_type,
         "User-Agent": USER_AGENT,
         "X-Tether-Event": str(body.get("type", "")),
         "X-Tether-Delivery": str(delivery.uid),
-        "X-Tether-Signature": signature(secret, content, at=int(time.time())),
+        "X-Tether-Signature": signature(secret, content, at=at),
+        **standard_headers(secret, content, message_id=str(delivery.uid), at=at),
     }
     url = subscription.url
     try:
@@ -161,6 +163,15 @@ def _send_webhook(delivery: Delivery, subscription: WebhookSubscription,
         return Sent("retry", status_code=code, error=error,
                     retry_after_s=retry_after_s(response.headers))
     return Sent("failed", status_code=code, error=error)
+
+
+def _payload(subscription: WebhookSubscription, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The content type and the JSON body of a delivery in the webhook's format."""
+    if subscription.format == PayloadFormat.SLACK:
+        return "application/json", {"text": as_text(body)}
+    if subscription.format == PayloadFormat.CLOUDEVENTS:
+        return CLOUDEVENTS_CONTENT_TYPE, as_cloudevent(body)
+    return "application/json", body
 
 
 def _send_email(delivery: Delivery, body: dict[str, Any]) -> Sent:

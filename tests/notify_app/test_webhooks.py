@@ -3,10 +3,14 @@ state a person must act on, the outbox row commits with the transition, and a re
 HTTP receiver gets every event once per delivery id, signed, again after a 500."""
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
+from cloudevents.v1.http import from_http
 from django.db import transaction
+from standardwebhooks import Webhook
+from standardwebhooks.webhooks import WebhookVerificationError
 
 from approvals_app.models import Approval, Question, Reconciliation
 from notify_app.models import Delivery, Notification, WebhookSubscription
@@ -216,3 +220,55 @@ def test_a_paused_webhook_sends_nothing_more(main: Tenancy,
     assert webhook_receiver.all() == []
     delivery = Delivery.objects.get()
     assert delivery.status == "failed" and "paused" in delivery.last_error
+
+
+def test_every_delivery_verifies_as_a_standard_webhook(
+        main: Tenancy, webhook_receiver: WebhookReceiver) -> None:
+    """The receiver verifies with the `standardwebhooks` package alone; the id
+    is the delivery's, the same on a retry; a changed body or an old timestamp
+    is refused."""
+    hook = subscribe(main, webhook_receiver.url(), events=["question_asked"])
+    assert Webhook(hook["secret"])  # a secret the specification's libraries accept
+    webhook_receiver.answer(500, 200)
+    main.waiting_for_input()
+    drain()
+    first, second = webhook_receiver.all()
+    for received in (first, second):
+        assert Webhook(hook["secret"]).verify(received.raw, received.headers)["type"] == (
+            "question_asked")
+        assert received.headers["webhook-id"] == received.delivery_id
+    assert first.headers["webhook-id"] == second.headers["webhook-id"]
+    with pytest.raises(WebhookVerificationError):
+        Webhook(hook["secret"]).verify(first.raw + b" ", first.headers)
+    stale = {**first.headers, "webhook-timestamp": str(int(time.time()) - 3600)}
+    with pytest.raises(WebhookVerificationError):
+        Webhook(hook["secret"]).verify(first.raw, stale)
+
+
+def test_cloudevents_format_sends_a_structured_event(
+        main: Tenancy, webhook_receiver: WebhookReceiver) -> None:
+    hook = subscribe(main, webhook_receiver.url(), events=["approval_requested"],
+                     format="cloudevents")
+    task, _approval = main.waiting_for_approval()
+    drain()
+    [received] = webhook_receiver.all()
+    assert received.headers["content-type"] == "application/cloudevents+json"
+    event = from_http(received.headers, received.raw)  # the CloudEvents SDK parses it
+    assert event["specversion"] == "1.0"
+    assert event["type"] == "dev.tether.approval_requested"
+    assert event["source"] == f"urn:tether:tenant:{main.tenant.name}"
+    assert event["subject"] == f"tasks/{task.pk}"
+    notification = Notification.objects.get()
+    assert event["id"] == str(notification.uid)
+    assert event.data["task"]["id"] == task.pk and event.data["request"]["tool"]
+    assert Webhook(hook["secret"]).verify(received.raw, received.headers)
+    assert verify(hook["secret"], received.raw, received.headers["x-tether-signature"])
+
+
+def test_an_unknown_format_is_a_field_error(main: Tenancy,
+                                            webhook_receiver: WebhookReceiver) -> None:
+    answer = main.client(ADM).post("/api/v1/webhooks", {
+        "url": webhook_receiver.url(), "events": ["question_asked"], "format": "cloudevent"},
+        format="json")
+    assert answer.status_code == 400 and "format" in answer.json()["error"]["details"]
+    assert not WebhookSubscription.objects.exists()
