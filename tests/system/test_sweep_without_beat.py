@@ -18,9 +18,10 @@ from django.db import connection
 from django.utils import timezone
 
 from approvals_app.models import Approval, Decision
+from config.deployment_locks import LOCK_CONNECTION_NAME
 from tasks_app.machine import TaskStatus
 from tasks_app.models import SweepRun, Task
-from tasks_app.runner.sweeper import LOCK_CONNECTION_NAME, SWEEP_LOCK_KEY
+from tasks_app.runner.sweeper import SWEEP_LOCK_KEY
 from tests.factories import submit
 from tests.helpers import wait_for
 from tests.processes import purge_broker
