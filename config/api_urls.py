@@ -12,6 +12,7 @@ from approvals_app.api import views as decisions
 from audit_app.api import AuditListView
 from memory_app import api as memory
 from notify_app.api import views as notify
+from retention_app import api as retention
 from schedules_app.api import views as schedules
 from tasks_app.api import agent_versions, agents, resource_leases, retries, secrets
 from tasks_app.api import views as tasks
@@ -28,6 +29,8 @@ register_converter(IdConverter, "id")
 register_converter(NameConverter, "name")
 
 urlpatterns = [
+    path("retention", retention.RetentionView.as_view(), name="api-retention"),
+    path("archives", retention.ArchiveListView.as_view(), name="api-archives"),
     path("tasks", tasks.TaskListView.as_view(), name="api-tasks"),
     path("tasks/bulk-cancel", tasks.TaskBulkCancelView.as_view(), name="api-tasks-bulk-cancel"),
     path("tasks/bulk-retry", retries.TaskBulkRetryView.as_view(), name="api-tasks-bulk-retry"),

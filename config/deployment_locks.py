@@ -47,6 +47,8 @@ def deployment_lock(key: int) -> Iterator[bool]:
 
 
 _lock_connections = threading.local()
+_every: set[psycopg.Connection[Any]] = set()  # every thread's, for close_lock_connections
+_registry_lock = threading.Lock()
 # What psycopg.connect needs of Django's parameters (not its cursor class or adapters).
 _CONNINFO_KEYS = ("dbname", "user", "password", "host", "port", "sslmode", "sslrootcert",
                   "sslcert", "sslkey", "options", "application_name", "client_encoding")
@@ -63,12 +65,27 @@ def _lock_connection() -> psycopg.Connection[Any]:
         held = psycopg.connect(**conninfo, autocommit=False, connect_timeout=5,
                                prepare_threshold=None)
         _lock_connections.conn = held
+        with _registry_lock:
+            _every.add(held)
     return held
+
+
+def close_lock_connections() -> None:
+    """Close every thread's lock connection (a test session's end: the test
+    database cannot be dropped while one is open)."""
+    with _registry_lock:
+        open_now = list(_every)
+        _every.clear()
+    for conn in open_now:
+        with suppress(psycopg.Error):
+            conn.close()
 
 
 def _drop_lock_connection() -> None:
     held = getattr(_lock_connections, "conn", None)
     _lock_connections.conn = None
     if held is not None:
+        with _registry_lock:
+            _every.discard(held)
         with suppress(psycopg.Error):
             held.close()

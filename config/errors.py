@@ -23,6 +23,7 @@ class ErrorKind(StrEnum):
     FORBIDDEN = "forbidden"
     NOT_FOUND = "not_found"
     CONFLICT = "conflict"
+    GONE = "gone"
     UNAVAILABLE = "unavailable"
 
 
@@ -31,6 +32,7 @@ HTTP_STATUS = {
     ErrorKind.FORBIDDEN: 403,
     ErrorKind.NOT_FOUND: 404,
     ErrorKind.CONFLICT: 409,
+    ErrorKind.GONE: 410,
     ErrorKind.UNAVAILABLE: 503,
 }
 
@@ -64,6 +66,11 @@ def conflict(code: str, message: str, **details: Any) -> DomainError:
 
 def not_found(what: str) -> DomainError:
     return DomainError("not_found", f"{what} not found.", kind=ErrorKind.NOT_FOUND)
+
+
+def gone(code: str, message: str, **details: Any) -> DomainError:
+    """What existed and was moved away for good (an archived task)."""
+    return DomainError(code, message, kind=ErrorKind.GONE, details=details)
 
 
 def forbidden(code: str, message: str) -> DomainError:

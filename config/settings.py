@@ -48,6 +48,7 @@ INSTALLED_APPS = [
     "workflows_app",
     "schedules_app",
     "memory_app",
+    "retention_app",
     "axes",
 ]
 
@@ -369,6 +370,15 @@ STATIC_ROOT = BASE_DIR / "staticfiles"
 # The console's CSS/JS are served by WhiteNoise straight from the app and static/
 # dirs, so every run mode (embedded, daphne, uvicorn) works without collectstatic.
 WHITENOISE_USE_FINDERS = True
+# Django's defaults, and the archive files of retention_app (a local directory;
+# any storage backend, django-storages' S3 one included, can replace it).
+TETHER_ARCHIVE_DIR = _tether.ARCHIVE_DIR
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    "archive": {"BACKEND": "django.core.files.storage.FileSystemStorage",
+                "OPTIONS": {"location": TETHER_ARCHIVE_DIR}},
+}
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True

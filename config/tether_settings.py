@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
 import annotated_types
@@ -205,6 +206,29 @@ class TetherSettings(BaseSettings):
         default=8000, ge=0, le=1_000_000,
         description="A memory item's structured value, as JSON, at most.")
 
+    # --- retention and archives (retention_app) ------------------------------------
+    RETENTION_DAYS: int = Field(
+        default=365, ge=1,
+        description="How long a finished task keeps its whole history online before the "
+                    "archive sweep moves it to the archive storage, for a tenant that set "
+                    "no shorter period of its own.")
+    RETENTION_MAX_DAYS: int = Field(
+        default=1825, ge=1,
+        description="The longest retention a tenant may set (and a cap on "
+                    "`TETHER_RETENTION_DAYS`).")
+    ARCHIVE_DIR: str = Field(
+        default=str(Path(__file__).resolve().parent.parent / ".tether" / "archive"),
+        description="Where archive files are written (the `archive` storage's directory) "
+                    "unless `STORAGES['archive']` names another backend.",
+        json_schema_extra=_default("`.tether/archive` in the checkout"))
+    ARCHIVE_BATCH: int = Field(
+        default=500, ge=1, le=10_000,
+        description="Tasks per archive file (one batch of the archive sweep).")
+    ARCHIVE_DELETE_BATCH: int = Field(
+        default=50, ge=1, le=1_000,
+        description="Archived tasks deleted online per transaction: short transactions "
+                    "that never hold the runner up.")
+
     # --- ledger, resource leases, live events ------------------------------------
     LEDGER_CLAIM_GRACE_S: float = Field(
         default=10.0, ge=0,
@@ -358,6 +382,7 @@ TETHER_DICT_KEYS = frozenset({
     "SUMMARY_MAX_CHARS", "LEDGER_CLAIM_GRACE_S", "LEASE_WAIT_RECHECK_S", "PUBLISH_WINDOW_MS",
     "DEMO_NOTIFY_DELAY_S", "LIVE_RECHECK_S", "MEMORY_CONTEXT_TOKENS", "MEMORY_CONTEXT_ITEMS",
     "MEMORY_MAX_ITEMS_PER_SCOPE", "MEMORY_MAX_TEXT_CHARS", "MEMORY_MAX_VALUE_CHARS",
+    "RETENTION_DAYS", "RETENTION_MAX_DAYS", "ARCHIVE_BATCH", "ARCHIVE_DELETE_BATCH",
 })
 
 

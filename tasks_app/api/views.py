@@ -26,7 +26,8 @@ from config.api_base import (
     cursor_page,
 )
 from config.api_errors import error_responses
-from config.errors import not_found
+from config.errors import gone, not_found
+from retention_app.selectors import archived_task_of_tenant
 from workflows_app.services.runs import submit_run
 
 from ..context.summaries import summary_exists, summary_list, summary_rollback
@@ -92,6 +93,12 @@ class TaskViewBase(TenantAPIView):
     def task(self, task_id: int) -> Task:
         task = task_of_tenant(self.access.tenant_id, task_id)
         if task is None:
+            archived = archived_task_of_tenant(self.access.tenant_id, task_id)
+            if archived is not None:
+                raise gone("task_archived", f"Task {task_id} was archived: past its tenant's "
+                           "retention, it is no longer online.",
+                           archived_at=archived.archived_at.isoformat(),
+                           archive=archived.archive.name)
             raise not_found("Task")
         return task
 

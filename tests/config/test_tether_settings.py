@@ -34,7 +34,9 @@ FIELDS = set(TetherSettings.model_fields)
 DEFAULTS = {
     "RUNNER": "embedded", "BROKER_TIMEOUT_S": 2.0, "WORKER_POOL": "prefork",
     "WORKER_CONCURRENCY": os.cpu_count() or 1, "WORKER_SWEEP": True, "SWEEP_INTERVAL_S": 2.0,
-    "DB_POOLER": "none",
+    "DB_POOLER": "none", "RETENTION_DAYS": 365, "RETENTION_MAX_DAYS": 1825,
+    "ARCHIVE_DIR": str(Path(__file__).resolve().parents[2] / ".tether" / "archive"),
+    "ARCHIVE_BATCH": 500, "ARCHIVE_DELETE_BATCH": 50,
     "LEASE_TTL_S": 10.0, "SLICE_S": 2.0, "SLICE_MAX_STEPS": 50, "DRIVER_MAX_TASKS": 500,
     "DRIVER_DB_THREADS": 8, "DRIVER_DRAIN_S": 10.0, "TOOL_THREADS": 64,
     "MAX_RUNNING_TASKS": 200, "MAX_RUNNING_PER_TENANT": 50, "BACKOFF_BASE_S": 0.5,

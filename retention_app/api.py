@@ -1,0 +1,74 @@
+"""Retention endpoints: the tenant's retention period (`/api/v1/retention`:
+read; set or drop a shorter one, admins) and its archive files
+(`/api/v1/archives`, newest first)."""
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from config.api_base import CURSOR_PARAMETERS, TenantAPIView, cursor_page
+from config.api_errors import error_responses
+from tasks_app.models import Tenant
+
+from .models import ArchiveFile
+from .selectors import archive_files_of_tenant
+from .services.policy import retention_of, retention_set
+
+TAGS = ["retention"]
+
+
+class RetentionSerializer(serializers.Serializer):
+    days = serializers.IntegerField(help_text="Days a finished task stays online.")
+    own = serializers.BooleanField(help_text="Whether the tenant set its own period.")
+    default_days = serializers.IntegerField(help_text="The operator's default.")
+    max_days = serializers.IntegerField(help_text="The longest period a tenant may set.")
+
+
+class RetentionChangeSerializer(serializers.Serializer):
+    days = serializers.IntegerField(
+        min_value=1, allow_null=True,
+        help_text="A period up to the operator's maximum; null returns to the default.")
+
+
+class ArchiveFileSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ArchiveFile
+        fields = ["id", "period", "name", "tasks", "rows", "size_bytes", "sha256", "created_at"]
+
+
+
+
+ArchivePage = cursor_page(ArchiveFileSerializer, "ArchiveFilePage")
+
+
+class RetentionView(TenantAPIView):
+    policy = {"GET": "retention.read", "PUT": "retention.write"}
+
+    @extend_schema(operation_id="retention_retrieve", tags=TAGS,
+                   summary="The tenant's retention period",
+                   responses={200: RetentionSerializer, **error_responses()})
+    def get(self, request: Request) -> Response:
+        return Response(retention_of(Tenant.objects.get(pk=self.access.tenant_id)))
+
+    @extend_schema(operation_id="retention_update", tags=TAGS,
+                   summary="Set a shorter retention period, or return to the default",
+                   request=RetentionChangeSerializer,
+                   responses={200: RetentionSerializer, **error_responses()})
+    def put(self, request: Request) -> Response:
+        days = self.validated(RetentionChangeSerializer)["days"]
+        tenant = Tenant.objects.get(pk=self.access.tenant_id)
+        return Response(retention_set(tenant=tenant, days=days, actor=self.access.actor))
+
+
+class ArchiveListView(TenantAPIView):
+    policy = {"GET": "retention.read"}
+
+    @extend_schema(operation_id="archives_list", tags=TAGS,
+                   summary="The tenant's archive files, newest first",
+                   parameters=[*CURSOR_PARAMETERS],
+                   responses={200: ArchivePage, **error_responses()})
+    def get(self, request: Request) -> Response:
+        return self.paginate(archive_files_of_tenant(self.access.tenant_id),
+                             lambda page: ArchiveFileSerializer(page, many=True).data)
