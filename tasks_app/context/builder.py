@@ -249,5 +249,6 @@ def build_context(snap: TaskSnapshot, *, tools: dict[str, ToolSpec],
         model_calls_so_far=snap.model_calls,
         script=snap.script,
         memory=memory,
-        offers=("remember",) if policy in MEMORY_WRITERS else (),
+        offers=(*(("remember",) if policy in MEMORY_WRITERS else ()),
+                *(("confidence",) if snap.agent.get("min_confidence") is not None else ())),
     )

@@ -42,6 +42,8 @@ def check_tool_call(
 ) -> PolicyResult:
     tool = decision.tool
     allowed = snap.agent.get("tools") or []
+    if decision.check is not None:  # a completion check: the profile's, not the model's tools
+        allowed = [c.get("tool") for c in snap.agent.get("completion_checks") or []]
     if tool not in allowed:
         return PolicyResult("invalid", {
             "type": "unknown_tool", "tool": tool[:100], "available": list(allowed),

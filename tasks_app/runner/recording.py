@@ -131,7 +131,7 @@ def record_decision(
             error="the decision contains NUL characters or lone surrogates")
 
     if decision.kind == "invalid":
-        return _invalid(snap, decision, model_log, spent, actor,
+        return record_invalid(snap, decision, model_log, spent, actor,
                         {"type": "invalid_decision", "message": decision.error,
                          "raw": decision.raw[:2000]})
     if decision.kind in HANDLED_KINDS:
@@ -168,12 +168,9 @@ def _ask(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any], spen
 def _final(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any], spent: Spent,
            actor: Actor) -> StepResult:
     """A final answer: checked against the result schema, then the task ends."""
-    schema = snap.agent.get("result_schema") or {}
-    errors = schema_errors(schema, decision.result) if schema else []
-    if decision.result is None:
-        errors = ["a final answer needs a result"]
+    errors = final_errors(snap, decision)
     if errors:
-        return _invalid(snap, decision, model_log, spent, actor,
+        return record_invalid(snap, decision, model_log, spent, actor,
                         {"type": "invalid_result",
                          "message": "the final result failed validation",
                          "errors": errors})
@@ -182,6 +179,14 @@ def _final(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any], sp
                         tokens=spent.tokens, actor=actor, bill=spent.bill):
         raise Stale()
     return STOP
+
+
+def final_errors(snap: TaskSnapshot, decision: Decision) -> list[str]:
+    """Why a final answer's result cannot be accepted as it is (its schema)."""
+    if decision.result is None:
+        return ["a final answer needs a result"]
+    schema = snap.agent.get("result_schema") or {}
+    return schema_errors(schema, decision.result) if schema else []
 
 
 def _tool_call(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
@@ -201,7 +206,7 @@ def _tool_call(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any]
               if spec is not None and spec.requires_approval else frozenset())
     verdict = check_tool_call(decision, spec=spec, snap=snap, always_allowed=always)
     if verdict.verdict == "invalid":
-        return _invalid(snap, decision, model_log, spent, actor, verdict.error or {})
+        return record_invalid(snap, decision, model_log, spent, actor, verdict.error or {})
     if verdict.verdict == "budget":
         error = verdict.error or {}
         return _refuse(snap, decision, model_log, spent, actor,
@@ -245,7 +250,7 @@ def _needs_approval(snap: TaskSnapshot, decision: Decision, model_log: dict[str,
     return STOP
 
 
-def _invalid(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
+def record_invalid(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
              spent: Spent, actor: Actor, error: dict[str, Any]) -> StepResult:
     """An invalid decision is recorded and fed back to the model as the step's error.
     The same error again within the window is no new observation (no progress)."""
@@ -273,7 +278,7 @@ def _handled(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
               else [f"{decision.kind} is not available here"])
     shown = replace(decision, tool=decision.kind, args=decision.memory or {})  # as the call
     if errors:
-        return _invalid(snap, shown, model_log, spent, actor,
+        return record_invalid(snap, shown, model_log, spent, actor,
                         {"type": f"invalid_{decision.kind}", "message": "; ".join(errors),
                          "errors": errors})
     assert handler is not None
