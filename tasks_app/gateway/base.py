@@ -271,6 +271,8 @@ class ModelReply:
     attempts: int = 1
     # the reply's usage split by direction; None when the backend reports none (scripted)
     usage: TokenUsage | None = None
+    # replies refused before this one (a safety filter): {model, reason, then}
+    refusals: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -299,6 +301,17 @@ class GatewayError(Exception):
         self.retry_after_s = retry_after_s
         self.calls = calls
         self.held = held
+
+
+class ModelRefused(GatewayError):
+    """Every model asked refused to answer (a provider's safety filter, or the
+    model's own refusal), after one more try and the fallback: a person
+    decides what happens to the task. `refusals`: each refused reply."""
+
+    def __init__(self, message: str, *, refusals: tuple[dict[str, Any], ...],
+                 calls: int) -> None:
+        super().__init__(message, retryable=False, calls=calls)
+        self.refusals = refusals
 
 
 class OpenSteps(GatewayError):

@@ -34,6 +34,7 @@ from ..gateway import (
     ContextSnapshot,
     Decision,
     GatewayError,
+    ModelRefused,
     ModelReply,
     OpenSteps,
     get_backend,
@@ -54,6 +55,7 @@ from .executing import Admitted, ready_call
 from .memo import SliceMemo
 from .progress import stalled
 from .recording import Decided
+from .refusals import refusals_noted, refused_to_person
 from .results import STOP, Next, Spent, StepResult
 from .stopping import exhaust, fail
 
@@ -208,6 +210,8 @@ def model_failed(snap: TaskSnapshot, exc: GatewayError,
     """The model could not answer: come back later, or fail the task (a
     database phase)."""
     Spent(model_calls=exc.calls).charge(snap.id)  # every request sent counts
+    if isinstance(exc, ModelRefused):  # no model would answer: a person decides
+        return refused_to_person(snap, exc)
     if exc.held and guard is not None:  # a breaker is open: wait for it, no retry spent
         return StepResult(Next.LATER, model_wait(snap, guard, exc.retry_after_s or 0.0),
                           f"model: {exc}")
@@ -235,6 +239,9 @@ def record_model_reply(ask: Ask, reply: ModelReply, *, owner: str,
         "queued": [d.as_dict() for d in reply.decisions[1:]],
         **charged.model_log,
     }
+    if reply.refusals:  # replies refused before this one (`refusals`)
+        model_log["refusals"] = list(reply.refusals)
+        refusals_noted(snap, reply.refusals)
     if ask.context.memory:  # the memory items the model was shown (`context.sources`)
         model_log["memory_shown"] = [item.id for item in ask.context.memory]
     # every request sent counts: the failed attempts before the reply too
