@@ -81,6 +81,8 @@ def step_view(step: Step, *, limit: int) -> dict[str, Any]:
         view["question"] = decision.get("question")
     elif step.kind == "memory":
         view["memory"] = decision.get("memory")
+    elif step.kind == "final":  # a final answer a reviewer sent back (else the task ended)
+        view["raw"] = json.dumps(decision.get("result"), default=str)[:MAX_SAID_CHARS]
     elif step.kind == "invalid":
         if step.tool:
             view["tool"] = step.tool

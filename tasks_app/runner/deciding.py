@@ -57,6 +57,7 @@ from .progress import stalled
 from .recording import Decided
 from .refusals import refusals_noted, refused_to_person
 from .results import STOP, Next, Spent, StepResult
+from .review import accept_reviewed, accepted_final
 from .stopping import exhaust, fail
 
 SCRIPTED = "scripted"
@@ -136,6 +137,8 @@ def plan_step(*, task_id: int, owner: str,
             return StepResult(Next.LATER, (current.next_attempt_at - now).total_seconds(),
                               "backoff")
         return Resume(snap, current)
+    if (reviewed := accepted_final(current)) is not None:  # a reviewer accepted it
+        return accept_reviewed(snap, reviewed, actor)
     if stalled(snap):
         return exhaust(snap, "no_progress", actor, detail={"signal": "no_new_observation"})
     queued = list((current.model_log or {}).get("queued") or []) if current is not None else []

@@ -41,7 +41,7 @@ from ..store.events import event_append
 from ..store.steps import step_create, step_keyed
 from ..store.tasks import task_transition, task_update_guarded
 from .memo import SliceMemo
-from .policy import check_tool_call
+from .policy import below_confidence, check_tool_call
 from .progress import repeats_too_often
 from .results import CONTINUE, STOP, Spent, Stale, StepResult
 from .stopping import exhaust, failure_snapshot, known
@@ -174,6 +174,8 @@ def _final(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any], sp
                         {"type": "invalid_result",
                          "message": "the final result failed validation",
                          "errors": errors})
+    if below_confidence(snap, decision):
+        return _final_for_review(snap, decision, model_log, spent, actor)
     if not commit_final(snap, decision=decision.as_dict(), model_log=model_log,
                         result=decision.result, model_calls=spent.model_calls,
                         tokens=spent.tokens, actor=actor, bill=spent.bill):
@@ -216,7 +218,8 @@ def _tool_call(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any]
     reused = lineage_key(task_id=snap.id, key_lineage=snap.key_lineage,
                          step_no=snap.steps_count + 1, tool=decision.tool, args=decision.args)
     if verdict.verdict == "approve":
-        return _needs_approval(snap, decision, model_log, spent, spec, reused, actor)
+        return _needs_approval(snap, decision, model_log, spent, spec, reused, actor,
+                               held=verdict.error)
     # The step, its event and the ledger claim commit together, in one statement.
     # A cancel from now on is fenced when the outcome commits.
     committed = commit_decision(
@@ -230,8 +233,9 @@ def _tool_call(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any]
 
 def _needs_approval(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
                     spent: Spent, spec: ToolSpec, reused: str | None,
-                    actor: Actor) -> StepResult:
-    """A call that needs a person's approval: its step waits, and so does the task."""
+                    actor: Actor, held: dict[str, Any] | None = None) -> StepResult:
+    """A call that needs a person's approval: its step waits, and so does the task.
+    `held`: why, when not the tool's own rule (the model's low confidence)."""
     with transaction.atomic():
         step = _new_step(snap, kind=StepKind.TOOL, status=StepStatus.PENDING_APPROVAL,
                          decision=decision, model_log=model_log, tool=decision.tool,
@@ -245,7 +249,41 @@ def _needs_approval(snap: TaskSnapshot, decision: Decision, model_log: dict[str,
                               tool=decision.tool, args=decision.args, risk=spec.risk,
                               reason=decision.reason, cites=list(decision.cites),
                               task_version=done.version,
-                              sla_s=int(snap.agent.get("approval_sla_s") or 0))
+                              sla_s=int(snap.agent.get("approval_sla_s") or 0),
+                              confidence=decision.confidence,
+                              min_confidence=(held or {}).get("min_confidence"))
+        spent.roll_up()
+    return STOP
+
+
+FINAL_REVIEW = "final_answer"  # the approval of a final answer held for review
+
+
+def _final_for_review(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
+                      spent: Spent, actor: Actor) -> StepResult:
+    """A final answer the model is less sure of than the agent's `min_confidence`:
+    its step waits for a reviewer, who accepts it (`runner.review`) or sends it
+    back with a comment the model reads (rejected)."""
+    result = decision.result
+    shown = result if isinstance(result, dict) else {"answer": result}
+    threshold = snap.agent.get("min_confidence")
+    with transaction.atomic():
+        step = _new_step(snap, kind=StepKind.FINAL, status=StepStatus.PENDING_APPROVAL,
+                         decision=decision, model_log=model_log, args=shown)
+        done = task_transition(task_id=snap.id, event="need_approval", actor=actor,
+                               expected_version=snap.version, known=known(snap),
+                               fields=spent.fields(),
+                               payload={"step_no": snap.steps_count + 1, "tool": FINAL_REVIEW,
+                                        "confidence": decision.confidence})
+        opening.approval_open(task_id=snap.id, tenant_id=snap.tenant_id, step_id=step.pk,
+                              tool=FINAL_REVIEW, args=shown, risk="medium",
+                              reason=f"The model's confidence in this final answer "
+                                     f"({decision.confidence:g}) is below the agent's "
+                                     f"threshold ({threshold:g}).",
+                              cites=list(decision.cites), task_version=done.version,
+                              sla_s=int(snap.agent.get("approval_sla_s") or 0),
+                              confidence=decision.confidence, min_confidence=threshold,
+                              final=True)
         spent.roll_up()
     return STOP
 
