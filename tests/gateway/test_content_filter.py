@@ -5,9 +5,10 @@ refusal on the task's timeline; with no model left, a person decides."""
 from __future__ import annotations
 
 import pytest
+from django.test import Client
 
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Event, Step
+from tasks_app.models import Event, Role, Step
 from tests.factories import submit
 from tests.fakes.fixtures import openai_agent
 from tests.fakes.openai_server import Scripted, reply
@@ -46,6 +47,11 @@ def test_a_filtered_reply_is_asked_again_then_goes_to_the_fallback_model(world, 
     assert (log["model"], log["used_fallback"], log["attempts"]) == ("backup", True, 3)
     assert [r["then"] for r in log["refusals"]] == ["again", "fallback"]
     assert task.model_calls == 3  # every request sent counts
+    client = Client()
+    client.force_login(world.users[Role.OPERATOR])
+    html = client.get(f"/tasks/{task.pk}/").content.decode()
+    assert "The model refused to answer (content_filter)" in html
+    assert "sent to the fallback model" in html
 
 
 def test_a_refusal_answered_on_the_second_try_stays_on_the_primary_model(world, openai_server):

@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.test import Client
 
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Event, Step
+from tasks_app.models import Event, Role, Step
 from tests.factories import submit
 from tests.fakes.fixtures import openai_agent
 from tests.fakes.http_tool_server import FakeToolServer, Reply
@@ -76,6 +77,12 @@ def test_a_check_that_fails_twice_then_passes_ends_succeeded_after_three_answers
     assert (task.model_calls, task.tool_calls) == (3, 3)
     offered = {t["function"]["name"] for t in openai_server.requests[0].body["tools"]}
     assert "order_refunded" not in offered
+    # the task page's timeline shows each verdict
+    client = Client()
+    client.force_login(world.users[Role.OPERATOR])
+    html = client.get(f"/tasks/{task.pk}/").content.decode()
+    assert "completion check 1 of 1 failed (answer 1)" in html
+    assert "completion check 1 of 1 passed (answer 3)" in html
 
 
 @pytest.mark.parametrize(("on_exhaustion", "status"), [("fail", TaskStatus.FAILED),
