@@ -17,7 +17,7 @@ from django.utils import timezone
 from config.errors import conflict, forbidden, invalid, not_found
 from tasks_app.actors import SYSTEM, Actor
 from tasks_app.keys import idempotency_key
-from tasks_app.models import Role, Step, StepStatus, Task
+from tasks_app.models import Role, Step, StepKind, StepStatus, Task
 from tasks_app.services.dispatch import schedule_advance_on_commit
 from tasks_app.store.steps import step_move
 from tasks_app.store.tasks import task_transition
@@ -97,6 +97,11 @@ def approval_decide(
             # not the one the reviewer saw, nothing is decided.
             raise conflict("stale_arguments", "the action changed since it was shown; look again",
                            approval_id=approval.pk)
+        if step.kind == StepKind.FINAL and (decision == "respond" or (
+                args is not None and args != approval.args)):
+            # a final answer held for review is accepted as shown, or sent back
+            raise invalid("invalid", "The request is not valid.", decision=[
+                "a final answer is accepted (approve) or sent back (reject)"])
         now = timezone.now()
         payload: dict[str, Any] = {"approval_id": approval.pk, "decision": decision,
                                    "comment": comment, "step_no": step.step_no,

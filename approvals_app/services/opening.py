@@ -29,7 +29,20 @@ def approval_open(
     cites: list[str],
     task_version: int,
     sla_s: int,
+    confidence: float | None = None,
+    min_confidence: float | None = None,
+    final: bool = False,
 ) -> Approval:
+    """`confidence`: the model's, shown on the card (with the threshold it is below,
+    when that is why the call waits); `final`: a final answer held for review."""
+    preview: dict[str, Any] = {"tool": tool, "args": args, "risk": risk, "reason": reason,
+                               "cites": cites}
+    if confidence is not None:
+        preview["confidence"] = confidence
+    if min_confidence is not None:
+        preview["min_confidence"] = min_confidence
+    if final:
+        preview["final"] = True
     return Approval.objects.create(
         tenant_id=tenant_id,
         task_id=task_id,
@@ -38,7 +51,7 @@ def approval_open(
         args=args,
         args_hash=args_hash(args),
         task_version=task_version,
-        preview={"tool": tool, "args": args, "risk": risk, "reason": reason, "cites": cites},
+        preview=preview,
         expires_at=timezone.now() + timedelta(seconds=sla_s) if sla_s else None,
     )
 

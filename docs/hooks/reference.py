@@ -137,6 +137,9 @@ EVENT_MEANINGS = {
     "memory_proposed": "a `remember` decision proposed a memory write for a reviewer (`propose`)",
     "memory_accepted": "a reviewer accepted a proposed memory write (as it was, or edited)",
     "memory_rejected": "a reviewer rejected a proposed memory write: nothing was saved",
+    "completion_check": "a completion check of a final answer passed or failed (with its reason)",
+    "model_refused": "the model's reply was blocked by its safety filter or refused; asked again, "
+                     "sent to the fallback model, or escalated",
 }
 _EVENT_KEYWORD_CALLS = {"event_append": "type", "task_transition": "event", "Commit": "event"}
 _EVENT_POSITIONAL_CALLS = ("_event", "_info_event")  # (subject, type, ...)

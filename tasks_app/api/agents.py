@@ -27,6 +27,7 @@ from ..models import AgentProfile, MemoryPolicy, OnExhaustion
 from ..pricing import MAX_BUDGET
 from ..selectors import agent_of_tenant, agents_of_tenant
 from ..services.agents import agent_create
+from ..services.completion_checks import MAX_ATTEMPTS, MAX_CHECKS
 from ..services.releases import KEEP, agent_change
 
 MAX_INT = 2**31 - 1
@@ -147,6 +148,23 @@ class ReleaseField(serializers.DictField):
     child = serializers.JSONField()
 
 
+class CompletionCheckSerializer(serializers.Serializer):
+    """Documentation only: the service checks a check whole (`services.completion_checks`)."""
+
+    tool = serializers.CharField(max_length=100, help_text="A read-only tool of the tenant.")
+    args = serializers.DictField(
+        child=serializers.JSONField(), required=False,
+        help_text="A template: `${ output.order_id }` (the final answer), "
+                  "`${ inputs.customer }` (the task's input).")
+
+
+@extend_schema_field(CompletionCheckSerializer)
+class CompletionCheckField(serializers.DictField):
+    """Taken as a JSON object and checked by the service (its errors name the check)."""
+
+    child = serializers.JSONField()
+
+
 class AgentWriteSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=64)
     description = serializers.CharField(max_length=5000, allow_blank=True, required=False)
@@ -170,6 +188,18 @@ class AgentWriteSerializer(serializers.Serializer):
         choices=MemoryPolicy.choices, required=False,
         help_text="off, read (sees the tenant's memory), propose (its writes wait for a "
                   "reviewer) or auto (its writes are written at once).")
+    completion_checks = serializers.ListField(
+        child=CompletionCheckField(), max_length=MAX_CHECKS, required=False,
+        help_text="Read-only tools that must all answer {\"pass\": true} before a final "
+                  "answer is accepted (docs/how-to/completion-checks.md).")
+    max_completion_attempts = serializers.IntegerField(
+        min_value=1, max_value=MAX_ATTEMPTS, required=False,
+        help_text="Final answers the checks may refuse before the task escalates or fails "
+                  "(on_exhaustion). Default 3.")
+    min_confidence = serializers.FloatField(
+        min_value=0, max_value=1, required=False, allow_null=True,
+        help_text="A tool call whose confidence is below this needs an approval; a final "
+                  "answer below it goes to a reviewer. Null: off.")
     enabled = serializers.BooleanField(required=False)
     release = ReleaseField(
         required=False,
@@ -224,6 +254,9 @@ class AgentSerializer(serializers.Serializer):
     no_progress_window = serializers.IntegerField()
     result_schema = serializers.DictField(child=serializers.JSONField())
     memory_policy = serializers.ChoiceField(choices=MemoryPolicy.choices)
+    completion_checks = serializers.ListField(child=CompletionCheckField())
+    max_completion_attempts = serializers.IntegerField()
+    min_confidence = serializers.FloatField(allow_null=True)
     enabled = serializers.BooleanField()
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()

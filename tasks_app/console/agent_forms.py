@@ -6,6 +6,7 @@ checks it as a whole and its field errors are mapped back onto these fields.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django import forms
@@ -53,6 +54,8 @@ PRICE_FIELDS = (
 def form_field_of(service_field: str) -> str:
     if service_field in SERVICE_FIELD:
         return SERVICE_FIELD[service_field]
+    if service_field.startswith("completion_checks"):  # completion_checks[0].tool
+        return "completion_checks"
     if service_field.startswith("budget."):
         return service_field.split(".", 1)[1]
     if service_field.startswith("model."):
@@ -66,6 +69,28 @@ class JSONObjectField(ToolsJSONObjectField):
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("required", False)
         super().__init__(rows=4, **kwargs)
+
+
+class JSONListField(ToolsJSONObjectField):
+    """A JSON list typed in a textarea (blank means [])."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("required", False)
+        super().__init__(rows=5, **kwargs)
+
+    def clean(self, value: Any) -> Any:
+        if isinstance(value, list):  # a disabled field: its initial value
+            return value
+        text = (forms.CharField.clean(self, value) or "").strip()
+        if not text:
+            return []
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise forms.ValidationError(f"not valid JSON: {exc.msg} (line {exc.lineno})")
+        if not isinstance(parsed, list):
+            raise forms.ValidationError("a JSON list")
+        return parsed
 
 
 def _price_field(label: str) -> forms.CharField:
@@ -175,6 +200,19 @@ class AgentForm(ServiceErrorsForm):
         label="Memory", initial="off", required=False,
     )
 
+    completion_checks = JSONListField(
+        label="Completion checks",
+        help_text='Read-only tools that must all answer {"pass": true} before a final answer '
+                  'is accepted: [{"tool": "order_refunded", "args": {"order_id": '
+                  '"${ output.order_id }", "customer": "${ inputs.customer }"}}]')
+    max_completion_attempts = forms.IntegerField(
+        min_value=1, max_value=20, required=False, label="Answers the checks may refuse",
+        help_text="Then the task escalates or fails, as for a budget. Default 3.")
+    min_confidence = forms.FloatField(
+        min_value=0, max_value=1, required=False, label="Minimum confidence",
+        help_text="0 to 1. A tool call the model is less sure of needs an approval; a final "
+                  "answer goes to a reviewer. Empty: off.")
+
     def __init__(
         self, *args: Any, tool_names: list[str], editing: bool = False, **kwargs: Any
     ) -> None:
@@ -202,6 +240,7 @@ class AgentForm(ServiceErrorsForm):
                         "approval_sla_s",
                         "approval_on_expiry",
                         "memory_policy",
+                        "max_completion_attempts",
                     )
                 },
                 "enabled": True,
@@ -241,6 +280,9 @@ class AgentForm(ServiceErrorsForm):
             "allow_self_approval": agent.allow_self_approval,
             "result_schema": agent.result_schema or {},
             "memory_policy": agent.memory_policy,
+            "completion_checks": agent.completion_checks or [],
+            "max_completion_attempts": agent.max_completion_attempts,
+            "min_confidence": agent.min_confidence,
         }
 
     def profile_fields(self, existing_model: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -300,6 +342,10 @@ class AgentForm(ServiceErrorsForm):
             "result_schema": d.get("result_schema") or {},
             # not given (a form posted without it): the profile keeps its own
             **({"memory_policy": d["memory_policy"]} if d.get("memory_policy") else {}),
+            "completion_checks": d.get("completion_checks") or [],
+            **({"max_completion_attempts": d["max_completion_attempts"]}
+               if d.get("max_completion_attempts") is not None else {}),
+            "min_confidence": d.get("min_confidence"),
         }
 
     def field_of(self, service_field: str) -> str:

@@ -69,6 +69,8 @@ TONE_OF_EVENT = {
     "memory_proposed": "warning",
     "memory_accepted": "success",
     "memory_rejected": "neutral",
+    "completion_check": "info",
+    "model_refused": "warning",
 }
 
 
@@ -205,6 +207,16 @@ def _describe(kind: str, p: dict[str, Any], actor: str) -> tuple[str, str]:
         return f"Memory write #{p.get('proposal')} accepted by {actor}", str(p.get("item", ""))
     if kind == "memory_rejected":
         return f"Memory write #{p.get('proposal')} rejected by {actor}", _short(p.get("note", ""))
+    if kind == "completion_check":
+        verdict = "passed" if p.get("passed") else "failed"
+        return (f"{step}: completion check {p.get('check')} of {p.get('of')} {verdict} "
+                f"(answer {p.get('attempt')})",
+                _short(f"{p.get('tool', '')}: {p.get('reason', '')}"))
+    if kind == "model_refused":
+        went = {"fallback": "sent to the fallback model", "again": "asked again",
+                "person": "escalated to a person"}.get(str(p.get("then")), "")
+        return (f"The model refused to answer ({p.get('reason', '')})",
+                f"{p.get('model', '')}; {went}")
     return kind.replace("_", " ").capitalize(), ""
 
 

@@ -81,6 +81,8 @@ def step_view(step: Step, *, limit: int) -> dict[str, Any]:
         view["question"] = decision.get("question")
     elif step.kind == "memory":
         view["memory"] = decision.get("memory")
+    elif step.kind == "final":  # a final answer a reviewer sent back (else the task ended)
+        view["raw"] = json.dumps(decision.get("result"), default=str)[:MAX_SAID_CHARS]
     elif step.kind == "invalid":
         if step.tool:
             view["tool"] = step.tool
@@ -249,5 +251,6 @@ def build_context(snap: TaskSnapshot, *, tools: dict[str, ToolSpec],
         model_calls_so_far=snap.model_calls,
         script=snap.script,
         memory=memory,
-        offers=("remember",) if policy in MEMORY_WRITERS else (),
+        offers=(*(("remember",) if policy in MEMORY_WRITERS else ()),
+                *(("confidence",) if snap.agent.get("min_confidence") is not None else ())),
     )

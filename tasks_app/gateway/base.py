@@ -46,11 +46,21 @@ class Decision:
     expires_in_s: int | None = None  # a question that expires (then `on_expiry`)
     on_expiry: str = ""
     memory: dict[str, Any] | None = None  # a `remember`'s proposed item, as the model gave it
+    # how sure the model says it is (0..1), when it says; an agent's `min_confidence`
+    # sends a decision below it to a person
+    confidence: float | None = None
+    # a completion check's call (`runner.completion`): {index, attempt, answer, passed};
+    # on a final answer, the checks it passed
+    check: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         shape = self._shape()
         if self.workflow is not None:
             shape["workflow"] = self.workflow
+        if self.confidence is not None and self.kind in ("tool_call", "final"):
+            shape["confidence"] = self.confidence
+        if self.check is not None and self.kind in ("tool_call", "final"):
+            shape["check"] = self.check
         return shape
 
     def _shape(self) -> dict[str, Any]:
@@ -92,9 +102,12 @@ class Decision:
                 reason=data.get("reason", ""),
                 cites=tuple(data.get("cites") or ()),
                 workflow=workflow,
+                confidence=data.get("confidence"),
+                check=data.get("check"),
             )
         if kind == "final":
-            return cls(kind="final", result=data.get("result"), workflow=workflow)
+            return cls(kind="final", result=data.get("result"), workflow=workflow,
+                       confidence=data.get("confidence"), check=data.get("check"))
         if kind == "ask_user":
             return cls(kind="ask_user", question=data.get("question", ""),
                        answer_schema=data.get("answer_schema"), workflow=workflow,
@@ -139,12 +152,16 @@ def parse_decision(data: Any) -> Decision:
         cites = data.get("cites") or ()
         if not isinstance(cites, list | tuple) or not all(isinstance(c, str | int) for c in cites):
             return Decision(kind="invalid", raw=_raw(data), error="'cites' must be a list of ids")
+        confidence = data.get("confidence")
+        if confidence_problem(confidence):
+            return Decision(kind="invalid", raw=_raw(data), error=CONFIDENCE_RULE)
         return Decision(
             kind="tool_call",
             tool=tool,
             args=args,
             reason=str(data.get("reason", "")),
             cites=tuple(str(c) for c in cites),
+            confidence=confidence,
         )
     if "ask" in data or kind == "ask_user":
         question = data.get("ask", data.get("question"))
@@ -159,10 +176,24 @@ def parse_decision(data: Any) -> Decision:
             return Decision(kind="invalid", raw=_raw(data), error="'remember' must be an object")
         return Decision(kind="remember", memory=memory)
     if "final" in data or kind == "final":
-        return Decision(kind="final", result=data.get("final", data.get("result")))
+        confidence = data.get("confidence")
+        if confidence_problem(confidence):
+            return Decision(kind="invalid", raw=_raw(data), error=CONFIDENCE_RULE)
+        return Decision(kind="final", result=data.get("final", data.get("result")),
+                        confidence=confidence)
     return Decision(
         kind="invalid", raw=_raw(data), error="expected one of tool_call, final, ask_user"
     )
+
+
+CONFIDENCE_RULE = "a confidence must be a number from 0 to 1"
+
+
+def confidence_problem(value: Any) -> bool:
+    """Is `value` not a confidence (absent is fine: a decision may leave it out)?"""
+    if value is None:
+        return False
+    return isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1
 
 
 def _raw(value: Any) -> str:
@@ -240,6 +271,8 @@ class ModelReply:
     attempts: int = 1
     # the reply's usage split by direction; None when the backend reports none (scripted)
     usage: TokenUsage | None = None
+    # replies refused before this one (a safety filter): {model, reason, then}
+    refusals: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -268,6 +301,17 @@ class GatewayError(Exception):
         self.retry_after_s = retry_after_s
         self.calls = calls
         self.held = held
+
+
+class ModelRefused(GatewayError):
+    """Every model asked refused to answer (a provider's safety filter, or the
+    model's own refusal), after one more try and the fallback: a person
+    decides what happens to the task. `refusals`: each refused reply."""
+
+    def __init__(self, message: str, *, refusals: tuple[dict[str, Any], ...],
+                 calls: int) -> None:
+        super().__init__(message, retryable=False, calls=calls)
+        self.refusals = refusals
 
 
 class OpenSteps(GatewayError):

@@ -19,6 +19,11 @@ are bounded, logged and deterministic:
 - other errors (400, 401, 403, 404, 422) are not retried on the same model;
 - when the primary model keeps failing (or asks to wait longer than
   `max_wait_s`), the profile's `fallback` model gets the same treatment;
+- a reply the provider's safety filter blocked (`finish_reason`
+  "content_filter") or the model refused (`message.refusal`) is asked once
+  more of the same model, then of the fallback; each is in
+  the reply's `refusals`; when every one refuses, `ModelRefused` (the runner
+  escalates the task to a person);
 - when both fail, `GatewayError` tells the runner whether to come back later
   (`retryable`, with the server's `retry_after_s`; the runner's backoff grows
   across slices) or to fail the task;
@@ -44,7 +49,7 @@ import json
 import logging
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx2
@@ -68,10 +73,17 @@ from tools_app.outbound.retry_after import retry_after_s
 
 from ..pricing import TokenUsage
 from ..vault.values import Resolved, Unresolved
-from .base import CallGuard, ContextSnapshot, GatewayError, ModelReply, Summarized
+from .base import (
+    CallGuard,
+    ContextSnapshot,
+    GatewayError,
+    ModelRefused,
+    ModelReply,
+    Summarized,
+)
 from .messages import build_messages, input_summary, tool_catalogue, tool_names_back
 from .model_settings import NO_KEY, ModelSettings, ModelTarget, parse_model_settings
-from .replies import decisions_from_message
+from .replies import decisions_from_message, refusal_of
 
 log = logging.getLogger(__name__)
 
@@ -132,23 +144,50 @@ class OpenAIBackend:
         tools = tool_catalogue(context.tools, context.offers)
         request: dict[str, Any] = {"messages": messages, "tools": tools}
         request.update(self._sampling())
-        done = await self._complete(request)
-        choice = (done.body.get("choices") or [{}])[0]
+        done, refused = await self._answered(request)
+        choice = _choice(done.body)
         decisions = decisions_from_message(choice.get("message") or {},
                                            finish_reason=choice.get("finish_reason"),
                                            names=tool_names_back(context.tools))
         return ModelReply(
             decisions=decisions,
             model=done.target.name,
-            tokens=_tokens(done.body),
+            tokens=_tokens(done.body) + sum(_tokens(r.body) for r in refused),
             latency_ms=done.latency_ms,
-            raw=json.dumps({"response": done.body, "failed_attempts": list(done.failures)},
+            raw=json.dumps({"response": done.body, "failed_attempts": list(done.failures),
+                            **({"refused": [r.body for r in refused]} if refused else {})},
                            default=str),
             input_summary=input_summary(context, messages, tools),
             used_fallback=done.used_fallback,
-            attempts=done.attempts,
+            attempts=done.attempts + sum(r.attempts for r in refused),
             usage=TokenUsage.from_openai(done.body.get("usage")),
+            refusals=_refusals(refused, answered=done),
         )
+
+    async def _answered(self, request: dict[str, Any]) -> tuple[_Completed, list[_Completed]]:
+        """A reply that is not a refusal, and the refused ones before it. A
+        refused reply (`refusal_of`: a safety filter, or the model's refusal) is
+        asked once more of the same model, then of the fallback model; when
+        every one refuses, `ModelRefused`: a person decides."""
+        refused: list[_Completed] = []
+        done = await self._complete(request)
+        fallback = self.settings.fallback
+        plan = [done.target]  # the model that answered, once more
+        if fallback is not None and not done.used_fallback:
+            plan.append(fallback)
+        for target in plan:
+            if refusal_of(_choice(done.body)) is None:
+                return done, refused
+            refused.append(done)
+            again = await self._complete(request, targets=[target])
+            done = replace(again, used_fallback=again.used_fallback or target is fallback)
+        if refusal_of(_choice(done.body)) is None:
+            return done, refused
+        refused.append(done)
+        refusals = _refusals(refused, answered=None)
+        raise ModelRefused(
+            f"every model asked refused to answer: {refusals[-1]['reason']}",
+            refusals=refusals, calls=sum(r.attempts for r in refused))
 
     def summarize(self, *, goal: str, previous: str, steps: list[dict[str, Any]],
                   max_chars: int) -> Summarized:
@@ -183,9 +222,13 @@ class OpenAIBackend:
             out["top_p"] = self.settings.top_p
         return out
 
-    async def _complete(self, request: dict[str, Any]) -> _Completed:
+    async def _complete(self, request: dict[str, Any],
+                        targets: list[ModelTarget] | None = None) -> _Completed:
+        """`request` answered by the first of `targets` (default: the primary,
+        then the fallback) that does, with retries; raises `GatewayError`."""
         s = self.settings
-        targets = [s.primary] + ([s.fallback] if s.fallback else [])
+        if targets is None:
+            targets = [s.primary] + ([s.fallback] if s.fallback else [])
         failures: list[dict[str, Any]] = []
         attempts = 0
         last: _Failure | None = None
@@ -356,6 +399,24 @@ def sdk_client(base_url: str, *, key: str = NO_KEY,
         return client if timeout_s is None else client.with_options(timeout=timeout_s)
 
     return _sdk_clients.get((base_url, http, key, timeout_s), build)
+
+
+def _choice(body: dict[str, Any]) -> dict[str, Any]:
+    return (body.get("choices") or [{}])[0]
+
+
+def _refusals(refused: list[_Completed], *,
+              answered: _Completed | None) -> tuple[dict[str, Any], ...]:
+    """Each refused reply, and what came after it: the same model asked again,
+    the fallback, or (none answered) a person."""
+    out = []
+    for index, done in enumerate(refused):
+        after = refused[index + 1] if index + 1 < len(refused) else answered
+        then = ("person" if after is None
+                else "fallback" if after.target is not done.target else "again")
+        out.append({"model": done.target.name, "reason": refusal_of(_choice(done.body)),
+                    "then": then})
+    return tuple(out)
 
 
 def _tokens(body: dict[str, Any]) -> int:

@@ -1,12 +1,14 @@
 """A chat-completions reply as Tether decisions.
 
 - each tool call → ``tool_call`` (arguments JSON-parsed; ``_cites`` taken out
-  of the arguments into the decision's cites; the reply's text is the reason),
+  of the arguments into the decision's cites, ``_confidence`` into its
+  confidence; the reply's text is the reason),
   in the order the model gave them; the reserved ``ask_user`` → ``ask_user``,
   ``remember`` → ``remember`` (its fields checked by the runner's handler);
 - no tool call → ``final``: the text parsed as a JSON object when it is one
-  (code fences allowed), else ``{"answer": text}``; the runner checks it
-  against the profile's result schema;
+  (code fences allowed), else ``{"answer": text}``, its ``_confidence`` key
+  taken out into the decision's confidence; the runner checks it against the
+  profile's result schema;
 - arguments that are not a JSON object, an empty reply, or a reply cut off
   by the length limit → ``invalid`` with the error, which the runner records
   and feeds back. Unknown tools and schema errors are left to the runner's
@@ -19,8 +21,8 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from .base import Decision
-from .messages import ASK_TOOL, CITES_ARG, REMEMBER_TOOL
+from .base import CONFIDENCE_RULE, Decision, confidence_problem
+from .messages import ASK_TOOL, CITES_ARG, CONFIDENCE_ARG, REMEMBER_TOOL
 
 MAX_RAW = 4000
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
@@ -44,7 +46,23 @@ def decisions_from_message(message: dict[str, Any], *, finish_reason: str | None
     if not text:
         return (Decision(kind="invalid", raw="", error="the reply was empty: call a tool, "
                          "ask the user, or give the final answer"),)
-    return (Decision(kind="final", result=_final_result(text)),)
+    result = _final_result(text)
+    confidence = result.pop(CONFIDENCE_ARG, None)
+    if confidence_problem(confidence):
+        return (Decision(kind="invalid", raw=text[:MAX_RAW],
+                         error=f"'{CONFIDENCE_ARG}': {CONFIDENCE_RULE}"),)
+    return (Decision(kind="final", result=result, confidence=confidence),)
+
+
+def refusal_of(choice: dict[str, Any]) -> str | None:
+    """Why the provider refused to answer (its safety filter, or the model's
+    own refusal), or None for an answer."""
+    if choice.get("finish_reason") == "content_filter":
+        return "content_filter"
+    refusal = (choice.get("message") or {}).get("refusal")
+    if isinstance(refusal, str) and refusal.strip():
+        return f"refusal: {refusal.strip()[:300]}"
+    return None
 
 
 def _visible_text(content: Any) -> str:
@@ -53,7 +71,7 @@ def _visible_text(content: Any) -> str:
     return _THINK.sub("", str(content or "")).strip()
 
 
-def _final_result(text: str) -> Any:
+def _final_result(text: str) -> dict[str, Any]:
     fenced = _FENCE.match(text)
     candidate = fenced.group(1) if fenced else text
     try:
@@ -95,5 +113,9 @@ def _from_call(call: dict[str, Any], *, reason: str) -> Decision:
         return Decision(kind="ask_user", question=question.strip())
     if name == REMEMBER_TOOL:
         return Decision(kind="remember", memory=args, cites=tuple(str(c) for c in cites))
+    confidence = args.pop(CONFIDENCE_ARG, None)
+    if confidence_problem(confidence):
+        return Decision(kind="invalid", tool=name, raw=raw[:MAX_RAW],
+                        error=f"'{CONFIDENCE_ARG}' of {name}: {CONFIDENCE_RULE}")
     return Decision(kind="tool_call", tool=name, args=args, reason=reason[:MAX_RAW],
-                    cites=tuple(str(c) for c in cites))
+                    cites=tuple(str(c) for c in cites), confidence=confidence)

@@ -69,6 +69,16 @@ class AgentProfile(models.Model):
     # (sees it; its writes are written at once).
     memory_policy = models.CharField(max_length=16, choices=MemoryPolicy.choices,
                                      default=MemoryPolicy.OFF, db_default=MemoryPolicy.OFF)
+    # Outside checks of a final answer (`tasks_app.runner.completion`): read-only
+    # tools of the tenant, each `{"tool", "args"}` (args: a template, `${ output.x }`
+    # the answer, `${ inputs.y }` the task's input), all of which must answer
+    # {"pass": true}; a failed check goes back to the model, at most
+    # `max_completion_attempts` answers, then `on_exhaustion`.
+    completion_checks = models.JSONField(default=list, blank=True, db_default=[])
+    max_completion_attempts = models.PositiveSmallIntegerField(default=3, db_default=3)
+    # A decision whose `confidence` (0..1, as the model gave it) is below this goes
+    # to a person: a tool call as an approval, a final answer for review. Null: off.
+    min_confidence = models.FloatField(null=True, blank=True)
     enabled = models.BooleanField(default=True)
     # Versions (`versions.AgentVersion`): what new tasks get, and a release in progress.
     current_version = models.PositiveIntegerField(default=0, help_text="0: not versioned yet.")
@@ -117,4 +127,10 @@ class AgentProfile(models.Model):
             # absent when off, so profiles without memory keep their versions' shape
             **({"memory_policy": self.memory_policy}
                if self.memory_policy != MemoryPolicy.OFF else {}),
+            # the same for the guards (absent when unused)
+            **({"completion_checks": list(self.completion_checks),
+                "max_completion_attempts": self.max_completion_attempts}
+               if self.completion_checks else {}),
+            **({"min_confidence": self.min_confidence}
+               if self.min_confidence is not None else {}),
         }

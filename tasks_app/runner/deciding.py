@@ -34,6 +34,7 @@ from ..gateway import (
     ContextSnapshot,
     Decision,
     GatewayError,
+    ModelRefused,
     ModelReply,
     OpenSteps,
     get_backend,
@@ -49,11 +50,14 @@ from ..vault.values import Resolved
 from .backoff import backoff_s, model_failure_count
 from .breaker_waits import ModelGuard, model_admit_ahead, model_wait, summary_guard
 from .budgets import exhausted_budget, past_deadline
+from .completion import after_check, finished_check, record_checked
 from .executing import Admitted, ready_call
 from .memo import SliceMemo
 from .progress import stalled
-from .recording import Decided, record_decision
+from .recording import Decided
+from .refusals import refusals_noted, refused_to_person
 from .results import STOP, Next, Spent, StepResult
+from .review import accept_reviewed, accepted_final
 from .stopping import exhaust, fail
 
 SCRIPTED = "scripted"
@@ -127,15 +131,19 @@ def plan_step(*, task_id: int, owner: str,
         return exhaust(snap, "deadline", actor)
     if current is not None and current.kind == StepKind.TOOL and current.status in (
         StepStatus.RUNNING, StepStatus.RETRYING, StepStatus.UNCERTAIN,
-    ) and not snap.agent.get("parallel_calls"):  # its decision maker names its open steps
+    ) and (not snap.agent.get("parallel_calls")  # its decision maker names its open steps
+           or (current.decision or {}).get("check")):  # a completion check: always here
         if current.next_attempt_at and current.next_attempt_at > now:
             return StepResult(Next.LATER, (current.next_attempt_at - now).total_seconds(),
                               "backoff")
         return Resume(snap, current)
+    if (reviewed := accepted_final(current)) is not None:  # a reviewer accepted it
+        return accept_reviewed(snap, reviewed, actor)
     if stalled(snap):
         return exhaust(snap, "no_progress", actor, detail={"signal": "no_new_observation"})
     queued = list((current.model_log or {}).get("queued") or []) if current is not None else []
-    budget = exhausted_budget(snap, now, asking_model=not queued)
+    checked = None if queued else finished_check(current)  # its verdict is the next step
+    budget = exhausted_budget(snap, now, asking_model=not queued and checked is None)
     if budget is not None:
         return exhaust(snap, budget, actor)
     if memo.specs is None:
@@ -148,6 +156,11 @@ def plan_step(*, task_id: int, owner: str,
         model_log = {"from_reply_of_step": current.step_no, "queued": queued[1:]}  # type: ignore[union-attr]
         return record_reply(snap, decision, model_log, Spent(), specs, None, owner=owner,
                             memo=memo, free=True)
+    if checked is not None:
+        verdict = after_check(snap, checked, specs, owner=owner, actor=actor)
+        if isinstance(verdict, StepResult):
+            return verdict
+        return Recorded(verdict, ready_call(verdict, owner=owner, actor=actor), snap, None)
     sources = memo.sources or gather(task_id, human_facts=memo.human_facts,
                                      steps_count=snap.steps_count, retry=snap.is_retry)
     memo.sources, memo.human_facts = sources, sources.human_facts
@@ -200,6 +213,8 @@ def model_failed(snap: TaskSnapshot, exc: GatewayError,
     """The model could not answer: come back later, or fail the task (a
     database phase)."""
     Spent(model_calls=exc.calls).charge(snap.id)  # every request sent counts
+    if isinstance(exc, ModelRefused):  # no model would answer: a person decides
+        return refused_to_person(snap, exc)
     if exc.held and guard is not None:  # a breaker is open: wait for it, no retry spent
         return StepResult(Next.LATER, model_wait(snap, guard, exc.retry_after_s or 0.0),
                           f"model: {exc}")
@@ -227,6 +242,9 @@ def record_model_reply(ask: Ask, reply: ModelReply, *, owner: str,
         "queued": [d.as_dict() for d in reply.decisions[1:]],
         **charged.model_log,
     }
+    if reply.refusals:  # replies refused before this one (`refusals`)
+        model_log["refusals"] = list(reply.refusals)
+        refusals_noted(snap, reply.refusals)
     if ask.context.memory:  # the memory items the model was shown (`context.sources`)
         model_log["memory_shown"] = [item.id for item in ask.context.memory]
     # every request sent counts: the failed attempts before the reply too
@@ -240,8 +258,8 @@ def record_reply(snap: TaskSnapshot, decision: Decision, model_log: dict[str, An
                  spent: Spent, specs: dict[str, ToolSpec], sources: ContextSources | None, *,
                  owner: str, memo: SliceMemo, free: bool) -> Recorded:
     try:
-        recorded = record_decision(snap, decision, model_log, spent, specs, owner=owner,
-                                   actor=Actor.worker(owner))
+        recorded = record_checked(snap, decision, model_log, spent, specs, owner=owner,
+                                  actor=Actor.worker(owner))
     except Exception:
         if not free:
             # The model was asked but the decision did not commit: the call counts

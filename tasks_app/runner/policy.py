@@ -3,7 +3,9 @@ spec and the task snapshot. The model only proposes; this decides.
 
 Order: allow-list, registration, argument schema (all "invalid": fed back to
 the model), then the task's tool-call and cost budgets ("budget": the task
-fails or escalates), then whether a person must approve.
+fails or escalates), then whether a person must approve (the tool requires
+it, or the model's confidence in the call is below the agent's
+`min_confidence`).
 """
 from __future__ import annotations
 
@@ -42,6 +44,8 @@ def check_tool_call(
 ) -> PolicyResult:
     tool = decision.tool
     allowed = snap.agent.get("tools") or []
+    if decision.check is not None:  # a completion check: the profile's, not the model's tools
+        allowed = [c.get("tool") for c in snap.agent.get("completion_checks") or []]
     if tool not in allowed:
         return PolicyResult("invalid", {
             "type": "unknown_tool", "tool": tool[:100], "available": list(allowed),
@@ -72,4 +76,17 @@ def check_tool_call(
             "message": "the task has spent its cost budget"})
     if spec.requires_approval and tool not in always_allowed:
         return PolicyResult("approve")
+    if below_confidence(snap, decision):  # however often the tool was allowed: this call
+        return PolicyResult("approve", {"type": "low_confidence",
+                                        "confidence": decision.confidence,
+                                        "min_confidence": snap.agent.get("min_confidence")})
     return PolicyResult("run")
+
+
+def below_confidence(snap: TaskSnapshot, decision: Decision) -> bool:
+    """Did the model say it is less sure of `decision` than the agent's
+    `min_confidence` allows? A decision that gives no confidence is judged by
+    the other rules alone."""
+    threshold = snap.agent.get("min_confidence")
+    return (threshold is not None and decision.confidence is not None
+            and decision.confidence < threshold)

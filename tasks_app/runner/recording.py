@@ -41,7 +41,7 @@ from ..store.events import event_append
 from ..store.steps import step_create, step_keyed
 from ..store.tasks import task_transition, task_update_guarded
 from .memo import SliceMemo
-from .policy import check_tool_call
+from .policy import below_confidence, check_tool_call
 from .progress import repeats_too_often
 from .results import CONTINUE, STOP, Spent, Stale, StepResult
 from .stopping import exhaust, failure_snapshot, known
@@ -131,7 +131,7 @@ def record_decision(
             error="the decision contains NUL characters or lone surrogates")
 
     if decision.kind == "invalid":
-        return _invalid(snap, decision, model_log, spent, actor,
+        return record_invalid(snap, decision, model_log, spent, actor,
                         {"type": "invalid_decision", "message": decision.error,
                          "raw": decision.raw[:2000]})
     if decision.kind in HANDLED_KINDS:
@@ -168,20 +168,27 @@ def _ask(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any], spen
 def _final(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any], spent: Spent,
            actor: Actor) -> StepResult:
     """A final answer: checked against the result schema, then the task ends."""
-    schema = snap.agent.get("result_schema") or {}
-    errors = schema_errors(schema, decision.result) if schema else []
-    if decision.result is None:
-        errors = ["a final answer needs a result"]
+    errors = final_errors(snap, decision)
     if errors:
-        return _invalid(snap, decision, model_log, spent, actor,
+        return record_invalid(snap, decision, model_log, spent, actor,
                         {"type": "invalid_result",
                          "message": "the final result failed validation",
                          "errors": errors})
+    if below_confidence(snap, decision):
+        return _final_for_review(snap, decision, model_log, spent, actor)
     if not commit_final(snap, decision=decision.as_dict(), model_log=model_log,
                         result=decision.result, model_calls=spent.model_calls,
                         tokens=spent.tokens, actor=actor, bill=spent.bill):
         raise Stale()
     return STOP
+
+
+def final_errors(snap: TaskSnapshot, decision: Decision) -> list[str]:
+    """Why a final answer's result cannot be accepted as it is (its schema)."""
+    if decision.result is None:
+        return ["a final answer needs a result"]
+    schema = snap.agent.get("result_schema") or {}
+    return schema_errors(schema, decision.result) if schema else []
 
 
 def _tool_call(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
@@ -201,7 +208,7 @@ def _tool_call(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any]
               if spec is not None and spec.requires_approval else frozenset())
     verdict = check_tool_call(decision, spec=spec, snap=snap, always_allowed=always)
     if verdict.verdict == "invalid":
-        return _invalid(snap, decision, model_log, spent, actor, verdict.error or {})
+        return record_invalid(snap, decision, model_log, spent, actor, verdict.error or {})
     if verdict.verdict == "budget":
         error = verdict.error or {}
         return _refuse(snap, decision, model_log, spent, actor,
@@ -211,7 +218,8 @@ def _tool_call(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any]
     reused = lineage_key(task_id=snap.id, key_lineage=snap.key_lineage,
                          step_no=snap.steps_count + 1, tool=decision.tool, args=decision.args)
     if verdict.verdict == "approve":
-        return _needs_approval(snap, decision, model_log, spent, spec, reused, actor)
+        return _needs_approval(snap, decision, model_log, spent, spec, reused, actor,
+                               held=verdict.error)
     # The step, its event and the ledger claim commit together, in one statement.
     # A cancel from now on is fenced when the outcome commits.
     committed = commit_decision(
@@ -225,8 +233,9 @@ def _tool_call(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any]
 
 def _needs_approval(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
                     spent: Spent, spec: ToolSpec, reused: str | None,
-                    actor: Actor) -> StepResult:
-    """A call that needs a person's approval: its step waits, and so does the task."""
+                    actor: Actor, held: dict[str, Any] | None = None) -> StepResult:
+    """A call that needs a person's approval: its step waits, and so does the task.
+    `held`: why, when not the tool's own rule (the model's low confidence)."""
     with transaction.atomic():
         step = _new_step(snap, kind=StepKind.TOOL, status=StepStatus.PENDING_APPROVAL,
                          decision=decision, model_log=model_log, tool=decision.tool,
@@ -240,12 +249,46 @@ def _needs_approval(snap: TaskSnapshot, decision: Decision, model_log: dict[str,
                               tool=decision.tool, args=decision.args, risk=spec.risk,
                               reason=decision.reason, cites=list(decision.cites),
                               task_version=done.version,
-                              sla_s=int(snap.agent.get("approval_sla_s") or 0))
+                              sla_s=int(snap.agent.get("approval_sla_s") or 0),
+                              confidence=decision.confidence,
+                              min_confidence=(held or {}).get("min_confidence"))
         spent.roll_up()
     return STOP
 
 
-def _invalid(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
+FINAL_REVIEW = "final_answer"  # the approval of a final answer held for review
+
+
+def _final_for_review(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
+                      spent: Spent, actor: Actor) -> StepResult:
+    """A final answer the model is less sure of than the agent's `min_confidence`:
+    its step waits for a reviewer, who accepts it (`runner.review`) or sends it
+    back with a comment the model reads (rejected)."""
+    result = decision.result
+    shown = result if isinstance(result, dict) else {"answer": result}
+    threshold = snap.agent.get("min_confidence")
+    with transaction.atomic():
+        step = _new_step(snap, kind=StepKind.FINAL, status=StepStatus.PENDING_APPROVAL,
+                         decision=decision, model_log=model_log, args=shown)
+        done = task_transition(task_id=snap.id, event="need_approval", actor=actor,
+                               expected_version=snap.version, known=known(snap),
+                               fields=spent.fields(),
+                               payload={"step_no": snap.steps_count + 1, "tool": FINAL_REVIEW,
+                                        "confidence": decision.confidence})
+        opening.approval_open(task_id=snap.id, tenant_id=snap.tenant_id, step_id=step.pk,
+                              tool=FINAL_REVIEW, args=shown, risk="medium",
+                              reason=f"The model's confidence in this final answer "
+                                     f"({decision.confidence:g}) is below the agent's "
+                                     f"threshold ({threshold:g}).",
+                              cites=list(decision.cites), task_version=done.version,
+                              sla_s=int(snap.agent.get("approval_sla_s") or 0),
+                              confidence=decision.confidence, min_confidence=threshold,
+                              final=True)
+        spent.roll_up()
+    return STOP
+
+
+def record_invalid(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
              spent: Spent, actor: Actor, error: dict[str, Any]) -> StepResult:
     """An invalid decision is recorded and fed back to the model as the step's error.
     The same error again within the window is no new observation (no progress)."""
@@ -273,7 +316,7 @@ def _handled(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
               else [f"{decision.kind} is not available here"])
     shown = replace(decision, tool=decision.kind, args=decision.memory or {})  # as the call
     if errors:
-        return _invalid(snap, shown, model_log, spent, actor,
+        return record_invalid(snap, shown, model_log, spent, actor,
                         {"type": f"invalid_{decision.kind}", "message": "; ".join(errors),
                          "errors": errors})
     assert handler is not None

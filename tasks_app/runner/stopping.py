@@ -38,6 +38,7 @@ def exhaust(snap: TaskSnapshot, reason: str, actor: Actor, *,
     else:
         event = {"deadline": "deadline_exceeded", "no_progress": "fatal_error",
                  "retries_exhausted": "fatal_error", "step_error": "fatal_error",
+                 "completion_checks": "fatal_error",
                  }.get(reason, "budget_exhausted")
         fields = {"failure_reason": reason, "failure_detail": failure_snapshot(snap, detail)}
     payload = {"reason": reason, "detail": detail, **({"step_no": step_no} if step_no else {})}

@@ -33,6 +33,10 @@ def config_apply(agent: AgentProfile, config: dict[str, Any]) -> None:
     fields = {f.name for f in AgentProfile._meta.concrete_fields} - {"id", "tenant", "name"}
     flat = {**{k: v for k, v in config.items() if k != "budget"}, **(config.get("budget") or {})}
     flat.setdefault("max_cost", None)  # a version recorded without a cost budget has none
+    # a version recorded without the guards (`AgentProfile.snapshot`) has none
+    flat.setdefault("completion_checks", [])
+    flat.setdefault("max_completion_attempts", 3)
+    flat.setdefault("min_confidence", None)
     for key, value in flat.items():
         if key in fields:
             setattr(agent, key, value)

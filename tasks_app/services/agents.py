@@ -33,6 +33,7 @@ from ..vault.grants import env_granted, not_granted_message
 from ..vault.references import model_env_names, model_secret_names
 from .agent_versions import version_record
 from .children import agent_cycle_errors, is_agent_tool
+from .completion_checks import completion_check_errors
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 # Names a profile cannot take: its console page would be a route (`/agents/new/`).
@@ -61,6 +62,9 @@ EDITABLE = (
     "allow_self_approval",
     "result_schema",
     "memory_policy",
+    "completion_checks",
+    "max_completion_attempts",
+    "min_confidence",
     "enabled",
 )
 
@@ -175,6 +179,12 @@ def agent_errors(agent: AgentProfile) -> dict[str, list[str]]:
             errors["result_schema"] = problems
     if agent.result_schema is None:
         agent.result_schema = {}
+    for field, messages in completion_check_errors(
+            agent.tenant_id, agent.completion_checks, agent.max_completion_attempts,
+            agent.min_confidence).items():
+        errors.setdefault(field, []).extend(messages)
+    if agent.completion_checks is None:
+        agent.completion_checks = []
     return errors or model_field_errors(agent)
 
 

@@ -208,3 +208,30 @@ def test_names_that_are_console_routes_are_refused(world):
     assert not AgentProfile.objects.filter(tenant=world.tenant, name="new").exists()
     # Only the route's exact word is reserved.
     assert c.post("/agents/new/", {**AGENT_FORM, "name": "newer"}).status_code == 302
+
+
+def test_the_agent_form_sets_the_guards_and_maps_their_errors(world):
+    c = client_for(world.users[Role.ADMIN])
+    check = '[{"tool": "lookup_order", "args": {"order_id": "${ output.order_id }"}}]'
+    page = c.get("/agents/new/").content.decode()
+    assert 'name="completion_checks"' in page and 'name="min_confidence"' in page
+
+    bad = c.post("/agents/new/", {**AGENT_FORM, "completion_checks": '[{"tool": "issue_refund"}]',
+                                  "min_confidence": "0.7"})
+    assert bad.status_code == 400 and "not read-only" in bad.content.decode()
+    assert not AgentProfile.objects.filter(tenant=world.tenant, name="billing").exists()
+    not_a_list = c.post("/agents/new/", {**AGENT_FORM, "completion_checks": '{"tool": "x"}'})
+    assert not_a_list.status_code == 400 and "a JSON list" in not_a_list.content.decode()
+
+    ok = c.post("/agents/new/", {**AGENT_FORM, "completion_checks": check,
+                                 "max_completion_attempts": "4", "min_confidence": "0.7"})
+    assert ok.status_code == 302
+    agent = AgentProfile.objects.get(tenant=world.tenant, name="billing")
+    assert (agent.completion_checks[0]["tool"], agent.max_completion_attempts,
+            agent.min_confidence) == ("lookup_order", 4, 0.7)
+    shown = c.get("/agents/billing/").content.decode()
+    assert "lookup_order" in shown and "0.7" in shown
+    # cleared: off again
+    assert c.post("/agents/billing/edit/", {**AGENT_FORM, "min_confidence": ""}).status_code == 302
+    agent.refresh_from_db()
+    assert (agent.completion_checks, agent.min_confidence) == ([], None)

@@ -60,6 +60,7 @@ def test_an_edit_in_the_django_admin_is_a_version(world, django_user_model):
         "per_tool": "{}", "max_concurrent_tasks": "20", "on_exhaustion": "fail",
         "no_progress_repeats": "3", "no_progress_window": "6", "approval_sla_s": "86400",
         "approval_on_expiry": "escalate", "result_schema": "{}", "memory_policy": "off",
+        "completion_checks": "[]", "max_completion_attempts": "3",
     }
     response = c.post(f"/admin/tasks_app/agentprofile/{agent.pk}/change/", form)
     assert response.status_code == 302, response.content.decode()[:2000]
