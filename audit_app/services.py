@@ -22,6 +22,8 @@ import json
 from typing import Any, Protocol
 
 from django.core.serializers.json import DjangoJSONEncoder
+from django.db.models import Q, TextField
+from django.db.models.functions import Cast
 
 from .diffs import config_diff
 from .models import AuditEntry
@@ -61,6 +63,21 @@ def audit_record(*, actor: Who, tenant_id: int, kind: str, name: str, action: st
         user_id=actor.user_id, kind=kind[:32], name=str(name)[:200],
         object_id=str(object_id)[:64], action=action[:32], diff=diff,
         request_id=current_request_id())
+
+
+ERASED = [{"path": "", "change": "erased", "old": None, "new": None}]
+
+
+def audit_redact(*, tenant_id: int, containing: str) -> int:
+    """Erasure: blank the diff of every entry of the tenant whose diff or name
+    holds `containing` (an erased subject), keeping who did what and when.
+    The number of entries redacted."""
+    needle = json.dumps(containing)[1:-1]  # as it is spelled inside the JSON text
+    entries = (AuditEntry.objects.filter(tenant_id=tenant_id)
+               .annotate(diff_text=Cast("diff", TextField()))
+               .filter(Q(diff_text__contains=needle) | Q(name__contains=containing)))
+    return AuditEntry.objects.filter(pk__in=list(entries.values_list("pk", flat=True))).update(
+        diff=ERASED, name="[erased]")
 
 
 def _clean(data: dict[str, Any]) -> dict[str, Any]:

@@ -100,6 +100,7 @@ POLICY: dict[str, frozenset[str]] = {
     "memory.erase": frozenset({R.ADMIN}),
     "retention.read": frozenset({R.OPERATOR, R.ADMIN}),
     "retention.write": frozenset({R.ADMIN}),
+    "retention.erase": frozenset({R.ADMIN}),
 }
 # Actions a requester may take only on the tasks it submitted itself.
 OWN_TASKS_ONLY: dict[str, frozenset[str]] = {

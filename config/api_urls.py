@@ -31,6 +31,7 @@ register_converter(NameConverter, "name")
 urlpatterns = [
     path("retention", retention.RetentionView.as_view(), name="api-retention"),
     path("archives", retention.ArchiveListView.as_view(), name="api-archives"),
+    path("erasures", retention.ErasureView.as_view(), name="api-erasures"),
     path("tasks", tasks.TaskListView.as_view(), name="api-tasks"),
     path("tasks/bulk-cancel", tasks.TaskBulkCancelView.as_view(), name="api-tasks-bulk-cancel"),
     path("tasks/bulk-retry", retries.TaskBulkRetryView.as_view(), name="api-tasks-bulk-retry"),

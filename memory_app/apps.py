@@ -12,17 +12,26 @@ class MemoryAppConfig(AppConfig):
 
     def ready(self) -> None:
         from approvals_app.console.sections import InboxSection, register_inbox_section
+        from retention_app.erasure_parts import register_erasure_part
         from tasks_app.context.sources import register_context_source
         from tasks_app.runner.recording import KindHandler, register_decision_kind
         from tasks_app.store.hooks import on_sweep
 
         from .selectors import open_proposal_count, open_proposals
-        from .services import memory_context, purge_expired, remember_check, remember_record
+        from .services import (
+            memory_context,
+            purge_expired,
+            remember_check,
+            remember_record,
+            subject_erase,
+        )
 
         register_context_source("memory", memory_context)
         register_decision_kind("remember", KindHandler(check=remember_check,
                                                        record=remember_record))
         on_sweep(purge_expired)
+        register_erasure_part("memory", lambda tenant_id, subject, actor: subject_erase(
+            tenant_id=tenant_id, subject=subject, actor=actor))
         register_inbox_section(InboxSection(
             key="memory", title="Memory writes", template="memory/_proposal_card.html",
             empty="No memory write is waiting for review.",

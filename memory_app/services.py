@@ -31,6 +31,7 @@ from django.utils import timezone
 
 from audit_app.services import audit_record
 from config.errors import conflict, invalid, not_found
+from retention_app.erasure_parts import subject_reference
 from tasks_app.actors import Actor
 from tasks_app.gateway.base import ContextItem, Decision
 from tasks_app.models import AgentProfile, Task
@@ -297,7 +298,9 @@ def subject_erase(*, tenant_id: int, subject: str, actor: Actor) -> dict[str, in
         proposals, _ = MemoryProposal.objects.filter(tenant_id=tenant_id, subject=subject,
                                                      scope=Scope.SUBJECT).delete()
         erased = {"items": len(ids), "versions": versions, "proposals": proposals}
-        audit_record(actor=actor, tenant_id=tenant_id, kind="memory", name=f"subject:{subject}",
+        # Named by a digest: the entry outlives the erasure, the subject's name must not.
+        audit_record(actor=actor, tenant_id=tenant_id, kind="memory",
+                     name=subject_reference(subject),
                      action="erased", before=None, after=erased)
     return erased
 

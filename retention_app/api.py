@@ -1,6 +1,7 @@
 """Retention endpoints: the tenant's retention period (`/api/v1/retention`:
-read; set or drop a shorter one, admins) and its archive files
-(`/api/v1/archives`, newest first)."""
+read; set or drop a shorter one, admins), its archive files
+(`/api/v1/archives`, newest first), and the erasure of a subject
+(`/api/v1/erasures`, admins)."""
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
@@ -14,6 +15,7 @@ from tasks_app.models import Tenant
 
 from .models import ArchiveFile
 from .selectors import archive_files_of_tenant
+from .services.erasure import MAX_SUBJECT, subject_erasure
 from .services.policy import retention_of, retention_set
 
 TAGS = ["retention"]
@@ -72,3 +74,31 @@ class ArchiveListView(TenantAPIView):
     def get(self, request: Request) -> Response:
         return self.paginate(archive_files_of_tenant(self.access.tenant_id),
                              lambda page: ArchiveFileSerializer(page, many=True).data)
+
+
+class ErasureSerializer(serializers.Serializer):
+    subject = serializers.CharField(max_length=MAX_SUBJECT, help_text="The subject to erase.")
+
+
+class ErasedSerializer(serializers.Serializer):
+    canceled = serializers.IntegerField(help_text="Tasks in flight canceled first.")
+    tasks = serializers.IntegerField(help_text="Tasks deleted online.")
+    rows = serializers.IntegerField(help_text="Rows deleted online, the tasks' included.")
+    ledger_rows = serializers.IntegerField()
+    archived_tasks = serializers.IntegerField(help_text="Tasks removed from archive files.")
+    audit_entries_redacted = serializers.IntegerField(
+        help_text="Audit entries that named the subject, their diffs blanked.")
+    memory = serializers.DictField(child=serializers.IntegerField(), required=False)
+
+
+class ErasureView(TenantAPIView):
+    policy = {"POST": "retention.erase"}
+
+    @extend_schema(operation_id="erasures_create", tags=TAGS,
+                   summary="Erase everything held about a subject, online and in the archive",
+                   request=ErasureSerializer,
+                   responses={200: ErasedSerializer, **error_responses()})
+    def post(self, request: Request) -> Response:
+        subject = self.validated(ErasureSerializer)["subject"]
+        return Response(subject_erasure(tenant_id=self.access.tenant_id, subject=subject,
+                                        actor=self.access.actor))

@@ -107,7 +107,7 @@ def _write(tenant: Tenant, batch: list[Task]) -> ArchiveFile:
     period = batch[0].finished_at.strftime("%Y-%m") if batch[0].finished_at else "unknown"
     name = f"{tenant.name}/{period}/tasks-{batch[0].pk}-{batch[-1].pk}.jsonl.gz"
     lines = [line for task in batch for line in _lines_of(task)]
-    content = _gzip(lines)
+    content = gzip_lines(lines)
     storage = archive_storage()
     if storage.exists(name):
         storage.delete(name)  # a crash wrote it and indexed nothing
@@ -131,11 +131,14 @@ def _lines_of(task: Task) -> list[bytes]:
                               for obj in objs]
     instances += list(ToolExecution.objects.filter(task_id=task.pk).order_by("pk"))
     payload = json.loads(serializers.serialize("json", instances))
-    return [json.dumps({"task_id": task.pk, **row}, separators=(",", ":"),
-                       ensure_ascii=False).encode("utf-8") for row in payload]
+    return [encode_line({"task_id": task.pk, **row}) for row in payload]
 
 
-def _gzip(lines: list[bytes]) -> bytes:
+def encode_line(row: dict[str, Any]) -> bytes:
+    return json.dumps(row, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def gzip_lines(lines: list[bytes]) -> bytes:
     buffer = io.BytesIO()
     with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as out:
         for line in lines:
