@@ -181,6 +181,10 @@ class TetherSettings(BaseSettings):
     SUMMARY_THRESHOLD_CHARS: int = Field(
         default=16000, ge=0, description="...or past this many characters of text.")
     SUMMARY_MAX_CHARS: int = Field(default=4000, ge=1, description="A summary's length at most.")
+    READ_SOURCE_MAX_CHARS: int = Field(
+        default=8000, ge=100, le=100_000,
+        description="What one `read_source` decision returns at most, in characters of JSON "
+                    "(a longer original is cut, its full size said).")
 
     # --- memory (memory_app) -----------------------------------------------------
     MEMORY_CONTEXT_TOKENS: int = Field(
@@ -348,7 +352,8 @@ TETHER_DICT_KEYS = frozenset({
     "BREAKER_FAILURES", "BREAKER_COOLDOWN_S", "BREAKER_MAX_COOLDOWN_S", "BREAKER_RECHECK_S",
     "MAX_TOOL_RESULT_BYTES", "MAX_RESPONSE_BYTES", "CONTEXT_WINDOW_STEPS",
     "CONTEXT_RESULT_CHARS", "SUMMARY_THRESHOLD_STEPS", "SUMMARY_THRESHOLD_CHARS",
-    "SUMMARY_MAX_CHARS", "LEDGER_CLAIM_GRACE_S", "LEASE_WAIT_RECHECK_S", "PUBLISH_WINDOW_MS",
+    "SUMMARY_MAX_CHARS", "READ_SOURCE_MAX_CHARS", "LEDGER_CLAIM_GRACE_S",
+    "LEASE_WAIT_RECHECK_S", "PUBLISH_WINDOW_MS",
     "DEMO_NOTIFY_DELAY_S", "LIVE_RECHECK_S", "MEMORY_CONTEXT_TOKENS", "MEMORY_CONTEXT_ITEMS",
     "MEMORY_MAX_ITEMS_PER_SCOPE", "MEMORY_MAX_TEXT_CHARS", "MEMORY_MAX_VALUE_CHARS",
 })

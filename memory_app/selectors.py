@@ -204,3 +204,14 @@ def recall(*, tenant_id: int, agent_id: int | None, subject: str, text: str, lim
         scored.append(Recalled(item, score, item.pk in ranks))
     scored.sort(key=lambda r: (-r.score, -r.item.pk))
     return scored[:limit]
+
+
+def version_in_scopes(*, tenant_id: int, item_id: int, version: int, agent_id: int | None,
+                      subject: str, now: datetime) -> MemoryVersion | None:
+    """One version of an item in the task's scopes (its tenant's, its agent's, its
+    subject's) that is not deleted nor expired; None for anything else."""
+    live = Q(item__expires_at__isnull=True) | Q(item__expires_at__gt=now)
+    return (MemoryVersion.objects
+            .filter(live, item_id=item_id, version=version, item__tenant_id=tenant_id,
+                    item__scope_key__in=task_scopes(agent_id=agent_id, subject=subject))
+            .select_related("item").first())

@@ -32,6 +32,7 @@ from django.utils import timezone
 from audit_app.services import audit_record
 from config.errors import conflict, invalid, not_found
 from tasks_app.actors import Actor
+from tasks_app.context.refs import Cite
 from tasks_app.gateway.base import ContextItem, Decision
 from tasks_app.models import AgentProfile, Task
 from tasks_app.snapshot import TaskSnapshot
@@ -46,7 +47,7 @@ from .models import (
     Scope,
     scope_key,
 )
-from .selectors import recall, scope_count
+from .selectors import recall, scope_count, version_in_scopes
 
 MAX_SUBJECT = 200
 MAX_URI = 2000
@@ -475,3 +476,27 @@ def memory_context(snap: TaskSnapshot, budget_chars: int) -> list[ContextItem]:
         left -= size
         items.append(ContextItem(id=item.cite_id, role="memory", text=item.text, data=data))
     return items
+
+
+def memory_source(snap: TaskSnapshot, cite: Cite) -> dict[str, Any] | None:
+    """The reader of `read_source` for `mem:<id>@<version>`: that version as it
+    was written, with its source, if the item is in the task's scopes."""
+    if cite.number is None or cite.version is None:
+        return None
+    found = version_in_scopes(tenant_id=snap.tenant_id, item_id=cite.number,
+                              version=cite.version, agent_id=snap.agent_id,
+                              subject=snap.subject, now=timezone.now())
+    if found is None:
+        return None
+    original: dict[str, Any] = {
+        "id": f"mem:{found.item_id}@{found.version}", "kind": found.kind,
+        "scope": found.item.scope, "text": found.text, "author": found.author,
+        "written_at": found.created_at.isoformat(), "latest_version": found.item.version}
+    if found.value is not None:
+        original["value"] = found.value
+    if found.uri:
+        original["uri"] = found.uri
+    if found.source_task_id:
+        original["source"] = {"task": found.source_task_id, "step_no": found.source_step_no,
+                              "event_id": found.source_event_id}
+    return original

@@ -318,6 +318,16 @@ class SummarySerializer(serializers.Serializer):
     in_use = serializers.BooleanField(help_text="The version the context uses now.")
     created_by = serializers.CharField()
     created_at = serializers.DateTimeField()
+    fact_check = serializers.DictField(
+        help_text="The check of the facts read from the originals: `checked`, `kept` (in the "
+        "text or already pinned), `pinned_now`, `pinned_total`, and `refused` (the model's "
+        "summary that dropped facts and was not used, with what it dropped)."
+    )
+    pinned_facts = serializers.ListField(
+        child=serializers.DictField(),
+        help_text="Facts pinned verbatim with this version: `text`, `kind`, `step_no`, "
+        "`event_ids`.",
+    )
 
 
 class SummaryRollbackResultSerializer(serializers.Serializer):
