@@ -366,7 +366,8 @@ class TaskSubmitSerializer(serializers.Serializer):
         default=None,
         max_length=MAX_SCRIPT,
         help_text="For scripted agents: one entry per model call, "
-        '`{"tool", "args"}`, `{"ask"}`, `{"final"}`, `{"remember": {...}}` or `{"invalid"}`.',
+        '`{"tool", "args"}`, `{"ask"}`, `{"final"}`, `{"remember": {...}}`, '
+        '`{"read_source": "step:N"}` or `{"invalid"}`.',
     )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
