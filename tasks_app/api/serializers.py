@@ -208,7 +208,9 @@ class TaskDetailSerializer(TaskSerializer):
 class DecisionSerializer(serializers.Serializer):
     """The decision a step records; which fields are present depends on `kind`."""
 
-    kind = serializers.ChoiceField(choices=["tool_call", "final", "ask_user", "invalid", "fail"])
+    kind = serializers.ChoiceField(
+        choices=["tool_call", "final", "ask_user", "invalid", "fail", "remember", "read_source"]
+    )
     tool = serializers.CharField(
         required=False, help_text="tool_call; an invalid decision that was a malformed call."
     )
@@ -217,9 +219,11 @@ class DecisionSerializer(serializers.Serializer):
     cites = serializers.ListField(
         child=serializers.CharField(),
         required=False,
-        help_text="tool_call: ids of the context items it relies on "
-        "(`step:N`, `event:N`, `summary:vN`, pinned facts).",
+        help_text="tool_call, remember, read_source: ids of the context items it relies on "
+        "(`step:N`, `event:N`, `summary:vN`, `mem:<id>@<version>`, pinned facts).",
     )
+    memory = serializers.DictField(required=False, help_text="remember: the proposed item.")
+    ref = serializers.CharField(required=False, help_text="read_source: the id read back.")
     result = serializers.JSONField(required=False, allow_null=True, help_text="final.")
     question = serializers.CharField(required=False, help_text="ask_user.")
     raw = serializers.CharField(
@@ -259,6 +263,11 @@ class ModelLogSerializer(serializers.Serializer):
     usage = StepUsageSerializer(
         required=False, help_text="The call's tokens by direction and its cost (priced: the "
         "model had prices)."
+    )
+    memory_shown = serializers.ListField(
+        child=serializers.CharField(), required=False,
+        help_text="The memory items the model was shown (`mem:<id>@<version>`); the "
+        "decision's `cites` say which it relied on."
     )
     from_reply_of_step = serializers.IntegerField(required=False)
     queued = DecisionSerializer(

@@ -6,11 +6,13 @@ import json
 
 import pytest
 from django.test import Client
+from rest_framework.test import APIClient
 
 from memory_app.services import item_create
 from tasks_app.actors import Actor
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Role, Step
+from tasks_app.services.accounts import api_key_create
 from tests.factories import submit
 from tests.fakes.fixtures import openai_agent
 from tests.fakes.openai_server import reply
@@ -92,7 +94,7 @@ def test_read_source_reads_a_memory_version_of_the_tasks_subject_only(world, ope
         "scope": "subject", "subject": "cust-T", "kind": "fact",
         "text": "Lives at 12 Secret Street"})
     openai_server.push(
-        reply(tool_calls=[("read_source", {"ref": mine.cite_id})]),
+        reply(tool_calls=[("read_source", {"ref": mine.cite_id, "_cites": [mine.cite_id]})]),
         reply(tool_calls=[("read_source", {"ref": theirs.cite_id})]),
         reply('{"answer": "done"}'),
     )
@@ -104,3 +106,11 @@ def test_read_source_reads_a_memory_version_of_the_tasks_subject_only(world, ope
     assert ok.output["original"]["id"] == mine.cite_id
     assert (other.status, other.error["type"]) == ("FAILED", "source_not_found")
     assert "Secret Street" not in json.dumps([r.body for r in openai_server.requests])
+    # the decision log: which memory the model was shown, which the decision cited
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {api_key_create(user=world.users['operator'])}")
+    steps = client.get(f"/api/v1/tasks/{task.pk}/steps").json()
+    first = (steps["results"] if isinstance(steps, dict) else steps)[0]
+    assert first["model_log"]["memory_shown"] == [mine.cite_id]
+    assert first["decision"] == {"kind": "read_source", "ref": mine.cite_id,
+                                 "cites": [mine.cite_id]}
