@@ -201,6 +201,23 @@ class TetherSettings(BaseSettings):
     MEMORY_MAX_VALUE_CHARS: int = Field(
         default=8000, ge=0, le=1_000_000,
         description="A memory item's structured value, as JSON, at most.")
+    MEMORY_EMBEDDINGS_URL: str = Field(
+        default="",
+        description="Off when empty. The base URL of an OpenAI-compatible embeddings endpoint "
+                    "(`<url>/embeddings`): memory's text matches are reranked by how close their "
+                    "embedding is to the task's (one call a context build).")
+    MEMORY_EMBEDDINGS_MODEL: str = Field(
+        default="", description="The model named in each embeddings request.")
+    MEMORY_EMBEDDINGS_API_KEY: SecretStr = Field(
+        default=SecretStr(""),
+        description="Sent as `Authorization: Bearer <key>` to the embeddings endpoint.")
+    MEMORY_EMBEDDINGS_TIMEOUT_S: float = Field(
+        default=2.0, gt=0, le=30,
+        description="An embeddings call's timeout; a call that fails keeps the full-text order.")
+    MEMORY_EMBEDDINGS_WEIGHT: float = Field(
+        default=0.5, ge=0, le=1,
+        description="The embedding similarity's share of an item's score when reranking (the "
+                    "rest is the full-text, scope and recency score).")
 
     # --- ledger, resource leases, live events ------------------------------------
     LEDGER_CLAIM_GRACE_S: float = Field(

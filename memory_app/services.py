@@ -38,6 +38,7 @@ from tasks_app.models import AgentProfile, Task
 from tasks_app.snapshot import TaskSnapshot
 from tasks_app.store.events import event_append
 
+from . import rerank
 from .models import (
     Kind,
     MemoryItem,
@@ -456,9 +457,13 @@ def query_text(snap: TaskSnapshot) -> str:
 def memory_context(snap: TaskSnapshot, budget_chars: int) -> list[ContextItem]:
     """The context source: the task's best items, each with its citation id
     (`mem:<id>@<version>`), as many as fit in `budget_chars`."""
+    cap = limits()
+    wanted = cap["context_items"]
+    query = query_text(snap)
     found = recall(tenant_id=snap.tenant_id, agent_id=snap.agent_id, subject=snap.subject,
-                   text=query_text(snap), limit=limits()["context_items"], now=timezone.now(),
-                   per_scope=limits()["per_scope"])
+                   text=query, limit=wanted * (rerank.POOL if rerank.enabled() else 1),
+                   now=timezone.now(), per_scope=cap["per_scope"])
+    found = rerank.rerank(query, found)[:wanted]  # as found when the rerank is off
     items: list[ContextItem] = []
     left = budget_chars
     for hit in found:
