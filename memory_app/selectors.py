@@ -143,11 +143,11 @@ def task_scopes(*, agent_id: int | None, subject: str) -> list[str]:
     return keys
 
 
-def _text_ranks(tenant_id: int, keys: list[str], terms: list[str], limit: int,
-                per_scope: int) -> dict[int, float]:
-    """{item id: rank in 0..1} of the best `limit` text matches in `keys`."""
-    if not terms:
-        return {}
+def _text_match_sql(tenant_id: int, keys: list[str], terms: list[str], limit: int,
+                    per_scope: int) -> tuple[str, list[str | int]]:
+    """The best `limit` text matches in `keys`, as (id, rank) rows: the SQL and its
+    parameters. PostgreSQL's rank is normalized (32: rank / (rank + 1)); SQLite's
+    is bm25's, turned into 0..1 by `_candidates`."""
     placeholders = ", ".join(["%s"] * len(keys))
     if connection.vendor == "postgresql":
         # The candidates are the scopes' rows (the btree index; each scope holds at
@@ -160,21 +160,50 @@ def _text_ranks(tenant_id: int, keys: list[str], terms: list[str], limit: int,
                f"WHERE tenant_id = %s AND scope_key IN ({placeholders}) LIMIT %s) AS scoped, "
                f"websearch_to_tsquery('english', %s) AS query "
                f"WHERE search @@ query ORDER BY rank DESC, id DESC LIMIT %s")
-        params: list[str | int] = [tenant_id, *keys, per_scope * len(keys), " or ".join(terms),
-                                   limit]
-    else:
-        sql = (f"SELECT i.id, -bm25({FTS_TABLE}) AS rank FROM {FTS_TABLE} "
-               f"JOIN {TABLE} AS i ON i.id = {FTS_TABLE}.rowid "
-               f"WHERE {FTS_TABLE} MATCH %s AND i.tenant_id = %s "
-               f"AND i.scope_key IN ({placeholders}) "
-               f"ORDER BY bm25({FTS_TABLE}), i.id DESC LIMIT %s")
-        params = [_fts5_query(terms, any_of=True), tenant_id, *keys, limit]
+        return sql, [tenant_id, *keys, per_scope * len(keys), " or ".join(terms), limit]
+    sql = (f"SELECT i.id, -bm25({FTS_TABLE}) AS rank FROM {FTS_TABLE} "
+           f"JOIN {TABLE} AS i ON i.id = {FTS_TABLE}.rowid "
+           f"WHERE {FTS_TABLE} MATCH %s AND i.tenant_id = %s "
+           f"AND i.scope_key IN ({placeholders}) "
+           f"ORDER BY bm25({FTS_TABLE}), i.id DESC LIMIT %s")
+    return sql, [_fts5_query(terms, any_of=True), tenant_id, *keys, limit]
+
+
+def _text_ranks(tenant_id: int, keys: list[str], terms: list[str], limit: int,
+                per_scope: int) -> dict[int, float]:
+    """{item id: rank in 0..1} of the best `limit` text matches in `keys`."""
+    return _candidates(tenant_id, keys, terms, [], limit, per_scope)[0]
+
+
+def _candidates(tenant_id: int, keys: list[str], terms: list[str], recent_keys: list[str],
+                limit: int, per_scope: int) -> tuple[dict[int, float], list[int]]:
+    """The text matches ({id: rank in 0..1}, `_text_match_sql`) and the latest
+    `limit` item ids of each of `recent_keys` (an index range scan each), in
+    one round trip: a step pays one query for them, not one per scope."""
+    parts: list[str] = []
+    params: list[str | int] = []
+    if terms:
+        sql, params = _text_match_sql(tenant_id, keys, terms, limit, per_scope)
+        parts.append(f"SELECT id, rank FROM ({sql}) AS matched")
+    for n, key in enumerate(recent_keys):
+        parts.append(f"SELECT id, NULL FROM (SELECT id FROM {TABLE} WHERE tenant_id = %s "
+                     f"AND scope_key = %s ORDER BY updated_at DESC LIMIT %s) AS recent{n}")
+        params += [tenant_id, key, limit]
+    if not parts:
+        return {}, []
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(" UNION ALL ".join(parts), params)
         rows = cursor.fetchall()
-    if connection.vendor == "postgresql":
-        return {int(i): float(r) for i, r in rows}  # normalized (32: rank / (rank + 1))
-    return {int(i): max(0.0, float(r)) / (1.0 + max(0.0, float(r))) for i, r in rows}
+    ranks: dict[int, float] = {}
+    recent: list[int] = []
+    for ident, rank in rows:
+        if rank is None:
+            recent.append(int(ident))
+        elif connection.vendor == "postgresql":
+            ranks[int(ident)] = float(rank)
+        else:
+            ranks[int(ident)] = max(0.0, float(rank)) / (1.0 + max(0.0, float(rank)))
+    return ranks, recent
 
 
 def recall(*, tenant_id: int, agent_id: int | None, subject: str, text: str, limit: int,
@@ -183,14 +212,10 @@ def recall(*, tenant_id: int, agent_id: int | None, subject: str, text: str, lim
     scopes (tenant, agent, subject) and the latest items of its agent and
     subject, each scored by its text rank, its scope and its age. Expired
     items are left out. Matches among the scopes' items (at most `per_scope`
-    each); reads at most 3 x `limit` whole items."""
+    each); reads at most 3 x `limit` whole items; two queries."""
     keys = task_scopes(agent_id=agent_id, subject=subject)
-    ranks = _text_ranks(tenant_id, keys, words(text), limit, per_scope)
     narrow = [k for k in keys if k != "tenant"]
-    recent_ids: list[int] = []
-    for key in narrow:  # one index range scan each
-        recent_ids.extend(MemoryItem.objects.filter(tenant_id=tenant_id, scope_key=key)
-                          .order_by("-updated_at").values_list("id", flat=True)[:limit])
+    ranks, recent_ids = _candidates(tenant_id, keys, words(text), narrow, limit, per_scope)
     ids = set(ranks) | set(recent_ids)
     if not ids:
         return []
