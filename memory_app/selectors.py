@@ -172,38 +172,40 @@ def _text_match_sql(tenant_id: int, keys: list[str], terms: list[str], limit: in
 def _text_ranks(tenant_id: int, keys: list[str], terms: list[str], limit: int,
                 per_scope: int) -> dict[int, float]:
     """{item id: rank in 0..1} of the best `limit` text matches in `keys`."""
-    return _candidates(tenant_id, keys, terms, [], limit, per_scope)[0]
+    return {item.pk: rank for item, rank in _candidates(tenant_id, keys, terms, [], limit,
+                                                          per_scope) if rank is not None}
 
 
 def _candidates(tenant_id: int, keys: list[str], terms: list[str], recent_keys: list[str],
-                limit: int, per_scope: int) -> tuple[dict[int, float], list[int]]:
-    """The text matches ({id: rank in 0..1}, `_text_match_sql`) and the latest
-    `limit` item ids of each of `recent_keys` (an index range scan each), in
-    one round trip: a step pays one query for them, not one per scope."""
+                limit: int, per_scope: int) -> list[tuple[MemoryItem, float | None]]:
+    """In one query: the text matches (`_text_match_sql`, each with its rank in
+    0..1) and the latest `limit` items of each of `recent_keys` (an index range
+    scan each, rank None), read whole. An item both matched and recent comes
+    twice. A step pays one round trip for its memory, not one per scope."""
     parts: list[str] = []
     params: list[str | int] = []
     if terms:
         sql, params = _text_match_sql(tenant_id, keys, terms, limit, per_scope)
         parts.append(f"SELECT id, rank FROM ({sql}) AS matched")
     for n, key in enumerate(recent_keys):
-        parts.append(f"SELECT id, NULL FROM (SELECT id FROM {TABLE} WHERE tenant_id = %s "
+        parts.append(f"SELECT id, NULL AS rank FROM (SELECT id FROM {TABLE} WHERE tenant_id = %s "
                      f"AND scope_key = %s ORDER BY updated_at DESC LIMIT %s) AS recent{n}")
         params += [tenant_id, key, limit]
     if not parts:
-        return {}, []
-    with connection.cursor() as cursor:
-        cursor.execute(" UNION ALL ".join(parts), params)
-        rows = cursor.fetchall()
-    ranks: dict[int, float] = {}
-    recent: list[int] = []
-    for ident, rank in rows:
-        if rank is None:
-            recent.append(int(ident))
-        elif connection.vendor == "postgresql":
-            ranks[int(ident)] = float(rank)
-        else:
-            ranks[int(ident)] = max(0.0, float(rank)) / (1.0 + max(0.0, float(rank)))
-    return ranks, recent
+        return []
+    columns = ", ".join(f"i.{f.column}" for f in MemoryItem._meta.concrete_fields)
+    rows = MemoryItem.objects.raw(
+        f"SELECT {columns}, c.rank AS candidate_rank FROM {TABLE} AS i "
+        f"JOIN ({' UNION ALL '.join(parts)}) AS c ON c.id = i.id", params)
+    found: list[tuple[MemoryItem, float | None]] = []
+    for item in rows:
+        rank = item.candidate_rank  # type: ignore[attr-defined]
+        if rank is not None:
+            rank = float(rank)
+            if connection.vendor != "postgresql":  # bm25's, to 0..1 (PostgreSQL's already is)
+                rank = max(0.0, rank) / (1.0 + max(0.0, rank))
+        found.append((item, rank))
+    return found
 
 
 def recall(*, tenant_id: int, agent_id: int | None, subject: str, text: str, limit: int,
@@ -212,17 +214,19 @@ def recall(*, tenant_id: int, agent_id: int | None, subject: str, text: str, lim
     scopes (tenant, agent, subject) and the latest items of its agent and
     subject, each scored by its text rank, its scope and its age. Expired
     items are left out. Matches among the scopes' items (at most `per_scope`
-    each); reads at most 3 x `limit` whole items; two queries."""
+    each); reads at most 3 x `limit` whole items, in one query."""
     keys = task_scopes(agent_id=agent_id, subject=subject)
     narrow = [k for k in keys if k != "tenant"]
-    ranks, recent_ids = _candidates(tenant_id, keys, words(text), narrow, limit, per_scope)
-    ids = set(ranks) | set(recent_ids)
-    if not ids:
-        return []
-    items = (MemoryItem.objects.filter(pk__in=ids, tenant_id=tenant_id)
-             .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now)))
+    items: dict[int, MemoryItem] = {}
+    ranks: dict[int, float] = {}
+    for item, rank in _candidates(tenant_id, keys, words(text), narrow, limit, per_scope):
+        if item.expires_at is not None and item.expires_at <= now:
+            continue
+        items[item.pk] = item
+        if rank is not None:
+            ranks[item.pk] = rank
     scored = []
-    for item in items:
+    for item in items.values():
         age_days = max(0.0, (now - item.updated_at).total_seconds() / 86400)
         score = (ranks.get(item.pk, 0.0) + SCOPE_WEIGHT.get(item.scope, 0.0)
                  + RECENCY_WEIGHT * math.exp(-age_days / RECENCY_DAYS))
