@@ -9,8 +9,8 @@ generated, GIN-indexed `search` column; `websearch_to_tsquery`, ranked by
 text matches among the items of the task's scopes (its tenant's, its
 agent's, its subject's: a btree index range, each scope at most the
 per-scope limit), best first, `limit` of them; and the most recent items of
-its agent and subject (an index range scan, `limit` rows each); scored in
-Python.
+its agent and subject (an index range scan, `limit` rows each), read whole
+in one query; scored in Python.
 """
 from __future__ import annotations
 
