@@ -6,9 +6,13 @@ active summary, beyond the last W (`CONTEXT_WINDOW_STEPS`), reach
 the active summary into a new version: by the model for `openai` agents
 (a call counted in the task's model calls and tokens, whatever comes of it;
 falling back to the deterministic digest if the call fails), by a
-deterministic digest otherwise. Each version records the step it covers
-until and the ids of the events it newly covers (those since the version it
-was built on), and writes a `context_summarized` event. Every read here is
+deterministic digest otherwise. Each new text is checked against the facts
+of the originals (`context.fact_check`): a model's summary that drops one is
+refused (the digest is used), and what the text lacks is pinned verbatim with
+its source events; the check is recorded on the version. Each version
+records the step it covers until and the ids of the events it newly covers
+(those since the version it was built on), and writes a `context_summarized`
+event. Every read here is
 bounded by the threshold, not by the task's history; at most
 `MAX_BATCH_STEPS` steps are folded per call, so a big backlog (after a
 rollback) is caught up over the next steps.
