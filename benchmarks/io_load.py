@@ -32,7 +32,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -159,14 +159,17 @@ def admit_all() -> None:
 
 
 def run_io(world: World, *, tasks: int, edge_url: str, edge_pid: int,
-           workers: Workers) -> dict[str, Any]:
+           workers: Workers, agent: str = IO_AGENT,
+           subject_of: Callable[[int], str] | None = None) -> dict[str, Any]:
+    """One run of `tasks` I/O tasks of `agent` (task i about `subject_of(i)`, if given)."""
     vacuum()
     httpx.post(f"{edge_url}/reset")
     before = cpu_now(workers, edge_pid)
     with transaction.atomic():
         ids = [task_submit(tenant_id=world.tenant_id, requester_id=world.user_id,
-                           agent=IO_AGENT, goal=f"bench io {i}", input={}, script=None,
-                           actor=SYSTEM).task.pk for i in range(tasks)]
+                           agent=agent, goal=f"bench io {i}", input={}, script=None,
+                           actor=SYSTEM, subject=subject_of(i) if subject_of else ""
+                           ).task.pk for i in range(tasks)]
     admit_all()
     rss = watch_until_ended(ids, workers)
     spent = cpu_since(before, workers, edge_pid)

@@ -392,6 +392,12 @@ LOGGING = logging_config(fmt=LOG_FORMAT, level=env.str("LOG_LEVEL", default="INF
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # `/metrics` asks for `Authorization: Bearer <token>` when set.
 TETHER_METRICS_TOKEN = _tether.METRICS_TOKEN.get_secret_value()
+# memory_app/rerank.py: an optional OpenAI-compatible embeddings endpoint (off when empty).
+TETHER_MEMORY_EMBEDDINGS_URL = _tether.MEMORY_EMBEDDINGS_URL
+TETHER_MEMORY_EMBEDDINGS_MODEL = _tether.MEMORY_EMBEDDINGS_MODEL
+TETHER_MEMORY_EMBEDDINGS_API_KEY = _tether.MEMORY_EMBEDDINGS_API_KEY.get_secret_value()
+TETHER_MEMORY_EMBEDDINGS_TIMEOUT_S = _tether.MEMORY_EMBEDDINGS_TIMEOUT_S
+TETHER_MEMORY_EMBEDDINGS_WEIGHT = _tether.MEMORY_EMBEDDINGS_WEIGHT
 # Without PROMETHEUS_MULTIPROC_DIR, each worker serves its own figures on this
 # port ("PORT" or "HOST:PORT"; a prefork pool's children on PORT+1, PORT+2, ...).
 TETHER_WORKER_METRICS_PORT = _tether.WORKER_METRICS_PORT

@@ -189,6 +189,10 @@ class TetherSettings(BaseSettings):
     SUMMARY_THRESHOLD_CHARS: int = Field(
         default=16000, ge=0, description="...or past this many characters of text.")
     SUMMARY_MAX_CHARS: int = Field(default=4000, ge=1, description="A summary's length at most.")
+    READ_SOURCE_MAX_CHARS: int = Field(
+        default=8000, ge=100, le=100_000,
+        description="What one `read_source` decision returns at most, in characters of JSON "
+                    "(a longer original is cut, its full size said).")
 
     # --- memory (memory_app) -----------------------------------------------------
     MEMORY_CONTEXT_TOKENS: int = Field(
@@ -205,6 +209,23 @@ class TetherSettings(BaseSettings):
     MEMORY_MAX_VALUE_CHARS: int = Field(
         default=8000, ge=0, le=1_000_000,
         description="A memory item's structured value, as JSON, at most.")
+    MEMORY_EMBEDDINGS_URL: str = Field(
+        default="",
+        description="Off when empty. The base URL of an OpenAI-compatible embeddings endpoint "
+                    "(`<url>/embeddings`): memory's text matches are reranked by how close their "
+                    "embedding is to the task's (one call a context build).")
+    MEMORY_EMBEDDINGS_MODEL: str = Field(
+        default="", description="The model named in each embeddings request.")
+    MEMORY_EMBEDDINGS_API_KEY: SecretStr = Field(
+        default=SecretStr(""),
+        description="Sent as `Authorization: Bearer <key>` to the embeddings endpoint.")
+    MEMORY_EMBEDDINGS_TIMEOUT_S: float = Field(
+        default=2.0, gt=0, le=30,
+        description="An embeddings call's timeout; a call that fails keeps the full-text order.")
+    MEMORY_EMBEDDINGS_WEIGHT: float = Field(
+        default=0.5, ge=0, le=1,
+        description="The embedding similarity's share of an item's score when reranking (the "
+                    "rest is the full-text, scope and recency score).")
 
     # --- retention and archives (retention_app) ------------------------------------
     RETENTION_DAYS: int = Field(
@@ -379,7 +400,8 @@ TETHER_DICT_KEYS = frozenset({
     "BREAKER_FAILURES", "BREAKER_COOLDOWN_S", "BREAKER_MAX_COOLDOWN_S", "BREAKER_RECHECK_S",
     "MAX_TOOL_RESULT_BYTES", "MAX_RESPONSE_BYTES", "CONTEXT_WINDOW_STEPS",
     "CONTEXT_RESULT_CHARS", "SUMMARY_THRESHOLD_STEPS", "SUMMARY_THRESHOLD_CHARS",
-    "SUMMARY_MAX_CHARS", "LEDGER_CLAIM_GRACE_S", "LEASE_WAIT_RECHECK_S", "PUBLISH_WINDOW_MS",
+    "SUMMARY_MAX_CHARS", "READ_SOURCE_MAX_CHARS", "LEDGER_CLAIM_GRACE_S",
+    "LEASE_WAIT_RECHECK_S", "PUBLISH_WINDOW_MS",
     "DEMO_NOTIFY_DELAY_S", "LIVE_RECHECK_S", "MEMORY_CONTEXT_TOKENS", "MEMORY_CONTEXT_ITEMS",
     "MEMORY_MAX_ITEMS_PER_SCOPE", "MEMORY_MAX_TEXT_CHARS", "MEMORY_MAX_VALUE_CHARS",
     "RETENTION_DAYS", "RETENTION_MAX_DAYS", "ARCHIVE_BATCH", "ARCHIVE_DELETE_BATCH",

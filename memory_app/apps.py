@@ -1,6 +1,7 @@
 """Memory plugs into the runtime through its registries, never through an
 import of memory_app by tasks_app: the context's sources (what a step's model
-sees), the `remember` decision's handler, the recovery sweep (expired items
+sees), the `remember` decision's handler, the reader of `read_source` for
+memory citation ids, the recovery sweep (expired items
 are deleted), and the inbox (proposed writes, with the approvals)."""
 from django.apps import AppConfig
 
@@ -13,6 +14,7 @@ class MemoryAppConfig(AppConfig):
     def ready(self) -> None:
         from approvals_app.console.sections import InboxSection, register_inbox_section
         from retention_app.erasure_parts import register_erasure_part
+        from tasks_app.context.originals import register_source_reader
         from tasks_app.context.sources import register_context_source
         from tasks_app.runner.recording import KindHandler, register_decision_kind
         from tasks_app.store.hooks import on_sweep
@@ -20,6 +22,7 @@ class MemoryAppConfig(AppConfig):
         from .selectors import open_proposal_count, open_proposals
         from .services import (
             memory_context,
+            memory_source,
             purge_expired,
             remember_check,
             remember_record,
@@ -27,6 +30,7 @@ class MemoryAppConfig(AppConfig):
         )
 
         register_context_source("memory", memory_context)
+        register_source_reader("mem", memory_source)
         register_decision_kind("remember", KindHandler(check=remember_check,
                                                        record=remember_record))
         on_sweep(purge_expired)

@@ -9,8 +9,8 @@ generated, GIN-indexed `search` column; `websearch_to_tsquery`, ranked by
 text matches among the items of the task's scopes (its tenant's, its
 agent's, its subject's: a btree index range, each scope at most the
 per-scope limit), best first, `limit` of them; and the most recent items of
-its agent and subject (an index range scan, `limit` rows each); scored in
-Python.
+its agent and subject (an index range scan, `limit` rows each), read whole
+in one query; scored in Python.
 """
 from __future__ import annotations
 
@@ -143,11 +143,11 @@ def task_scopes(*, agent_id: int | None, subject: str) -> list[str]:
     return keys
 
 
-def _text_ranks(tenant_id: int, keys: list[str], terms: list[str], limit: int,
-                per_scope: int) -> dict[int, float]:
-    """{item id: rank in 0..1} of the best `limit` text matches in `keys`."""
-    if not terms:
-        return {}
+def _text_match_sql(tenant_id: int, keys: list[str], terms: list[str], limit: int,
+                    per_scope: int) -> tuple[str, list[str | int]]:
+    """The best `limit` text matches in `keys`, as (id, rank) rows: the SQL and its
+    parameters. PostgreSQL's rank is normalized (32: rank / (rank + 1)); SQLite's
+    is bm25's, turned into 0..1 by `_candidates`."""
     placeholders = ", ".join(["%s"] * len(keys))
     if connection.vendor == "postgresql":
         # The candidates are the scopes' rows (the btree index; each scope holds at
@@ -160,21 +160,52 @@ def _text_ranks(tenant_id: int, keys: list[str], terms: list[str], limit: int,
                f"WHERE tenant_id = %s AND scope_key IN ({placeholders}) LIMIT %s) AS scoped, "
                f"websearch_to_tsquery('english', %s) AS query "
                f"WHERE search @@ query ORDER BY rank DESC, id DESC LIMIT %s")
-        params: list[str | int] = [tenant_id, *keys, per_scope * len(keys), " or ".join(terms),
-                                   limit]
-    else:
-        sql = (f"SELECT i.id, -bm25({FTS_TABLE}) AS rank FROM {FTS_TABLE} "
-               f"JOIN {TABLE} AS i ON i.id = {FTS_TABLE}.rowid "
-               f"WHERE {FTS_TABLE} MATCH %s AND i.tenant_id = %s "
-               f"AND i.scope_key IN ({placeholders}) "
-               f"ORDER BY bm25({FTS_TABLE}), i.id DESC LIMIT %s")
-        params = [_fts5_query(terms, any_of=True), tenant_id, *keys, limit]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
-    if connection.vendor == "postgresql":
-        return {int(i): float(r) for i, r in rows}  # normalized (32: rank / (rank + 1))
-    return {int(i): max(0.0, float(r)) / (1.0 + max(0.0, float(r))) for i, r in rows}
+        return sql, [tenant_id, *keys, per_scope * len(keys), " or ".join(terms), limit]
+    sql = (f"SELECT i.id, -bm25({FTS_TABLE}) AS rank FROM {FTS_TABLE} "
+           f"JOIN {TABLE} AS i ON i.id = {FTS_TABLE}.rowid "
+           f"WHERE {FTS_TABLE} MATCH %s AND i.tenant_id = %s "
+           f"AND i.scope_key IN ({placeholders}) "
+           f"ORDER BY bm25({FTS_TABLE}), i.id DESC LIMIT %s")
+    return sql, [_fts5_query(terms, any_of=True), tenant_id, *keys, limit]
+
+
+def _text_ranks(tenant_id: int, keys: list[str], terms: list[str], limit: int,
+                per_scope: int) -> dict[int, float]:
+    """{item id: rank in 0..1} of the best `limit` text matches in `keys`."""
+    return {item.pk: rank for item, rank in _candidates(tenant_id, keys, terms, [], limit,
+                                                          per_scope) if rank is not None}
+
+
+def _candidates(tenant_id: int, keys: list[str], terms: list[str], recent_keys: list[str],
+                limit: int, per_scope: int) -> list[tuple[MemoryItem, float | None]]:
+    """In one query: the text matches (`_text_match_sql`, each with its rank in
+    0..1) and the latest `limit` items of each of `recent_keys` (an index range
+    scan each, rank None), read whole. An item both matched and recent comes
+    twice. A step pays one round trip for its memory, not one per scope."""
+    parts: list[str] = []
+    params: list[str | int] = []
+    if terms:
+        sql, params = _text_match_sql(tenant_id, keys, terms, limit, per_scope)
+        parts.append(f"SELECT id, rank FROM ({sql}) AS matched")
+    for n, key in enumerate(recent_keys):
+        parts.append(f"SELECT id, NULL AS rank FROM (SELECT id FROM {TABLE} WHERE tenant_id = %s "
+                     f"AND scope_key = %s ORDER BY updated_at DESC LIMIT %s) AS recent{n}")
+        params += [tenant_id, key, limit]
+    if not parts:
+        return []
+    columns = ", ".join(f"i.{f.column}" for f in MemoryItem._meta.concrete_fields)
+    rows = MemoryItem.objects.raw(
+        f"SELECT {columns}, c.rank AS candidate_rank FROM {TABLE} AS i "
+        f"JOIN ({' UNION ALL '.join(parts)}) AS c ON c.id = i.id", params)
+    found: list[tuple[MemoryItem, float | None]] = []
+    for item in rows:
+        rank = item.candidate_rank  # type: ignore[attr-defined]
+        if rank is not None:
+            rank = float(rank)
+            if connection.vendor != "postgresql":  # bm25's, to 0..1 (PostgreSQL's already is)
+                rank = max(0.0, rank) / (1.0 + max(0.0, rank))
+        found.append((item, rank))
+    return found
 
 
 def recall(*, tenant_id: int, agent_id: int | None, subject: str, text: str, limit: int,
@@ -183,24 +214,33 @@ def recall(*, tenant_id: int, agent_id: int | None, subject: str, text: str, lim
     scopes (tenant, agent, subject) and the latest items of its agent and
     subject, each scored by its text rank, its scope and its age. Expired
     items are left out. Matches among the scopes' items (at most `per_scope`
-    each); reads at most 3 x `limit` whole items."""
+    each); reads at most 3 x `limit` whole items, in one query."""
     keys = task_scopes(agent_id=agent_id, subject=subject)
-    ranks = _text_ranks(tenant_id, keys, words(text), limit, per_scope)
     narrow = [k for k in keys if k != "tenant"]
-    recent_ids: list[int] = []
-    for key in narrow:  # one index range scan each
-        recent_ids.extend(MemoryItem.objects.filter(tenant_id=tenant_id, scope_key=key)
-                          .order_by("-updated_at").values_list("id", flat=True)[:limit])
-    ids = set(ranks) | set(recent_ids)
-    if not ids:
-        return []
-    items = (MemoryItem.objects.filter(pk__in=ids, tenant_id=tenant_id)
-             .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now)))
+    items: dict[int, MemoryItem] = {}
+    ranks: dict[int, float] = {}
+    for item, rank in _candidates(tenant_id, keys, words(text), narrow, limit, per_scope):
+        if item.expires_at is not None and item.expires_at <= now:
+            continue
+        items[item.pk] = item
+        if rank is not None:
+            ranks[item.pk] = rank
     scored = []
-    for item in items:
+    for item in items.values():
         age_days = max(0.0, (now - item.updated_at).total_seconds() / 86400)
         score = (ranks.get(item.pk, 0.0) + SCOPE_WEIGHT.get(item.scope, 0.0)
                  + RECENCY_WEIGHT * math.exp(-age_days / RECENCY_DAYS))
         scored.append(Recalled(item, score, item.pk in ranks))
     scored.sort(key=lambda r: (-r.score, -r.item.pk))
     return scored[:limit]
+
+
+def version_in_scopes(*, tenant_id: int, item_id: int, version: int, agent_id: int | None,
+                      subject: str, now: datetime) -> MemoryVersion | None:
+    """One version of an item in the task's scopes (its tenant's, its agent's, its
+    subject's) that is not deleted nor expired; None for anything else."""
+    live = Q(item__expires_at__isnull=True) | Q(item__expires_at__gt=now)
+    return (MemoryVersion.objects
+            .filter(live, item_id=item_id, version=version, item__tenant_id=tenant_id,
+                    item__scope_key__in=task_scopes(agent_id=agent_id, subject=subject))
+            .select_related("item").first())

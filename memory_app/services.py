@@ -33,11 +33,13 @@ from audit_app.services import audit_record
 from config.errors import conflict, invalid, not_found
 from retention_app.erasure_parts import subject_reference
 from tasks_app.actors import Actor
+from tasks_app.context.refs import Cite
 from tasks_app.gateway.base import ContextItem, Decision
 from tasks_app.models import AgentProfile, Task
 from tasks_app.snapshot import TaskSnapshot
 from tasks_app.store.events import event_append
 
+from . import rerank
 from .models import (
     Kind,
     MemoryItem,
@@ -47,7 +49,7 @@ from .models import (
     Scope,
     scope_key,
 )
-from .selectors import recall, scope_count
+from .selectors import recall, scope_count, version_in_scopes
 
 MAX_SUBJECT = 200
 MAX_URI = 2000
@@ -458,9 +460,13 @@ def query_text(snap: TaskSnapshot) -> str:
 def memory_context(snap: TaskSnapshot, budget_chars: int) -> list[ContextItem]:
     """The context source: the task's best items, each with its citation id
     (`mem:<id>@<version>`), as many as fit in `budget_chars`."""
+    cap = limits()
+    wanted = cap["context_items"]
+    query = query_text(snap)
     found = recall(tenant_id=snap.tenant_id, agent_id=snap.agent_id, subject=snap.subject,
-                   text=query_text(snap), limit=limits()["context_items"], now=timezone.now(),
-                   per_scope=limits()["per_scope"])
+                   text=query, limit=wanted * (rerank.POOL if rerank.enabled() else 1),
+                   now=timezone.now(), per_scope=cap["per_scope"])
+    found = rerank.rerank(query, found)[:wanted]  # as found when the rerank is off
     items: list[ContextItem] = []
     left = budget_chars
     for hit in found:
@@ -478,3 +484,27 @@ def memory_context(snap: TaskSnapshot, budget_chars: int) -> list[ContextItem]:
         left -= size
         items.append(ContextItem(id=item.cite_id, role="memory", text=item.text, data=data))
     return items
+
+
+def memory_source(snap: TaskSnapshot, cite: Cite) -> dict[str, Any] | None:
+    """The reader of `read_source` for `mem:<id>@<version>`: that version as it
+    was written, with its source, if the item is in the task's scopes."""
+    if cite.number is None or cite.version is None:
+        return None
+    found = version_in_scopes(tenant_id=snap.tenant_id, item_id=cite.number,
+                              version=cite.version, agent_id=snap.agent_id,
+                              subject=snap.subject, now=timezone.now())
+    if found is None:
+        return None
+    original: dict[str, Any] = {
+        "id": f"mem:{found.item_id}@{found.version}", "kind": found.kind,
+        "scope": found.item.scope, "text": found.text, "author": found.author,
+        "written_at": found.created_at.isoformat(), "latest_version": found.item.version}
+    if found.value is not None:
+        original["value"] = found.value
+    if found.uri:
+        original["uri"] = found.uri
+    if found.source_task_id:
+        original["source"] = {"task": found.source_task_id, "step_no": found.source_step_no,
+                              "event_id": found.source_event_id}
+    return original

@@ -208,7 +208,9 @@ class TaskDetailSerializer(TaskSerializer):
 class DecisionSerializer(serializers.Serializer):
     """The decision a step records; which fields are present depends on `kind`."""
 
-    kind = serializers.ChoiceField(choices=["tool_call", "final", "ask_user", "invalid", "fail"])
+    kind = serializers.ChoiceField(
+        choices=["tool_call", "final", "ask_user", "invalid", "fail", "remember", "read_source"]
+    )
     tool = serializers.CharField(
         required=False, help_text="tool_call; an invalid decision that was a malformed call."
     )
@@ -217,9 +219,11 @@ class DecisionSerializer(serializers.Serializer):
     cites = serializers.ListField(
         child=serializers.CharField(),
         required=False,
-        help_text="tool_call: ids of the context items it relies on "
-        "(`step:N`, `event:N`, `summary:vN`, pinned facts).",
+        help_text="tool_call, remember, read_source: ids of the context items it relies on "
+        "(`step:N`, `event:N`, `summary:vN`, `mem:<id>@<version>`, pinned facts).",
     )
+    memory = serializers.DictField(required=False, help_text="remember: the proposed item.")
+    ref = serializers.CharField(required=False, help_text="read_source: the id read back.")
     result = serializers.JSONField(required=False, allow_null=True, help_text="final.")
     question = serializers.CharField(required=False, help_text="ask_user.")
     raw = serializers.CharField(
@@ -259,6 +263,11 @@ class ModelLogSerializer(serializers.Serializer):
     usage = StepUsageSerializer(
         required=False, help_text="The call's tokens by direction and its cost (priced: the "
         "model had prices)."
+    )
+    memory_shown = serializers.ListField(
+        child=serializers.CharField(), required=False,
+        help_text="The memory items the model was shown (`mem:<id>@<version>`); the "
+        "decision's `cites` say which it relied on."
     )
     from_reply_of_step = serializers.IntegerField(required=False)
     queued = DecisionSerializer(
@@ -318,6 +327,16 @@ class SummarySerializer(serializers.Serializer):
     in_use = serializers.BooleanField(help_text="The version the context uses now.")
     created_by = serializers.CharField()
     created_at = serializers.DateTimeField()
+    fact_check = serializers.DictField(
+        help_text="The check of the facts read from the originals: `checked`, `kept` (in the "
+        "text or already pinned), `pinned_now`, `pinned_total`, and `refused` (the model's "
+        "summary that dropped facts and was not used, with what it dropped)."
+    )
+    pinned_facts = serializers.ListField(
+        child=serializers.DictField(),
+        help_text="Facts pinned verbatim with this version: `text`, `kind`, `step_no`, "
+        "`event_ids`.",
+    )
 
 
 class SummaryRollbackResultSerializer(serializers.Serializer):
@@ -356,7 +375,8 @@ class TaskSubmitSerializer(serializers.Serializer):
         default=None,
         max_length=MAX_SCRIPT,
         help_text="For scripted agents: one entry per model call, "
-        '`{"tool", "args"}`, `{"ask"}`, `{"final"}`, `{"remember": {...}}` or `{"invalid"}`.',
+        '`{"tool", "args"}`, `{"ask"}`, `{"final"}`, `{"remember": {...}}`, '
+        '`{"read_source": "step:N"}` or `{"invalid"}`.',
     )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:

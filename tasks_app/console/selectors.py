@@ -5,7 +5,7 @@ scopes its queries by it; a task of another tenant simply is not found.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any
 
@@ -343,6 +343,14 @@ class SummaryView:
     active: bool
     in_use: bool
     events: tuple[tuple[int, bool], ...]
+    fact_check: dict[str, Any] = field(default_factory=dict)  # `context.fact_check`'s record
+    pinned_facts: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def refused(self) -> dict[str, Any] | None:
+        """The model's summary this version refused (it dropped facts), if any."""
+        refused = self.fact_check.get("refused")
+        return refused if isinstance(refused, dict) else None
 
     @property
     def method(self) -> str:
@@ -375,6 +383,8 @@ def summary_views(task_id: int, tenant_id: int, *, first_on_page: int,
             active=row["active"],
             in_use=row["in_use"],
             events=tuple((int(i), int(i) >= first_on_page) for i in row["event_ids"]),
+            fact_check=row["fact_check"],
+            pinned_facts=tuple(row["pinned_facts"]),
         )
         for row in summary_list(task_id=task_id, tenant_id=tenant_id, limit=limit)
     ]

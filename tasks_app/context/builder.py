@@ -1,7 +1,8 @@
 """Builds what the model sees for one decision, reading O(window) rows.
 
 Context = system prompt + pinned facts (goal, input, the result format,
-answers, approvals and rejections) + the latest active summary + the steps
+answers, approvals and rejections, and the facts the summary in use pinned
+verbatim: `fact:<n>`) + the latest active summary + the steps
 after it verbatim (long tool results truncated, with a reference to the full
 step) + the tool catalogue.
 
@@ -35,6 +36,7 @@ from tools_app.executor.types import ToolSpec
 from ..gateway.base import ContextItem, ContextSnapshot, ToolSpecView
 from ..models import ContextSummary, Step
 from ..snapshot import TaskSnapshot
+from .facts import pinned_text
 from .sources import extra_items
 
 MAX_PINNED_HUMAN_FACTS = 20
@@ -73,7 +75,9 @@ def step_view(step: Step, *, limit: int) -> dict[str, Any]:
     if reply_of not in (None, ""):
         view["reply_of"] = int(reply_of)
     decision = step.decision or {}
-    if step.kind == "tool":
+    if step.kind == "read":  # an original read back: bounded when read, shown whole
+        limit = max(limit, int(settings.TETHER.get("READ_SOURCE_MAX_CHARS", 8000)) + 400)
+    if step.kind in ("tool", "read"):
         view.update(tool=step.tool, args=_truncate(step.args, limit, ref))
         if decision.get("reason"):
             view["reason"] = str(decision["reason"])[:MAX_SAID_CHARS]
@@ -103,7 +107,7 @@ def active_summary(task_id: int) -> ContextSummary | None:
     """The summary the context uses: the highest active version (one indexed row)."""
     return (
         ContextSummary.objects.filter(task_id=task_id, active=True)
-        .defer("event_ids")
+        .defer("event_ids", "facts", "fact_check")
         .order_by("-version")
         .first()
     )
@@ -220,6 +224,10 @@ def build_context(snap: TaskSnapshot, *, tools: dict[str, ToolSpec],
 
     summary = None
     if summary_row is not None:
+        for n, fact in enumerate(summary_row.pinned_facts or (), start=1):
+            # facts no summary text kept: verbatim, with their source (`context.fact_check`)
+            pinned.append(ContextItem(id=f"fact:{n}", role="pinned", text=pinned_text(fact),
+                                      data=fact))
         summary = ContextItem(
             id=f"summary:v{summary_row.version}", role="summary", text=summary_row.text,
             data={"version": summary_row.version,
@@ -232,6 +240,7 @@ def build_context(snap: TaskSnapshot, *, tools: dict[str, ToolSpec],
         tokens = int(settings.TETHER.get("MEMORY_CONTEXT_TOKENS", 800))
         memory = extra_items(snap, budget_chars=tokens * CHARS_PER_TOKEN)
 
+    window = tuple(step_view(s, limit=limits["result_chars"]) for s in recent)
     allowed = set(snap.agent.get("tools") or [])
     specs = tuple(
         ToolSpecView(name=s.name, description=s.description, args_schema=s.args_schema)
@@ -246,11 +255,30 @@ def build_context(snap: TaskSnapshot, *, tools: dict[str, ToolSpec],
         system_prompt=str(model.get("system_prompt") or ""),
         pinned=tuple(pinned),
         summary=summary,
-        window=tuple(step_view(s, limit=limits["result_chars"]) for s in recent),
+        window=window,
         tools=specs,
         model_calls_so_far=snap.model_calls,
         script=snap.script,
         memory=memory,
-        offers=(*(("remember",) if policy in MEMORY_WRITERS else ()),
-                *(("confidence",) if snap.agent.get("min_confidence") is not None else ())),
+        offers=_offers(policy, summary=summary, memory=memory, window=window,
+                       confidence=snap.agent.get("min_confidence") is not None),
     )
+
+
+def _offers(policy: str, *, summary: ContextItem | None, memory: tuple[ContextItem, ...],
+            window: tuple[dict[str, Any], ...], confidence: bool) -> tuple[str, ...]:
+    """The built-in decisions offered besides `ask_user`: `remember` to an agent
+    that may write memory; `read_source` when something shown is shortened
+    (a summary, memory items, a truncated result) and can be read back; and
+    `confidence` (a decision's `_confidence`) to an agent with `min_confidence`."""
+    offers = ["remember"] if policy in MEMORY_WRITERS else []
+    if summary is not None or memory or any(_is_truncated(v) for v in window):
+        offers.append("read_source")
+    if confidence:
+        offers.append("confidence")
+    return tuple(offers)
+
+
+def _is_truncated(view: dict[str, Any]) -> bool:
+    return any(isinstance(view.get(k), dict) and view[k].get("truncated")
+               for k in ("args", "output", "error"))

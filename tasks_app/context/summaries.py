@@ -6,9 +6,13 @@ active summary, beyond the last W (`CONTEXT_WINDOW_STEPS`), reach
 the active summary into a new version: by the model for `openai` agents
 (a call counted in the task's model calls and tokens, whatever comes of it;
 falling back to the deterministic digest if the call fails), by a
-deterministic digest otherwise. Each version records the step it covers
-until and the ids of the events it newly covers (those since the version it
-was built on), and writes a `context_summarized` event. Every read here is
+deterministic digest otherwise. Each new text is checked against the facts
+of the originals (`context.fact_check`): a model's summary that drops one is
+refused (the digest is used), and what the text lacks is pinned verbatim with
+its source events; the check is recorded on the version. Each version
+records the step it covers until and the ids of the events it newly covers
+(those since the version it was built on), and writes a `context_summarized`
+event. Every read here is
 bounded by the threshold, not by the task's history; at most
 `MAX_BATCH_STEPS` steps are folded per call, so a big backlog (after a
 rollback) is caught up over the next steps.
@@ -44,6 +48,7 @@ from ..store.counters import task_model_call_count
 from ..store.events import event_append
 from ..vault.lookup import model_keys
 from .builder import ContextSources, active_summary, context_limits, step_chars, step_view
+from .fact_check import Checked, check_summary, facts_to_keep
 
 log = logging.getLogger(__name__)
 
@@ -112,15 +117,17 @@ def _maybe_create(task_id: int, guard: CallGuard | None = None) -> ContextSummar
     rows = (Step.objects.filter(task_id=task_id, step_no__gt=covered,
                                 step_no__lte=covered + min(older, MAX_BATCH_STEPS))
             .defer("model_log", "late_output").order_by("step_no"))
-    views = []
+    views, settled = [], []
     for row in rows:
         if row.is_open:  # not settled yet: it stays verbatim until it is
             break
         views.append(step_view(row, limit=limits["result_chars"]))
+        settled.append(row)
     if not views:
         return None
     until = views[-1]["step_no"]
     event_ids = _events_covered(task_id, base_version=base.version if base else 0, until_step=until)
+    facts = facts_to_keep(task_id, base=base, steps=settled, event_ids=event_ids)
 
     previous = base.text if base else ""
     method, tokens, model_name, error = "deterministic", 0, "", ""
@@ -142,12 +149,14 @@ def _maybe_create(task_id: int, guard: CallGuard | None = None) -> ContextSummar
             error, calls = str(exc), exc.calls  # none when a breaker held the call
         # A model call, answered or not, kept or not: it counts against the budget.
         task_model_call_count(task.pk, calls=calls, tokens=tokens)
-    if not text:
-        text = deterministic_summary(previous=previous, views=views, until=until,
-                                     max_chars=limits["summary_chars"])
-    return _record(task, base_version=base.version if base else 0, text=text, until=until,
+    digest = deterministic_summary(previous=previous, views=views, until=until,
+                                   max_chars=limits["summary_chars"])
+    kept = check_summary(text or digest, facts=facts, base=base, method=method, digest=digest)
+    if kept.refused:
+        method = "deterministic"  # the model's summary lost facts: the digest is used instead
+    return _record(task, base_version=base.version if base else 0, text=kept.text, until=until,
                    event_ids=event_ids, method=method, tokens=tokens, model_name=model_name,
-                   error=error, from_step=views[0]["step_no"])
+                   error=error, from_step=views[0]["step_no"], kept=kept)
 
 
 def _chars_of(task_id: int, after: int, until: int) -> int:
@@ -176,7 +185,7 @@ def _events_covered(task_id: int, *, base_version: int, until_step: int) -> list
 
 def _record(task: Task, *, base_version: int, text: str, until: int, event_ids: list[int],
             method: str, tokens: int, model_name: str, error: str,
-            from_step: int) -> ContextSummary | None:
+            from_step: int, kept: Checked) -> ContextSummary | None:
     with transaction.atomic():
         # Held for this instant only: a rollback committing between our read of
         # the base version and this write must win.
@@ -189,11 +198,15 @@ def _record(task: Task, *, base_version: int, text: str, until: int, event_ids: 
         top = ContextSummary.objects.filter(task_id=task.pk).aggregate(m=Max("version"))["m"] or 0
         row = ContextSummary.objects.create(
             task_id=task.pk, version=top + 1, text=text, covers_until_step=until,
-            event_ids=event_ids, active=True, created_by=f"summarizer:{method}")
+            event_ids=event_ids, active=True, created_by=f"summarizer:{method}",
+            facts=kept.facts, pinned_facts=kept.pinned, fact_check=kept.record)
         payload: dict[str, Any] = {
             "version": row.version, "built_on": base_version, "from_step": from_step,
             "covers_until_step": until, "events_covered": len(event_ids), "method": method,
+            "facts_checked": kept.record["checked"], "facts_pinned": kept.record["pinned_now"],
         }
+        if kept.refused:
+            payload["model_summary_refused"] = kept.record["refused"]["missing_count"]
         if tokens:
             payload["tokens"] = tokens
         if model_name:
@@ -319,11 +332,13 @@ def summary_list(*, task_id: int, tenant_id: int,
     versions = ContextSummary.objects.filter(task_id=task_id, task__tenant_id=tenant_id)
     in_use = (versions.filter(active=True).order_by("-version")
               .values_list("version", flat=True).first()) or 0
+    versions = versions.defer("facts")
     rows = list(versions.order_by("-version")[:limit] if limit else versions.order_by("-version"))
     if limit and in_use and all(r.version != in_use for r in rows):
         rows += list(versions.filter(version=in_use))
     return [{"version": r.version, "text": r.text, "covers_until_step": r.covers_until_step,
              "event_ids": list(r.event_ids or []), "active": r.active,
+             "fact_check": dict(r.fact_check or {}), "pinned_facts": list(r.pinned_facts or []),
              "in_use": r.version == in_use, "created_by": r.created_by,
              "created_at": r.created_at} for r in rows]
 

@@ -8,6 +8,9 @@ A decision is one of:
   memory write the model proposes; the agent's `memory_policy` says whether it
   is written, waits for a reviewer, or is refused. It never changes the task's
   status (the registered handler, `runner.recording.register_decision_kind`).
+- ``read_source {ref, cites}``: read back the original of a step, event,
+  summary or memory item the model was shown (`context.originals`); its
+  result is the original, bounded in size. It never changes the task's status.
 - ``invalid {raw, error}``: what the model said could not be parsed into one of
   the above; the runner records it as an `invalid_decision` and feeds the
   error back to the model.
@@ -27,7 +30,8 @@ from typing import Any, Literal, Protocol
 
 from ..pricing import TokenUsage
 
-DecisionKind = Literal["tool_call", "final", "ask_user", "invalid", "fail", "remember"]
+DecisionKind = Literal["tool_call", "final", "ask_user", "invalid", "fail", "remember",
+                       "read_source"]
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,8 @@ class Decision:
             return {"kind": "fail", "error": self.error, "result": self.result}
         if self.kind == "remember":
             return {"kind": "remember", "memory": self.memory or {}, "cites": list(self.cites)}
+        if self.kind == "read_source":
+            return {"kind": "read_source", "ref": self.args.get("ref"), "cites": list(self.cites)}
         invalid: dict[str, Any] = {"kind": "invalid", "raw": self.raw, "error": self.error}
         if self.tool:  # a malformed tool call: the context shows it as that call
             invalid["tool"] = self.tool
@@ -119,6 +125,9 @@ class Decision:
         if kind == "remember":
             return cls(kind="remember", memory=dict(data.get("memory") or {}),
                        cites=tuple(data.get("cites") or ()))
+        if kind == "read_source":
+            return cls(kind="read_source", args={"ref": data.get("ref")},
+                       cites=tuple(data.get("cites") or ()))
         return cls(
             kind="invalid",
             tool=str(data.get("tool", "")),
@@ -131,7 +140,8 @@ def parse_decision(data: Any) -> Decision:
     """Structural validation of a decision proposed as plain data.
 
     Accepts the scripted-entry shape (``{"tool", "args"}``, ``{"ask"}``,
-    ``{"final"}``, ``{"remember": {...}}``) and the decision shape
+    ``{"final"}``, ``{"remember": {...}}``, ``{"read_source": "step:3"}``) and the
+    decision shape
     (``{"kind": ...}``). Anything else becomes an ``invalid`` decision carrying the reason.
     """
     if not isinstance(data, dict):
@@ -175,6 +185,12 @@ def parse_decision(data: Any) -> Decision:
         if not isinstance(memory, dict):
             return Decision(kind="invalid", raw=_raw(data), error="'remember' must be an object")
         return Decision(kind="remember", memory=memory)
+    if "read_source" in data or kind == "read_source":
+        ref = data.get("read_source", data.get("ref"))
+        if not isinstance(ref, str) or not ref.strip():
+            return Decision(kind="invalid", raw=_raw(data),
+                            error="'read_source' must be a context id such as step:3")
+        return Decision(kind="read_source", args={"ref": ref.strip()})
     if "final" in data or kind == "final":
         confidence = data.get("confidence")
         if confidence_problem(confidence):

@@ -13,8 +13,10 @@
 The tool catalogue is the registry's JSON Schemas as function tools, each
 with an optional ``_cites`` argument (and ``_confidence``, 0 to 1, for an
 agent with a `min_confidence`: the rules say so too), plus the reserved
-``ask_user`` tool, and
-the reserved ``remember`` tool when the agent may write memory (`offers`).
+``ask_user`` tool, and the reserved ``remember`` tool when the agent may write
+memory, and ``read_source`` when the context holds something shortened (a
+summary, a truncated result, memory items) that can be read back by its id
+(`offers`).
 A tool's name is given as it is, except another agent's (``agent:<name>``):
 function names are ``^[a-zA-Z0-9_-]{1,64}$``, so it is ``agent__<name>`` to
 the model (`model_tool_name`), and its calls are read back (`tool_names_back`).
@@ -33,7 +35,8 @@ from .base import ContextItem, ContextSnapshot, ToolSpecView
 
 ASK_TOOL = "ask_user"
 REMEMBER_TOOL = "remember"
-RESERVED_TOOLS = frozenset({ASK_TOOL, REMEMBER_TOOL})
+READ_SOURCE_TOOL = "read_source"
+RESERVED_TOOLS = frozenset({ASK_TOOL, REMEMBER_TOOL, READ_SOURCE_TOOL})
 CITES_ARG = "_cites"
 CONFIDENCE_ARG = "_confidence"
 CONFIDENCE_OFFER = "confidence"  # in `offers`: the agent has a `min_confidence`
@@ -99,6 +102,22 @@ REMEMBER_TOOL_SPEC: dict[str, Any] = {
     },
 }
 
+READ_SOURCE_TOOL_SPEC: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": READ_SOURCE_TOOL,
+        "description": "Read back the original of something the context shows shortened: a "
+                       "step (step:N), an event (event:N, as pinned facts cite them), a summary "
+                       "version (summary:vN) or a memory item (mem:ID@VERSION). Only ids you "
+                       "were shown; the result is bounded in size and counts as a step.",
+        "parameters": {
+            "type": "object",
+            "properties": {"ref": {"type": "string", "description": "One id from the context."}},
+            "required": ["ref"],
+        },
+    },
+}
+
 _CITES_SCHEMA = {
     "type": "array",
     "items": {"type": "string"},
@@ -152,6 +171,8 @@ def tool_catalogue(tools: tuple[ToolSpecView, ...],
     out.append(ASK_TOOL_SPEC)
     if REMEMBER_TOOL in offers:
         out.append(REMEMBER_TOOL_SPEC)
+    if READ_SOURCE_TOOL in offers:
+        out.append(READ_SOURCE_TOOL_SPEC)
     return out
 
 
@@ -222,7 +243,7 @@ def _reply_groups(window: tuple[dict[str, Any], ...]) -> list[list[dict[str, Any
 
 
 def _is_call(view: dict[str, Any]) -> bool:
-    return view["kind"] in ("tool", "ask", "memory") or (
+    return view["kind"] in ("tool", "ask", "memory", "read") or (
         view["kind"] == "invalid" and bool(view.get("tool")))
 
 

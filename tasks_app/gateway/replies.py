@@ -4,7 +4,8 @@
   of the arguments into the decision's cites, ``_confidence`` into its
   confidence; the reply's text is the reason),
   in the order the model gave them; the reserved ``ask_user`` → ``ask_user``,
-  ``remember`` → ``remember`` (its fields checked by the runner's handler);
+  ``remember`` → ``remember`` (its fields checked by the runner's handler),
+  ``read_source`` → ``read_source`` (its ``ref`` a non-empty string);
 - no tool call → ``final``: the text parsed as a JSON object when it is one
   (code fences allowed), else ``{"answer": text}``, its ``_confidence`` key
   taken out into the decision's confidence; the runner checks it against the
@@ -22,7 +23,7 @@ from dataclasses import replace
 from typing import Any
 
 from .base import CONFIDENCE_RULE, Decision, confidence_problem
-from .messages import ASK_TOOL, CITES_ARG, CONFIDENCE_ARG, REMEMBER_TOOL
+from .messages import ASK_TOOL, CITES_ARG, CONFIDENCE_ARG, READ_SOURCE_TOOL, REMEMBER_TOOL
 
 MAX_RAW = 4000
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
@@ -113,6 +114,13 @@ def _from_call(call: dict[str, Any], *, reason: str) -> Decision:
         return Decision(kind="ask_user", question=question.strip())
     if name == REMEMBER_TOOL:
         return Decision(kind="remember", memory=args, cites=tuple(str(c) for c in cites))
+    if name == READ_SOURCE_TOOL:
+        ref = args.get("ref")
+        if not isinstance(ref, str) or not ref.strip():
+            return Decision(kind="invalid", tool=name, raw=raw[:MAX_RAW],
+                            error="read_source needs a non-empty 'ref' (an id from the context)")
+        return Decision(kind="read_source", args={"ref": ref.strip()},
+                        cites=tuple(str(c) for c in cites))
     confidence = args.pop(CONFIDENCE_ARG, None)
     if confidence_problem(confidence):
         return Decision(kind="invalid", tool=name, raw=raw[:MAX_RAW],

@@ -14,6 +14,11 @@ class ContextSummary(models.Model):
     event_ids = models.JSONField(default=list)
     active = models.BooleanField(default=True)
     created_by = models.CharField(max_length=150, default="system")
+    # The must-survive facts of the steps it covers (`context.facts`), those no
+    # summary text kept, pinned verbatim in the context, and the check's record.
+    facts = models.JSONField(default=list)
+    pinned_facts = models.JSONField(default=list)
+    fact_check = models.JSONField(default=dict)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

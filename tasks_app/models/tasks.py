@@ -219,6 +219,7 @@ class StepKind(models.TextChoices):
     FINAL = "final"
     INVALID = "invalid"
     MEMORY = "memory"  # a `remember` decision: a memory write, written or proposed
+    READ = "read"  # a `read_source` decision: an original read back by its reference
 
 
 class StepStatus(models.TextChoices):

@@ -8,6 +8,9 @@ no progress: the task fails or escalates), a tool call that needs approval
 (the task waits), or a tool call that runs next: its step and ledger claim in
 one statement (`store.commits.commit_decision`), returned as `Decided`.
 
+A `read_source` decision reads an original back (`context.originals`): a
+step of its own, the task goes on.
+
 Kinds another app handles (`remember`: memory_app) are registered from its
 `AppConfig.ready` (`register_decision_kind`): the runner records their step and
 counters; the handler checks the decision and writes what it does, in the same
@@ -31,6 +34,7 @@ from tools_app.executor.types import ToolSpec
 from tools_app.schemas import schema_errors
 
 from ..actors import Actor
+from ..context.originals import read_source
 from ..gateway import Decision
 from ..keys import call_fingerprint, canonical_json, sha256_hex
 from ..models import Step, StepKind, StepStatus
@@ -136,6 +140,8 @@ def record_decision(
                          "raw": decision.raw[:2000]})
     if decision.kind in HANDLED_KINDS:
         return _handled(snap, decision, model_log, spent, actor)
+    if decision.kind == "read_source":
+        return _read_source(snap, decision, model_log, spent, actor)
     if decision.kind == "ask_user":
         return _ask(snap, decision, model_log, spent, actor)
     if decision.kind == "fail":
@@ -327,6 +333,28 @@ def _handled(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
         _new_step(snap, kind=StepKind.MEMORY, status=StepStatus.SUCCEEDED, decision=decision,
                   model_log=model_log, output=output, output_hash=output_hash,
                   finished_at=timezone.now())
+        is_new = not seen_recently(snap, step_no, output_hash)
+        _guard(snap, **spent.fields(), stale_steps=0 if is_new else snap.stale_steps + 1)
+        spent.roll_up()
+    return CONTINUE
+
+
+def _read_source(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
+                 spent: Spent, actor: Actor) -> StepResult:
+    """An original read back by its reference (`context.originals`): a step of its
+    own (counted like any step), whose result the model sees next. A reference
+    the task may not read is a failed step with a typed error, never an invalid
+    decision: the model learns only that it cannot read it. Reading the same
+    reference again within the window is no progress."""
+    read = read_source(snap, decision.args.get("ref"))
+    output_hash = sha256_hex(canonical_json(decision.as_dict()))
+    step_no = snap.steps_count + 1
+    with transaction.atomic():
+        _new_step(snap, kind=StepKind.READ, decision=decision, model_log=model_log,
+                  status=StepStatus.SUCCEEDED if read.error is None else StepStatus.FAILED,
+                  tool="read_source", args={"ref": decision.args.get("ref")},
+                  output=storable(read.output) if read.output is not None else None,
+                  error=read.error, output_hash=output_hash, finished_at=timezone.now())
         is_new = not seen_recently(snap, step_no, output_hash)
         _guard(snap, **spent.fields(), stale_steps=0 if is_new else snap.stale_steps + 1)
         spent.roll_up()

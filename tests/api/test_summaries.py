@@ -43,8 +43,11 @@ def test_a_task_past_the_threshold_lists_its_summary_versions(main: Tenancy) -> 
         "in_use",
         "created_by",
         "created_at",
+        "fact_check",
+        "pinned_facts",
     }
     v2, v1 = listed
+    assert v1["fact_check"]["checked"] == v1["fact_check"]["kept"] + v1["fact_check"]["pinned_now"]
     assert "- step 4 lookup_order" in v2["text"] and "- step 1 lookup_order" in v2["text"]
     assert v1["created_by"] == "summarizer:deterministic"
     # v1 is built from the events of steps 1-2; v2 from the ones after them.

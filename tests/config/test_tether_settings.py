@@ -59,6 +59,10 @@ DEFAULTS = {
     # memory (memory_app), declared here from the start
     "MEMORY_CONTEXT_TOKENS": 800, "MEMORY_CONTEXT_ITEMS": 8, "MEMORY_MAX_ITEMS_PER_SCOPE": 1000,
     "MEMORY_MAX_TEXT_CHARS": 2000, "MEMORY_MAX_VALUE_CHARS": 8000,
+    # a summary's originals read back, memory's optional embeddings rerank (off)
+    "READ_SOURCE_MAX_CHARS": 8000, "MEMORY_EMBEDDINGS_URL": "", "MEMORY_EMBEDDINGS_MODEL": "",
+    "MEMORY_EMBEDDINGS_API_KEY": "", "MEMORY_EMBEDDINGS_TIMEOUT_S": 2.0,
+    "MEMORY_EMBEDDINGS_WEIGHT": 0.5,
 }
 # Fields that reach Django under another name than TETHER_<field>.
 WIRED_AS = {"WORKER_POOL": "CELERY_WORKER_POOL", "WORKER_CONCURRENCY": "CELERY_WORKER_CONCURRENCY",
@@ -78,7 +82,7 @@ def bare_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 
 def _plain(values: TetherSettings) -> dict[str, object]:
     dumped = values.model_dump()
-    for name in ("SECRETS_KEY", "METRICS_TOKEN"):
+    for name in ("SECRETS_KEY", "METRICS_TOKEN", "MEMORY_EMBEDDINGS_API_KEY"):
         dumped[name] = dumped[name].get_secret_value()
     return dumped
 

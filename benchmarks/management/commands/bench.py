@@ -24,7 +24,13 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
-from benchmarks.config import CHILD_FLAG, DEFAULT_DATABASE_URL, BenchConfig, bench_env
+from benchmarks.config import (
+    CHILD_FLAG,
+    DEFAULT_DATABASE_URL,
+    BenchConfig,
+    bench_env,
+    database_url_of,
+)
 from benchmarks.models import store_ensure
 
 KNOBS = ("tasks", "steps", "rounds", "long_steps", "workers", "ws_steps", "console_tasks",
@@ -69,14 +75,16 @@ class Command(BaseCommand):
             help="runs of the workflow workload, with the 0.2 s tool and with instant tools "
             "(500)")
         parser.add_argument(
-            "--only", choices=["io", "workflow", "breaker", "chaos"], default="",
+            "--only", choices=["io", "workflow", "breaker", "chaos", "memory"], default="",
             help="one workload only: `io` (the I/O workload and its scripted comparison), "
             "`workflow` (the 6-node workflow: wall time against its critical path, and "
             "node steps/s with instant tools against the scripted runner's; --workflow-runs, "
             "--rounds), "
             "`breaker` (a downstream outage under running tasks; --tasks (100), "
             "--outage-s (20), --workers), `chaos` (worker kills and PostgreSQL and Redis "
-            "restarts on a private cluster; --tasks (1000), --kills (10), --seed, --workers)")
+            "restarts on a private cluster; --tasks (1000), --kills (10), --seed, --workers), "
+            "`memory` (the I/O workload with memory on against off, alternated; --tasks (200), "
+            "--rounds; and memory retrieval at 100,000 items)")
         parser.add_argument("--kills", type=int, help="the chaos workload's worker kills (10)")
         parser.add_argument("--seed", type=int, help="the chaos workload's random seed")
         parser.add_argument("--outage-s", type=float, help="the breaker workload's outage (20)")
@@ -105,6 +113,8 @@ class Command(BaseCommand):
         store_ensure()  # the bench's own table: not in the product's migrations
         if opts["only"] == "breaker":
             return self._breaker(opts, cfg)
+        if opts["only"] == "memory":
+            return self._memory(opts, cfg)
 
         from benchmarks.report import table
         from benchmarks.run import bench_run
@@ -129,6 +139,22 @@ class Command(BaseCommand):
             outage_s=opts["outage_s"] or (4.0 if cfg.quick else 20.0),
             workers=cfg.workers, log_dir=log_dir, say=lambda line: self.stdout.write(line))
         self._figures(doc, cfg, breaker_table(doc), "breaker")
+
+    def _memory(self, opts: dict, cfg: BenchConfig) -> None:
+        from benchmarks.memory_load import memory_table, run_memory_phase
+        from benchmarks.procs import purge_queue
+        from benchmarks.world import world_ensure
+
+        log_dir = Path(tempfile.mkdtemp(prefix="tether-bench-memory-"))
+        self.stdout.write(f"memory bench; logs in {log_dir}")
+        world = world_ensure()
+        purge_queue()
+        doc = run_memory_phase(
+            world, bench_env(database_url_of(connection.settings_dict)),
+            tasks=opts["tasks"] or (20 if cfg.quick else 200), rounds=cfg.rounds,
+            recall_items=5_000 if cfg.quick else 100_000,
+            log_dir=log_dir, say=lambda line: self.stdout.write(line))
+        self._figures(doc, cfg, memory_table(doc), "memory")
 
     def _chaos(self, opts: dict, cfg: BenchConfig) -> None:
         from benchmarks.chaos import chaos_table, run_chaos
