@@ -78,6 +78,7 @@ class Notification(models.Model):
 class Channel(models.TextChoices):
     WEBHOOK = "webhook"
     EMAIL = "email"
+    SLACK = "slack"  # an interactive message posted to the tenant's Slack channel
 
 
 class DeliveryStatus(models.TextChoices):
@@ -152,7 +153,28 @@ class NotificationSettings(models.Model):
         default=False, help_text="E-mail the tenant's reviewers and admins for these events.")
     email_events = models.JSONField(default=list, blank=True,
                                     help_text="Event types e-mailed (empty: all).")
+    slack_channel = models.CharField(
+        max_length=80, blank=True,
+        help_text="The Slack channel approval requests are posted to (empty: Slack off); the "
+                  "app's bot token and signing secret are the tenant secrets "
+                  "slack-bot-token and slack-signing-secret.")
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:
         return f"notification settings of tenant {self.tenant_id}"
+
+
+class SlackMessage(models.Model):
+    """The interactive message an approval request was posted as, so that any
+    decision on the approval (from Slack or anywhere else) updates it."""
+
+    tenant = models.ForeignKey("tasks_app.Tenant", on_delete=models.CASCADE, related_name="+")
+    approval = models.OneToOneField("approvals_app.Approval", on_delete=models.CASCADE,
+                                    related_name="+")
+    channel = models.CharField(max_length=80, help_text="Slack's channel id.")
+    ts = models.CharField(max_length=40, help_text="Slack's message timestamp (its id).")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"Slack message {self.channel}/{self.ts} of approval {self.approval_id}"
