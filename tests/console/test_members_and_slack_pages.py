@@ -1,5 +1,6 @@
-"""The Members page: an admin sets a member's e-mail address; a bad address is
-refused with the reason; other roles may not see the page."""
+"""The Members page: an admin sets a member's e-mail address, a bad address is
+refused with the reason, other roles may not see the page. The Slack card of
+the Webhooks page: an admin sets the channel and sees the Request URL."""
 from __future__ import annotations
 
 import pytest
@@ -35,3 +36,17 @@ def test_an_admin_sets_an_address_on_the_members_page(world) -> None:
     assert _as(reviewer).get("/members/").status_code == 403
     assert _as(reviewer).post(f"/members/{reviewer.pk}/email/",
                               {"email": "x@y.example"}).status_code == 403
+
+
+def test_an_admin_connects_slack_on_the_webhooks_page(world) -> None:
+    from notify_app.selectors import notification_settings_of
+
+    admin = _as(world.users[Role.ADMIN])
+    page = admin.get("/webhooks/")
+    assert b"slack-signing-secret" in page.content
+    assert f"/api/v1/slack/{world.tenant.name}/interactions".encode() in page.content
+    assert admin.post("/webhooks/slack/", {"channel": "C0APPROVALS"}).status_code == 302
+    assert notification_settings_of(world.tenant.pk).slack_channel == "C0APPROVALS"
+    bad = admin.post("/webhooks/slack/", {"channel": "no spaces allowed"})
+    assert bad.status_code == 400 and b"a Slack channel id" in bad.content
+    assert notification_settings_of(world.tenant.pk).slack_channel == "C0APPROVALS"
