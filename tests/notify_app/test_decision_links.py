@@ -115,6 +115,10 @@ def test_the_link_approves_exactly_once_after_the_confirmation_form(main: Tenanc
         assert b"already approved by" in again.content and b"from email" in again.content
     assert _state(approval) == after
     assert Event.objects.filter(task_id=approval.task_id, type="approval_granted").count() == 1
+    # the console's card says where it was decided
+    card = reviewer.post(f"/inbox/approvals/{approval.pk}/approve/",
+                         {"expected_version": approval.task_version}, HTTP_HX_REQUEST="true")
+    assert card.status_code == 409 and b'data-channel="email"' in card.content
 
 
 def test_a_link_forwarded_to_another_reviewer_is_refused(main: Tenancy, waiting) -> None:
