@@ -17,7 +17,9 @@ A kind is an `InboxKind` in `INBOX_KINDS` (approvals, questions and
 reconciliations here): another kind of request plugs in with
 `register_inbox_kind` from its app's `ready`, and appears in the list and in
 `counts` without a change here. Oldest first per kind (they have waited
-longest), at most `limit` per kind; `counts` are the totals.
+longest), at most `limit` per kind. `counts`, per kind: how many wait for the
+caller; when a kind has more than `limit` open, how many are open (the actions
+of rows past the limit are not worked out).
 """
 from __future__ import annotations
 
