@@ -8,10 +8,13 @@
   first sent, and then frozen: every retry and every channel sends the same one.
 - `SlaWarning`: the approvals whose SLA warning was emitted (once each, ever).
 - `Delivery`: one notification to one subscription (or to the tenant's
-  reviewers by e-mail), with its retry state. Its `uid` is the
+  reviewers by e-mail, or to its Slack channel), with its retry state. Its `uid` is the
   `X-Tether-Delivery` header: the same on every attempt, so receivers dedupe on it.
 - `DeliveryAttempt`: every attempt, as it happened (status code, error, duration).
-- `NotificationSettings`: a tenant's e-mail choice (off unless turned on).
+- `NotificationSettings`: a tenant's e-mail choice (off unless turned on) and
+  Slack channel.
+- `SlackMessage`: the Slack message an approval was posted as, rewritten when
+  it is decided.
 """
 from __future__ import annotations
 
@@ -96,7 +99,8 @@ class Delivery(models.Model):
     subscription = models.ForeignKey(WebhookSubscription, null=True, blank=True,
                                      on_delete=models.CASCADE, related_name="deliveries")
     channel = models.CharField(max_length=8, choices=Channel.choices, default=Channel.WEBHOOK)
-    recipients = models.JSONField(default=list, blank=True, help_text="E-mail addresses.")
+    recipients = models.JSONField(default=list, blank=True,
+                                  help_text="E-mail addresses, or the Slack channel.")
     status = models.CharField(max_length=10, choices=DeliveryStatus.choices,
                               default=DeliveryStatus.PENDING)
     attempts = models.PositiveIntegerField(default=0)
