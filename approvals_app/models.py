@@ -21,6 +21,20 @@ class Decision(models.TextChoices):
     CANCELED = "canceled"
 
 
+class DecisionChannel(models.TextChoices):
+    """Where a person took a decision: every decision event and record says which."""
+
+    CONSOLE = "console"
+    API = "api"
+    EMAIL = "email"
+    SLACK = "slack"
+
+
+def channel_field() -> models.CharField:  # type: ignore[type-arg]
+    return models.CharField(max_length=8, choices=DecisionChannel.choices, blank=True,
+                            help_text="Where the decision was taken (blank while open).")
+
+
 class QuestionStatus(models.TextChoices):
     OPEN = "open", "open"
     ANSWERED = "answered", "answered"
@@ -79,6 +93,7 @@ class Approval(HumanRequest):
     args_diff = models.JSONField(null=True, blank=True)
     response_output = models.JSONField(null=True, blank=True)
     always_allow = models.BooleanField(default=False)
+    channel = channel_field()
 
     class Meta(HumanRequest.Meta):
         constraints = [one_per_step(Decision.PENDING, "approval_one_pending_per_step")]
@@ -100,6 +115,7 @@ class Question(HumanRequest):
     )
     answered_role = models.CharField(max_length=16, blank=True)
     answered_at = models.DateTimeField(null=True, blank=True)
+    channel = channel_field()
 
     # A question may expire (a workflow's human node with `expires_in`): then it
     # is closed unanswered and its task goes on (`reject`: the node fails) or
@@ -137,6 +153,7 @@ class Reconciliation(HumanRequest):
     )
     resolved_role = models.CharField(max_length=16, blank=True)
     resolved_at = models.DateTimeField(null=True, blank=True)
+    channel = channel_field()
 
     class Meta(HumanRequest.Meta):
         constraints = [

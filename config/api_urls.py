@@ -8,13 +8,15 @@ from __future__ import annotations
 from django.urls import path, re_path, register_converter
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
+from approvals_app.api import inbox
 from approvals_app.api import views as decisions
 from audit_app.api import AuditListView
 from memory_app import api as memory
+from notify_app.api import slack
 from notify_app.api import views as notify
 from retention_app import api as retention
 from schedules_app.api import views as schedules
-from tasks_app.api import agent_versions, agents, resource_leases, retries, secrets
+from tasks_app.api import agent_versions, agents, members, resource_leases, retries, secrets
 from tasks_app.api import views as tasks
 from tools_app.api import breakers
 from tools_app.api import mcp_views as mcp
@@ -136,6 +138,13 @@ urlpatterns = [
     path(
         "notifications/email", notify.EmailSettingsView.as_view(), name="api-notifications-email"
     ),
+    path("notifications/slack", notify.SlackSettingsView.as_view(),
+         name="api-notifications-slack"),
+    path("slack/<slug:tenant>/interactions", slack.slack_interactions,
+         name="api-slack-interactions"),
+    path("inbox", inbox.InboxView.as_view(), name="api-inbox"),
+    path("members", members.MemberListView.as_view(), name="api-members"),
+    path("members/<id:user_id>", members.MemberDetailView.as_view(), name="api-member"),
     path("audit", AuditListView.as_view(), name="api-audit"),
     path("memory", memory.MemoryListView.as_view(), name="api-memory"),
     path("memory/proposals", memory.ProposalListView.as_view(), name="api-memory-proposals"),

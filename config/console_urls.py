@@ -15,6 +15,7 @@ urlpatterns = [
     path("inbox/", include("approvals_app.console.urls")),
     path("tools/", include("tools_app.console.urls")),
     path("webhooks/", include("notify_app.console.urls")),
+    path("act/", include("notify_app.console.link_urls")),
     path("audit/", include("audit_app.urls")),
     path("schedules/", include("schedules_app.console.urls")),
     path("workflows/", include("workflows_app.console.urls")),

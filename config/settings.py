@@ -22,6 +22,9 @@ env = environ.Env()
 _tether = load_tether_settings()
 
 SECRET_KEY = env.str("SECRET_KEY", default="")  # required unless DEBUG: see "production hardening"
+# Former keys, still accepted when checking signatures (sessions, e-mail decision links)
+# while they are rotated out: comma-separated, newest first.
+SECRET_KEY_FALLBACKS = env.list("SECRET_KEY_FALLBACKS", default=[])
 DEBUG = env.bool("DEBUG", default=False)
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
@@ -244,6 +247,9 @@ TETHER_WEBHOOK_MAX_AGE_S = _tether.WEBHOOK_MAX_AGE_S
 TETHER_WEBHOOK_RETENTION_DAYS = _tether.WEBHOOK_RETENTION_DAYS
 # The SLA warning fires when this fraction of an approval's SLA has passed.
 TETHER_APPROVAL_SLA_WARNING_AT = _tether.APPROVAL_SLA_WARNING_AT
+# Signed decision links in e-mails (notify_app.services.links) and the Slack Web API's base.
+TETHER_DECISION_LINK_MAX_AGE_S = _tether.DECISION_LINK_MAX_AGE_S
+TETHER_SLACK_API_URL = _tether.SLACK_API_URL
 # E-mail (for tenants that turn reviewer e-mail on): Django's backend and SMTP settings.
 EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.smtp.EmailBackend")
 EMAIL_HOST = env.str("EMAIL_HOST", default="localhost")

@@ -28,6 +28,13 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 ENV_PREFIX = "TETHER_"
+
+
+def _absolute(url: str) -> str:
+    """An absolute http(s) URL, without its trailing slash."""
+    if not re.fullmatch(r"https?://[^/\s]+(/\S*)?", url):
+        raise ValueError("an absolute http:// or https:// URL")
+    return url.rstrip("/")
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 # Parsed as config/settings.py parses them (django-environ): the two non-Tether
 # variables some defaults follow.
@@ -320,6 +327,15 @@ class TetherSettings(BaseSettings):
         default=0.8, gt=0, le=1,
         description="The SLA warning fires when this fraction of an approval's SLA has "
                     "passed.")
+    DECISION_LINK_MAX_AGE_S: float = Field(
+        default=7 * 24 * 3600.0, gt=0,
+        description="A signed approve/reject/answer link in an e-mail works at most this "
+                    "long (and never after its approval expires); rotate `SECRET_KEY` with "
+                    "`SECRET_KEY_FALLBACKS` to keep links sent before the rotation valid.")
+    SLACK_API_URL: str = Field(
+        default="https://slack.com/api/",
+        description="The Slack Web API's base address (a fake Slack server in tests); calls "
+                    "to it obey `TETHER_EGRESS_ALLOW` like any outbound call.")
 
     # --- HTTPS, login throttling -------------------------------------------------
     HTTPS: bool = Field(
@@ -358,9 +374,12 @@ class TetherSettings(BaseSettings):
     @field_validator("PUBLIC_URL")
     @classmethod
     def _absolute_url(cls, value: str) -> str:
-        if not re.fullmatch(r"https?://[^/\s]+(/\S*)?", value):
-            raise ValueError("an absolute http:// or https:// URL")
-        return value.rstrip("/")
+        return _absolute(value)
+
+    @field_validator("SLACK_API_URL")
+    @classmethod
+    def _api_base(cls, value: str) -> str:
+        return _absolute(value) + "/"  # the SDK appends method names to it
 
     @field_validator("PROXY_SSL_HEADER")
     @classmethod

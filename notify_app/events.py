@@ -19,6 +19,9 @@ NOTIFIED_TASK_EVENTS: dict[str, str] = {
     "deadline_exceeded": EventType.TASK_FAILED,
 }
 
+# the task events that close an approval (decided, or expired): its Slack message follows
+DECISION_EVENTS = ("approval_granted", "approval_rejected")
+
 TITLES: dict[str, str] = {
     EventType.APPROVAL_REQUESTED: "Approval requested",
     EventType.QUESTION_ASKED: "Question asked",

@@ -8,10 +8,13 @@
   first sent, and then frozen: every retry and every channel sends the same one.
 - `SlaWarning`: the approvals whose SLA warning was emitted (once each, ever).
 - `Delivery`: one notification to one subscription (or to the tenant's
-  reviewers by e-mail), with its retry state. Its `uid` is the
+  reviewers by e-mail, or to its Slack channel), with its retry state. Its `uid` is the
   `X-Tether-Delivery` header: the same on every attempt, so receivers dedupe on it.
 - `DeliveryAttempt`: every attempt, as it happened (status code, error, duration).
-- `NotificationSettings`: a tenant's e-mail choice (off unless turned on).
+- `NotificationSettings`: a tenant's e-mail choice (off unless turned on) and
+  Slack channel.
+- `SlackMessage`: the Slack message an approval was posted as, rewritten when
+  it is decided.
 """
 from __future__ import annotations
 
@@ -79,6 +82,7 @@ class Notification(models.Model):
 class Channel(models.TextChoices):
     WEBHOOK = "webhook"
     EMAIL = "email"
+    SLACK = "slack"  # an interactive message posted to the tenant's Slack channel
 
 
 class DeliveryStatus(models.TextChoices):
@@ -96,7 +100,8 @@ class Delivery(models.Model):
     subscription = models.ForeignKey(WebhookSubscription, null=True, blank=True,
                                      on_delete=models.CASCADE, related_name="deliveries")
     channel = models.CharField(max_length=8, choices=Channel.choices, default=Channel.WEBHOOK)
-    recipients = models.JSONField(default=list, blank=True, help_text="E-mail addresses.")
+    recipients = models.JSONField(default=list, blank=True,
+                                  help_text="E-mail addresses, or the Slack channel.")
     status = models.CharField(max_length=10, choices=DeliveryStatus.choices,
                               default=DeliveryStatus.PENDING)
     attempts = models.PositiveIntegerField(default=0)
@@ -153,7 +158,28 @@ class NotificationSettings(models.Model):
         default=False, help_text="E-mail the tenant's reviewers and admins for these events.")
     email_events = models.JSONField(default=list, blank=True,
                                     help_text="Event types e-mailed (empty: all).")
+    slack_channel = models.CharField(
+        max_length=80, blank=True,
+        help_text="The Slack channel approval requests are posted to (empty: Slack off); the "
+                  "app's bot token and signing secret are the tenant secrets "
+                  "slack-bot-token and slack-signing-secret.")
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:
         return f"notification settings of tenant {self.tenant_id}"
+
+
+class SlackMessage(models.Model):
+    """The interactive message an approval request was posted as, so that any
+    decision on the approval (from Slack or anywhere else) updates it."""
+
+    tenant = models.ForeignKey("tasks_app.Tenant", on_delete=models.CASCADE, related_name="+")
+    approval = models.OneToOneField("approvals_app.Approval", on_delete=models.CASCADE,
+                                    related_name="+")
+    channel = models.CharField(max_length=80, help_text="Slack's channel id.")
+    ts = models.CharField(max_length=40, help_text="Slack's message timestamp (its id).")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"Slack message {self.channel}/{self.ts} of approval {self.approval_id}"

@@ -65,7 +65,8 @@ def _request(notification: Notification, context: dict[str, Any]) -> dict[str, A
         preview = approval.preview or {}
         part = {"kind": "approval", "id": approval.pk, "status": approval.status,
                 "tool": approval.tool, "args": approval.args, "risk": preview.get("risk"),
-                "reason": preview.get("reason"), "step_no": approval.step.step_no,
+                "reason": preview.get("reason"), "cites": preview.get("cites") or [],
+                "step_no": approval.step.step_no,
                 "created_at": approval.created_at.isoformat(),
                 "expires_at": approval.expires_at.isoformat() if approval.expires_at else None,
                 "url": inbox}

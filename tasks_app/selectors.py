@@ -6,7 +6,16 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from .models import AgentProfile, AgentReleaseEntry, AgentVersion, Event, Step, Task, TenantSecret
+from .models import (
+    AgentProfile,
+    AgentReleaseEntry,
+    AgentVersion,
+    Event,
+    Membership,
+    Step,
+    Task,
+    TenantSecret,
+)
 
 
 def event_dict(event: Event) -> dict[str, Any]:
@@ -123,3 +132,9 @@ def missing_secret_names(tenant_id: int, names: set[str]) -> list[str]:
         return []
     found = set(secrets_of_tenant(tenant_id).filter(name__in=names).values_list("name", flat=True))
     return sorted(names - found)
+
+
+def members_of_tenant(tenant_id: int) -> QuerySet[Membership]:
+    """The tenant's members with their users, by user name."""
+    return (Membership.objects.filter(tenant_id=tenant_id).select_related("user")
+            .order_by("user__username"))

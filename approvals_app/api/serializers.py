@@ -51,6 +51,8 @@ class ApprovalSerializer(serializers.Serializer):
     decided_by = serializers.SerializerMethodField()
     decided_role = serializers.CharField(allow_blank=True)
     decided_at = serializers.DateTimeField(allow_null=True)
+    channel = serializers.CharField(
+        allow_blank=True, help_text="Where it was decided: console, api, email or slack.")
     comment = serializers.CharField(allow_blank=True)
     edited_args = serializers.JSONField(allow_null=True)
     args_diff = serializers.JSONField(allow_null=True, help_text="{arg: {from, to}} when edited.")
@@ -83,6 +85,8 @@ class ReconciliationSerializer(serializers.Serializer):
     resolved_by = serializers.SerializerMethodField()
     resolved_role = serializers.CharField(allow_blank=True)
     resolved_at = serializers.DateTimeField(allow_null=True)
+    channel = serializers.CharField(
+        allow_blank=True, help_text="Where it was decided: console, api, email or slack.")
     task_version = serializers.IntegerField()
     created_at = serializers.DateTimeField()
 
@@ -107,6 +111,8 @@ class QuestionSerializer(serializers.Serializer):
     answered_by = serializers.SerializerMethodField()
     answered_role = serializers.CharField(allow_blank=True)
     answered_at = serializers.DateTimeField(allow_null=True)
+    channel = serializers.CharField(
+        allow_blank=True, help_text="Where it was decided: console, api, email or slack.")
     task_version = serializers.IntegerField()
     created_at = serializers.DateTimeField()
 

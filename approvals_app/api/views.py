@@ -18,7 +18,7 @@ from config.api_errors import error_responses
 from config.errors import not_found
 from tools_app.selectors import ledger_attempts
 
-from ..models import Approval, Reconciliation
+from ..models import Approval, DecisionChannel, Reconciliation
 from ..selectors import approvals_of_tenant, questions_of_tenant, reconciliations_of_tenant
 from ..services.decisions import approval_decide, reconciliation_requery, reconciliation_resolve
 from .serializers import (
@@ -61,6 +61,7 @@ class ApprovalViewBase(TenantAPIView):
             tenant_id=self.access.tenant_id,
             actor=self.access.actor,
             decision=decision,
+            channel=DecisionChannel.API,
             **kwargs,
         )
         return Response(ApprovalSerializer(self.approval(approval.pk)).data)
@@ -248,6 +249,7 @@ class ReconciliationResolveView(ReconciliationViewBase):
             output=data.get("output"),
             comment=data["comment"],
             expected_version=data.get("expected_version"),
+            channel=DecisionChannel.API,
         )
         return Response(self.render([self.reconciliation(rec.pk)])[0])
 
@@ -266,7 +268,8 @@ class ReconciliationRequeryView(ReconciliationViewBase):
     )
     def post(self, request: Request, rec_id: int) -> Response:
         rec = reconciliation_requery(
-            reconciliation_id=rec_id, tenant_id=self.access.tenant_id, actor=self.access.actor
+            reconciliation_id=rec_id, tenant_id=self.access.tenant_id, actor=self.access.actor,
+            channel=DecisionChannel.API,
         )
         return Response(self.render([self.reconciliation(rec.pk)])[0])
 

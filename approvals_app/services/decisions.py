@@ -29,6 +29,7 @@ from tools_app.schemas import schema_errors
 from ..models import (
     Approval,
     Decision,
+    DecisionChannel,
     Question,
     QuestionStatus,
     Reconciliation,
@@ -70,7 +71,10 @@ def approval_decide(
     output: Any = None,
     expected_version: int | None = None,
     always_allow: bool = False,
+    channel: str = DecisionChannel.CONSOLE,
 ) -> Approval:
+    """`channel`: where the reviewer decided (console, api, email, slack), recorded
+    on the approval and in the event's payload."""
     if decision not in ("approve", "reject", "respond"):
         raise invalid("invalid", "The request is not valid.",
                       decision=["approve, reject or respond"])
@@ -105,7 +109,8 @@ def approval_decide(
         now = timezone.now()
         payload: dict[str, Any] = {"approval_id": approval.pk, "decision": decision,
                                    "comment": comment, "step_no": step.step_no,
-                                   "tool": approval.tool, "seen_version": version}
+                                   "tool": approval.tool, "seen_version": version,
+                                   "channel": channel}
 
         if decision == "approve":
             final_args = approval.args
@@ -145,6 +150,7 @@ def approval_decide(
         approval.decided_by_id = actor.user_id
         approval.decided_role = actor.role
         approval.decided_at = now
+        approval.channel = channel
         approval.save()
         schedule_advance_on_commit(task.pk)
     return approval
@@ -183,6 +189,7 @@ def reconciliation_resolve(
     output: Any = None,
     comment: str = "",
     expected_version: int | None = None,
+    channel: str = DecisionChannel.CONSOLE,
 ) -> Reconciliation:
     if outcome not in ("succeeded", "failed", "retry"):
         raise invalid("invalid", "The request is not valid.",
@@ -201,7 +208,8 @@ def reconciliation_resolve(
         step = Step.objects.get(pk=rec.step_id)
         now = timezone.now()
         payload = {"reconciliation_id": rec.pk, "outcome": outcome, "comment": comment,
-                   "step_no": step.step_no, "evidence": rec.status_answer, "seen_version": version}
+                   "step_no": step.step_no, "evidence": rec.status_answer, "seen_version": version,
+                   "channel": channel}
         if outcome == "succeeded":
             if output is None:
                 raise invalid("invalid", "The request is not valid.",
@@ -237,13 +245,14 @@ def reconciliation_resolve(
         rec.status, rec.outcome, rec.output, rec.comment = (
             ReconciliationStatus.RESOLVED, outcome, output, comment)
         rec.resolved_by_id, rec.resolved_role, rec.resolved_at = actor.user_id, actor.role, now
+        rec.channel = channel
         rec.save()
         schedule_advance_on_commit(task.pk)
     return rec
 
 
-def reconciliation_requery(*, reconciliation_id: int, tenant_id: int,
-                           actor: Actor) -> Reconciliation:
+def reconciliation_requery(*, reconciliation_id: int, tenant_id: int, actor: Actor,
+                           channel: str = DecisionChannel.CONSOLE) -> Reconciliation:
     """Ask the tool's status query again (outside any transaction) and store its answer.
     A clear answer resolves the reconciliation with that evidence."""
     _require_role(actor)
@@ -267,10 +276,11 @@ def reconciliation_requery(*, reconciliation_id: int, tenant_id: int,
     if answer == "succeeded":
         return reconciliation_resolve(reconciliation_id=rec.pk, tenant_id=tenant_id, actor=actor,
                                       outcome="succeeded", output=result.result,
-                                      comment="settled by the status query")
+                                      comment="settled by the status query", channel=channel)
     if answer in ("failed", "not_found"):
         return reconciliation_resolve(reconciliation_id=rec.pk, tenant_id=tenant_id, actor=actor,
-                                      outcome="failed", comment=f"status query: {answer}")
+                                      outcome="failed", comment=f"status query: {answer}",
+                                      channel=channel)
     return rec
 
 

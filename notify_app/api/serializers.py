@@ -76,3 +76,13 @@ class EmailSettingsSerializer(serializers.Serializer):
     email_events = serializers.ListField(
         child=serializers.CharField(max_length=40), max_length=len(EventType.values) * 2,
         required=False, default=list, help_text="Event types e-mailed; empty: all. " + EVENTS_HELP)
+
+
+class SlackSettingsSerializer(serializers.Serializer):
+    channel = serializers.CharField(
+        source="slack_channel", max_length=80, allow_blank=True,
+        help_text="The Slack channel approval requests are posted to (an id like C0123ABC); "
+                  "empty: off. The app's bot token and signing secret are the tenant secrets "
+                  "`slack-bot-token` and `slack-signing-secret`.")
+    interactions_url = serializers.CharField(
+        read_only=True, help_text="The Request URL to give the Slack app's Interactivity.")

@@ -5,6 +5,7 @@ in the 201 of the create and nowhere else.
 """
 from __future__ import annotations
 
+from django.urls import reverse
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.request import Request
@@ -13,8 +14,10 @@ from rest_framework.response import Response
 from config.api_base import CURSOR_PARAMETERS, TenantAPIView, cursor_page
 from config.api_errors import error_responses
 from config.errors import not_found
+from tasks_app.models import Tenant
 
 from ..models import WebhookSubscription
+from ..payloads import link
 from ..selectors import (
     deliveries_of_webhook,
     notification_settings_of,
@@ -23,6 +26,7 @@ from ..selectors import (
 )
 from ..services.subscriptions import (
     email_settings_update,
+    slack_settings_update,
     webhook_create,
     webhook_delete,
     webhook_update,
@@ -30,6 +34,7 @@ from ..services.subscriptions import (
 from .serializers import (
     DeliverySerializer,
     EmailSettingsSerializer,
+    SlackSettingsSerializer,
     WebhookCreatedSerializer,
     WebhookCreateSerializer,
     WebhookSerializer,
@@ -127,3 +132,31 @@ class EmailSettingsView(TenantAPIView):
                                       email_reviewers=data["email_reviewers"],
                                       events=data["email_events"], actor=self.access.actor)
         return Response(EmailSettingsSerializer(prefs).data)
+
+
+class SlackSettingsView(TenantAPIView):
+    """The tenant's Slack channel for approval requests, and the app's Request URL."""
+
+    policy = {"GET": "webhook.read", "PUT": "webhook.write"}
+
+    def shown(self, channel: str) -> Response:
+        tenant = Tenant.objects.values_list("name", flat=True).get(pk=self.access.tenant_id)
+        url = link(reverse("api-slack-interactions", args=[tenant]))
+        return Response(SlackSettingsSerializer(
+            {"slack_channel": channel, "interactions_url": url}).data)
+
+    @extend_schema(operation_id="notifications_slack_retrieve", tags=TAGS,
+                   summary="The Slack channel approval requests are posted to",
+                   responses={200: SlackSettingsSerializer, **error_responses()})
+    def get(self, request: Request) -> Response:
+        return self.shown(notification_settings_of(self.access.tenant_id).slack_channel)
+
+    @extend_schema(operation_id="notifications_slack_update", tags=TAGS,
+                   summary="Post approval requests to a Slack channel (empty: off)",
+                   request=SlackSettingsSerializer,
+                   responses={200: SlackSettingsSerializer, **error_responses()})
+    def put(self, request: Request) -> Response:
+        data = self.validated(SlackSettingsSerializer)
+        prefs = slack_settings_update(tenant_id=self.access.tenant_id,
+                                      channel=data["slack_channel"], actor=self.access.actor)
+        return self.shown(prefs.slack_channel)

@@ -25,3 +25,9 @@ class EmailForm(forms.Form):
     email_events = forms.MultipleChoiceField(
         label="For these events (none checked: all)", choices=EventType.choices,
         widget=forms.CheckboxSelectMultiple, required=False)
+
+
+class SlackForm(forms.Form):
+    channel = forms.CharField(
+        label="Slack channel id", max_length=80, required=False,
+        help_text="Where approval requests are posted (C0123ABC); empty: off.")

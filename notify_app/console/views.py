@@ -12,11 +12,14 @@ from typing import Any
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 
+from config.errors import DomainError
 from tasks_app.console.access import ADMINS, ConsoleUser, console_view
 from tasks_app.console.actions import form_action, save_form, succeeded
 from tasks_app.console.errors import error_message, error_status
 
+from ..payloads import link
 from ..selectors import (
     deliveries_of_webhook,
     email_deliveries_of_tenant,
@@ -26,11 +29,12 @@ from ..selectors import (
 )
 from ..services.subscriptions import (
     email_settings_update,
+    slack_settings_update,
     webhook_create,
     webhook_delete,
     webhook_update,
 )
-from .forms import EmailForm, WebhookForm
+from .forms import EmailForm, SlackForm, WebhookForm
 
 RECENT = 50
 
@@ -40,7 +44,8 @@ def _cu(request: HttpRequest) -> ConsoleUser:
 
 
 def _list_page(request: HttpRequest, *, form: WebhookForm | None = None,
-               secret: str = "", created: Any = None, status: int = 200) -> HttpResponse:
+               secret: str = "", created: Any = None, status: int = 200,
+               slack_form: SlackForm | None = None) -> HttpResponse:
     tenant_id = _cu(request).tenant_id
     prefs = notification_settings_of(tenant_id)
     return render(request, "webhooks/list.html", {
@@ -50,6 +55,8 @@ def _list_page(request: HttpRequest, *, form: WebhookForm | None = None,
         "email_form": EmailForm(initial={"email_reviewers": prefs.email_reviewers,
                                          "email_events": prefs.email_events}),
         "emails": email_deliveries_of_tenant(tenant_id)[:10],
+        "slack_form": slack_form or SlackForm(initial={"channel": prefs.slack_channel}),
+        "slack_url": link(reverse("api-slack-interactions", args=[_cu(request).tenant_name])),
         "secret": secret,
         "created": created,
     }, status=status)
@@ -125,3 +132,25 @@ def email_settings_view(request: HttpRequest) -> HttpResponse:
                               events=form.cleaned_data["email_events"])
         messages.success(request, "E-mail settings saved.")
     return redirect("webhooks:webhook-list")
+
+
+@console_view(roles=ADMINS)
+def slack_settings_view(request: HttpRequest) -> HttpResponse:
+    if request.method != "POST":
+        return redirect("webhooks:webhook-list")
+    cu = _cu(request)
+    form = SlackForm(request.POST)
+
+    def refused(exc: DomainError) -> HttpResponse:
+        for problem in exc.details.get("channel", []):
+            form.add_error("channel", problem)
+        return _list_page(request, slack_form=form, status=error_status(exc))
+
+    return form_action(
+        form,
+        lambda d: slack_settings_update(tenant_id=cu.tenant_id, channel=d["channel"],
+                                        actor=cu.actor),
+        invalid=lambda f: _list_page(request, slack_form=f, status=400),
+        refused=refused,
+        done=lambda _: succeeded(request, "Slack settings saved.", "webhooks:webhook-list"),
+    )

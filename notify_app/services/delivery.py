@@ -34,17 +34,17 @@ from typing import Any
 
 import httpx2
 from django.conf import settings
-from django.core.mail import send_mail
+from django.core.mail import get_connection
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
+from slack_sdk.errors import SlackApiError
 
 from tasks_app.vault.keyring import Undecryptable, unseal
 from tools_app.outbound import EgressRefusedError, client_for
 from tools_app.outbound.retry_after import retry_after_s
 
 from ..dispatch import schedule_delivery
-from ..events import TITLES
 from ..models import (
     Channel,
     Delivery,
@@ -56,6 +56,8 @@ from ..models import (
 )
 from ..payloads import CLOUDEVENTS_CONTENT_TYPE, as_cloudevent, as_text, compose
 from ..signing import signature, standard_headers
+from .emails import email_messages
+from .slack import SlackNotConnected, slack_message_post
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +92,8 @@ def delivery_attempt(delivery_id: int) -> str:
             sent = Sent("failed", error="not sent: the webhook was paused")
         elif delivery.channel == Channel.EMAIL:
             sent = _send_email(delivery, body)
+        elif delivery.channel == Channel.SLACK:
+            sent = _send_slack(delivery, body)
         else:
             assert delivery.subscription is not None
             sent = _send_webhook(delivery, delivery.subscription, body)
@@ -175,15 +179,37 @@ def _payload(subscription: WebhookSubscription, body: dict[str, Any]) -> tuple[s
 
 
 def _send_email(delivery: Delivery, body: dict[str, Any]) -> Sent:
-    title = TITLES.get(str(body.get("type")), str(body.get("type")))
-    task = body.get("task") or {}
-    subject = f"[Tether] {title}: task {task.get('id')}"
-    text = as_text(body) + "\n\n" + json.dumps(body, indent=2, ensure_ascii=False)
+    messages = email_messages(tenant_id=delivery.tenant_id, recipients=list(delivery.recipients),
+                              body=body)
     try:
-        send_mail(subject, text, None, list(delivery.recipients), fail_silently=False)
+        with get_connection() as connection:
+            connection.send_messages(messages)
     except (OSError, smtplib.SMTPException) as exc:
         return Sent("retry", error=f"{type(exc).__name__}: {exc}")
     return Sent("succeeded")
+
+
+def _send_slack(delivery: Delivery, body: dict[str, Any]) -> Sent:
+    request = body.get("request") or {}
+    if request.get("kind") != "approval" or not request.get("id"):
+        return Sent("succeeded")  # nothing a button could decide
+    try:
+        slack_message_post(tenant_id=delivery.tenant_id, channel=delivery.recipients[0],
+                           approval_id=int(request["id"]))
+    except SlackNotConnected as exc:
+        return Sent("retry", error=f"Slack is not connected: {exc}")
+    except SlackApiError as exc:
+        code = exc.response.status_code
+        error = f"Slack said {exc.response.get('error')} (HTTP {code})"
+        if code >= 500 or code in RETRY_CODES:
+            return Sent("retry", status_code=code, error=error,
+                        retry_after_s=retry_after_s(exc.response.headers))
+        return Sent("failed", status_code=code, error=error)  # e.g. channel_not_found
+    except EgressRefusedError as exc:
+        return Sent("refused", error=str(exc))
+    except httpx2.HTTPError as exc:
+        return Sent("retry", error=f"{type(exc).__name__}: {exc}")
+    return Sent("succeeded", status_code=200)
 
 
 def retry_delay_s(attempt: int) -> float:

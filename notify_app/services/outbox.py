@@ -7,8 +7,9 @@ dispatched after commit (`dispatch.schedule_on_commit`); one that is never
 dispatched (the broker was down, the process died) is found by the sweep.
 
 Recipients are fixed when the event happens: the tenant's active subscriptions
-that want its type, and, when the tenant e-mails its reviewers, the reviewers'
-and admins' addresses. Nobody to tell: nothing is written.
+that want its type, when the tenant e-mails its reviewers, the reviewers'
+and admins' addresses, and, for an approval request, the tenant's Slack
+channel when it connected a Slack app. Nobody to tell: nothing is written.
 """
 from __future__ import annotations
 
@@ -20,12 +21,21 @@ from tasks_app.models import Membership, Role
 
 from ..dispatch import schedule_on_commit
 from ..events import NOTIFIED_TASK_EVENTS
-from ..models import Channel, Delivery, Notification, NotificationSettings, WebhookSubscription
+from ..models import (
+    Channel,
+    Delivery,
+    EventType,
+    Notification,
+    NotificationSettings,
+    WebhookSubscription,
+)
 
 if TYPE_CHECKING:
     from tasks_app.models import Event
 
 EMAIL_ROLES = (Role.REVIEWER, Role.ADMIN)
+# What is posted to a tenant's Slack channel: the requests a button can decide.
+SLACK_EVENTS = frozenset({EventType.APPROVAL_REQUESTED})
 
 
 def notification_emit(*, tenant_id: int, task_id: int, type: str, event_id: int | None = None,
@@ -33,8 +43,10 @@ def notification_emit(*, tenant_id: int, task_id: int, type: str, event_id: int 
     """Write the notification and its deliveries (None: nobody to tell)."""
     hooks = [s for s in WebhookSubscription.objects.filter(tenant_id=tenant_id, active=True)
              .only("id", "events") if type in (s.events or [])]
-    emails = _email_recipients(tenant_id, type)
-    if not hooks and not emails:
+    prefs = NotificationSettings.objects.filter(tenant_id=tenant_id).first()
+    emails = _email_recipients(tenant_id, type, prefs)
+    slack = prefs.slack_channel if prefs is not None and type in SLACK_EVENTS else ""
+    if not hooks and not emails and not slack:
         return None
     notification = Notification.objects.create(
         tenant_id=tenant_id, task_id=task_id, type=type, event_id=event_id,
@@ -45,6 +57,9 @@ def notification_emit(*, tenant_id: int, task_id: int, type: str, event_id: int 
     if emails:
         rows.append(Delivery(tenant_id=tenant_id, notification=notification,
                              channel=Channel.EMAIL, recipients=emails, next_attempt_at=now))
+    if slack:
+        rows.append(Delivery(tenant_id=tenant_id, notification=notification,
+                             channel=Channel.SLACK, recipients=[slack], next_attempt_at=now))
     created = Delivery.objects.bulk_create(rows)
     schedule_on_commit(d.pk for d in created)
     return notification
@@ -58,8 +73,8 @@ def on_task_event(event: Event) -> None:
         event_id=event.pk, context={"event": event.type, **(event.payload or {})})
 
 
-def _email_recipients(tenant_id: int, type: str) -> list[str]:
-    prefs = NotificationSettings.objects.filter(tenant_id=tenant_id).first()
+def _email_recipients(tenant_id: int, type: str,
+                      prefs: NotificationSettings | None) -> list[str]:
     if prefs is None or not prefs.email_reviewers or (
             prefs.email_events and type not in prefs.email_events):
         return []

@@ -9,6 +9,7 @@ once, by `webhook_create`; nothing else ever returns it.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,6 +105,26 @@ def email_settings_update(*, tenant_id: int, email_reviewers: bool, events: list
                             "email_events": prefs.email_events})
     log.info("notification e-mail of tenant %s set to %s by %s", tenant_id, email_reviewers,
              actor.name)
+    return prefs
+
+
+SLACK_CHANNEL = re.compile(r"[A-Za-z0-9#][A-Za-z0-9_.-]{0,79}")
+
+
+def slack_settings_update(*, tenant_id: int, channel: str, actor: Actor) -> NotificationSettings:
+    """Post approval requests to this Slack channel (an id like C0123, or #name);
+    empty turns Slack off. The app's token and signing secret are tenant secrets."""
+    channel = channel.strip()
+    if channel and not SLACK_CHANNEL.fullmatch(channel):
+        raise invalid("invalid", "The request is not valid.",
+                      channel=["a Slack channel id (C0123ABC) or #name"])
+    with transaction.atomic():
+        current = NotificationSettings.objects.filter(tenant_id=tenant_id).first()
+        before = {"slack_channel": current.slack_channel} if current else {}
+        prefs, _ = NotificationSettings.objects.update_or_create(
+            tenant_id=tenant_id, defaults={"slack_channel": channel})
+        audit_record(actor=actor, tenant_id=tenant_id, kind="notifications", name="slack",
+                     action="updated", before=before, after={"slack_channel": channel})
     return prefs
 
 

@@ -16,6 +16,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from approvals_app.models import DecisionChannel
 from approvals_app.selectors import open_request_of
 from config.api_access import require_own_task
 from config.api_base import (
@@ -343,6 +344,7 @@ class TaskInputView(TaskViewBase):
             answer=data["answer"],
             actor=self.access.actor,
             expected_version=data.get("expected_version"),
+            channel=DecisionChannel.API,
         )
         return self.render_task(task.pk)
 

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from . import agents, secrets, views
+from . import agents, members, secrets, views
 
 app_name = "console"
 urlpatterns = [
@@ -27,6 +27,8 @@ urlpatterns = [
     path("agents/<slug:name>/", agents.agent_detail, name="agent-detail"),
     path("agents/<slug:name>/edit/", agents.agent_edit_view, name="agent-edit"),
     path("secrets/", secrets.secret_list, name="secret-list"),
+    path("members/", members.member_list, name="member-list"),
+    path("members/<int:user_id>/email/", members.member_email_view, name="member-email"),
     path("secrets/<slug:name>/rotate/", secrets.secret_rotate_view, name="secret-rotate"),
     path("secrets/<slug:name>/delete/", secrets.secret_delete_view, name="secret-delete"),
     path("agents/<slug:name>/release/", agents.agent_release_view, name="agent-release"),

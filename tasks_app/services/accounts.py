@@ -12,10 +12,12 @@ import hashlib
 import secrets
 
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
 from django.db import transaction
 
 from audit_app.services import audit_record
-from config.errors import invalid
+from config.errors import invalid, not_found
 
 from ..actors import SYSTEM, Actor
 from ..live.publish import end_user_sockets
@@ -34,12 +36,15 @@ def tenant_create(*, name: str) -> Tenant:
 
 
 def user_ensure(*, tenant: Tenant, username: str, role: str, password: str | None = None,  # type: ignore[no-untyped-def]
-                actor: Actor = SYSTEM):
-    """Create the user (or update its role); a user belongs to one tenant only."""
+                actor: Actor = SYSTEM, email: str | None = None):
+    """Create the user (or update its role, and its e-mail address when given); a
+    user belongs to one tenant only."""
     if role not in Role.values:
         raise invalid(
             "invalid", "The request is not valid.", role=[f"one of {', '.join(Role.values)}"]
         )
+    if email is not None:
+        email = _checked_email(email)
     User = get_user_model()
     with transaction.atomic():
         user, _ = User.objects.get_or_create(username=username)
@@ -57,8 +62,50 @@ def user_ensure(*, tenant: Tenant, username: str, role: str, password: str | Non
                      after={"role": role}, object_id=user.pk)
         if password:
             user.set_password(password)
+        if email is not None and email != user.email:
+            audit_record(actor=actor, tenant_id=tenant.pk, kind="membership", name=username,
+                         action="updated", before={"email": user.email}, after={"email": email},
+                         object_id=user.pk)
+            user.email = email
         user.save()
     return user
+
+
+def member_email_set(*, tenant_id: int, user_id: int, email: str, actor: Actor) -> Membership:
+    """Set a member's e-mail address: where notification e-mails go, and how a
+    Slack user is recognised as this reviewer. Empty clears it."""
+    email = _checked_email(email)
+    with transaction.atomic():
+        membership = (Membership.objects.select_related("user").select_for_update(of=("self",))
+                      .filter(tenant_id=tenant_id, user_id=user_id).first())
+        if membership is None:
+            raise not_found("Member")
+        user = membership.user
+        if email and get_user_model().objects.filter(
+                email__iexact=email, membership__tenant_id=tenant_id).exclude(pk=user.pk).exists():
+            # one address, one reviewer: it is how a Slack user is mapped to a person
+            raise invalid("invalid", "The request is not valid.",
+                          email=["another member of this tenant has this address"])
+        if email != user.email:
+            audit_record(actor=actor, tenant_id=tenant_id, kind="membership",
+                         name=user.get_username(), action="updated",
+                         before={"email": user.email}, after={"email": email},
+                         object_id=user.pk)
+            user.email = email
+            user.save(update_fields=["email"])
+    return membership
+
+
+def _checked_email(email: str) -> str:
+    email = email.strip()
+    if not email:
+        return ""
+    try:
+        validate_email(email)
+    except ValidationError:
+        raise invalid("invalid", "The request is not valid.",
+                      email=["a valid e-mail address"]) from None
+    return email
 
 
 def api_key_create(*, user, actor: Actor = SYSTEM) -> str:  # type: ignore[no-untyped-def]

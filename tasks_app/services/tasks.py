@@ -12,7 +12,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from approvals_app.models import Question, QuestionStatus
+from approvals_app.models import DecisionChannel, Question, QuestionStatus
 from config.errors import DomainError, conflict, invalid, not_found
 from tools_app.schemas import schema_errors
 
@@ -158,8 +158,10 @@ def task_cancel_many(
 
 
 def task_provide_input(*, task_id: int, answer: str, actor: Actor,
-                       expected_version: int | None = None) -> Transitioned:
-    """The answer to the agent's open question joins its context verbatim."""
+                       expected_version: int | None = None,
+                       channel: str = DecisionChannel.CONSOLE) -> Transitioned:
+    """The answer to the agent's open question joins its context verbatim.
+    `channel`: where it was typed (console, api, email), recorded with it."""
     with transaction.atomic():
         question = (Question.objects.filter(task_id=task_id, status=QuestionStatus.OPEN)
                     .order_by("-id").first())
@@ -174,11 +176,11 @@ def task_provide_input(*, task_id: int, answer: str, actor: Actor,
                           answer=problems)
         done = task_transition(
             task_id=task_id, event="input_received", actor=actor, expected_version=expected_version,
-            payload={"question_id": question.pk, "answer": answer},
+            payload={"question_id": question.pk, "answer": answer, "channel": channel},
         )
         Question.objects.filter(pk=question.pk).update(
             status=QuestionStatus.ANSWERED, answer=answer, answered_by_id=actor.user_id,
-            answered_role=actor.role, answered_at=timezone.now(),
+            answered_role=actor.role, answered_at=timezone.now(), channel=channel,
         )
         step_move(question.step_id, StepStatus.SUCCEEDED, output={"answer": answer},
                   finished_at=timezone.now())

@@ -148,6 +148,10 @@ def _const(method: str, url: str, body: Any = None) -> Setup:
     return lambda t, role: (method, url, body)
 
 
+def _member_email(t: Tenancy, role: str) -> tuple[str, str, Any]:
+    return "patch", f"/api/v1/members/{t.users[REV].pk}", {"email": "rev@corp.example"}
+
+
 def _workflow(suffix: str = "", method: str = "get", body: Any = None) -> Setup:
     def setup(t: Tenancy, role: str) -> tuple[str, str, Any]:
         workflow_create(tenant_id=t.tenant.pk, name="flow", actor=SYSTEM,
@@ -282,6 +286,12 @@ MATRIX: dict[str, tuple[set[str], Setup, int]] = {
         _const("put", "/api/v1/notifications/email", {"email_reviewers": True}),
         200,
     ),
+    "notifications_slack_retrieve": ({ADM}, _const("get", "/api/v1/notifications/slack"), 200),
+    "notifications_slack_update": (
+        {ADM}, _const("put", "/api/v1/notifications/slack", {"channel": "C0123"}), 200),
+    "inbox_list": (ALL, _const("get", "/api/v1/inbox"), 200),
+    "members_list": ({ADM}, _const("get", "/api/v1/members"), 200),
+    "members_update": ({ADM}, _member_email, 200),
     "audit_list": ({ADM}, _const("get", "/api/v1/audit"), 200),
     "mcp_servers_list": ({ADM}, _const("get", "/api/v1/mcp-servers"), 200),
     "mcp_servers_create": ({ADM}, _mcp_create, 201),

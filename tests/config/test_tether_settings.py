@@ -63,6 +63,8 @@ DEFAULTS = {
     "READ_SOURCE_MAX_CHARS": 8000, "MEMORY_EMBEDDINGS_URL": "", "MEMORY_EMBEDDINGS_MODEL": "",
     "MEMORY_EMBEDDINGS_API_KEY": "", "MEMORY_EMBEDDINGS_TIMEOUT_S": 2.0,
     "MEMORY_EMBEDDINGS_WEIGHT": 0.5,
+    # deciding from e-mail and Slack (notify_app), declared here from the start
+    "DECISION_LINK_MAX_AGE_S": 604800.0, "SLACK_API_URL": "https://slack.com/api/",
 }
 # Fields that reach Django under another name than TETHER_<field>.
 WIRED_AS = {"WORKER_POOL": "CELERY_WORKER_POOL", "WORKER_CONCURRENCY": "CELERY_WORKER_CONCURRENCY",

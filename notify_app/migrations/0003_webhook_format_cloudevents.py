@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('notify_app', '0001_initial'),
+        ('notify_app', '0002_slack_messages'),
     ]
 
     operations = [

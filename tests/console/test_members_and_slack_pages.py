@@ -1,0 +1,52 @@
+"""The Members page: an admin sets a member's e-mail address, a bad address is
+refused with the reason, other roles may not see the page. The Slack card of
+the Webhooks page: an admin sets the channel and sees the Request URL."""
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from tasks_app.models import Role
+
+pytestmark = pytest.mark.django_db
+
+
+def _as(user) -> Client:  # type: ignore[no-untyped-def]
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_an_admin_sets_an_address_on_the_members_page(world) -> None:
+    admin = _as(world.users[Role.ADMIN])
+    reviewer = world.users[Role.REVIEWER]
+    page = admin.get("/members/")
+    assert page.status_code == 200 and reviewer.username.encode() in page.content
+
+    done = admin.post(f"/members/{reviewer.pk}/email/", {"email": "rev@corp.example"},
+                      follow=True)
+    assert done.status_code == 200 and b"rev@corp.example" in done.content
+    assert get_user_model().objects.get(pk=reviewer.pk).email == "rev@corp.example"
+
+    bad = admin.post(f"/members/{reviewer.pk}/email/", {"email": "nope"})
+    assert bad.status_code == 400 and b"a valid e-mail address" in bad.content
+    assert get_user_model().objects.get(pk=reviewer.pk).email == "rev@corp.example"
+
+    assert _as(reviewer).get("/members/").status_code == 403
+    assert _as(reviewer).post(f"/members/{reviewer.pk}/email/",
+                              {"email": "x@y.example"}).status_code == 403
+
+
+def test_an_admin_connects_slack_on_the_webhooks_page(world) -> None:
+    from notify_app.selectors import notification_settings_of
+
+    admin = _as(world.users[Role.ADMIN])
+    page = admin.get("/webhooks/")
+    assert b"slack-signing-secret" in page.content
+    assert f"/api/v1/slack/{world.tenant.name}/interactions".encode() in page.content
+    assert admin.post("/webhooks/slack/", {"channel": "C0APPROVALS"}).status_code == 302
+    assert notification_settings_of(world.tenant.pk).slack_channel == "C0APPROVALS"
+    bad = admin.post("/webhooks/slack/", {"channel": "no spaces allowed"})
+    assert bad.status_code == 400 and b"a Slack channel id" in bad.content
+    assert notification_settings_of(world.tenant.pk).slack_channel == "C0APPROVALS"
