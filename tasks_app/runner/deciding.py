@@ -52,6 +52,8 @@ from .budgets import exhausted_budget, past_deadline
 from .executing import Admitted, ready_call
 from .memo import SliceMemo
 from .progress import stalled
+from .rate_waits import ModelLimits
+from .rate_waits import model_wait as rate_limit_wait
 from .recording import Decided, record_decision
 from .results import STOP, Next, Spent, StepResult
 from .stopping import exhaust, fail
@@ -173,12 +175,14 @@ def plan_step(*, task_id: int, owner: str,
     return record_model_reply(ask, completed(reply, context, started), owner=owner, memo=memo)
 
 
-async def ask_model(ask: Ask, guard: ModelGuard) -> ModelReply | GatewayError:
+async def ask_model(ask: Ask, guard: ModelGuard,
+                    limits: ModelLimits | None = None) -> ModelReply | GatewayError:
     """Ask the task's model, awaited on the I/O loop (no database here but the
-    breakers', which `guard` hands to a database thread)."""
+    breakers', which `guard` hands to a database thread; `limits`, the rate
+    limits, are kept in Redis)."""
     started = time.monotonic()
     try:
-        backend = get_backend(ask.snap.agent.get("model") or {}, ask.keys, guard)
+        backend = get_backend(ask.snap.agent.get("model") or {}, ask.keys, guard, limits)
         reply = await backend.adecide(ask.context)
     except GatewayError as exc:
         return exc
@@ -195,11 +199,15 @@ def completed(reply: ModelReply, context: ContextSnapshot, started: float) -> Mo
     return reply
 
 
-def model_failed(snap: TaskSnapshot, exc: GatewayError,
-                 guard: ModelGuard | None = None) -> StepResult:
+def model_failed(snap: TaskSnapshot, exc: GatewayError, guard: ModelGuard | None = None,
+                 limits: ModelLimits | None = None) -> StepResult:
     """The model could not answer: come back later, or fail the task (a
     database phase)."""
-    Spent(model_calls=exc.calls).charge(snap.id)  # every request sent counts
+    if exc.calls:
+        Spent(model_calls=exc.calls).charge(snap.id)  # every request sent counts
+    if exc.rate_limited and limits is not None:  # its slot is ahead: no retry spent
+        return StepResult(Next.LATER, rate_limit_wait(snap, limits, exc.retry_after_s or 0.0),
+                          "waiting for rate limit")
     if exc.held and guard is not None:  # a breaker is open: wait for it, no retry spent
         return StepResult(Next.LATER, model_wait(snap, guard, exc.retry_after_s or 0.0),
                           f"model: {exc}")
