@@ -52,8 +52,16 @@ from django.conf import settings
 RATE_LIMIT_FIELDS = ("requests_per_minute", "tokens_per_minute")
 MAX_PER_MINUTE = 10**9
 # A wait this short is taken on the I/O loop (it holds no thread), not by
-# ending the slice: a re-dispatch costs more than it.
-INLINE_WAIT_S = 0.05
+# ending the slice: a re-dispatch costs more than it. A waiting task is handed
+# back `EARLY_WAKE_S` before its slot and waits the rest there, so that the
+# time a slice takes to start (lease, plan, context) does not make it late:
+# late calls would bunch with the punctual ones after them.
+INLINE_WAIT_S = 0.5
+EARLY_WAKE_S = 0.3
+# A caller later than this after its slot (its process stalled) does not go
+# on it: the slot passed unused, and sending now would bunch with the calls of
+# the next slots. It reserves again, as a new arrival.
+LATE_S = 0.1
 # How long a ticket outlives its slot (the task may come back a little late).
 TICKET_GRACE_S = 30.0
 # Output tokens reserved for a call whose `max_tokens` is not set.
@@ -153,13 +161,22 @@ class Reservation:
 # --- the Redis scripts ------------------------------------------------------------------
 # KEYS[1]: the bucket (hash: t = tokens' time, r = requests' time, in ms of
 # the Redis clock); KEYS[2]: the caller's ticket ("slot_ms:tokens").
-# ARGV: tokens, ms per token, ms per request, inline wait ms, ticket grace ms.
+# ARGV: tokens, ms per token, ms per request, inline wait ms, ticket grace ms,
+# lateness ms past which a ticket is void.
 # Answers {wait_ms, tokens, fresh}: fresh 1 for a new reservation, 0 for a
 # ticket used now, 2 for a ticket whose slot is still ahead.
 RESERVE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
 local ticket = redis.call('GET', KEYS[2])
+if ticket then
+  local slot, tokens = string.match(ticket, '([^:]+):([^:]+)')
+  slot = tonumber(slot)
+  if now - slot > tonumber(ARGV[6]) then
+    redis.call('DEL', KEYS[2])
+    ticket = nil
+  end
+end
 if ticket then
   local slot, tokens = string.match(ticket, '([^:]+):([^:]+)')
   slot = tonumber(slot)
@@ -237,27 +254,31 @@ class Buckets:
                                               socket_connect_timeout=2.0)
         return self._sync
 
-    def _reserve_args(self, bucket: str, ticket: str, limit: RateLimit,
-                      tokens: int) -> tuple[list[str], list[Any]]:
+    def _reserve_args(self, bucket: str, ticket: str, limit: RateLimit, tokens: int,
+                      inline_s: float) -> tuple[list[str], list[Any]]:
         per_token, per_request = limit.intervals_ms()
         return ([PREFIX + bucket, f"{PREFIX}ticket:{bucket}:{ticket}"],
-                [tokens, per_token, per_request, INLINE_WAIT_S * 1000, TICKET_GRACE_S * 1000])
+                [tokens, per_token, per_request, inline_s * 1000, TICKET_GRACE_S * 1000,
+                 LATE_S * 1000])
 
-    async def reserve(self, bucket: str, limit: RateLimit, *, tokens: int,
-                      ticket: str) -> Reservation:
-        """Reserve `tokens` (and one request) for the holder of `ticket` (a task)."""
+    async def reserve(self, bucket: str, limit: RateLimit, *, tokens: int, ticket: str,
+                      inline_s: float = INLINE_WAIT_S) -> Reservation:
+        """Reserve `tokens` (and one request) for the holder of `ticket` (a task);
+        a wait of at most `inline_s` is the caller's to take (no ticket kept)."""
         if self._local is not None:
-            return self._local.reserve(bucket, limit, tokens=tokens, ticket=ticket)
-        keys, args = self._reserve_args(bucket, ticket, limit, tokens)
+            return self._local.reserve(bucket, limit, tokens=tokens, ticket=ticket,
+                                       inline_s=inline_s)
+        keys, args = self._reserve_args(bucket, ticket, limit, tokens, inline_s)
         answer = await self._client().eval(RESERVE, len(keys), *keys, *args)
         return _reservation(answer)
 
-    def reserve_now(self, bucket: str, limit: RateLimit, *, tokens: int,
-                    ticket: str) -> Reservation:
+    def reserve_now(self, bucket: str, limit: RateLimit, *, tokens: int, ticket: str,
+                    inline_s: float) -> Reservation:
         """`reserve`, for a caller in a database phase (a tool call's admission)."""
         if self._local is not None:
-            return self._local.reserve(bucket, limit, tokens=tokens, ticket=ticket)
-        keys, args = self._reserve_args(bucket, ticket, limit, tokens)
+            return self._local.reserve(bucket, limit, tokens=tokens, ticket=ticket,
+                                       inline_s=inline_s)
+        keys, args = self._reserve_args(bucket, ticket, limit, tokens, inline_s)
         return _reservation(self._sync_client().eval(RESERVE, len(keys), *keys, *args))
 
     async def adjust(self, bucket: str, limit: RateLimit, *, tokens: int = 0,
@@ -286,17 +307,17 @@ class _LocalBuckets:
         self.times: dict[str, list[float]] = {}
         self.tickets: dict[str, tuple[float, int]] = {}
 
-    def reserve(self, bucket: str, limit: RateLimit, *, tokens: int,
-                ticket: str) -> Reservation:
+    def reserve(self, bucket: str, limit: RateLimit, *, tokens: int, ticket: str,
+                inline_s: float) -> Reservation:
         now = time.monotonic() * 1000
         per_token, per_request = limit.intervals_ms()
         with self.lock:
             key = f"{bucket}:{ticket}"
-            held = self.tickets.get(key)
-            if held is not None and held[0] + TICKET_GRACE_S * 1000 >= now:
+            held = self.tickets.pop(key, None)
+            if held is not None and now - held[0] <= LATE_S * 1000:
                 slot, reserved = held
-                if slot - now <= INLINE_WAIT_S * 1000:
-                    del self.tickets[key]
+                if slot - now > inline_s * 1000:
+                    self.tickets[key] = held
                 return Reservation(max(0.0, (slot - now) / 1000), reserved, fresh=False)
             at = self.times.setdefault(bucket, [now, now])
             slot = max(now, at[0] if per_token else now, at[1] if per_request else now)
@@ -304,7 +325,7 @@ class _LocalBuckets:
                 at[0] = slot + tokens * per_token
             if per_request:
                 at[1] = slot + per_request
-            if slot - now > INLINE_WAIT_S * 1000:
+            if slot - now > inline_s * 1000:
                 self.tickets[key] = (slot, tokens)
                 return Reservation((slot - now) / 1000, tokens)
             return Reservation(max(0.0, (slot - now) / 1000), tokens)

@@ -205,9 +205,8 @@ def model_failed(snap: TaskSnapshot, exc: GatewayError, guard: ModelGuard | None
     database phase)."""
     if exc.calls:
         Spent(model_calls=exc.calls).charge(snap.id)  # every request sent counts
-    if exc.rate_limited and limits is not None:  # its slot is ahead: no retry spent
-        return StepResult(Next.LATER, rate_limit_wait(snap, limits, exc.retry_after_s or 0.0),
-                          "waiting for rate limit")
+    if exc.rate_limited and limits is not None and limits.waits:  # its slot is ahead
+        return StepResult(Next.LATER, rate_limit_wait(snap, limits), "waiting for rate limit")
     if exc.held and guard is not None:  # a breaker is open: wait for it, no retry spent
         return StepResult(Next.LATER, model_wait(snap, guard, exc.retry_after_s or 0.0),
                           f"model: {exc}")

@@ -17,6 +17,7 @@ reserve before they are sent, and tasks that wait for their slot.
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -27,7 +28,9 @@ from config.metrics import count_rate_limit_tokens, observe_rate_limit_wait
 from tools_app.executor import ledger
 from tools_app.executor.types import ToolSpec
 from tools_app.ratelimits import (
+    EARLY_WAKE_S,
     INLINE_WAIT_S,
+    LATE_S,
     RateLimit,
     bucket_key,
     buckets,
@@ -43,6 +46,9 @@ from .breaker_waits import info_event
 RATE_LIMIT_ACTOR = Actor.worker("rate_limit")
 # How long a limit is held after a 429 that names no Retry-After.
 THROTTLED_HOLD_S = 1.0
+# A tool's admission runs in a database phase: it never sleeps there, and a
+# call this close to its slot goes at once.
+TOOL_INLINE_S = 0.05
 
 
 @dataclass
@@ -51,7 +57,8 @@ class ModelLimits:
 
     snap: TaskSnapshot
     reserved: dict[str, int] = field(default_factory=dict)  # bucket -> the call's tokens
-    waits: list[tuple[ModelTarget, float, int]] = field(default_factory=list)
+    # (target, wait, tokens, the slot on this process's monotonic clock)
+    waits: list[tuple[ModelTarget, float, int, float]] = field(default_factory=list)
 
     def _bucket(self, target: ModelTarget) -> str:
         return model_bucket_key(tenant_id=self.snap.tenant_id, base_url=target.base_url,
@@ -59,18 +66,24 @@ class ModelLimits:
 
     async def reserve(self, target: ModelTarget, tokens: int) -> float | None:
         bucket = self._bucket(target)
-        got = await buckets().reserve(bucket, target.rate_limit, tokens=tokens,
-                                      ticket=str(self.snap.id))
-        if got.fresh:
-            observe_rate_limit_wait(kind="model", name=target.name, seconds=got.wait_s)
-            count_rate_limit_tokens(model=target.name, reserved=got.tokens)
-        if got.wait_s > INLINE_WAIT_S:
-            self.waits.append((target, got.wait_s, got.tokens))
-            return got.wait_s
-        if got.wait_s > 0:
-            await asyncio.sleep(got.wait_s)  # shorter than a hand-back; holds no thread
-        self.reserved[bucket] = got.tokens
-        return None
+        while True:
+            got = await buckets().reserve(bucket, target.rate_limit, tokens=tokens,
+                                          ticket=str(self.snap.id))
+            if got.fresh:
+                observe_rate_limit_wait(kind="model", name=target.name, seconds=got.wait_s)
+                count_rate_limit_tokens(model=target.name, reserved=got.tokens)
+            slot = time.monotonic() + got.wait_s
+            if got.wait_s > INLINE_WAIT_S:
+                self.waits.append((target, got.wait_s, got.tokens, slot))
+                return got.wait_s
+            if got.wait_s > 0:
+                await asyncio.sleep(got.wait_s)  # shorter than a hand-back; holds no thread
+            if time.monotonic() - slot <= LATE_S:
+                self.reserved[bucket] = got.tokens
+                return None
+            # the process stalled past the slot: a new one, not a bunch of calls
+
+
 
     async def settle(self, target: ModelTarget, *, used: int | None, sent: bool,
                      throttled: bool = False, retry_after_s: float | None = None) -> None:
@@ -87,13 +100,15 @@ class ModelLimits:
             await buckets().adjust(bucket, target.rate_limit, tokens=delta, hold_s=hold)
 
 
-def model_wait(snap: TaskSnapshot, limits: ModelLimits, delay_s: float) -> float:
+def model_wait(snap: TaskSnapshot, limits: ModelLimits) -> float:
     """The model's rate limit made the call wait (a database phase): note it on
-    the task; the delay before the task comes back."""
-    for target, wait_s, tokens in limits.waits:
+    the task; the delay before the task comes back (`EARLY_WAKE_S` before its
+    slot: it waits the rest in its next slice)."""
+    for target, wait_s, tokens, _ in limits.waits:
         note_wait(snap.id, kind="model", name=target.name, limit=target.rate_limit,
                   wait_s=wait_s, tokens=tokens)
-    return delay_s
+    slot = min(at for *_, at in limits.waits)
+    return max(0.0, slot - time.monotonic() - EARLY_WAKE_S)
 
 
 def note_wait(task_id: int, *, kind: str, name: str, limit: RateLimit, wait_s: float,
@@ -124,10 +139,11 @@ def tool_admit(snap: TaskSnapshot, spec: ToolSpec, claim: ledger.Claim | None) -
     limit = parse_rate_limit(spec.rate_limit)
     if spec.kind not in ("http", "mcp") or not limit.enabled:
         return None
-    got = buckets().reserve_now(tool_bucket(snap, spec), limit, tokens=0, ticket=str(snap.id))
+    got = buckets().reserve_now(tool_bucket(snap, spec), limit, tokens=0, ticket=str(snap.id),
+                                inline_s=TOOL_INLINE_S)
     if got.fresh:
         observe_rate_limit_wait(kind="tool", name=spec.name, seconds=got.wait_s)
-    if got.wait_s <= INLINE_WAIT_S:
+    if got.wait_s <= TOOL_INLINE_S:
         return None
     if claim is not None:
         ledger.release(claim, error={"type": "rate_limited",

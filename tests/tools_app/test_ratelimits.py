@@ -45,19 +45,19 @@ def test_waiters_get_slots_in_arrival_order_one_call_apart(store: Buckets) -> No
     # the first goes at once; each next one a call's tokens later (10 x 0.1 s)
     assert got[0].wait_s == 0
     for before, after in zip(got[1:], got[2:], strict=False):
-        assert after.wait_s == pytest.approx(before.wait_s + 1.0, abs=0.05)
-    assert got[1].wait_s == pytest.approx(1.0, abs=0.05)
+        assert after.wait_s == pytest.approx(before.wait_s + 1.0, abs=0.15)
+    assert got[1].wait_s == pytest.approx(1.0, abs=0.15)
     # a waiter asking again keeps its slot (no second reservation, nobody pushed back)
     again = reserve(store, bucket, limit, 10, ticket="task-2")
-    assert again.wait_s == pytest.approx(got[2].wait_s, abs=0.05) and not again.fresh
+    assert again.wait_s == pytest.approx(got[2].wait_s, abs=0.15) and not again.fresh
     later = reserve(store, bucket, limit, 10, ticket="task-9")
-    assert later.wait_s == pytest.approx(5.0, abs=0.05)
+    assert later.wait_s == pytest.approx(5.0, abs=0.15)
 
 
 def test_requests_per_minute_spaces_calls_whatever_their_tokens(store: Buckets) -> None:
     bucket, limit = uuid.uuid4().hex, RateLimit(requests_per_minute=20)  # one per 0.5 s
     waits = [reserve(store, bucket, limit, 1000, ticket=str(i)).wait_s for i in range(3)]
-    assert waits == pytest.approx([0.0, 0.5, 1.0], abs=0.05)
+    assert waits == pytest.approx([0.0, 0.5, 1.0], abs=0.15)
 
 
 def test_settling_gives_back_what_was_not_used_and_a_429_holds_the_bucket(
@@ -65,15 +65,15 @@ def test_settling_gives_back_what_was_not_used_and_a_429_holds_the_bucket(
     bucket, limit = uuid.uuid4().hex, RateLimit(tokens_per_minute=100)
     assert reserve(store, bucket, limit, 30, ticket="a").wait_s == 0
     asyncio.run(store.adjust(bucket, limit, tokens=-20))  # it used 10 of its 30
-    assert reserve(store, bucket, limit, 10, ticket="b").wait_s == pytest.approx(1.0, abs=0.05)
+    assert reserve(store, bucket, limit, 10, ticket="b").wait_s == pytest.approx(1.0, abs=0.15)
     asyncio.run(store.adjust(bucket, limit, hold_s=4.0))  # the provider said 429, wait 4 s
-    assert reserve(store, bucket, limit, 10, ticket="c").wait_s == pytest.approx(4.0, abs=0.05)
+    assert reserve(store, bucket, limit, 10, ticket="c").wait_s == pytest.approx(4.0, abs=0.15)
     # a refund never makes credit: the next call after a large one waits its own share only
     other = uuid.uuid4().hex
     assert reserve(store, other, limit, 10, ticket="a").wait_s == 0
     asyncio.run(store.adjust(other, limit, tokens=-1000))
     assert reserve(store, other, limit, 10, ticket="b").wait_s == 0
-    assert reserve(store, other, limit, 10, ticket="c").wait_s == pytest.approx(1.0, abs=0.05)
+    assert reserve(store, other, limit, 10, ticket="c").wait_s == pytest.approx(1.0, abs=0.15)
 
 
 def test_a_window_sees_at_most_the_limit_plus_one_call(store: Buckets) -> None:
