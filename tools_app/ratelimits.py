@@ -56,12 +56,8 @@ MAX_PER_MINUTE = 10**9
 # back `EARLY_WAKE_S` before its slot and waits the rest there, so that the
 # time a slice takes to start (lease, plan, context) does not make it late:
 # late calls would bunch with the punctual ones after them.
-INLINE_WAIT_S = 0.5
-EARLY_WAKE_S = 0.3
-# A caller later than this after its slot (its process stalled) does not go
-# on it: the slot passed unused, and sending now would bunch with the calls of
-# the next slots. It reserves again, as a new arrival.
-LATE_S = 0.1
+INLINE_WAIT_S = 0.75
+EARLY_WAKE_S = 0.5
 # How long a ticket outlives its slot (the task may come back a little late).
 TICKET_GRACE_S = 30.0
 # Output tokens reserved for a call whose `max_tokens` is not set.
@@ -161,22 +157,13 @@ class Reservation:
 # --- the Redis scripts ------------------------------------------------------------------
 # KEYS[1]: the bucket (hash: t = tokens' time, r = requests' time, in ms of
 # the Redis clock); KEYS[2]: the caller's ticket ("slot_ms:tokens").
-# ARGV: tokens, ms per token, ms per request, inline wait ms, ticket grace ms,
-# lateness ms past which a ticket is void.
+# ARGV: tokens, ms per token, ms per request, inline wait ms, ticket grace ms.
 # Answers {wait_ms, tokens, fresh}: fresh 1 for a new reservation, 0 for a
 # ticket used now, 2 for a ticket whose slot is still ahead.
 RESERVE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
 local ticket = redis.call('GET', KEYS[2])
-if ticket then
-  local slot, tokens = string.match(ticket, '([^:]+):([^:]+)')
-  slot = tonumber(slot)
-  if now - slot > tonumber(ARGV[6]) then
-    redis.call('DEL', KEYS[2])
-    ticket = nil
-  end
-end
 if ticket then
   local slot, tokens = string.match(ticket, '([^:]+):([^:]+)')
   slot = tonumber(slot)
@@ -258,8 +245,7 @@ class Buckets:
                       inline_s: float) -> tuple[list[str], list[Any]]:
         per_token, per_request = limit.intervals_ms()
         return ([PREFIX + bucket, f"{PREFIX}ticket:{bucket}:{ticket}"],
-                [tokens, per_token, per_request, inline_s * 1000, TICKET_GRACE_S * 1000,
-                 LATE_S * 1000])
+                [tokens, per_token, per_request, inline_s * 1000, TICKET_GRACE_S * 1000])
 
     async def reserve(self, bucket: str, limit: RateLimit, *, tokens: int, ticket: str,
                       inline_s: float = INLINE_WAIT_S) -> Reservation:
@@ -314,7 +300,7 @@ class _LocalBuckets:
         with self.lock:
             key = f"{bucket}:{ticket}"
             held = self.tickets.pop(key, None)
-            if held is not None and now - held[0] <= LATE_S * 1000:
+            if held is not None and now - held[0] <= TICKET_GRACE_S * 1000:
                 slot, reserved = held
                 if slot - now > inline_s * 1000:
                     self.tickets[key] = held
@@ -338,6 +324,29 @@ class _LocalBuckets:
             at[0] += tokens * per_token
             for i in (0, 1):
                 at[i] = max(at[i], now + hold_s * 1000 if hold_s else now)
+
+
+BACKLOG = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+local at = math.max(tonumber(redis.call('HGET', KEYS[1], 't') or now),
+                    tonumber(redis.call('HGET', KEYS[1], 'r') or now))
+return tostring(math.max(0, at - now))
+"""
+
+
+def backlog_s(bucket: str) -> float:
+    """How far ahead the bucket's next free slot is: the wait a call arriving
+    now would have (0: calls go at once). Never raises: a page shows it."""
+    store = buckets()
+    try:
+        if store._local is not None:
+            now = time.monotonic() * 1000
+            times = store._local.times.get(bucket, [now, now])
+            return max(0.0, max(times) - now) / 1000
+        return float(store._sync_client().eval(BACKLOG, 1, PREFIX + bucket)) / 1000
+    except Exception:  # noqa: BLE001 - Redis away: nothing to show, the page still opens
+        return 0.0
 
 
 _buckets: Buckets | None = None

@@ -267,8 +267,10 @@ def after_step(snap: TaskSnapshot, sources: ContextSources | None, memo: SliceMe
                owner: str) -> None:
     """After the step committed (in its last phase); never raises. With the
     sources the context was built from, most steps need no query to know no
-    summary is due. A summary's model call goes through the model's breakers."""
+    summary is due. A summary's model call goes through the model's breakers
+    and rate limits."""
     summary = summary_maybe_create(task_id=snap.id, steps_count=snap.steps_count + 1,
-                                   sources=sources, guard=summary_guard(snap, owner=owner))
+                                   sources=sources, guard=summary_guard(snap, owner=owner),
+                                   limiter=ModelLimits(snap))
     if summary is not None and memo.sources is not None:
         memo.sources = memo.sources.on_summary(summary)  # the context starts from it

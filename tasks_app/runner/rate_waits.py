@@ -30,8 +30,8 @@ from tools_app.executor.types import ToolSpec
 from tools_app.ratelimits import (
     EARLY_WAKE_S,
     INLINE_WAIT_S,
-    LATE_S,
     RateLimit,
+    backlog_s,
     bucket_key,
     buckets,
     model_bucket_key,
@@ -39,7 +39,7 @@ from tools_app.ratelimits import (
 )
 
 from ..actors import Actor
-from ..gateway.model_settings import ModelTarget
+from ..gateway.model_settings import ModelTarget, parse_model_settings
 from ..snapshot import TaskSnapshot
 from .breaker_waits import info_event
 
@@ -66,23 +66,18 @@ class ModelLimits:
 
     async def reserve(self, target: ModelTarget, tokens: int) -> float | None:
         bucket = self._bucket(target)
-        while True:
-            got = await buckets().reserve(bucket, target.rate_limit, tokens=tokens,
-                                          ticket=str(self.snap.id))
-            if got.fresh:
-                observe_rate_limit_wait(kind="model", name=target.name, seconds=got.wait_s)
-                count_rate_limit_tokens(model=target.name, reserved=got.tokens)
-            slot = time.monotonic() + got.wait_s
-            if got.wait_s > INLINE_WAIT_S:
-                self.waits.append((target, got.wait_s, got.tokens, slot))
-                return got.wait_s
-            if got.wait_s > 0:
-                await asyncio.sleep(got.wait_s)  # shorter than a hand-back; holds no thread
-            if time.monotonic() - slot <= LATE_S:
-                self.reserved[bucket] = got.tokens
-                return None
-            # the process stalled past the slot: a new one, not a bunch of calls
-
+        got = await buckets().reserve(bucket, target.rate_limit, tokens=tokens,
+                                      ticket=str(self.snap.id))
+        if got.fresh:
+            observe_rate_limit_wait(kind="model", name=target.name, seconds=got.wait_s)
+            count_rate_limit_tokens(model=target.name, reserved=got.tokens)
+        if got.wait_s > INLINE_WAIT_S:
+            self.waits.append((target, got.wait_s, got.tokens, time.monotonic() + got.wait_s))
+            return got.wait_s
+        if got.wait_s > 0:
+            await asyncio.sleep(got.wait_s)  # shorter than a hand-back; holds no thread
+        self.reserved[bucket] = got.tokens
+        return None
 
 
     async def settle(self, target: ModelTarget, *, used: int | None, sent: bool,
@@ -119,6 +114,24 @@ def note_wait(task_id: int, *, kind: str, name: str, limit: RateLimit, wait_s: f
     if tokens:
         payload["tokens"] = tokens
     info_event(task_id, "rate_limit_waiting", payload, actor=RATE_LIMIT_ACTOR)
+
+
+def model_limits_view(tenant_id: int, model: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The rate limits of an agent's model endpoints as its page shows them:
+    {"primary"|"fallback": {limit, backlog_s}} (only those with a limit)."""
+    try:
+        settings = parse_model_settings(model)
+    except (TypeError, ValueError):
+        return {}
+    targets = {"primary": settings.primary, "fallback": settings.fallback}
+    out = {}
+    for role, target in targets.items():
+        if target is None or not target.rate_limit.enabled:
+            continue
+        bucket = model_bucket_key(tenant_id=tenant_id, base_url=target.base_url,
+                                  model=target.name, key_ref=target.key_ref)
+        out[role] = {"limit": target.rate_limit.as_dict(), "backlog_s": backlog_s(bucket)}
+    return out
 
 
 # --- tools ---------------------------------------------------------------------------

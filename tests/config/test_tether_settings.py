@@ -56,6 +56,8 @@ DEFAULTS = {
     # memory (memory_app), declared here from the start
     "MEMORY_CONTEXT_TOKENS": 800, "MEMORY_CONTEXT_ITEMS": 8, "MEMORY_MAX_ITEMS_PER_SCOPE": 1000,
     "MEMORY_MAX_TEXT_CHARS": 2000, "MEMORY_MAX_VALUE_CHARS": 8000,
+    # rate limits (tools_app.ratelimits): no Redis named here, a minute
+    "RATE_LIMIT_URL": "", "RATE_LIMIT_PERIOD_S": 60.0,
 }
 # Fields that reach Django under another name than TETHER_<field>.
 WIRED_AS = {"WORKER_POOL": "CELERY_WORKER_POOL", "WORKER_CONCURRENCY": "CELERY_WORKER_CONCURRENCY",

@@ -30,7 +30,7 @@ from tests.processes import REDIS_BROKER_URL
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
-PERIOD_S = 2.0
+PERIOD_S = 4.0
 MAX_TOKENS = 16
 COMPLETION_TOKENS = 5
 
@@ -86,7 +86,9 @@ def _finished(ids: list[int]) -> list[Task] | None:
 def test_a_tokens_per_minute_limit_holds_across_two_workers_and_waiters_hold_no_worker(
         world, celery_workers, openai_server):  # noqa: F811
     counter = TokenCounter(openai_server)
-    limit = 6000  # tokens per period: about eight calls of this agent's
+    # tokens per period: four calls of this agent's, a call a second. A slot
+    # further apart than a worker's stall under load, which would bunch calls.
+    limit = 3000
     openai_agent(world.tenant, openai_server, name="limited", max_concurrent_tasks=100,
                  model={"max_tokens": MAX_TOKENS, "max_retries": 0,
                         "rate_limit": {"tokens_per_minute": limit}})
@@ -95,11 +97,11 @@ def test_a_tokens_per_minute_limit_holds_across_two_workers_and_waiters_hold_no_
         celery_workers.start(concurrency=1, env=worker_env())
     with transaction.atomic():
         limited = [ask(world.tenant, f"limited task {i}")
-                   for i in range(40)]
+                   for i in range(16)]
     ids = [t.pk for t in limited]
     # some tasks wait for their slot...
     wait_for(lambda: Event.objects.filter(task_id__in=ids, type="rate_limit_waiting").count()
-             >= 10, timeout=60, message="tasks to wait for the rate limit")
+             >= 8, timeout=60, message="tasks to wait for the rate limit")
     # ...holding no worker: another agent's tasks run meanwhile, to the end
     with transaction.atomic():
         free = [submit(world.tenant, [{"final": {"n": i}}], agent="free") for i in range(10)]
