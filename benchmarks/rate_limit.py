@@ -164,7 +164,7 @@ def _run(world: World, n: int, server: ModelServer) -> dict[str, Any]:
             "sending_s": (seen[-1][0] - seen[0][0]) if len(seen) > 1 else 0.0,
             "succeeded": statuses.get(TaskStatus.SUCCEEDED, 0),
             "other_statuses": {s: c for s, c in statuses.items() if s != TaskStatus.SUCCEEDED},
-            "finished": [f.timestamp() for f in finished]}
+            "finished": [f.timestamp() for f in finished if f is not None]}
 
 
 def _figures(run: dict[str, Any], base: dict[str, Any], *, limit: int, period_s: float,

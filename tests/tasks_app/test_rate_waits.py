@@ -147,3 +147,28 @@ def test_a_tool_keeps_its_rate_limit(world) -> None:
     created = client.post("/api/v1/tools", body, format="json")
     assert created.status_code == 201, created.content
     assert created.json()["rate_limit"] == {"requests_per_minute": 30}
+
+
+def test_the_task_and_agent_pages_show_the_wait_and_the_limit(world, openai_server) -> None:  # noqa: F811
+    import re
+
+    from django.test import Client
+
+    openai_server.responder = lambda received: reply("done")
+    openai_agent(world.tenant, openai_server, name="limited",
+                 model={"rate_limit": {"requests_per_minute": 1, "tokens_per_minute": 90000}})
+    first, second = submit_model_task(world, "first"), submit_model_task(world, "second")
+    run_slice(first.pk)
+    assert run_slice(second.pk).ended == "later"
+
+    client = Client()
+    client.force_login(world.users[Role.OPERATOR])
+    task_page = " ".join(re.sub(r"<[^>]+>", " ", client.get(f"/tasks/{second.pk}/")
+                                .content.decode()).split())
+    assert "Waiting for rate limit of model primary" in task_page
+    assert re.search(r"expected wait (59|60)\.\d s", task_page), task_page
+    agent_page = " ".join(re.sub(r"<[^>]+>", " ", client.get("/agents/limited/")
+                                 .content.decode()).split())
+    assert "Rate limit 1 requests · 90,000 tokens per minute" in agent_page
+    # the second task's slot is about a minute ahead: a third call would wait behind it
+    assert re.search(r"calls queued (1[01][0-9]|120)\.\d s ahead", agent_page), agent_page
