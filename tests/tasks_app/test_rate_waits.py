@@ -172,3 +172,28 @@ def test_the_task_and_agent_pages_show_the_wait_and_the_limit(world, openai_serv
     assert "Rate limit 1 requests · 90,000 tokens per minute" in agent_page
     # the second task's slot is about a minute ahead: a third call would wait behind it
     assert re.search(r"calls queued (1[01][0-9]|120)\.\d s ahead", agent_page), agent_page
+
+
+@pytest.mark.django_db  # one thread: no real commits needed
+def test_the_tool_form_keeps_the_rate_limit_and_refuses_nonsense(world) -> None:
+    from django.test import Client
+
+    admin = Client()
+    admin.force_login(world.users[ADMIN])
+    url = "http://127.0.0.1:9/lookup"
+    add_tool(world.tenant, "lookup", kind="http", url=url, target="",
+             rate_limit={"requests_per_minute": 30})
+    form = admin.get("/tools/lookup/edit/").content.decode()
+    assert "&quot;requests_per_minute&quot;: 30" in form
+    assert "30 requests per minute" in admin.get("/tools/lookup/").content.decode()
+    fields = {"description": "", "kind": "http", "url": url, "args_schema": '{"type": "object"}',
+              "side_effect": "read", "risk": "low", "timeout_s": "5", "max_retries": "3",
+              "enabled": "on", "rate_limit": '{"requests_per_minute": 30}'}
+    saved = admin.post("/tools/lookup/edit/", {**fields, "timeout_s": "7"})
+    assert saved.status_code == 302
+    tool = Tool.objects.get(tenant=world.tenant, name="lookup")
+    assert (tool.timeout_s, tool.rate_limit) == (7.0, {"requests_per_minute": 30})
+    refused = admin.post("/tools/lookup/edit/",
+                         {**fields, "rate_limit": '{"requests_per_minute": -1}'})
+    assert refused.status_code == 400 and "rate_limit" in refused.context["form"].errors
+    assert Tool.objects.get(pk=tool.pk).rate_limit == {"requests_per_minute": 30}
