@@ -222,7 +222,7 @@ def admit_call(snap: TaskSnapshot, step: Step, spec: ToolSpec, claim: ledger.Cla
             prepared = replace(prepared, call=hold.fenced(prepared.call))
         # its rate limit's slot ahead (before the breaker: a probe is never held
         # by a wait), or its breaker open: no call, no retry spent; come back later
-        wait_s = rate_waits.tool_admit(snap, spec, claim)
+        wait_s = rate_waits.tool_admit(snap, spec, claim, step_no=step.step_no)
         if wait_s is not None:
             return StepResult(Next.LATER, wait_s, "waiting for rate limit")
         gate = breaker_waits.tool_admit(snap, spec, owner=owner)

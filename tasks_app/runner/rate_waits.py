@@ -145,15 +145,16 @@ def tool_bucket(snap: TaskSnapshot, spec: ToolSpec) -> str:
     return bucket_key("tool", snap.tenant_id, spec.mcp_server or spec.url or spec.name, secrets)
 
 
-def tool_admit(snap: TaskSnapshot, spec: ToolSpec, claim: ledger.Claim | None) -> float | None:
+def tool_admit(snap: TaskSnapshot, spec: ToolSpec, claim: ledger.Claim | None, *,
+               step_no: int) -> float | None:
     """Before a tool call (a database phase): None to call now; else its claim
     is given back (no attempt spent), the wait is noted on the task and its
-    delay returned."""
+    delay returned. The slot is the step's (calls of one reply may run at once)."""
     limit = parse_rate_limit(spec.rate_limit)
     if spec.kind not in ("http", "mcp") or not limit.enabled:
         return None
-    got = buckets().reserve_now(tool_bucket(snap, spec), limit, tokens=0, ticket=str(snap.id),
-                                inline_s=TOOL_INLINE_S)
+    got = buckets().reserve_now(tool_bucket(snap, spec), limit, tokens=0,
+                                ticket=f"{snap.id}/{step_no}", inline_s=TOOL_INLINE_S)
     if got.fresh:
         observe_rate_limit_wait(kind="tool", name=spec.name, seconds=got.wait_s)
     if got.wait_s <= TOOL_INLINE_S:
