@@ -32,9 +32,10 @@ expires (the task was canceled, or its worker died): the slot is lost, not
 the order of the others.
 
 After the reply, the reservation is corrected with the reply's usage
-(`settle`): what was reserved but not used is given back, and what was used
+(`Buckets.adjust`, called by the runner's settle): what was reserved but not
+used is given back, and what was used
 beyond it is taken. A 429 from the provider holds the whole bucket until its
-`Retry-After` (`hold`).
+`Retry-After` (`adjust`'s `hold_s`).
 """
 from __future__ import annotations
 
