@@ -99,6 +99,16 @@ LATE_RESULTS = Counter(
 BREAKER_CHANGES = Counter(
     "tether_breaker_transitions", "Circuit breakers' changes of state, by what they guard "
     "(tool, model) and change (opened, half_open, reopened, closed).", ["kind", "change"])
+RATE_LIMIT_WAIT = Histogram(
+    "tether_rate_limit_wait_seconds", "How long a call waits for its rate limit when it "
+    "reserves (0: it goes at once), by what is limited (model, tool) and its name.",
+    ["kind", "name"], buckets=(0.0, *DURATION_BUCKETS, 300.0, 600.0))
+RATE_LIMIT_TOKENS_RESERVED = Counter(
+    "tether_rate_limit_tokens_reserved", "Tokens model calls reserved from their "
+    "tokens-per-minute limit before they were sent (the estimate).", ["model"])
+RATE_LIMIT_TOKENS_USED = Counter(
+    "tether_rate_limit_tokens_used", "Tokens rate-limited model calls used, by their replies' "
+    "usage: what the reservations were corrected to.", ["model"])
 
 
 class _BoundedNames:
@@ -207,6 +217,19 @@ def count_recoveries(n: int) -> None:
 
 def count_breaker_change(*, kind: str, change: str) -> None:
     BREAKER_CHANGES.labels(kind=kind, change=change).inc()
+
+
+def observe_rate_limit_wait(*, kind: str, name: str, seconds: float) -> None:
+    label = (model_label if kind == "model" else tool_label)(name)
+    RATE_LIMIT_WAIT.labels(kind=kind, name=label).observe(seconds)
+
+
+def count_rate_limit_tokens(*, model: str, reserved: int = 0, used: int = 0) -> None:
+    name = model_label(model)
+    if reserved:
+        RATE_LIMIT_TOKENS_RESERVED.labels(model=name).inc(reserved)
+    if used:
+        RATE_LIMIT_TOKENS_USED.labels(model=name).inc(used)
 
 
 def count_late_result() -> None:

@@ -54,6 +54,14 @@ def _runner_default() -> Runner:
     return "celery" if _env.str("CELERY_BROKER_URL", default="") else "embedded"
 
 
+def _rate_limit_url_default() -> str:
+    for name in ("CACHE_URL", "CELERY_BROKER_URL"):
+        url = _env.str(name, default="")
+        if url.startswith(("redis://", "rediss://", "unix://")):
+            return url
+    return ""
+
+
 def _egress_default(data: dict[str, Any]) -> list[str]:
     return list(LOOPBACK) if data.get("RUNNER") == "embedded" else []
 
@@ -176,6 +184,18 @@ class TetherSettings(BaseSettings):
         default=1.0, ge=0,
         description="A breaker read as closed with no failures is trusted by a process this "
                     "long (`0`: read before every call).")
+
+    # --- rate limits (tools_app/ratelimits) ---------------------------------------
+    RATE_LIMIT_URL: str = Field(
+        default_factory=_rate_limit_url_default,
+        description="The Redis that keeps the rate limits' buckets, shared by every worker "
+                    "process and host; empty: each process keeps its own (one process only).",
+        json_schema_extra=_default("`CACHE_URL` when it is a Redis, else `CELERY_BROKER_URL` "
+                                   "when it is one, else empty"))
+    RATE_LIMIT_PERIOD_S: float = Field(
+        default=60.0, gt=0,
+        description="The period of `requests_per_minute` and `tokens_per_minute`: a minute; "
+                    "shorter only in tests and benches, so a limit's minute passes quickly.")
 
     # --- sizes and the model's context -------------------------------------------
     MAX_TOOL_RESULT_BYTES: int = Field(
@@ -417,6 +437,7 @@ TETHER_DICT_KEYS = frozenset({
     "MAX_RUNNING_TASKS", "MAX_RUNNING_PER_TENANT", "BACKOFF_BASE_S", "BACKOFF_MAX_S",
     "STEP_ERROR_RETRIES", "COMPENSATION_RESWEEP_S", "COMPENSATION_THREADS",
     "BREAKER_FAILURES", "BREAKER_COOLDOWN_S", "BREAKER_MAX_COOLDOWN_S", "BREAKER_RECHECK_S",
+    "RATE_LIMIT_URL", "RATE_LIMIT_PERIOD_S",
     "MAX_TOOL_RESULT_BYTES", "MAX_RESPONSE_BYTES", "CONTEXT_WINDOW_STEPS",
     "CONTEXT_RESULT_CHARS", "SUMMARY_THRESHOLD_STEPS", "SUMMARY_THRESHOLD_CHARS",
     "SUMMARY_MAX_CHARS", "READ_SOURCE_MAX_CHARS", "LEDGER_CLAIM_GRACE_S",

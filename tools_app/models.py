@@ -102,6 +102,9 @@ class Tool(models.Model):
     retry_delays_s = models.JSONField(default=list, blank=True, db_default=[])
     # This tool's circuit breaker: {failures, cooldown_s, max_cooldown_s}; {}: defaults.
     breaker = models.JSONField(default=dict, blank=True, db_default={})
+    # http and mcp tools: {requests_per_minute}, applied before each call,
+    # shared by every worker (`tools_app.ratelimits`); {}: no limit.
+    rate_limit = models.JSONField(default=dict, blank=True, db_default={})
     enabled = models.BooleanField(default=True)
     # mcp tools: the server (`target` is the tool's name there), its annotations
     # as listed, and whether an admin has confirmed the settings.

@@ -31,7 +31,7 @@ SPEC_AS_SAVED = ("name", "kind", "target", "url", "status_url", "status_tool", "
                  "resource", "risk", "requires_approval", "timeout_s", "side_effect",
                  "max_retries", "description")
 TOOL_FIELDS = (*SPEC_AS_SAVED, "secret_headers", "args_schema", "result_schema", "retry_delays_s",
-               "breaker", "review")
+               "breaker", "rate_limit", "review")
 SERVER_FIELDS = ("name", "url", "stdio", "secret_headers")
 
 
@@ -89,6 +89,7 @@ def _spec_of(row: tuple[Any, ...]) -> ToolSpec:
         result_schema=dict(tool["result_schema"] or {}),
         retry_delays_s=tuple(float(d) for d in tool["retry_delays_s"] or ()),
         breaker=dict(tool["breaker"] or {}),
+        rate_limit=dict(tool["rate_limit"] or {}),
     )
     if tool["kind"] == ToolKind.MCP and server[0] is not None:
         mcp = _values(McpServer, SERVER_FIELDS, server)

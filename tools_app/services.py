@@ -52,6 +52,7 @@ from tasks_app.vault.references import EXAMPLE, header_secret_names, template_er
 from .breakers import breaker_errors, retry_delays_errors
 from .models import Review, Risk, SideEffect, Tool, ToolKind
 from .outbound import url_problem
+from .ratelimits import rate_limit_errors
 from .resources import resource_template_errors
 from .schemas import check_schema
 
@@ -84,6 +85,7 @@ EDITABLE = (
     "max_retries",
     "retry_delays_s",
     "breaker",
+    "rate_limit",
     "enabled",
 )
 # What an mcp tool's server decides; an admin's save may repeat it, not change it.
@@ -242,6 +244,13 @@ def tool_errors(tool: Tool) -> dict[str, list[str]]:
         add("retry_delays_s", problem)
     for problem in breaker_errors(tool.breaker):
         add("breaker", problem)
+    for problem in rate_limit_errors(tool.rate_limit or None, tokens=False):
+        add("rate_limit", problem)
+    if tool.rate_limit and tool.kind not in ("http", "mcp"):
+        add("rate_limit", "only an http or mcp tool has a rate limit (a python tool is the "
+                          "deployment's own code)")
+    if tool.rate_limit is None:
+        tool.rate_limit = {}
     if tool.retry_delays_s is None:
         tool.retry_delays_s = []
     if tool.breaker is None:

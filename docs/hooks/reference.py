@@ -121,6 +121,8 @@ EVENT_MEANINGS = {
     "breaker_opened": "this task's call opened a circuit breaker",
     "breaker_waiting": "the task waits for an open circuit breaker (once per wait)",
     "breaker_closed": "the breaker the task waited for closed; the task goes on",
+    "rate_limit_waiting": "a call waits for its model's or tool's rate limit: its slot, the "
+                          "expected wait (`wait_s`, `until`); the task holds no worker meanwhile",
     "lease_acquired": "a tool call took the lease of its resource",
     "lease_waiting": "a tool call waits for a resource another call holds",
     "lease_released": "a tool call released its resource",

@@ -20,6 +20,7 @@ from tools_app.breakers.selectors import model_breakers
 from tools_app.selectors import tools_of_tenant
 
 from ..models import AgentProfile
+from ..runner.rate_waits import model_limits_view
 from ..selectors import (
     agent_of_tenant,
     agent_versions_of,
@@ -73,6 +74,7 @@ def _detail_page(
             "recent": recent,
             "model": dict(agent.model or {}),
             "breakers": model_breakers(cu.tenant_id, dict(agent.model or {})),
+            "rate_limits": model_limits_view(cu.tenant_id, dict(agent.model or {})),
             "versions": agent_versions_of(agent.pk)[:VERSIONS_SHOWN],
             "version_numbers": range(agent.latest_version, 0, -1),
             "release_log": release_log_of(agent.pk)[:RELEASE_LOG_SHOWN],

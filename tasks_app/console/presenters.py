@@ -65,6 +65,7 @@ TONE_OF_EVENT = {
     "breaker_opened": "danger",
     "breaker_waiting": "warning",
     "breaker_closed": "success",
+    "rate_limit_waiting": "warning",
     "memory_written": "info",
     "memory_proposed": "warning",
     "memory_accepted": "success",
@@ -197,6 +198,11 @@ def _describe(kind: str, p: dict[str, Any], actor: str) -> tuple[str, str]:
         return f"{step}: a late result was discarded", str(p.get("reason", "")).replace("_", " ")
     if kind.startswith("breaker_"):
         return _breaker_summary(kind, p)
+    if kind == "rate_limit_waiting":
+        until = str(p.get("until") or "")[11:19]  # HH:MM:SS of the ISO time (UTC)
+        detail = f"expected wait {float(p.get('wait_s') or 0):.1f} s"
+        return (f"Waiting for rate limit of {p.get('kind', '')} {p.get('name', '')}",
+                f"{detail}, until {until} UTC" if until else detail)
     if kind == "memory_written":
         return (f"{step}: saved to memory as {p.get('item', '')}",
                 f"{p.get('kind')}, {p.get('scope')}")

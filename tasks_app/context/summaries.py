@@ -40,7 +40,7 @@ from config.errors import conflict, forbidden, invalid, not_found
 
 from ..actors import SYSTEM, Actor
 from ..gateway import GatewayError, get_backend
-from ..gateway.base import CallGuard
+from ..gateway.base import CallGuard, CallLimiter
 from ..machine import TERMINAL
 from ..models import ContextSummary, Event, Role, Step, Task
 from ..services.spend import spend_of_call
@@ -62,7 +62,8 @@ ROLLBACK_ROLES = (Role.OPERATOR, Role.ADMIN, "system")
 
 def summary_maybe_create(*, task_id: int, steps_count: int | None = None,
                          sources: ContextSources | None = None,
-                         guard: CallGuard | None = None) -> ContextSummary | None:
+                         guard: CallGuard | None = None,
+                         limiter: CallLimiter | None = None) -> ContextSummary | None:
     """Fold older steps into a new summary version if a threshold is passed.
 
     Called by the runner after a step commits, outside any transaction. A
@@ -70,13 +71,15 @@ def summary_maybe_create(*, task_id: int, steps_count: int | None = None,
     the step that was already committed. With `steps_count` and the `sources`
     the step's context was built from (the active summary and the recent
     steps with their sizes, as the caller last saw them) most calls decide
-    that no summary is due without a query.
+    that no summary is due without a query. The model's call goes through its
+    breakers (`guard`) and rate limits (`limiter`): held by either, the summary
+    is the deterministic digest.
     """
     try:
         if steps_count is not None and sources is not None and not _maybe_due(
                 task_id, steps_count=steps_count, sources=sources):
             return None
-        return _maybe_create(task_id, guard)
+        return _maybe_create(task_id, guard, limiter)
     except Exception:
         log.exception("summarizing the context of task %s failed", task_id)
         return None
@@ -99,7 +102,8 @@ def _maybe_due(task_id: int, *, steps_count: int, sources: ContextSources) -> bo
     return chars >= limits["threshold_chars"]
 
 
-def _maybe_create(task_id: int, guard: CallGuard | None = None) -> ContextSummary | None:
+def _maybe_create(task_id: int, guard: CallGuard | None = None,
+                  limiter: CallLimiter | None = None) -> ContextSummary | None:
     task = (Task.objects.only("id", "tenant_id", "trace_id", "status", "steps_count", "goal",
                               "agent_snapshot").filter(pk=task_id).first())
     if task is None or task.status in TERMINAL:
@@ -137,7 +141,7 @@ def _maybe_create(task_id: int, guard: CallGuard | None = None) -> ContextSummar
         calls = 1
         try:
             keys = model_keys(tenant_id=task.tenant_id, model=model)  # the task's tenant only
-            backend: Any = get_backend(model, keys, guard)
+            backend: Any = get_backend(model, keys, guard, limiter)
             notes = backend.summarize(
                 goal=task.goal, previous=previous, steps=views, max_chars=limits["summary_chars"])
             text, tokens, model_name, method = notes.text, notes.tokens, notes.model, "model"

@@ -4,6 +4,7 @@ The gateway never touches the database; the runner persists what it returns.
 """
 from .base import (
     CallGuard,
+    CallLimiter,
     ContextSnapshot,
     Decision,
     GatewayError,
@@ -18,6 +19,7 @@ from .registry import get_backend, is_instant, register_backend
 
 __all__ = [
     "CallGuard",
+    "CallLimiter",
     "ContextSnapshot",
     "Decision",
     "GatewayError",

@@ -26,9 +26,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ..pricing import TokenUsage
+
+if TYPE_CHECKING:
+    from .model_settings import ModelTarget
 
 DecisionKind = Literal["tool_call", "final", "ask_user", "invalid", "fail", "remember",
                        "read_source"]
@@ -305,18 +308,20 @@ class Summarized:
 class GatewayError(Exception):
     """The model could not be reached or kept failing; `retryable` says whether
     trying again later may help. `calls`: the requests actually sent (each counts
-    against the budget); `held`: the last word was a circuit breaker's, come
-    back after `retry_after_s` without having called."""
+    against the budget); `held`: the last word was a circuit breaker's or a rate
+    limit's (`rate_limited`), come back after `retry_after_s` without having
+    called."""
 
     def __init__(
         self, message: str, *, retryable: bool, retry_after_s: float | None = None,
-        calls: int = 1, held: bool = False,
+        calls: int = 1, held: bool = False, rate_limited: bool = False,
     ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.retry_after_s = retry_after_s
         self.calls = calls
-        self.held = held
+        self.held = held or rate_limited
+        self.rate_limited = rate_limited
 
 
 class ModelRefused(GatewayError):
@@ -352,6 +357,22 @@ class CallGuard(Protocol):
 
     async def record(self, base_url: str, model: str, *, failed: bool | None,
                      error: str) -> None: ...
+
+
+class CallLimiter(Protocol):
+    """The rate limits of the model endpoints (`tools_app.ratelimits`), supplied
+    by the caller: `reserve` takes a call's estimated tokens from its target's
+    limit before it is sent and returns None to call now, else the seconds to
+    wait (the slot is kept for the caller); `settle` corrects the reservation
+    with what the call used (`used`: the reply's usage, None when there was
+    none; `sent`: whether the request reached the endpoint) and, after a 429,
+    holds the limit for the server's `retry_after_s`. Only targets with a
+    `rate_limit` are passed. Awaited on the I/O loop."""
+
+    async def reserve(self, target: ModelTarget, tokens: int) -> float | None: ...
+
+    async def settle(self, target: ModelTarget, *, used: int | None, sent: bool,
+                     throttled: bool = False, retry_after_s: float | None = None) -> None: ...
 
 
 class ModelBackend(Protocol):

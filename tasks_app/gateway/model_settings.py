@@ -9,7 +9,14 @@ Shape (JSON on the profile, frozen into `task.agent_snapshot` at submission)::
                 "cached_input_per_mtok": "0.075"},
      "fallback": {"name": "...", "base_url": "...", "api_key_secret": "...",
                   "prices": {...}},
-     "breaker": {"failures": 5, "cooldown_s": 10, "max_cooldown_s": 300}}
+     "breaker": {"failures": 5, "cooldown_s": 10, "max_cooldown_s": 300},
+     "max_tokens": 1024,
+     "rate_limit": {"requests_per_minute": 500, "tokens_per_minute": 90000}}
+
+`rate_limit` (the primary's; the fallback may have its own) is applied before
+each call, shared by every agent calling the same endpoint and model with the
+same key (`tools_app.ratelimits`); `max_tokens` bounds each reply, and is
+what a call reserves for it.
 
 `prices` (dollars per million tokens, `tasks_app.pricing`) are optional; a
 model without them costs nothing, so when the primary has prices its fallback
@@ -32,6 +39,7 @@ from typing import Any
 
 from tools_app.breakers import breaker_errors
 from tools_app.outbound import url_problem
+from tools_app.ratelimits import NO_LIMIT, RateLimit, parse_rate_limit, rate_limit_errors
 
 from ..pricing import prices_errors
 from ..vault.references import SECRET_NAME, SECRET_NAME_RULE, env_ref, secret_ref
@@ -56,6 +64,7 @@ class ModelTarget:
     base_url: str
     api_key_env: str = ""
     api_key_secret: str = ""
+    rate_limit: RateLimit = NO_LIMIT
 
     @property
     def key_ref(self) -> str:
@@ -77,6 +86,7 @@ class ModelSettings:
     timeout_s: float
     max_retries: int
     max_wait_s: float
+    max_tokens: int | None = None
 
 
 def parse_model_settings(model: dict[str, Any]) -> ModelSettings:
@@ -85,7 +95,8 @@ def parse_model_settings(model: dict[str, Any]) -> ModelSettings:
     base_url = str(model.get("base_url") or "")
     primary = ModelTarget(name=str(model.get("name") or ""), base_url=base_url,
                           api_key_env=str(model.get("api_key_env") or ""),
-                          api_key_secret=str(model.get("api_key_secret") or ""))
+                          api_key_secret=str(model.get("api_key_secret") or ""),
+                          rate_limit=parse_rate_limit(model.get("rate_limit")))
     fb = model.get("fallback") or None
     fallback = None
     if isinstance(fb, dict) and fb.get("name"):
@@ -94,7 +105,8 @@ def parse_model_settings(model: dict[str, Any]) -> ModelSettings:
                                     "api_key_secret": primary.api_key_secret}
         fallback = ModelTarget(name=str(fb["name"]), base_url=str(fb.get("base_url") or base_url),
                                api_key_env=str(key.get("api_key_env") or ""),
-                               api_key_secret=str(key.get("api_key_secret") or ""))
+                               api_key_secret=str(key.get("api_key_secret") or ""),
+                               rate_limit=parse_rate_limit(fb.get("rate_limit")))
     return ModelSettings(
         primary=primary,
         fallback=fallback,
@@ -104,6 +116,7 @@ def parse_model_settings(model: dict[str, Any]) -> ModelSettings:
         timeout_s=float(model.get("timeout_s") or DEFAULT_TIMEOUT_S),
         max_retries=int(model.get("max_retries", DEFAULT_MAX_RETRIES)),
         max_wait_s=float(model.get("max_wait_s", DEFAULT_MAX_WAIT_S)),
+        max_tokens=int(model["max_tokens"]) if model.get("max_tokens") else None,
     )
 
 
@@ -145,6 +158,12 @@ def model_settings_errors(model: Any) -> dict[str, list[str]]:
     if retries is not None and (isinstance(retries, bool) or not isinstance(retries, int)
                                 or not 0 <= retries <= 10):
         add("max_retries", "an integer from 0 to 10")
+    max_tokens = model.get("max_tokens")
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
+                                   or not 1 <= max_tokens <= 1_000_000):
+        add("max_tokens", "an integer from 1 to 1000000")
+    for problem in rate_limit_errors(model.get("rate_limit")):
+        add("rate_limit", problem)
     script = model.get("script")  # a scripted agent's tasks that come with none: child tasks
     if script is not None and (backend != "scripted" or not isinstance(script, list)
                                or len(script) > 5000):
@@ -172,6 +191,8 @@ def model_settings_errors(model: Any) -> dict[str, list[str]]:
                 elif problem := url_problem(fb["base_url"]):
                     add("fallback.base_url", problem)
             _key_errors(fb, "fallback.", add)
+            for problem in rate_limit_errors(fb.get("rate_limit")):
+                add("fallback.rate_limit", problem)
             if fb.get("prices") is not None:
                 errors.update(prices_errors(fb["prices"], "fallback.prices"))
             elif model.get("prices") is not None:

@@ -30,7 +30,15 @@ are bounded, logged and deterministic:
 - with a `guard` (the runner's circuit breakers, per endpoint and model), a
   target whose breaker is open is not called (the fallback is tried instead)
   and every call's outcome is reported to it; when the last word is a
-  breaker's, `GatewayError.held` says so.
+  breaker's, `GatewayError.held` says so;
+- with a `limiter` (the runner's rate limits, `tools_app.ratelimits`), a
+  target with a `rate_limit` reserves the call's estimated tokens
+  (`estimate_tokens`) before each request and settles them with the reply's
+  usage after it; a call that must wait is not made and the runner is told to
+  come back at its slot (`GatewayError.rate_limited`), without trying the
+  fallback (a wait is not a failure, and the slot is kept for this task); a 429
+  holds the target's limit for its `Retry-After`, and the next attempt waits
+  for it there rather than in the step.
 
 The API key of each model is resolved by the runner for the task's tenant
 (`tasks_app.vault.lookup.model_keys`) and handed in as `keys`; the gateway
@@ -70,11 +78,13 @@ from tools_app.outbound import (
 from tools_app.outbound.clients import MAX_ENDPOINTS
 from tools_app.outbound.ioloop import run_io
 from tools_app.outbound.retry_after import retry_after_s
+from tools_app.ratelimits import estimate_tokens
 
 from ..pricing import TokenUsage
 from ..vault.values import Resolved, Unresolved
 from .base import (
     CallGuard,
+    CallLimiter,
     ContextSnapshot,
     GatewayError,
     ModelRefused,
@@ -125,10 +135,11 @@ class OpenAIBackend:
     name = "openai"
 
     def __init__(self, model: dict[str, Any], keys: Resolved | None = None,
-                 guard: CallGuard | None = None) -> None:
+                 guard: CallGuard | None = None, limiter: CallLimiter | None = None) -> None:
         self.settings: ModelSettings = parse_model_settings(model)
         self.keys = keys or Resolved()
         self.guard = guard
+        self.limiter = limiter
         if not self.settings.primary.name or not self.settings.primary.base_url:
             raise GatewayError("the openai backend needs a model name and a base_url",
                                retryable=False, calls=0)
@@ -220,6 +231,8 @@ class OpenAIBackend:
             out["temperature"] = self.settings.temperature
         if self.settings.top_p is not None:
             out["top_p"] = self.settings.top_p
+        if self.settings.max_tokens is not None:
+            out["max_tokens"] = self.settings.max_tokens
         return out
 
     async def _complete(self, request: dict[str, Any],
@@ -233,6 +246,7 @@ class OpenAIBackend:
         attempts = 0
         last: _Failure | None = None
         held_s: float | None = None  # set while the latest word is a breaker's
+        tokens = estimate_tokens(request, request.get("max_tokens"))
         for index, target in enumerate(targets):
             for attempt in range(1, s.max_retries + 2):
                 wait = await self._admit(target)
@@ -240,6 +254,7 @@ class OpenAIBackend:
                     held_s = wait if held_s is None else min(held_s, wait)
                     break  # its breaker is open: the fallback, or come back later
                 held_s = None
+                await self._reserve(target, tokens, calls=attempts)
                 attempts += 1
                 started = time.monotonic()
                 try:
@@ -259,8 +274,11 @@ class OpenAIBackend:
                                      "latency_ms": int((time.monotonic() - started) * 1000)})
                     log.warning("model %s attempt %s failed: %s", target.name, attempt, exc)
                     await self._record(target, exc)
+                    throttled = await self._settle(target, None, exc)
                     if not exc.retryable or attempt > s.max_retries:
                         break
+                    if throttled:
+                        continue  # its limit now holds the Retry-After: the next reserve waits
                     delay = _backoff_s(attempt, exc.retry_after_s)
                     if delay > s.max_wait_s:
                         break  # too long to wait in the step: the fallback, or come back later
@@ -269,6 +287,7 @@ class OpenAIBackend:
                 observe_model_call(model=target.name, seconds=time.monotonic() - started,
                                    usage=body.get("usage"))
                 await self._record(target, None)
+                await self._settle(target, body, None)
                 return _Completed(body=body, target=target, used_fallback=index > 0,
                                   attempts=attempts, failures=tuple(failures),
                                   latency_ms=int((time.monotonic() - started) * 1000))
@@ -285,6 +304,34 @@ class OpenAIBackend:
             return None
         return await self.guard.admit(target.base_url, target.name,
                                       timeout_s=self.settings.timeout_s)
+
+    async def _reserve(self, target: ModelTarget, tokens: int, *, calls: int) -> None:
+        """Take the call's tokens from the target's rate limit; raise when it must
+        wait (its breaker's probe, if one was taken, is given back: nothing sent)."""
+        if self.limiter is None or not target.rate_limit.enabled:
+            return
+        wait = await self.limiter.reserve(target, tokens)
+        if wait is None:
+            return
+        if self.guard is not None:
+            await self.guard.record(target.base_url, target.name, failed=None, error="")
+        raise GatewayError(f"waiting for the rate limit of {target.name}", retryable=True,
+                           retry_after_s=wait, calls=calls, rate_limited=True)
+
+    async def _settle(self, target: ModelTarget, body: dict[str, Any] | None,
+                      failure: _Failure | None) -> bool:
+        """Correct the target's reservation with the reply's usage; whether the
+        endpoint said it was over its limit (429)."""
+        if self.limiter is None or not target.rate_limit.enabled:
+            return False
+        if failure is None:
+            used = _tokens(body) if body and body.get("usage") else None  # none: keep it all
+            await self.limiter.settle(target, used=used, sent=True)
+            return False
+        throttled = failure.status == 429
+        await self.limiter.settle(target, used=None, sent=failure.kind not in NOT_SENT_KINDS,
+                                  throttled=throttled, retry_after_s=failure.retry_after_s)
+        return throttled
 
     async def _record(self, target: ModelTarget, failure: _Failure | None) -> None:
         if self.guard is None:

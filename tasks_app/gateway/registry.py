@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..vault.values import Resolved
-from .base import CallGuard, GatewayError, ModelBackend
+from .base import CallGuard, CallLimiter, GatewayError, ModelBackend
 from .scripted import ScriptedBackend
 
 BackendFactory = Callable[[dict[str, Any]], ModelBackend]
@@ -32,10 +32,11 @@ def is_instant(backend: str) -> bool:
 
 
 def get_backend(model: dict[str, Any], keys: Resolved | None = None,
-                guard: CallGuard | None = None) -> ModelBackend:
+                guard: CallGuard | None = None,
+                limiter: CallLimiter | None = None) -> ModelBackend:
     """The backend of a profile's `model`; `keys` are its API keys, resolved by
     the runner for the task's tenant (`tasks_app.vault.lookup.model_keys`);
-    `guard` the circuit breakers around its endpoints."""
+    `guard` the circuit breakers around its endpoints, `limiter` their rate limits."""
     backend = model.get("backend", "scripted")
     if backend == "scripted":
         return ScriptedBackend()
@@ -43,7 +44,7 @@ def get_backend(model: dict[str, Any], keys: Resolved | None = None,
         # Imported on first use: the OpenAI SDK is heavy, and scripted agents never need it.
         from .openai_backend import OpenAIBackend
 
-        return OpenAIBackend(model, keys, guard)
+        return OpenAIBackend(model, keys, guard, limiter)
     factory = _REGISTERED.get(backend)
     if factory is not None:
         return factory(model)

@@ -254,15 +254,19 @@ def _wake(task_ids: list[int], payload: dict[str, Any]) -> None:
             schedule_advance_on_commit(task_id)
 
 
-def _info_event(task_id: int, type: str, payload: dict[str, Any]) -> bool:
+def _info_event(task_id: int, type: str, payload: dict[str, Any], *,
+                actor: Actor = BREAKER_ACTOR) -> bool:
     """An event on a RUNNING task at its current version (no transition). The
     row is locked for the instant of the insert, so the event's version is never
-    older than a transition committed before it."""
+    older than a transition committed before it. (The rate limits' waits too.)"""
     with transaction.atomic():
         row = (Task.objects.select_for_update().filter(pk=task_id)
                .values_list("status", "version", "tenant_id", "trace_id").first())
         if row is None or row[0] != TaskStatus.RUNNING:
             return False
         event_append(task_id=task_id, tenant_id=row[2], trace_id=row[3], task_version=row[1],
-                     type=type, actor=BREAKER_ACTOR, payload=payload)
+                     type=type, actor=actor, payload=payload)
     return True
+
+
+info_event = _info_event

@@ -54,6 +54,8 @@ from .completion import after_check, finished_check, record_checked
 from .executing import Admitted, ready_call
 from .memo import SliceMemo
 from .progress import stalled
+from .rate_waits import ModelLimits
+from .rate_waits import model_wait as rate_limit_wait
 from .recording import Decided
 from .refusals import refusals_noted, refused_to_person
 from .results import STOP, Next, Spent, StepResult
@@ -186,12 +188,14 @@ def plan_step(*, task_id: int, owner: str,
     return record_model_reply(ask, completed(reply, context, started), owner=owner, memo=memo)
 
 
-async def ask_model(ask: Ask, guard: ModelGuard) -> ModelReply | GatewayError:
+async def ask_model(ask: Ask, guard: ModelGuard,
+                    limits: ModelLimits | None = None) -> ModelReply | GatewayError:
     """Ask the task's model, awaited on the I/O loop (no database here but the
-    breakers', which `guard` hands to a database thread)."""
+    breakers', which `guard` hands to a database thread; `limits`, the rate
+    limits, are kept in Redis)."""
     started = time.monotonic()
     try:
-        backend = get_backend(ask.snap.agent.get("model") or {}, ask.keys, guard)
+        backend = get_backend(ask.snap.agent.get("model") or {}, ask.keys, guard, limits)
         reply = await backend.adecide(ask.context)
     except GatewayError as exc:
         return exc
@@ -208,13 +212,16 @@ def completed(reply: ModelReply, context: ContextSnapshot, started: float) -> Mo
     return reply
 
 
-def model_failed(snap: TaskSnapshot, exc: GatewayError,
-                 guard: ModelGuard | None = None) -> StepResult:
+def model_failed(snap: TaskSnapshot, exc: GatewayError, guard: ModelGuard | None = None,
+                 limits: ModelLimits | None = None) -> StepResult:
     """The model could not answer: come back later, or fail the task (a
     database phase)."""
-    Spent(model_calls=exc.calls).charge(snap.id)  # every request sent counts
+    if exc.calls:
+        Spent(model_calls=exc.calls).charge(snap.id)  # every request sent counts
     if isinstance(exc, ModelRefused):  # no model would answer: a person decides
         return refused_to_person(snap, exc)
+    if exc.rate_limited and limits is not None and limits.waits:  # its slot is ahead
+        return StepResult(Next.LATER, rate_limit_wait(snap, limits), "waiting for rate limit")
     if exc.held and guard is not None:  # a breaker is open: wait for it, no retry spent
         return StepResult(Next.LATER, model_wait(snap, guard, exc.retry_after_s or 0.0),
                           f"model: {exc}")
@@ -278,8 +285,10 @@ def after_step(snap: TaskSnapshot, sources: ContextSources | None, memo: SliceMe
                owner: str) -> None:
     """After the step committed (in its last phase); never raises. With the
     sources the context was built from, most steps need no query to know no
-    summary is due. A summary's model call goes through the model's breakers."""
+    summary is due. A summary's model call goes through the model's breakers
+    and rate limits."""
     summary = summary_maybe_create(task_id=snap.id, steps_count=snap.steps_count + 1,
-                                   sources=sources, guard=summary_guard(snap, owner=owner))
+                                   sources=sources, guard=summary_guard(snap, owner=owner),
+                                   limiter=ModelLimits(snap))
     if summary is not None and memo.sources is not None:
         memo.sources = memo.sources.on_summary(summary)  # the context starts from it

@@ -52,7 +52,7 @@ from ..store.commits import commit_outcome
 from ..store.events import event_append
 from ..store.steps import step_keep_late, step_move
 from ..store.tasks import KnownTask, task_transition
-from . import breaker_waits
+from . import breaker_waits, rate_waits
 from .backoff import backoff_s
 from .children import child_step, is_child_step
 from .hops import Hop
@@ -220,8 +220,13 @@ def admit_call(snap: TaskSnapshot, step: Step, spec: ToolSpec, claim: ledger.Cla
         claim = replace(claim, call=call) if claim is not None else None
         if isinstance(prepared, Prepared):
             prepared = replace(prepared, call=hold.fenced(prepared.call))
+        # its rate limit's slot ahead (before the breaker: a probe is never held
+        # by a wait), or its breaker open: no call, no retry spent; come back later
+        wait_s = rate_waits.tool_admit(snap, spec, claim, step_no=step.step_no)
+        if wait_s is not None:
+            return StepResult(Next.LATER, wait_s, "waiting for rate limit")
         gate = breaker_waits.tool_admit(snap, spec, owner=owner)
-        if not gate.allowed:  # its breaker is open: no call, no retry spent; come back later
+        if not gate.allowed:
             return StepResult(Next.LATER, breaker_waits.tool_wait(snap, gate, claim), "breaker")
         admitted = True
         return Admitted(spec, hold, gate, call, claim, prepared)

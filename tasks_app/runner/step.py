@@ -48,6 +48,7 @@ from .deciding import (
 from .executing import execute
 from .hops import CallerHop, Hop
 from .memo import SliceMemo
+from .rate_waits import ModelLimits
 from .recording import Decided
 from .results import CONTINUE, STOP, Next, Spent, Stale, StepResult
 from .waves import parallel, resume_wave, run_wave
@@ -76,10 +77,11 @@ async def step(*, task_id: int, owner: str, memo: SliceMemo, hop: Hop) -> StepRe
         if isinstance(plan, Ask):
             # the model's breakers (the primary's asked ahead, in `plan_step`)
             guard = ModelGuard(plan.snap, owner=owner, hop=hop, ahead=plan.admitted)
+            limits = ModelLimits(plan.snap)  # and their rate limits
             # the slice's lease is kept alive meanwhile (`beats`)
-            reply = await ask_model(plan, guard)
+            reply = await ask_model(plan, guard, limits)
             if isinstance(reply, GatewayError):
-                return await hop(model_failed, plan.snap, reply, guard)
+                return await hop(model_failed, plan.snap, reply, guard, limits)
             plan = await hop(record_model_reply, plan, reply, owner=owner, memo=memo)
         return await _after_recording(plan, owner=owner, memo=memo, hop=hop)
     except (Stale, IntegrityError):

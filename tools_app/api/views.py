@@ -59,6 +59,8 @@ class ToolSerializer(serializers.Serializer):
     breaker = serializers.DictField(child=serializers.JSONField(),
                                     help_text="The breaker's thresholds ({} for the defaults).")
     breaker_state = serializers.SerializerMethodField()
+    rate_limit = serializers.DictField(child=serializers.IntegerField(),
+                                       help_text="{requests_per_minute} ({} for no limit).")
     enabled = serializers.BooleanField()
     mcp_server = serializers.CharField(source="mcp_server.name", read_only=True, allow_null=True,
                                        default=None,
@@ -116,6 +118,9 @@ class ToolWriteSerializer(serializers.Serializer):
     breaker = serializers.JSONField(
         required=False, help_text='Circuit breaker thresholds: {"failures": 5, "cooldown_s": '
         '10, "max_cooldown_s": 300, "enabled": true}; missing keys take the defaults.')
+    rate_limit = serializers.JSONField(
+        required=False, help_text='http and mcp tools: {"requests_per_minute": 60}, applied '
+        'before each call and shared by every worker; {} for no limit.')
     enabled = serializers.BooleanField(required=False)
 
 

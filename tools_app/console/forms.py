@@ -125,6 +125,10 @@ class ToolForm(ServiceErrorsForm):
         required=False, rows=3, label="Circuit breaker",
         help_text='{"failures": 5, "cooldown_s": 10, "max_cooldown_s": 300}: any key left out '
         "takes the deployment's default; {} for all defaults (http tools only).")
+    rate_limit = JSONObjectField(
+        required=False, rows=2, label="Rate limit",
+        help_text='{"requests_per_minute": 60}: applied before each call, shared by every '
+        "worker; {} for none (http and mcp tools only).")
     enabled = forms.BooleanField(required=False)
 
     def __init__(self, *args: Any, editing: bool = False, mcp: bool = False,
@@ -162,6 +166,7 @@ class ToolForm(ServiceErrorsForm):
         out["result_schema"] = out["result_schema"] or {}
         out["retry_delays_s"] = out["retry_delays_s"] or []
         out["breaker"] = out["breaker"] or {}
+        out["rate_limit"] = out["rate_limit"] or {}
         out["requires_approval"] = bool(out["requires_approval"])
         out["enabled"] = bool(out["enabled"])
         return out

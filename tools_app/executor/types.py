@@ -32,6 +32,7 @@ class ToolSpec:
     mcp_stdio: str = ""
     retry_delays_s: tuple[float, ...] = ()  # per-tool retry policy (`tools_app.breakers.policy`)
     breaker: dict[str, Any] = field(default_factory=dict)  # per-tool breaker thresholds
+    rate_limit: dict[str, Any] = field(default_factory=dict)  # {requests_per_minute} (`ratelimits`)
 
     @property
     def honours_keys(self) -> bool:

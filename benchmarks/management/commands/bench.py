@@ -75,7 +75,8 @@ class Command(BaseCommand):
             help="runs of the workflow workload, with the 0.2 s tool and with instant tools "
             "(500)")
         parser.add_argument(
-            "--only", choices=["io", "workflow", "breaker", "chaos", "memory"], default="",
+            "--only", choices=["io", "workflow", "breaker", "chaos", "memory", "rate_limit"],
+            default="",
             help="one workload only: `io` (the I/O workload and its scripted comparison), "
             "`workflow` (the 6-node workflow: wall time against its critical path, and "
             "node steps/s with instant tools against the scripted runner's; --workflow-runs, "
@@ -84,10 +85,15 @@ class Command(BaseCommand):
             "--outage-s (20), --workers), `chaos` (worker kills and PostgreSQL and Redis "
             "restarts on a private cluster; --tasks (1000), --kills (10), --seed, --workers), "
             "`memory` (the I/O workload with memory on against off, alternated; --tasks (200), "
-            "--rounds; and memory retrieval at 100,000 items)")
+            "--rounds; and memory retrieval at 100,000 items), "
+            "`rate_limit` (a model's tokens-per-minute limit at a third of what the endpoint "
+            "could serve, under a backlog; --tasks (1000), --period-s (60), --workers)")
         parser.add_argument("--kills", type=int, help="the chaos workload's worker kills (10)")
         parser.add_argument("--seed", type=int, help="the chaos workload's random seed")
         parser.add_argument("--outage-s", type=float, help="the breaker workload's outage (20)")
+        parser.add_argument("--period-s", type=float,
+                            help="the rate_limit workload's limit period, its 'minute' "
+                                 "(60; 10 with --quick)")
         parser.add_argument(
             "--database-url",
             default="",
@@ -115,6 +121,8 @@ class Command(BaseCommand):
             return self._breaker(opts, cfg)
         if opts["only"] == "memory":
             return self._memory(opts, cfg)
+        if opts["only"] == "rate_limit":
+            return self._rate_limit(opts, cfg)
 
         from benchmarks.report import table
         from benchmarks.run import bench_run
@@ -155,6 +163,16 @@ class Command(BaseCommand):
             recall_items=5_000 if cfg.quick else 100_000,
             log_dir=log_dir, say=lambda line: self.stdout.write(line))
         self._figures(doc, cfg, memory_table(doc), "memory")
+
+    def _rate_limit(self, opts: dict, cfg: BenchConfig) -> None:
+        from benchmarks.rate_limit import rate_limit_table, run_rate_limit
+
+        log_dir = Path(tempfile.mkdtemp(prefix="tether-bench-rate-limit-"))
+        doc = run_rate_limit(
+            tasks=opts["tasks"] or (200 if cfg.quick else 1000),
+            period_s=opts["period_s"] or (10.0 if cfg.quick else 60.0),
+            workers=cfg.workers, log_dir=log_dir, say=lambda line: self.stdout.write(line))
+        self._figures(doc, cfg, rate_limit_table(doc), "rate_limit")
 
     def _chaos(self, opts: dict, cfg: BenchConfig) -> None:
         from benchmarks.chaos import chaos_table, run_chaos
@@ -198,7 +216,11 @@ class Command(BaseCommand):
             from benchmarks.breaker import ENV
 
             extra = ENV
-        for knob in ("outage_s", "kills", "seed"):
+        if opts["only"] == "rate_limit":
+            from benchmarks.rate_limit import ENV as RATE_LIMIT_ENV
+
+            extra = RATE_LIMIT_ENV
+        for knob in ("outage_s", "kills", "seed", "period_s"):
             if opts[knob] is not None:
                 argv += [f"--{knob.replace('_', '-')}", str(opts[knob])]
         done = subprocess.run(argv, env=bench_env(url, **extra), cwd=settings.BASE_DIR,
