@@ -98,6 +98,8 @@ POLICY: dict[str, frozenset[str]] = {
     "memory.write": frozenset({R.OPERATOR, R.ADMIN}),
     "memory.review": frozenset({R.REVIEWER, R.ADMIN}),
     "memory.erase": frozenset({R.ADMIN}),
+    "evaluation.read": frozenset({R.OPERATOR, R.ADMIN}),
+    "evaluation.write": frozenset({R.OPERATOR, R.ADMIN}),
 }
 # Actions a requester may take only on the tasks it submitted itself.
 OWN_TASKS_ONLY: dict[str, frozenset[str]] = {

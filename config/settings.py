@@ -48,6 +48,7 @@ INSTALLED_APPS = [
     "workflows_app",
     "schedules_app",
     "memory_app",
+    "evals_app",
     "axes",
 ]
 

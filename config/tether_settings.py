@@ -198,6 +198,16 @@ class TetherSettings(BaseSettings):
         default=8000, ge=0, le=1_000_000,
         description="A memory item's structured value, as JSON, at most.")
 
+    # --- evaluations ---------------------------------------------------------------
+    EVALUATION_MAX_RUNNING: int = Field(
+        default=20, ge=1,
+        description="Evaluation runs (shadow tasks) RUNNING at once, over all tenants: "
+                    "admission starts them only after every live task that may start, and "
+                    "never more than this, so an evaluation does not delay live work.")
+    EVALUATION_MAX_TASKS: int = Field(
+        default=1000, ge=1, le=100_000,
+        description="Recorded tasks one evaluation replays, at most.")
+
     # --- ledger, resource leases, live events ------------------------------------
     LEDGER_CLAIM_GRACE_S: float = Field(
         default=10.0, ge=0,
@@ -351,6 +361,7 @@ TETHER_DICT_KEYS = frozenset({
     "SUMMARY_MAX_CHARS", "LEDGER_CLAIM_GRACE_S", "LEASE_WAIT_RECHECK_S", "PUBLISH_WINDOW_MS",
     "DEMO_NOTIFY_DELAY_S", "LIVE_RECHECK_S", "MEMORY_CONTEXT_TOKENS", "MEMORY_CONTEXT_ITEMS",
     "MEMORY_MAX_ITEMS_PER_SCOPE", "MEMORY_MAX_TEXT_CHARS", "MEMORY_MAX_VALUE_CHARS",
+    "EVALUATION_MAX_RUNNING", "EVALUATION_MAX_TASKS",
 })
 
 

@@ -33,6 +33,7 @@ from ..vault.grants import env_granted, not_granted_message
 from ..vault.references import model_env_names, model_secret_names
 from .agent_versions import version_record
 from .children import agent_cycle_errors, is_agent_tool
+from .release_gates import gate_errors
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 # Names a profile cannot take: its console page would be a route (`/agents/new/`).
@@ -62,6 +63,7 @@ EDITABLE = (
     "result_schema",
     "memory_policy",
     "enabled",
+    "release_gate",  # not the version's configuration: what a candidate must pass
 )
 
 
@@ -88,6 +90,7 @@ def agent_audited(agent: AgentProfile) -> dict[str, Any]:
     switch, and which versions new tasks get."""
     return {**agent.snapshot(), "description": agent.description, "enabled": agent.enabled,
             "current_version": agent.current_version, "latest_version": agent.latest_version,
+            "release_gate": dict(agent.release_gate or {}),
             "release": None if agent.release_candidate is None else {
                 "candidate": agent.release_candidate, "percent": agent.release_percent}}
 
@@ -114,6 +117,8 @@ def agent_errors(agent: AgentProfile) -> dict[str, list[str]]:
         errors.setdefault(key, []).extend(messages)
 
     _key_reference_errors(agent, errors)
+    for message in gate_errors(agent.release_gate):
+        add("release_gate", message)
 
     tools = agent.tools
     if not isinstance(tools, list) or not all(isinstance(t, str) for t in tools):
