@@ -3,9 +3,12 @@ score, then the evaluation's summary once every replay is settled.
 
 A shadow task that ends settles its replay (`settle_after_task`, registered
 with the store's `on_task_ended`); the recovery sweep settles whatever a lost
-hook left (`settle_running`: a worker killed after the task ended). Settling
-locks the evaluation's row, so two replays ending together cannot both miss
-being the last, and is idempotent: a settled replay is left as it is.
+hook left (`settle_running`: a worker killed after the task ended). A replay
+is settled under its own row's lock, in a transaction of its own; then the
+evaluation's row is locked to see whether any replay is still open: the last
+replay to commit always sees every other one settled, so the evaluation
+finishes at once. Both steps are idempotent: a settled replay is left as it
+is, a finished evaluation too.
 
 With the `judge` scorer, a replay's score comes from a task of the judge
 agent, submitted once the shadow task ended, given both results; its result
@@ -36,10 +39,10 @@ log = logging.getLogger(__name__)
 def settle_after_task(task_id: int) -> None:
     """A task ended: if it is a replay's shadow task or judge, settle the replay."""
     row = (EvaluationTask.objects.filter(Q(shadow_task_id=task_id) | Q(judge_task_id=task_id),
-                                         done=False).values_list("evaluation_id", flat=True)
-           .first())
+                                         done=False).values_list("pk", "evaluation_id").first())
     if row is not None:
-        evaluation_settle(row)
+        replay_settle(row[0])
+        evaluation_finish(row[1])
 
 
 def settle_running() -> None:
@@ -54,16 +57,35 @@ def settle_running() -> None:
 
 def evaluation_settle(evaluation_id: int) -> Evaluation:
     """Settle every replay whose tasks ended; finish the evaluation when all are."""
+    open_rows = EvaluationTask.objects.filter(evaluation_id=evaluation_id, done=False)
+    ended = set(Task.objects.filter(
+        Q(pk__in=open_rows.values("shadow_task_id")) | Q(pk__in=open_rows.values(
+            "judge_task_id")), status__in=TERMINAL).values_list("pk", flat=True))
+    for row_id, shadow_id, judge_id in open_rows.values_list("pk", "shadow_task_id",
+                                                             "judge_task_id"):
+        if shadow_id in ended or judge_id in ended:
+            replay_settle(row_id)
+    return evaluation_finish(evaluation_id)
+
+
+def replay_settle(row_id: int) -> None:
+    """Settle one replay whose shadow task (or judge) ended, in a transaction of its own."""
+    with transaction.atomic():
+        row = EvaluationTask.objects.select_for_update().get(pk=row_id)
+        if row.done:
+            return
+        evaluation = Evaluation.objects.get(pk=row.evaluation_id)
+        if evaluation.status == EvaluationStatus.RUNNING:
+            _settle_replay(evaluation, row, _ended_tasks(
+                [row.shadow_task_id] + ([row.judge_task_id] if row.judge_task_id else [])))
+
+
+def evaluation_finish(evaluation_id: int) -> Evaluation:
+    """Finish the evaluation, with its summary, once no replay is open."""
     with transaction.atomic():
         evaluation = Evaluation.objects.select_for_update().get(pk=evaluation_id)
-        if evaluation.status != EvaluationStatus.RUNNING:
-            return evaluation
-        open_rows = list(evaluation.tasks.filter(done=False))
-        ended = _ended_tasks([r.shadow_task_id for r in open_rows]
-                             + [r.judge_task_id for r in open_rows if r.judge_task_id])
-        for row in open_rows:
-            _settle_replay(evaluation, row, ended)
-        if not evaluation.tasks.filter(done=False).exists():
+        if (evaluation.status == EvaluationStatus.RUNNING
+                and not evaluation.tasks.filter(done=False).exists()):
             evaluation.summary = summary_of(evaluation)
             evaluation.status, evaluation.finished_at = EvaluationStatus.FINISHED, timezone.now()
             evaluation.save(update_fields=["summary", "status", "finished_at"])

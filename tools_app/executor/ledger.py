@@ -304,15 +304,13 @@ def claim_without_effect(call: ToolCall, *, owner: str) -> Claim | ToolOutcome:
     comes from another task's record), taken by `owner`, who holds the task's
     lease, whoever claimed it before; or its stored outcome once settled. With
     nothing sent there is no effect to be uncertain about, so no status query."""
-    try:
-        with transaction.atomic():
-            return claim_new(call, owner=owner)
-    except IntegrityError:
-        pass  # the key exists: this step was attempted before
     now = timezone.now()
     with transaction.atomic():
-        row = ToolExecution.objects.select_for_update().get(
-            idempotency_key=call.context.idempotency_key)
+        # the decision's commit usually claimed the key already: look first
+        row = ToolExecution.objects.select_for_update().filter(
+            idempotency_key=call.context.idempotency_key).first()
+        if row is None:
+            return claim_new(call, owner=owner)
         if (stored := _stored_outcome(row)) is not None:
             return stored
         row.status, row.error = LedgerStatus.IN_PROGRESS, None

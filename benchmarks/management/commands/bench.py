@@ -69,13 +69,15 @@ class Command(BaseCommand):
             help="runs of the workflow workload, with the 0.2 s tool and with instant tools "
             "(500)")
         parser.add_argument(
-            "--only", choices=["io", "workflow", "breaker", "chaos"], default="",
+            "--only", choices=["io", "workflow", "breaker", "chaos", "evaluation"], default="",
             help="one workload only: `io` (the I/O workload and its scripted comparison), "
             "`workflow` (the 6-node workflow: wall time against its critical path, and "
             "node steps/s with instant tools against the scripted runner's; --workflow-runs, "
             "--rounds), "
             "`breaker` (a downstream outage under running tasks; --tasks (100), "
-            "--outage-s (20), --workers), `chaos` (worker kills and PostgreSQL and Redis "
+            "--outage-s (20), --workers), `evaluation` (recorded I/O tasks replayed as shadow "
+            "tasks: shadow against live tasks/s, and live tasks/s during an evaluation; "
+            "--tasks (500)), `chaos` (worker kills and PostgreSQL and Redis "
             "restarts on a private cluster; --tasks (1000), --kills (10), --seed, --workers)")
         parser.add_argument("--kills", type=int, help="the chaos workload's worker kills (10)")
         parser.add_argument("--seed", type=int, help="the chaos workload's random seed")
@@ -105,6 +107,8 @@ class Command(BaseCommand):
         store_ensure()  # the bench's own table: not in the product's migrations
         if opts["only"] == "breaker":
             return self._breaker(opts, cfg)
+        if opts["only"] == "evaluation":
+            return self._evaluation(opts, cfg)
 
         from benchmarks.report import table
         from benchmarks.run import bench_run
@@ -129,6 +133,16 @@ class Command(BaseCommand):
             outage_s=opts["outage_s"] or (4.0 if cfg.quick else 20.0),
             workers=cfg.workers, log_dir=log_dir, say=lambda line: self.stdout.write(line))
         self._figures(doc, cfg, breaker_table(doc), "breaker")
+
+    def _evaluation(self, opts: dict, cfg: BenchConfig) -> None:
+        from benchmarks.config import bench_env, database_url_of
+        from benchmarks.evaluation_load import evaluation_table, run_evaluation
+
+        log_dir = Path(tempfile.mkdtemp(prefix="tether-bench-evaluation-"))
+        doc = run_evaluation(tasks=opts["tasks"] or (30 if cfg.quick else 500),
+                             env=bench_env(database_url_of(connection.settings_dict)),
+                             log_dir=log_dir, say=lambda line: self.stdout.write(line))
+        self._figures(doc, cfg, evaluation_table(doc), "evaluation")
 
     def _chaos(self, opts: dict, cfg: BenchConfig) -> None:
         from benchmarks.chaos import chaos_table, run_chaos
