@@ -135,15 +135,15 @@ async def execute(snap: TaskSnapshot, step: Step, *, owner: str, actor: Actor, m
     outcome; without (a resumed or retried step, or a retried task's call that
     reuses an earlier key: no claim was taken), the ledger is asked first.
     In a wave, its commits take their turn (`wave`)."""
-    if is_child_step(step):  # `agent:<name>`: a child task, waited for (`children`)
-        return await wave.commit(hop, _child_step, snap, step, owner=owner, actor=actor,
-                                 memo=memo, after=after)
     if snap.shadow_of is not None:  # an evaluation run: answered from the record
         answered = await wave.commit(hop, _shadow_call, snap, step, owner=owner, actor=actor,
                                      memo=memo, after=after)
         if answered is not None:
             return answered
         # an unmatched read in an evaluation with live reads: made for real, below
+    if is_child_step(step):  # `agent:<name>`: a child task, waited for (`children`)
+        return await wave.commit(hop, _child_step, snap, step, owner=owner, actor=actor,
+                                 memo=memo, after=after)
     if admitted is None:
         opened = await wave.commit(hop, open_call, snap, step, owner=owner, actor=actor,
                                    memo=memo)
@@ -206,6 +206,9 @@ def _shadow_call(snap: TaskSnapshot, step: Step, *, owner: str, actor: Actor, me
     task's ledger, or a typed result saying it was not made (`shadow`); nothing is
     sent. None: an unmatched read the evaluation lets through to the real tool."""
     bind_log(step_no=step.step_no, step_kind="tool_call")
+    if is_child_step(step):  # another agent's task would do real work: never started
+        return commit_then(snap, step, None, shadow.not_made(step), actor, memo=memo,
+                           claim=None, after=after)
     spec = call_spec(tool_specs(tenant_id=snap.tenant_id, names=[step.tool]).get(step.tool),
                      step.decision)
     if spec is None:  # as `open_call` answers it

@@ -323,7 +323,9 @@ def _handled(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
     step_no = snap.steps_count + 1
     output_hash = sha256_hex(canonical_json(decision.as_dict()))
     with transaction.atomic():
-        output = storable(handler.record(snap, step_no, decision, actor))
+        # an evaluation run writes nothing a live task would see (`shadow`)
+        output = (storable(handler.record(snap, step_no, decision, actor))
+                  if snap.shadow_of is None else shadow.not_written(decision.kind))
         _new_step(snap, kind=StepKind.MEMORY, status=StepStatus.SUCCEEDED, decision=decision,
                   model_log=model_log, output=output, output_hash=output_hash,
                   finished_at=timezone.now())

@@ -38,7 +38,8 @@ from ..shadow_kinds import (
 from ..snapshot import TaskSnapshot
 
 __all__ = ["APPROVAL_AS_RECORDED", "NEEDS_A_PERSON", "NOT_EXECUTED", "NOT_RECORDED",
-           "WOULD_NEED_APPROVAL", "recorded_answer", "recorded_approval", "recorded_outcome"]
+           "WOULD_NEED_APPROVAL", "not_made", "not_written", "recorded_answer", "recorded_approval",
+           "recorded_outcome"]
 
 
 def _recorded(snap: TaskSnapshot) -> int:
@@ -83,9 +84,22 @@ def recorded_outcome(snap: TaskSnapshot, step: Step, spec: ToolSpec) -> ToolOutc
             "type": NOT_RECORDED, "tool": step.tool, "args": step.args or {},
             "message": f"the recorded task made no call {shown}; in an evaluation it is "
                        "not made"})
+    return not_made(step)
+
+
+def not_made(step: Step) -> ToolOutcome:
+    """A write (or another agent's task) the recorded task did not make: never
+    made, and the model is told so."""
+    shown = f"{step.tool} with {canonical_json(step.args or {})}"
     return ToolOutcome(kind=OutcomeKind.BUSINESS, error={
         "type": NOT_EXECUTED, "would_call": {"tool": step.tool, "args": step.args or {}},
         "message": f"would call {shown}: the call was not made in an evaluation"})
+
+
+def not_written(kind: str) -> dict[str, Any]:
+    """What a registered decision kind's step records in an evaluation run (a
+    memory write, say): nothing was written."""
+    return {"type": NOT_EXECUTED, "message": f"{kind}: not written in an evaluation"}
 
 
 def recorded_answer(snap: TaskSnapshot, question: str) -> str | None:

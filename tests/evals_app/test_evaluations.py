@@ -10,6 +10,7 @@ import pytest
 from django.test import TestCase
 
 from approvals_app.models import Question
+from config.errors import DomainError
 from audit_app.models import AuditEntry
 from evals_app.models import Evaluation, EvaluationTask
 from evals_app.services.settling import evaluation_settle
@@ -18,6 +19,8 @@ from tasks_app.actors import SYSTEM
 from tasks_app.console.selectors import dashboard
 from tasks_app.machine import TaskStatus
 from tasks_app.models import AgentProfile, DailySpend, Step, Task
+from tasks_app.retries.services import task_retry
+from tasks_app.runner.compensation import compensate_task
 from tasks_app.services.tasks import task_provide_input, task_submit
 from tests.factories import TenantFactory, make_user
 from tests.fakes.openai_server import Scripted, reply
@@ -165,6 +168,12 @@ def test_recorded_answers_are_reused_and_an_unknown_question_needs_a_person(refu
     shadow = Task.objects.get(pk=replay["shadow_task"])
     assert (shadow.status, shadow.failure_reason) == (TaskStatus.FAILED, "needs_a_person")
     assert evaluation["summary"]["needs_a_person"] == 1
+    # a failed evaluation run is neither compensated nor retried (both would be real)
+    assert compensate_task(shadow.pk) == 0
+    with pytest.raises(DomainError) as refused:
+        task_retry(tenant_id=refunds.tenant.pk, task_id=shadow.pk, actor=SYSTEM)
+    assert refused.value.code == "not_retryable"
+    assert not Task.objects.filter(retry_of=shadow.pk).exists()
 
 
 def test_the_summary_of_ten_tasks_seven_the_same_three_different(refunds):
