@@ -10,8 +10,8 @@ import pytest
 from django.test import TestCase
 
 from approvals_app.models import Question
-from config.errors import DomainError
 from audit_app.models import AuditEntry
+from config.errors import DomainError
 from evals_app.models import Evaluation, EvaluationTask
 from evals_app.services.settling import evaluation_settle
 from notify_app.models import Notification, WebhookSubscription
