@@ -331,3 +331,35 @@ def test_the_console_starts_one_and_shows_both_sides(refunds, client):
     assert "<code>refund</code>" in detail and "fail" in detail
     client.force_login(make_user(TenantFactory(name="t-else"), "admin", "else-admin"))
     assert client.get(done["Location"]).status_code == 404
+
+
+def test_the_judge_scores_each_replay_in_a_task_of_its_own(refunds):
+    from tests.fakes.fixtures import openai_agent
+
+    refunds.record("A-1", "A-2")
+    openai_agent(refunds.tenant, refunds.server, name="judge", tools=[],
+                 model={"name": "judge"})
+    refunds.plans["judge"] = lambda done, order: reply(json.dumps(
+        {"score": 0.6, "reason": "the same refund, said differently"}))
+    refunds.plans["candidate"] = refunding()
+    client = refunds.client(refunds.operator)
+    response = client.post("/api/v1/evaluations", {
+        "agent": "refunder", "candidate_version": 2, "scorer": "judge", "judge": "judge",
+        "tasks": {"filter": {}}}, format="json")
+    assert response.status_code == 201, response.content
+    evaluation = Evaluation.objects.get(pk=response.json()["id"])
+    with TestCase.captureOnCommitCallbacks(execute=True):  # the judges, as each run ends
+        for row in evaluation.tasks.all():
+            drive(row.shadow_task_id)
+    judges = list(evaluation.tasks.values_list("judge_task_id", flat=True))
+    assert all(judges)
+    with TestCase.captureOnCommitCallbacks(execute=True):  # the scores, as each judge ends
+        for judge_id in judges:
+            drive(judge_id)
+    body = client.get(f"/api/v1/evaluations/{evaluation.pk}/tasks").json()["results"]
+    assert [(r["score"], r["passed"], r["reason"]) for r in body] == [
+        (0.6, True, "the same refund, said differently")] * 2
+    judged = Task.objects.get(pk=judges[0])
+    assert judged.agent.name == "judge" and judged.shadow_of is None
+    assert judged.input["candidate"]["result"] == judged.input["baseline"]["result"]
+    assert client.get(f"/api/v1/evaluations/{evaluation.pk}").json()["status"] == "finished"
