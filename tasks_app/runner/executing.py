@@ -19,6 +19,11 @@ awaited call and released once the outcome committed, or on any failure or
 cancellation (a phase of its own). The call runs in its `execute_tool` span
 (`config.tracing`), opened on the loop so an http tool's `traceparent` is
 the span's.
+
+An evaluation run (`Task.shadow_of`) sends nothing: each call is answered in
+one database phase (`_shadow_call`) from the recorded task's ledger, or with a
+typed result saying it was not made (`shadow`); only an unmatched read in an
+evaluation with live reads takes the path above.
 """
 from __future__ import annotations
 
