@@ -214,8 +214,9 @@ def _shadow_call(snap: TaskSnapshot, step: Step, *, owner: str, actor: Actor, me
     if is_child_step(step):  # another agent's task would do real work: never started
         return commit_then(snap, step, None, shadow.not_made(step), actor, memo=memo,
                            claim=None, after=after)
-    spec = call_spec(tool_specs(tenant_id=snap.tenant_id, names=[step.tool]).get(step.tool),
-                     step.decision)
+    known_specs = memo.specs if memo.specs and step.tool in memo.specs else tool_specs(
+        tenant_id=snap.tenant_id, names=[step.tool])  # the slice's, else read
+    spec = call_spec(known_specs.get(step.tool), step.decision)
     if spec is None:  # as `open_call` answers it
         return commit_outcome_of(snap, step, None, ToolOutcome(kind=OutcomeKind.BUSINESS, error={
             "type": "tool_unavailable", "message": f"tool {step.tool!r} was disabled or removed"}),
