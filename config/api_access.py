@@ -104,6 +104,8 @@ POLICY: dict[str, frozenset[str]] = {
     "retention.read": frozenset({R.OPERATOR, R.ADMIN}),
     "retention.write": frozenset({R.ADMIN}),
     "retention.erase": frozenset({R.ADMIN}),
+    "evaluation.read": frozenset({R.OPERATOR, R.ADMIN}),
+    "evaluation.write": frozenset({R.OPERATOR, R.ADMIN}),
 }
 # Actions a requester may take only on the tasks it submitted itself.
 OWN_TASKS_ONLY: dict[str, frozenset[str]] = {

@@ -11,6 +11,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 from approvals_app.api import inbox
 from approvals_app.api import views as decisions
 from audit_app.api import AuditListView
+from evals_app.api import views as evaluations
 from memory_app import api as memory
 from notify_app.api import slack
 from notify_app.api import views as notify
@@ -146,6 +147,11 @@ urlpatterns = [
     path("members", members.MemberListView.as_view(), name="api-members"),
     path("members/<id:user_id>", members.MemberDetailView.as_view(), name="api-member"),
     path("audit", AuditListView.as_view(), name="api-audit"),
+    path("evaluations", evaluations.EvaluationListView.as_view(), name="api-evaluations"),
+    path("evaluations/<id:evaluation_id>", evaluations.EvaluationDetailView.as_view(),
+         name="api-evaluation"),
+    path("evaluations/<id:evaluation_id>/tasks", evaluations.EvaluationTasksView.as_view(),
+         name="api-evaluation-tasks"),
     path("memory", memory.MemoryListView.as_view(), name="api-memory"),
     path("memory/proposals", memory.ProposalListView.as_view(), name="api-memory-proposals"),
     path("memory/proposals/<id:proposal_id>/accept", memory.ProposalAcceptView.as_view(),

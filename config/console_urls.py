@@ -20,5 +20,6 @@ urlpatterns = [
     path("schedules/", include("schedules_app.console.urls")),
     path("workflows/", include("workflows_app.console.urls")),
     path("memory/", include("memory_app.urls")),
+    path("evaluations/", include("evals_app.urls")),
     path("", include("tasks_app.console.urls")),
 ]

@@ -44,6 +44,7 @@ from approvals_app.models import (
 )
 from tasks_app.machine import NON_TERMINAL, TaskStatus
 from tasks_app.models import AgentProfile, DailySpend, Task, Tenant
+from tasks_app.models.spend import EVALUATION_AGENT_PREFIX
 from tasks_app.pricing import PICO
 from tools_app.models import Breaker, BreakerState
 
@@ -149,6 +150,7 @@ def _families() -> Iterator[Metric]:
         "Dollars spent on model calls today (UTC day) at the agents' prices, by tenant.",
         labels=["tenant"])
     for tenant_id, pico in (DailySpend.objects.filter(day=now.date(), tenant_id__in=ids)
+                            .exclude(agent__startswith=EVALUATION_AGENT_PREFIX)
                             .values_list("tenant_id").annotate(c=Sum("cost_pico")).order_by()):
         spend.add_metric([tenants.get(tenant_id, str(tenant_id))], int(pico or 0) / PICO)
     yield spend

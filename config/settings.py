@@ -52,6 +52,7 @@ INSTALLED_APPS = [
     "schedules_app",
     "memory_app",
     "retention_app",
+    "evals_app",
     "axes",
 ]
 

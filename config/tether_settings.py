@@ -277,6 +277,16 @@ class TetherSettings(BaseSettings):
         description="Archived tasks deleted online per transaction: short transactions "
                     "that never hold the runner up.")
 
+    # --- evaluations ---------------------------------------------------------------
+    EVALUATION_MAX_RUNNING: int = Field(
+        default=20, ge=1,
+        description="Evaluation runs (shadow tasks) RUNNING at once, over all tenants: "
+                    "admission starts them only after every live task that may start, and "
+                    "never more than this, so an evaluation does not delay live work.")
+    EVALUATION_MAX_TASKS: int = Field(
+        default=1000, ge=1, le=100_000,
+        description="Recorded tasks one evaluation replays, at most.")
+
     # --- ledger, resource leases, live events ------------------------------------
     LEDGER_CLAIM_GRACE_S: float = Field(
         default=10.0, ge=0,
@@ -445,6 +455,7 @@ TETHER_DICT_KEYS = frozenset({
     "DEMO_NOTIFY_DELAY_S", "LIVE_RECHECK_S", "MEMORY_CONTEXT_TOKENS", "MEMORY_CONTEXT_ITEMS",
     "MEMORY_MAX_ITEMS_PER_SCOPE", "MEMORY_MAX_TEXT_CHARS", "MEMORY_MAX_VALUE_CHARS",
     "RETENTION_DAYS", "RETENTION_MAX_DAYS", "ARCHIVE_BATCH", "ARCHIVE_DELETE_BATCH",
+    "EVALUATION_MAX_RUNNING", "EVALUATION_MAX_TASKS",
 })
 
 

@@ -37,6 +37,8 @@ class TaskSnapshot:
     cost_pico: int = 0  # spent on model calls so far (`tasks_app.pricing`)
     subject: str = ""  # who the task is about ("" for none): its memory scope
     agent_id: int | None = None  # its profile (None: a workflow run)
+    shadow_of: int | None = None  # an evaluation run: the recorded task it replays
+    shadow_live_reads: bool = False
 
     @classmethod
     def of(cls, task: Task) -> TaskSnapshot:
@@ -66,6 +68,8 @@ class TaskSnapshot:
             cost_pico=task.cost_pico,
             subject=task.subject,
             agent_id=task.agent_id,
+            shadow_of=task.shadow_of,
+            shadow_live_reads=task.shadow_live_reads,
         )
 
     @property

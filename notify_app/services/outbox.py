@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
-from tasks_app.models import Membership, Role
+from tasks_app.models import Membership, Role, Task
 
 from ..dispatch import schedule_on_commit
 from ..events import NOTIFIED_TASK_EVENTS
@@ -67,7 +67,10 @@ def notification_emit(*, tenant_id: int, task_id: int, type: str, event_id: int 
 
 def on_task_event(event: Event) -> None:
     """Registered for `events.NOTIFIED_TASK_EVENTS`: runs inside the transaction
-    that appends the event, so the outbox row commits with the transition."""
+    that appends the event, so the outbox row commits with the transition. An
+    evaluation run's events notify nobody: it does nothing real (`evals_app`)."""
+    if Task.objects.filter(pk=event.task_id, shadow_of__isnull=False).exists():
+        return
     notification_emit(
         tenant_id=event.tenant_id, task_id=event.task_id, type=NOTIFIED_TASK_EVENTS[event.type],
         event_id=event.pk, context={"event": event.type, **(event.payload or {})})

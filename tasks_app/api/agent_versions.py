@@ -60,6 +60,9 @@ class PromoteSerializer(serializers.Serializer):
         min_value=1, max_value=2**31 - 1, required=False,
         help_text="Default: the candidate of the release in progress.",
     )
+    override_gate = serializers.CharField(
+        max_length=2000, required=False, allow_blank=True,
+        help_text="An admin's comment promoting a version the release gate refuses (audited).")
 
 
 class RollbackSerializer(serializers.Serializer):
@@ -137,7 +140,8 @@ class AgentPromoteView(AgentViewBase):
     def post(self, request: Request, name: str) -> Response:
         data = self.validated(PromoteSerializer)
         agent = agent_promote(tenant_id=self.access.tenant_id, name=self.agent(name).name,
-                              version=data.get("version"), actor=self.access.actor)
+                              version=data.get("version"), actor=self.access.actor,
+                              override_gate=data.get("override_gate", ""))
         return Response(AgentSerializer(agent).data)
 
 

@@ -206,6 +206,13 @@ class AgentWriteSerializer(serializers.Serializer):
         allow_null=True,
         help_text="Send a share of new tasks to a candidate version; null ends the release.",
     )
+    release_gate = serializers.DictField(
+        child=serializers.JSONField(), required=False,
+        help_text="{min_pass_rate, max_cost_ratio}: a candidate is released or promoted only "
+                  "with a finished evaluation meeting it; {} for no gate.")
+    override_gate = serializers.CharField(
+        max_length=2000, required=False, allow_blank=True,
+        help_text="An admin's comment releasing a candidate the gate refuses (audited).")
 
 
 class BudgetOutSerializer(serializers.Serializer):
@@ -258,6 +265,7 @@ class AgentSerializer(serializers.Serializer):
     max_completion_attempts = serializers.IntegerField()
     min_confidence = serializers.FloatField(allow_null=True)
     enabled = serializers.BooleanField()
+    release_gate = serializers.DictField(child=serializers.JSONField())
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
     version = serializers.IntegerField(
@@ -292,7 +300,8 @@ class AgentSerializer(serializers.Serializer):
 
 def _profile_fields(data: dict[str, Any]) -> dict[str, Any]:
     """The API's nested budget, flattened onto the profile's fields."""
-    fields = {k: v for k, v in data.items() if k not in ("name", "budget", "release")}
+    fields = {k: v for k, v in data.items()
+              if k not in ("name", "budget", "release", "override_gate")}
     fields.update(dict(data.get("budget") or {}))
     return fields
 
@@ -370,5 +379,6 @@ class AgentDetailView(TenantAPIView):
             changes=fields,
             release=dict(release) if isinstance(release, dict) else release,
             actor=self.access.actor,
+            override_gate=data.get("override_gate", ""),
         )
         return Response(AgentSerializer(agent).data)

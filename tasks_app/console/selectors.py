@@ -20,6 +20,7 @@ from workflows_app.models import Workflow
 from ..context.summaries import summary_list
 from ..machine import NON_TERMINAL, TERMINAL, WAITING, TaskStatus
 from ..models import AgentProfile, ContextSummary, DailySpend, Event, Step, Task
+from ..models.spend import EVALUATION_AGENT_PREFIX
 from ..pricing import pico_text
 from ..selectors import tasks_of_tenant
 from .presenters import (
@@ -136,7 +137,8 @@ class HourBar:
 
 def dashboard(tenant_id: int, *, now: datetime | None = None, hours: int = 12) -> dict[str, Any]:
     now = now or timezone.now()
-    tasks = Task.objects.filter(tenant_id=tenant_id)
+    # live work only: evaluation runs (`evals_app`) have their own page
+    tasks = Task.objects.filter(tenant_id=tenant_id, shadow_of__isnull=True)
     counts = dict(tasks.order_by().values_list("status").annotate(n=Count("id")))
     waiting = [{"status": s, "label": status_label(s), "count": counts.get(s, 0)} for s in WAITING]
     week_ago = now - timedelta(days=7)
@@ -191,10 +193,10 @@ def dashboard(tenant_id: int, *, now: datetime | None = None, hours: int = 12) -
             round(100 * day_counts.get(S.SUCCEEDED, 0) / finished_day) if finished_day else None
         ),
         "attention": list(
-            tasks_of_tenant(tenant_id).filter(status__in=WAITING).order_by("updated_at")[:8]
+            tasks.filter(status__in=WAITING).select_related("agent").order_by("updated_at")[:8]
         ),
         "recent_failures": list(
-            tasks_of_tenant(tenant_id).filter(status=S.FAILED).order_by("-finished_at")[:5]
+            tasks.filter(status=S.FAILED).select_related("agent").order_by("-finished_at")[:5]
         ),
         "spend": spend_summary(tenant_id, today=now.date()),
     }
@@ -213,7 +215,8 @@ def spend_summary(tenant_id: int, *, today: date, days: int = 7) -> dict[str, An
     """The tenant's model spend from the daily rollup (UTC days): each of the last
     `days` days, and today by agent and model."""
     since = today - timedelta(days=days - 1)
-    rows = DailySpend.objects.filter(tenant_id=tenant_id, day__gte=since).order_by()
+    rows = (DailySpend.objects.filter(tenant_id=tenant_id, day__gte=since)
+            .exclude(agent__startswith=EVALUATION_AGENT_PREFIX).order_by())
     sums = {"calls": Sum("calls"), "input": Sum("input_tokens"), "output": Sum("output_tokens"),
             "cost": Sum("cost_pico")}
     per_day: dict[date, Any] = {r["day"]: r for r in rows.values("day").annotate(**sums)}

@@ -148,7 +148,8 @@ def _maybe_create(task_id: int, guard: CallGuard | None = None,
             if notes.usage is not None:  # priced and rolled up like a decision's call
                 spend_of_call(task_id=task.pk, tenant_id=task.tenant_id,
                               agent=task.agent_snapshot or {}, model=notes.model,
-                              usage=notes.usage, used_fallback=notes.used_fallback)
+                              usage=notes.usage, used_fallback=notes.used_fallback,
+                              evaluation_run=task.shadow_of is not None)
         except GatewayError as exc:
             error, calls = str(exc), exc.calls  # none when a breaker held the call
         # A model call, answered or not, kept or not: it counts against the budget.

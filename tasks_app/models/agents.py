@@ -85,6 +85,9 @@ class AgentProfile(models.Model):
     latest_version = models.PositiveIntegerField(default=0)
     release_candidate = models.PositiveIntegerField(null=True, blank=True)
     release_percent = models.PositiveSmallIntegerField(null=True, blank=True)
+    # {min_pass_rate, max_cost_ratio}: a candidate is released or promoted only
+    # with a finished evaluation that meets it (`services.release_gates`); {}: no gate.
+    release_gate = models.JSONField(default=dict, blank=True, db_default={})
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -18,6 +18,9 @@ from django.db import models
 from .tenancy import Tenant
 
 SPEND_SHARDS = 16
+# The rollup's `agent` of an evaluation run's spend (`evals_app`): kept apart from
+# the tenant's live spend, which leaves these rows out (the dashboard, /metrics).
+EVALUATION_AGENT_PREFIX = "evaluation:"
 
 
 class DailySpend(models.Model):

@@ -104,6 +104,15 @@ class Task(models.Model):
     parent_step_no = models.PositiveIntegerField(null=True, blank=True)
     depth = models.PositiveSmallIntegerField(default=0, db_default=0)
 
+    # An evaluation run (`evals_app`): a shadow task replaying the recorded task
+    # `shadow_of` with a candidate version. Its tools answer from that task's
+    # ledger, nothing real is done (`runner.shadow`), and it is left out of the
+    # dashboard's figures, the spend rollup and notifications. No foreign key: a
+    # recorded task may be purged while the evaluation that replayed it is kept.
+    shadow_of = models.BigIntegerField(null=True, blank=True)
+    # An unmatched read-only call goes to the real tool (else: "not recorded").
+    shadow_live_reads = models.BooleanField(default=False, db_default=False)
+
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -144,6 +153,9 @@ class Task(models.Model):
             # a task's children (few rows; most tasks have none)
             models.Index(fields=["parent"], name="task_parent",
                          condition=models.Q(parent__isnull=False)),
+            # evaluation runs (few rows; most tasks are live)
+            models.Index(fields=["shadow_of"], name="task_shadow_of",
+                         condition=models.Q(shadow_of__isnull=False)),
             # the sweep's lost compensations (a few rows at most: cleared when each runs)
             models.Index(fields=["compensation_due_at"], name="task_compensation_due",
                          condition=models.Q(compensation_due_at__isnull=False)),

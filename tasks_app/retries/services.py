@@ -79,6 +79,9 @@ def task_retry(*, tenant_id: int, task_id: int, actor: Actor, from_step: int | N
             raise conflict("not_retryable",
                            f"only FAILED or CANCELED tasks are retried; this one is "
                            f"{original.status}", status=original.status)
+        if original.shadow_of is not None:  # its retry would run for real
+            raise conflict("not_retryable", "an evaluation run is not retried: start "
+                           "another evaluation", status=original.status)
         steps = list(Step.objects.filter(task_id=original.pk).order_by("step_no"))
         last = min(default_from_step(steps), _first_compensated(original.pk))
         if from_step is None:

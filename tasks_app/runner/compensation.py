@@ -19,6 +19,9 @@ A step whose decision carries its own compensation (a workflow node's
 `compensate: {tool, args}`) is undone by that call instead, its arguments
 built by the planner its app registered (`register_compensation_planner`).
 
+An evaluation run (`Task.shadow_of`) is never compensated: its writes were
+answered from another task's record or never made.
+
 Retries (`tasks_app.retries`): a step a retry inherited is not compensated,
 neither by the retry (it did not make the call) nor by the original once a
 retry continues from it. Which steps are compensated is decided once, under
@@ -86,8 +89,13 @@ def compensation_call(task: Task, step: Step,
 def compensate_task(task_id: int) -> int:
     """Compensate a FAILED task's successful writes; returns how many calls were made."""
     task = (Task.objects.filter(pk=task_id)
-            .only("id", "tenant_id", "trace_id", "status", "input").first())
+            .only("id", "tenant_id", "trace_id", "status", "input", "shadow_of").first())
     if task is None or task.status != TaskStatus.FAILED:
+        return 0
+    if task.shadow_of is not None:
+        # an evaluation run did nothing real (`shadow`): there is nothing to undo,
+        # and a compensation tool would be a real effect
+        Task.objects.filter(pk=task_id).update(compensation_due_at=None)
         return 0
     made, elsewhere = _compensate(task)
     if not elsewhere:  # else the run that holds a call clears it when it ends

@@ -237,7 +237,8 @@ def record_model_reply(ask: Ask, reply: ModelReply, *, owner: str,
                        memo: SliceMemo) -> Recorded:
     """Record what the model said (a database phase), with its cost."""
     charged = priced_reply(task_id=ask.snap.id, tenant_id=ask.snap.tenant_id,
-                           agent=ask.snap.agent, reply=reply)
+                           agent=ask.snap.agent, reply=reply,
+                           evaluation_run=ask.snap.shadow_of is not None)
     snap = replace(ask.snap, cost_pico=ask.snap.cost_pico + charged.cost_pico)
     decision = reply.decisions[0] if reply.decisions else Decision(
         kind="invalid", raw=reply.raw, error="the model returned no decision")

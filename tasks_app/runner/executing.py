@@ -19,6 +19,11 @@ awaited call and released once the outcome committed, or on any failure or
 cancellation (a phase of its own). The call runs in its `execute_tool` span
 (`config.tracing`), opened on the loop so an http tool's `traceparent` is
 the span's.
+
+An evaluation run (`Task.shadow_of`) sends nothing: each call is answered in
+one database phase (`_shadow_call`) from the recorded task's ledger, or with a
+typed result saying it was not made (`shadow`); only an unmatched read in an
+evaluation with live reads takes the path above.
 """
 from __future__ import annotations
 
@@ -52,7 +57,7 @@ from ..store.commits import commit_outcome
 from ..store.events import event_append
 from ..store.steps import step_keep_late, step_move
 from ..store.tasks import KnownTask, task_transition
-from . import breaker_waits, rate_waits
+from . import breaker_waits, rate_waits, shadow
 from .backoff import backoff_s
 from .children import child_step, is_child_step
 from .hops import Hop
@@ -76,8 +81,8 @@ def ready_call(decided: Decided, *, owner: str, actor: Actor) -> StepResult | Ad
     its admission (resource lease, breaker: `admit_call`), so that the call goes
     out with no database phase of its own first. None when the ledger must be
     asked first (a retried task's call that reuses an earlier key: no claim)."""
-    if decided.claim is None or is_child_step(decided.step):  # a child task: `execute`
-        return None
+    if decided.claim is None or is_child_step(decided.step) or decided.snap.shadow_of:
+        return None  # a child task, or an evaluation run's call (`shadow`): `execute`
     prepared = prepare(call_of(decided.snap, decided.step, decided.spec))
     return admit_call(decided.snap, decided.step, decided.spec, decided.claim, prepared,
                       owner=owner, actor=actor)
@@ -135,6 +140,12 @@ async def execute(snap: TaskSnapshot, step: Step, *, owner: str, actor: Actor, m
     outcome; without (a resumed or retried step, or a retried task's call that
     reuses an earlier key: no claim was taken), the ledger is asked first.
     In a wave, its commits take their turn (`wave`)."""
+    if snap.shadow_of is not None:  # an evaluation run: answered from the record
+        answered = await wave.commit(hop, _shadow_call, snap, step, owner=owner, actor=actor,
+                                     memo=memo, after=after)
+        if answered is not None:
+            return answered
+        # an unmatched read in an evaluation with live reads: made for real, below
     if is_child_step(step):  # `agent:<name>`: a child task, waited for (`children`)
         return await wave.commit(hop, _child_step, snap, step, owner=owner, actor=actor,
                                  memo=memo, after=after)
@@ -192,6 +203,31 @@ def _child_step(snap: TaskSnapshot, step: Step, *, owner: str, actor: Actor, mem
         return ended
     return commit_then(snap, step, ended.spec, ended.outcome, actor, memo=memo,
                        claim=ended.claim, after=after)
+
+
+def _shadow_call(snap: TaskSnapshot, step: Step, *, owner: str, actor: Actor, memo: SliceMemo,
+                 after: After) -> StepResult | None:
+    """An evaluation run's call (a database phase): its outcome from the recorded
+    task's ledger, or a typed result saying it was not made (`shadow`); nothing is
+    sent. None: an unmatched read the evaluation lets through to the real tool."""
+    bind_log(step_no=step.step_no, step_kind="tool_call")
+    if is_child_step(step):  # another agent's task would do real work: never started
+        return commit_then(snap, step, None, shadow.not_made(step), actor, memo=memo,
+                           claim=None, after=after)
+    known_specs = memo.specs if memo.specs and step.tool in memo.specs else tool_specs(
+        tenant_id=snap.tenant_id, names=[step.tool])  # the slice's, else read
+    spec = call_spec(known_specs.get(step.tool), step.decision)
+    if spec is None:  # as `open_call` answers it
+        return commit_outcome_of(snap, step, None, ToolOutcome(kind=OutcomeKind.BUSINESS, error={
+            "type": "tool_unavailable", "message": f"tool {step.tool!r} was disabled or removed"}),
+            actor, memo=memo)
+    outcome = shadow.recorded_outcome(snap, step, spec)
+    if outcome is None:
+        return None
+    taken = ledger.claim_without_effect(call_of(snap, step, spec), owner=owner)
+    if isinstance(taken, ToolOutcome):  # settled before (a resumed step): as it was
+        return commit_then(snap, step, spec, taken, actor, memo=memo, claim=None, after=after)
+    return commit_then(snap, step, spec, outcome, actor, memo=memo, claim=taken, after=after)
 
 
 def held_elsewhere(outcome: ToolOutcome) -> StepResult:

@@ -44,6 +44,7 @@ from ..store.commits import commit_decision, commit_final
 from ..store.events import event_append
 from ..store.steps import step_create, step_keyed
 from ..store.tasks import task_transition, task_update_guarded
+from . import shadow
 from .memo import SliceMemo
 from .policy import below_confidence, check_tool_call
 from .progress import repeats_too_often
@@ -154,6 +155,8 @@ def record_decision(
 def _ask(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any], spent: Spent,
          actor: Actor) -> StepResult:
     """A question: the task waits for input (the question may expire)."""
+    if snap.shadow_of is not None:
+        return _ask_in_evaluation(snap, decision, model_log, spent, actor)
     with transaction.atomic():
         step = _new_step(snap, kind=StepKind.ASK, status=StepStatus.RUNNING, decision=decision,
                          model_log=model_log)
@@ -169,6 +172,36 @@ def _ask(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any], spen
                               question=decision.question, task_version=done.version,
                               expires_at=expires, on_expiry=decision.on_expiry)
     return STOP
+
+
+def _ask_in_evaluation(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
+                       spent: Spent, actor: Actor) -> StepResult:
+    """An evaluation run's question (`shadow`): the recorded answer to the same
+    question, and the task goes on; none recorded: the run stops, a person
+    would have been needed."""
+    answer = shadow.recorded_answer(snap, decision.question)
+    now = timezone.now()
+    with transaction.atomic():
+        if answer is None:
+            error = {"type": shadow.NEEDS_A_PERSON, "question": decision.question,
+                     "message": "the recorded task has no answer to this question"}
+            _new_step(snap, kind=StepKind.ASK, status=StepStatus.FAILED, decision=decision,
+                      model_log=model_log, error=error, finished_at=now)
+            task_transition(task_id=snap.id, event="fatal_error", actor=actor,
+                            expected_version=snap.version, known=known(snap),
+                            payload={"reason": shadow.NEEDS_A_PERSON,
+                                     "step_no": snap.steps_count + 1},
+                            fields={**spent.fields(), "failure_reason": shadow.NEEDS_A_PERSON,
+                                    "failure_detail": failure_snapshot(snap, error)})
+            spent.roll_up()
+            return STOP
+        output = {"answer": answer, "from_record": True}
+        _new_step(snap, kind=StepKind.ASK, status=StepStatus.SUCCEEDED, decision=decision,
+                  model_log=model_log, output=output,
+                  output_hash=sha256_hex(canonical_json(output)), finished_at=now)
+        _guard(snap, **spent.fields(), stale_steps=0)
+        spent.roll_up()
+    return CONTINUE
 
 
 def _final(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any], spent: Spent,
@@ -223,7 +256,17 @@ def _tool_call(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any]
     # A retried task's call the chain already made takes that call's key (None: a fresh key).
     reused = lineage_key(task_id=snap.id, key_lineage=snap.key_lineage,
                          step_no=snap.steps_count + 1, tool=decision.tool, args=decision.args)
-    if verdict.verdict == "approve":
+    if verdict.verdict == "approve" and snap.shadow_of is not None:
+        # an evaluation run: as the recorded task's reviewer decided the same call,
+        # else counted (the call itself cannot have a real effect: `shadow`)
+        decided = shadow.recorded_approval(snap, decision.tool, decision.args)
+        if decided == "rejected":
+            return record_invalid(snap, decision, model_log, spent, actor, {
+                "type": "approval_rejected", "from_record": True,
+                "message": "a reviewer rejected this call in the recorded task"})
+        model_log = {**model_log, "evaluation": shadow.APPROVAL_AS_RECORDED if decided
+                     else shadow.WOULD_NEED_APPROVAL}
+    elif verdict.verdict == "approve":
         return _needs_approval(snap, decision, model_log, spent, spec, reused, actor,
                                held=verdict.error)
     # The step, its event and the ledger claim commit together, in one statement.
@@ -329,7 +372,9 @@ def _handled(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
     step_no = snap.steps_count + 1
     output_hash = sha256_hex(canonical_json(decision.as_dict()))
     with transaction.atomic():
-        output = storable(handler.record(snap, step_no, decision, actor))
+        # an evaluation run writes nothing a live task would see (`shadow`)
+        output = (storable(handler.record(snap, step_no, decision, actor))
+                  if snap.shadow_of is None else shadow.not_written(decision.kind))
         _new_step(snap, kind=StepKind.MEMORY, status=StepStatus.SUCCEEDED, decision=decision,
                   model_log=model_log, output=output, output_hash=output_hash,
                   finished_at=timezone.now())

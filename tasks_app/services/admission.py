@@ -1,6 +1,12 @@
 """Admission: CREATED tasks start, first come first served, while the global,
 per-tenant and per-agent limits on RUNNING tasks allow.
 
+Evaluation runs (shadow tasks, `Task.shadow_of`) have the lower priority: they
+start only after every live task that may start now, in what room is left, and
+never more than `TETHER_EVALUATION_MAX_RUNNING` of them run at once, so an
+evaluation of a thousand tasks neither delays live tasks waiting now nor fills
+the slots live tasks submitted meanwhile will need.
+
 Admission decisions are serialized (a PostgreSQL transaction-scoped advisory
 lock; SQLite's IMMEDIATE transactions already serialize writers) so two
 admitters cannot both take the last slot. It runs after every transaction that
@@ -19,7 +25,7 @@ from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Count
+from django.db.models import BooleanField, Count, ExpressionWrapper, Q
 from django.db.models.fields.json import KT
 from django.utils import timezone
 
@@ -61,32 +67,50 @@ def admit_created_tasks(*, limit: int = 100) -> list[int]:
     admitted: list[int] = []
     with transaction.atomic():
         db.lock()
-        per_tenant, per_agent = db.running_counts()
+        per_tenant, per_agent, shadows = db.running_counts()
         free = cfg["MAX_RUNNING_TASKS"] - sum(per_tenant.values())
         wanted = min(free, limit)
-        after, scanned = 0, 0
         now = timezone.now()
-        while len(admitted) < wanted and scanned < limit * SCAN_FACTOR:
-            full = [t for t, n in per_tenant.items() if n >= cfg["MAX_RUNNING_PER_TENANT"]]
-            page = db.candidates(after=after, excluding_tenants=full)
+        passes = _Pass(db, per_tenant, per_agent, now, budget=limit * SCAN_FACTOR)
+        passes.admit(admitted, wanted, shadow=False)
+        room = cfg["EVALUATION_MAX_RUNNING"] - shadows  # evaluation runs: what is left
+        if room > 0 and len(admitted) < wanted:
+            passes.admit(admitted, min(wanted, len(admitted) + room), shadow=True)
+    return admitted
+
+
+class _Pass:
+    """Admission's walks over the CREATED tasks (live ones, then evaluation runs),
+    sharing the running counts and the number of candidates one call may read."""
+
+    def __init__(self, db: _Statements, per_tenant: Counter[int], per_agent: Counter[int],
+                 now: datetime, *, budget: int) -> None:
+        self.db, self.per_tenant, self.per_agent, self.now = db, per_tenant, per_agent, now
+        self.budget = budget
+
+    def admit(self, admitted: list[int], wanted: int, *, shadow: bool) -> None:
+        cap = settings.TETHER["MAX_RUNNING_PER_TENANT"]
+        after = 0
+        while len(admitted) < wanted and self.budget > 0:
+            full = [t for t, n in self.per_tenant.items() if n >= cap]
+            page = self.db.candidates(after=after, excluding_tenants=full, shadow=shadow)
             for cand in page:
                 if len(admitted) >= wanted:
                     break
                 if cand.parent_id is None and (
-                    per_tenant[cand.tenant_id] >= cfg["MAX_RUNNING_PER_TENANT"]
-                    or per_agent[cand.agent_id] >= (_number(cand.agent_cap) or 10**9)
+                    self.per_tenant[cand.tenant_id] >= cap
+                    or self.per_agent[cand.agent_id] >= (_number(cand.agent_cap) or 10**9)
                 ):
                     continue  # FIFO within what may run; this tenant/agent waits for a slot
-                if db.start(cand, now):
+                if self.db.start(cand, self.now):
                     _dispatch(cand.id)
-                    per_tenant[cand.tenant_id] += 1
-                    per_agent[cand.agent_id] += 1
+                    self.per_tenant[cand.tenant_id] += 1
+                    self.per_agent[cand.agent_id] += 1
                     admitted.append(cand.id)
-            scanned += len(page)
+            self.budget -= len(page)
             if len(page) < PAGE:
                 break
             after = page[-1].id
-    return admitted
 
 
 # While a runner holds a hand-off slot open (`handing_off_one`), the first task
@@ -144,19 +168,25 @@ class _Statements:
     def lock(self) -> None:
         """Serialize admitters (SQLite's IMMEDIATE transactions already do)."""
 
-    def running_counts(self) -> tuple[Counter[int], Counter[int]]:
-        """One read of what runs, by (tenant, agent): both limits' counts."""
+    def running_counts(self) -> tuple[Counter[int], Counter[int], int]:
+        """One read of what runs, by (tenant, agent, evaluation run or not): both
+        limits' counts, and the evaluation runs'."""
         return _counts(
             Task.objects.filter(status=TaskStatus.RUNNING)
-            .values_list("tenant_id", "agent_id")
+            .annotate(shadow=ExpressionWrapper(Q(shadow_of__isnull=False),
+                                               output_field=BooleanField()))
+            .values_list("tenant_id", "agent_id", "shadow")
             .annotate(n=Count("id"))
-            .values_list("tenant_id", "agent_id", "n")
+            .values_list("tenant_id", "agent_id", "shadow", "n")
         )
 
-    def candidates(self, *, after: int, excluding_tenants: list[int]) -> list[Candidate]:
-        """The next page of CREATED tasks in submission order."""
+    def candidates(self, *, after: int, excluding_tenants: list[int],
+                   shadow: bool = False) -> list[Candidate]:
+        """The next page of CREATED tasks in submission order: live tasks, or
+        evaluation runs (`shadow`)."""
         rows = (
-            Task.objects.filter(status=TaskStatus.CREATED, id__gt=after)
+            Task.objects.filter(status=TaskStatus.CREATED, id__gt=after,
+                                shadow_of__isnull=not shadow)
             .exclude(tenant_id__in=excluding_tenants, parent__isnull=True)
             .order_by("id")
             .annotate(
@@ -180,8 +210,8 @@ _TASKS, _CREATED, _RUNNING = Task._meta.db_table, TaskStatus.CREATED.value, Task
 ANY_CREATED_SQL = f"SELECT EXISTS (SELECT 1 FROM {_TASKS} WHERE status = '{_CREATED}')"
 LOCK_SQL = "SELECT pg_advisory_xact_lock(%s)"
 RUNNING_SQL = f"""
-SELECT tenant_id, agent_id, count(*) FROM {_TASKS}
- WHERE status = '{_RUNNING}' GROUP BY tenant_id, agent_id
+SELECT tenant_id, agent_id, shadow_of IS NOT NULL, count(*) FROM {_TASKS}
+ WHERE status = '{_RUNNING}' GROUP BY 1, 2, 3
 """
 CANDIDATES_SQL = f"""
 SELECT id, tenant_id, agent_id, version, trace_id,
@@ -190,6 +220,7 @@ SELECT id, tenant_id, agent_id, version, trace_id,
   FROM {_TASKS}
  WHERE status = '{_CREATED}' AND id > %(after)s
    AND (NOT (tenant_id = ANY(%(full)s)) OR parent_id IS NOT NULL)
+   AND (shadow_of IS NOT NULL) = %(shadow)s
  ORDER BY id LIMIT %(page)s
 """
 
@@ -202,12 +233,13 @@ class _PreparedStatements(_Statements):
     def lock(self) -> None:
         fetch_one_prepared(LOCK_SQL, (ADMISSION_LOCK_KEY,))
 
-    def running_counts(self) -> tuple[Counter[int], Counter[int]]:
+    def running_counts(self) -> tuple[Counter[int], Counter[int], int]:
         return _counts(fetch_all_prepared(RUNNING_SQL, ()))
 
-    def candidates(self, *, after: int, excluding_tenants: list[int]) -> list[Candidate]:
-        rows = fetch_all_prepared(
-            CANDIDATES_SQL, {"after": after, "full": excluding_tenants, "page": PAGE})
+    def candidates(self, *, after: int, excluding_tenants: list[int],
+                   shadow: bool = False) -> list[Candidate]:
+        rows = fetch_all_prepared(CANDIDATES_SQL, {
+            "after": after, "full": excluding_tenants, "page": PAGE, "shadow": shadow})
         return [Candidate(*row) for row in rows]
 
 
@@ -215,13 +247,16 @@ _ORM = _Statements()
 _SQL = _PreparedStatements()
 
 
-def _counts(rows: Iterable[tuple[int, int, int]]) -> tuple[Counter[int], Counter[int]]:
+def _counts(rows: Iterable[tuple[int, int, bool, int]]
+            ) -> tuple[Counter[int], Counter[int], int]:
     per_tenant: Counter[int] = Counter()
     per_agent: Counter[int] = Counter()
-    for tenant_id, agent_id, n in rows:
+    shadows = 0
+    for tenant_id, agent_id, shadow, n in rows:
         per_tenant[tenant_id] += n
         per_agent[agent_id] += n
-    return per_tenant, per_agent
+        shadows += n if shadow else 0
+    return per_tenant, per_agent, shadows
 
 
 def _started(cand: Candidate, now: datetime) -> dict[str, Any]:

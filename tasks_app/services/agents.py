@@ -34,6 +34,7 @@ from ..vault.references import model_env_names, model_secret_names
 from .agent_versions import version_record
 from .children import agent_cycle_errors, is_agent_tool
 from .completion_checks import completion_check_errors
+from .release_gates import gate_errors
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 # Names a profile cannot take: its console page would be a route (`/agents/new/`).
@@ -66,6 +67,7 @@ EDITABLE = (
     "max_completion_attempts",
     "min_confidence",
     "enabled",
+    "release_gate",  # not the version's configuration: what a candidate must pass
 )
 
 
@@ -92,6 +94,7 @@ def agent_audited(agent: AgentProfile) -> dict[str, Any]:
     switch, and which versions new tasks get."""
     return {**agent.snapshot(), "description": agent.description, "enabled": agent.enabled,
             "current_version": agent.current_version, "latest_version": agent.latest_version,
+            "release_gate": dict(agent.release_gate or {}),
             "release": None if agent.release_candidate is None else {
                 "candidate": agent.release_candidate, "percent": agent.release_percent}}
 
@@ -118,6 +121,8 @@ def agent_errors(agent: AgentProfile) -> dict[str, list[str]]:
         errors.setdefault(key, []).extend(messages)
 
     _key_reference_errors(agent, errors)
+    for message in gate_errors(agent.release_gate):
+        add("release_gate", message)
 
     tools = agent.tools
     if not isinstance(tools, list) or not all(isinstance(t, str) for t in tools):

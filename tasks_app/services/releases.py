@@ -27,6 +27,7 @@ from ..actors import SYSTEM, Actor
 from ..models import AgentProfile, AgentReleaseEntry, AgentVersion, ReleaseAction, VersionKind
 from .agent_versions import config_apply, version_record
 from .agents import agent_audit, agent_audited, agent_errors, agent_update
+from .release_gates import gate_pass
 
 MAX_INT = 2**31 - 1
 KEEP = object()  # `agent_change(release=KEEP)`: the request says nothing about the release
@@ -87,9 +88,11 @@ def _set_release(agent: AgentProfile, candidate: int | None, percent: int | None
 
 
 def release_set(*, tenant_id: int, name: str, candidate: Any, percent: Any,
-                actor: Actor = SYSTEM, unknown: tuple[str, ...] = ()) -> AgentProfile:
+                actor: Actor = SYSTEM, unknown: tuple[str, ...] = (),
+                override_gate: str = "") -> AgentProfile:
     """Start or change a release: `percent` % of new tasks get `candidate`
-    (default: the latest version)."""
+    (default: the latest version). A new candidate must pass the agent's
+    release gate, or an admin overrides it (`release_gates.gate_pass`)."""
     with transaction.atomic():
         agent = _locked(tenant_id, name)
         was = agent_audited(agent)
@@ -103,6 +106,8 @@ def release_set(*, tenant_id: int, name: str, candidate: Any, percent: Any,
         _refuse(**errors)
         if (agent.release_candidate, agent.release_percent) == (candidate, percent):
             return agent  # nothing changes: nothing to record
+        if candidate != agent.release_candidate:
+            gate_pass(agent, candidate, actor=actor, override=override_gate)
         action = ReleaseAction.STARTED if agent.release_candidate is None else ReleaseAction.CHANGED
         _set_release(agent, candidate, percent)
         _log(agent, action, before=agent.current_version, actor=actor, candidate=candidate,
@@ -124,7 +129,7 @@ def release_end(*, tenant_id: int, name: str, actor: Actor = SYSTEM) -> AgentPro
 
 
 def agent_change(*, tenant_id: int, name: str, changes: dict[str, Any], release: Any = KEEP,
-                 actor: Actor = SYSTEM) -> AgentProfile:
+                 actor: Actor = SYSTEM, override_gate: str = "") -> AgentProfile:
     """An API PATCH: edit the profile, then start, change (`{candidate?, percent}`)
     or end (`None`) its release, all or nothing."""
     with transaction.atomic():
@@ -138,6 +143,7 @@ def agent_change(*, tenant_id: int, name: str, changes: dict[str, Any], release:
                 _refuse(release=["an object {candidate, percent}, or null"])
             agent = release_set(tenant_id=tenant_id, name=name, actor=actor,
                                 candidate=release.get("candidate"), percent=release.get("percent"),
+                                override_gate=override_gate,
                                 unknown=tuple(sorted(set(release) - {"candidate", "percent"})))
     assert agent is not None
     return agent
@@ -159,13 +165,16 @@ def agent_seed(*, tenant_id: int, name: str, defaults: dict[str, Any],
         agent_audit(agent, actor=actor, action="created" if was is None else "updated", before=was)
         if agent.current_version != agent.latest_version:
             agent = agent_promote(tenant_id=tenant_id, name=name, version=agent.latest_version,
-                                  actor=actor)
+                                  actor=actor, gated=False)
     return agent
 
 
 def agent_promote(*, tenant_id: int, name: str, version: int | None = None,
-                  actor: Actor = SYSTEM) -> AgentProfile:
-    """Make `version` (default: the release's candidate) current; the release ends."""
+                  actor: Actor = SYSTEM, override_gate: str = "",
+                  gated: bool = True) -> AgentProfile:
+    """Make `version` (default: the release's candidate) current; the release ends.
+    The version must pass the agent's release gate, or an admin overrides it
+    (`gated=False`: a seed, which is no release)."""
     with transaction.atomic():
         agent = _locked(tenant_id, name)
         was = agent_audited(agent)
@@ -174,6 +183,8 @@ def agent_promote(*, tenant_id: int, name: str, version: int | None = None,
             if version is None:
                 _refuse(version=["no release in progress: name the version to promote"])
         _refuse(**({"version": p} if (p := _version_problems(agent, version)) else {}))
+        if gated:
+            gate_pass(agent, version, actor=actor, override=override_gate)  # type: ignore[arg-type]
         before, candidate, percent = (
             agent.current_version, agent.release_candidate, agent.release_percent)
         agent.current_version = version  # type: ignore[assignment]

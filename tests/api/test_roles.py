@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from approvals_app.models import Approval, Question, Reconciliation
+from evals_app.services.starting import Selection, evaluation_start
 from memory_app.models import MemoryItem, MemoryProposal
 from memory_app.services import item_create
 from notify_app.models import NotificationSettings, WebhookSubscription
@@ -26,7 +27,8 @@ from tasks_app.services.agents import agent_update
 from tasks_app.services.releases import release_set
 from tasks_app.services.secrets import secret_create
 from tasks_app.services.tasks import task_cancel
-from tests.factories import make_user
+from tests.factories import make_user, submit
+from tests.helpers import drive
 from tools_app.mcp.services import mcp_server_create
 from tools_app.models import McpServer, Tool
 from workflows_app.services.workflows import workflow_create
@@ -166,6 +168,28 @@ def _memory(suffix: str = "", method: str = "get", body: Any = None) -> Setup:
         item = item_create(tenant_id=t.tenant.pk, actor=SYSTEM, fields={
             "scope": "subject", "subject": "cust-1", "kind": "fact", "text": "Lives in Porto"})
         return method, f"/api/v1/memory/{item.pk}{suffix}", body
+
+    return setup
+
+
+def _recorded(t: Tenancy) -> int:
+    """A succeeded task of `support`, for an evaluation to replay; its version."""
+    drive(submit(t.tenant, [{"final": {"ok": 1}}]).pk)
+    return AgentProfile.objects.get(tenant=t.tenant, name="support").current_version
+
+
+def _evaluation_start(t: Tenancy, role: str) -> tuple[str, str, Any]:
+    return "post", "/api/v1/evaluations", {
+        "agent": "support", "candidate_version": _recorded(t), "scorer": "exact",
+        "tasks": {"filter": {}}}
+
+
+def _evaluation(suffix: str = "") -> Setup:
+    def setup(t: Tenancy, role: str) -> tuple[str, str, Any]:
+        evaluation = evaluation_start(tenant_id=t.tenant.pk, agent="support",
+                                      candidate_version=_recorded(t), selection=Selection(),
+                                      scorer="exact", actor=SYSTEM)
+        return "get", f"/api/v1/evaluations/{evaluation.pk}{suffix}", None
 
     return setup
 
@@ -319,6 +343,10 @@ MATRIX: dict[str, tuple[set[str], Setup, int]] = {
     "memory_proposals": ({OP, REV, ADM}, _const("get", "/api/v1/memory/proposals"), 200),
     "memory_proposal_accept": ({REV, ADM}, _proposal("accept", {}), 201),
     "memory_proposal_reject": ({REV, ADM}, _proposal("reject", {"note": "no"}), 200),
+    "evaluations_list": ({OP, ADM}, _const("get", "/api/v1/evaluations"), 200),
+    "evaluations_create": ({OP, ADM}, _evaluation_start, 201),
+    "evaluations_retrieve": ({OP, ADM}, _evaluation(), 200),
+    "evaluations_tasks": ({OP, ADM}, _evaluation("/tasks"), 200),
 }
 
 

@@ -67,6 +67,7 @@ DEFAULTS = {
     "DECISION_LINK_MAX_AGE_S": 604800.0, "SLACK_API_URL": "https://slack.com/api/",
     # rate limits (tools_app.ratelimits): no Redis named here, a minute
     "RATE_LIMIT_URL": "", "RATE_LIMIT_PERIOD_S": 60.0,
+    "EVALUATION_MAX_RUNNING": 20, "EVALUATION_MAX_TASKS": 1000,
 }
 # Fields that reach Django under another name than TETHER_<field>.
 WIRED_AS = {"WORKER_POOL": "CELERY_WORKER_POOL", "WORKER_CONCURRENCY": "CELERY_WORKER_CONCURRENCY",

@@ -258,12 +258,8 @@ def claim_or_answer(call: ToolCall, *, owner: str,
     with transaction.atomic():
         # The lock is held only for this read-decide-write instant, never across the call.
         row = ToolExecution.objects.select_for_update().get(idempotency_key=key)
-        if row.status == LedgerStatus.SUCCEEDED:
-            return ToolOutcome(kind=OutcomeKind.OK, result=row.result, from_ledger=True)
-        if row.status == LedgerStatus.FAILED_FINAL:
-            permission = (row.error or {}).get("layer") == "permission"
-            kind = OutcomeKind.PERMISSION if permission else OutcomeKind.BUSINESS
-            return ToolOutcome(kind=kind, error=row.error, from_ledger=True)
+        if (stored := _stored_outcome(row)) is not None:
+            return stored
         if row.status == LedgerStatus.UNCERTAIN:
             uncertain = True
         elif row.status == LedgerStatus.IN_PROGRESS and row.claimed_by != owner and (
@@ -290,6 +286,39 @@ def claim_or_answer(call: ToolCall, *, owner: str,
                                     "updated_at"])
             return Claim(call=call, owner=owner, attempts=list(row.attempts))
     return None
+
+
+def _stored_outcome(row: ToolExecution) -> ToolOutcome | None:
+    """A settled key's outcome, as the ledger stored it (None: not settled)."""
+    if row.status == LedgerStatus.SUCCEEDED:
+        return ToolOutcome(kind=OutcomeKind.OK, result=row.result, from_ledger=True)
+    if row.status == LedgerStatus.FAILED_FINAL:
+        permission = (row.error or {}).get("layer") == "permission"
+        kind = OutcomeKind.PERMISSION if permission else OutcomeKind.BUSINESS
+        return ToolOutcome(kind=kind, error=row.error, from_ledger=True)
+    return None
+
+
+def claim_without_effect(call: ToolCall, *, owner: str) -> Claim | ToolOutcome:
+    """The key of a call that is never sent (an evaluation run's: its outcome
+    comes from another task's record), taken by `owner`, who holds the task's
+    lease, whoever claimed it before; or its stored outcome once settled. With
+    nothing sent there is no effect to be uncertain about, so no status query."""
+    now = timezone.now()
+    with transaction.atomic():
+        # the decision's commit usually claimed the key already: look first
+        row = ToolExecution.objects.select_for_update().filter(
+            idempotency_key=call.context.idempotency_key).first()
+        if row is None:
+            return claim_new(call, owner=owner)
+        if (stored := _stored_outcome(row)) is not None:
+            return stored
+        row.status, row.error = LedgerStatus.IN_PROGRESS, None
+        row.claimed_by, row.claimed_until = owner, _claim_until(call, now)
+        row.attempts = [*row.attempts, {"started_at": now.isoformat(), "owner": owner}]
+        row.save(update_fields=["status", "error", "claimed_by", "claimed_until", "attempts",
+                                "updated_at"])
+        return Claim(call=call, owner=owner, attempts=list(row.attempts))
 
 
 def record_while(key: str, owner: str) -> tuple[dict[str, Any], dict[str, Any]]:

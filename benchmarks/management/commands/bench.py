@@ -75,7 +75,8 @@ class Command(BaseCommand):
             help="runs of the workflow workload, with the 0.2 s tool and with instant tools "
             "(500)")
         parser.add_argument(
-            "--only", choices=["io", "workflow", "breaker", "chaos", "memory", "rate_limit"],
+            "--only", choices=["io", "workflow", "breaker", "chaos", "memory", "rate_limit",
+                               "evaluation"],
             default="",
             help="one workload only: `io` (the I/O workload and its scripted comparison), "
             "`workflow` (the 6-node workflow: wall time against its critical path, and "
@@ -87,7 +88,9 @@ class Command(BaseCommand):
             "`memory` (the I/O workload with memory on against off, alternated; --tasks (200), "
             "--rounds; and memory retrieval at 100,000 items), "
             "`rate_limit` (a model's tokens-per-minute limit at a third of what the endpoint "
-            "could serve, under a backlog; --tasks (1000), --period-s (60), --workers)")
+            "could serve, under a backlog; --tasks (1000), --period-s (60), --workers), "
+            "`evaluation` (recorded I/O tasks replayed as shadow tasks: shadow against live "
+            "tasks/s, and live tasks/s during an evaluation; --tasks (500))")
         parser.add_argument("--kills", type=int, help="the chaos workload's worker kills (10)")
         parser.add_argument("--seed", type=int, help="the chaos workload's random seed")
         parser.add_argument("--outage-s", type=float, help="the breaker workload's outage (20)")
@@ -123,6 +126,8 @@ class Command(BaseCommand):
             return self._memory(opts, cfg)
         if opts["only"] == "rate_limit":
             return self._rate_limit(opts, cfg)
+        if opts["only"] == "evaluation":
+            return self._evaluation(opts, cfg)
 
         from benchmarks.report import table
         from benchmarks.run import bench_run
@@ -173,6 +178,16 @@ class Command(BaseCommand):
             period_s=opts["period_s"] or (10.0 if cfg.quick else 60.0),
             workers=cfg.workers, log_dir=log_dir, say=lambda line: self.stdout.write(line))
         self._figures(doc, cfg, rate_limit_table(doc), "rate_limit")
+
+    def _evaluation(self, opts: dict, cfg: BenchConfig) -> None:
+        from benchmarks.config import bench_env, database_url_of
+        from benchmarks.evaluation_load import evaluation_table, run_evaluation
+
+        log_dir = Path(tempfile.mkdtemp(prefix="tether-bench-evaluation-"))
+        doc = run_evaluation(tasks=opts["tasks"] or (30 if cfg.quick else 500),
+                             env=bench_env(database_url_of(connection.settings_dict)),
+                             log_dir=log_dir, say=lambda line: self.stdout.write(line))
+        self._figures(doc, cfg, evaluation_table(doc), "evaluation")
 
     def _chaos(self, opts: dict, cfg: BenchConfig) -> None:
         from benchmarks.chaos import chaos_table, run_chaos
