@@ -52,7 +52,8 @@ from .budgets import exhausted_budget, past_deadline
 from .executing import Admitted, ready_call
 from .memo import SliceMemo
 from .progress import stalled
-from .recording import Decided, record_decision
+from .recording import Decided, Deferred, in_a_reply, record_decision
+from .reply_calls import agent_runs_together, open_calls, wait_for_approvals
 from .results import STOP, Next, Spent, StepResult
 from .stopping import exhaust, fail
 
@@ -93,7 +94,7 @@ class Recorded:
     already admitted or told to wait, `admitted`: `executing.ready_call`), and
     what the summary check after the step needs."""
 
-    result: StepResult | Decided
+    result: StepResult | Decided | Deferred
     admitted: StepResult | Admitted | None
     snap: TaskSnapshot
     sources: ContextSources | None
@@ -125,16 +126,27 @@ def plan_step(*, task_id: int, owner: str,
     now = timezone.now()
     if past_deadline(snap, now):
         return exhaust(snap, "deadline", actor)
-    if current is not None and current.kind == StepKind.TOOL and current.status in (
-        StepStatus.RUNNING, StepStatus.RETRYING, StepStatus.UNCERTAIN,
-    ) and not snap.agent.get("parallel_calls"):  # its decision maker names its open steps
+    is_open = current is not None and current.kind == StepKind.TOOL and current.status in (
+        StepStatus.RUNNING, StepStatus.RETRYING, StepStatus.UNCERTAIN)
+    queued = list((current.model_log or {}).get("queued") or []) if current is not None else []
+    if agent_runs_together(snap) and current is not None and (
+            is_open or (not queued and in_a_reply(current.model_log or {}))):
+        # a reply's calls: every one settled (and every card decided) before
+        # anything new is decided, resumed together after a crash or a backoff
+        opened = open_calls(snap.id)
+        if len(opened.resumable) > 1 or (opened.resumable and not is_open):
+            return ResumeMany(snap, opened.resumable)
+        if opened.awaiting and not is_open:
+            return wait_for_approvals(snap, opened.awaiting, actor)
+    if is_open and not snap.agent.get("parallel_calls"):  # a workflow names its open steps
+        # the task's latest step, alone open: resumed as it always was
+        assert current is not None
         if current.next_attempt_at and current.next_attempt_at > now:
             return StepResult(Next.LATER, (current.next_attempt_at - now).total_seconds(),
                               "backoff")
         return Resume(snap, current)
     if stalled(snap):
         return exhaust(snap, "no_progress", actor, detail={"signal": "no_new_observation"})
-    queued = list((current.model_log or {}).get("queued") or []) if current is not None else []
     budget = exhausted_budget(snap, now, asking_model=not queued)
     if budget is not None:
         return exhaust(snap, budget, actor)
@@ -239,9 +251,10 @@ def record_model_reply(ask: Ask, reply: ModelReply, *, owner: str,
 def record_reply(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
                  spent: Spent, specs: dict[str, ToolSpec], sources: ContextSources | None, *,
                  owner: str, memo: SliceMemo, free: bool) -> Recorded:
+    defer = agent_runs_together(snap) and in_a_reply(model_log)
     try:
         recorded = record_decision(snap, decision, model_log, spent, specs, owner=owner,
-                                   actor=Actor.worker(owner))
+                                   actor=Actor.worker(owner), defer_approval=defer)
     except Exception:
         if not free:
             # The model was asked but the decision did not commit: the call counts
@@ -249,7 +262,7 @@ def record_reply(snap: TaskSnapshot, decision: Decision, model_log: dict[str, An
             # counted call, and costs nothing: it is asked again.)
             spent.charge(snap.id)
         raise
-    if isinstance(recorded, StepResult):
+    if isinstance(recorded, StepResult | Deferred):
         after_step(snap, sources, memo, owner=owner)
         return Recorded(recorded, None, snap, sources)
     return Recorded(recorded, ready_call(recorded, owner=owner, actor=Actor.worker(owner)),

@@ -48,7 +48,7 @@ from .deciding import (
 from .executing import execute
 from .hops import CallerHop, Hop
 from .memo import SliceMemo
-from .recording import Decided
+from .recording import Decided, Deferred
 from .results import CONTINUE, STOP, Next, Spent, Stale, StepResult
 from .waves import parallel, resume_wave, run_wave
 
@@ -94,6 +94,9 @@ async def step(*, task_id: int, owner: str, memo: SliceMemo, hop: Hop) -> StepRe
 
 async def _after_recording(recorded: Recorded, *, owner: str, memo: SliceMemo,
                            hop: Hop) -> StepResult:
+    if isinstance(recorded.result, Deferred):
+        memo.forget()  # a reply's card is open: the next step reads the task again
+        return CONTINUE
     if not isinstance(recorded.result, Decided):
         return recorded.result  # the summary check ran in the recording phase
     decided = recorded.result
