@@ -186,7 +186,7 @@ class EdgeServer:
             await self._gates["model"].wait()
         finally:
             stats.model_in_flight -= 1
-        done = sum(1 for m in request.get("messages") or [] if m.get("role") == "tool")
+        done = _calls_made(request.get("messages") or [])
         tools = request.get("tools") or []
         message: dict[str, Any] = {"role": "assistant", "content": None}
         if done // self.parallel < self.tool_calls and tools:
@@ -218,6 +218,22 @@ class EdgeServer:
         if "echo" in args:
             answer["echo"] = args["echo"]
         return answer
+
+
+def _calls_made(messages: list[dict[str, Any]]) -> int:
+    """The tool calls made so far: one more than the largest `i` the
+    conversation's calls carry (older steps may be summarized away, the
+    latest reply's calls are always shown)."""
+    made = 0
+    for message in messages:
+        for call in message.get("tool_calls") or []:
+            try:
+                i = json.loads(call["function"]["arguments"]).get("i")
+            except (KeyError, TypeError, ValueError, AttributeError):
+                continue
+            if isinstance(i, int):
+                made = max(made, i + 1)
+    return made
 
 
 def main() -> None:

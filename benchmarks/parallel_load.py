@@ -7,7 +7,8 @@ a task. Run together, a reply's reads take one tool latency, so the ideal
 wall time is still one task's critical path, 5 x 0.5 + 4 x 0.2 = 3.3 s (run
 one after another they would take 5 x 0.5 + 20 x 0.2 = 6.5 s). The target:
 within 1.5x of it, with the reads overlapping (the edge counts the tool calls
-in flight at the peak).
+in flight at the peak). The worker runs with `TETHER_SUMMARY_THRESHOLD_STEPS`
+raised, so that no context summary (one more model call) joins the path.
 """
 from __future__ import annotations
 
@@ -41,7 +42,11 @@ def run_parallel_phase(world: World, env: dict[str, str], *, sizes: list[int], l
     with roomy_admission() as roomy, \
             edge_process(log_dir, parallel=PARALLEL_READS) as (edge_url, edge_pid):
         io_world_ensure(world, edge_url)
-        with readme_worker({**env, **roomy}, log_dir=log_dir) as workers:
+        # 21 steps a task: no summary folds them (a summary's model call, 0.5 s
+        # here, would join the critical path; the I/O workload's 5 steps never
+        # reach the threshold either)
+        unsummarized = {"TETHER_SUMMARY_THRESHOLD_STEPS": "100"}
+        with readme_worker({**env, **roomy, **unsummarized}, log_dir=log_dir) as workers:
             run_io(world, tasks=10, edge_url=edge_url, edge_pid=edge_pid, workers=workers)
             for n in sizes:
                 say(f"  parallel I/O workload: {n} tasks x ({TOOL_CALLS + 1} model calls of "

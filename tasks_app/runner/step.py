@@ -101,7 +101,12 @@ async def _after_recording(recorded: Recorded, *, owner: str, memo: SliceMemo,
         return recorded.result  # the summary check ran in the recording phase
     decided = recorded.result
     if parallel(decided.snap) and (decided.step.model_log or {}).get("queued"):
-        return await run_wave(decided, recorded.admitted, owner=owner, memo=memo, hop=hop)
+        result = await run_wave(decided, recorded.admitted, owner=owner, memo=memo, hop=hop)
+        if result.next is Next.CONTINUE:
+            # the summary check, as after a lone step, once the reply's calls settled
+            # (no sources: it reads what the calls committed)
+            await hop(after_step, decided.snap, None, memo, owner=owner)
+        return result
     return await execute(
         decided.snap, decided.step, owner=owner, actor=Actor.worker(owner), memo=memo, hop=hop,
         admitted=recorded.admitted,
