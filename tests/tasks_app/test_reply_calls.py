@@ -16,15 +16,19 @@ import pytest
 
 from approvals_app.models import Approval
 from approvals_app.services.decisions import approval_decide
+from tasks_app.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Step
+from tasks_app.runner.loop import run_slice
+from tasks_app.services.admission import admit_created_tasks
 from tasks_app.services.replay import task_replay
+from tasks_app.services.tasks import task_cancel
 from tests.factories import actor_of, submit
 from tests.fakes.fixtures import openai_agent
 from tests.fakes.http_tool_server import FakeToolServer, Recorded, Reply
 from tests.fakes.openai_server import FakeOpenAI, reply
-from tests.fakes.runtime import add_tool
-from tests.helpers import drive
+from tests.fakes.runtime import InThread, add_tool
+from tests.helpers import drive, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -37,8 +41,11 @@ class Reads:
     def __init__(self) -> None:
         self.server = FakeToolServer()
         self.intervals: list[tuple[float, float]] = []
+        self.release = threading.Event()
+        self.held: list[Any] = []  # the orders `/held` received
         self._lock = threading.Lock()
         self.server.on("POST", "/read", self._read)
+        self.server.on("POST", "/held", self._held)
         self.server.on("POST", "/write", lambda r: Reply(200, {"done": r.body}))
 
     def _read(self, request: Recorded) -> Reply:
@@ -47,6 +54,11 @@ class Reads:
         with self._lock:
             self.intervals.append((arrived, time.monotonic()))
         return Reply(200, {"order": request.body.get("order")})
+
+    def _held(self, request: Recorded) -> Reply:
+        with self._lock:
+            self.held.append(request.body.get("order"))
+        return Reply(200, {"order": request.body.get("order")}, hold=self.release)
 
     def most_at_once(self) -> int:
         """The most calls in progress at one instant, from the intervals."""
@@ -75,10 +87,12 @@ def model() -> Iterator[FakeOpenAI]:
 def _setup(world: Any, reads: Reads, model: FakeOpenAI) -> None:
     add_tool(world.tenant, "r_read", kind="http", url=reads.server.url("/read"),
              side_effect="read", timeout_s=10.0, max_retries=0)
+    add_tool(world.tenant, "r_held", kind="http", url=reads.server.url("/held"),
+             side_effect="read", timeout_s=20.0, max_retries=0)
     add_tool(world.tenant, "r_pay", kind="http", url=reads.server.url("/write"),
              side_effect="idempotent_write", timeout_s=10.0, max_retries=0,
              requires_approval=True, risk="high")
-    openai_agent(world.tenant, model, tools=["r_read", "r_pay"])
+    openai_agent(world.tenant, model, tools=["r_read", "r_held", "r_pay"])
 
 
 def _results(model: FakeOpenAI, n: int) -> list[dict[str, Any]]:
@@ -162,3 +176,30 @@ def test_a_card_decided_on_a_stale_version_of_a_reply_is_still_bound_to_its_argu
         approval_decide(approval_id=card.pk, tenant_id=world.tenant.pk,
                         actor=actor_of(world.users["reviewer"]), decision="approve")
     assert getattr(refused.value, "code", "") == "stale_arguments"
+
+
+def test_a_call_waiting_for_room_does_not_start_after_a_cancel(world, reads, model, settings):
+    """Two of four calls go out (the bound); the task is canceled while they
+    are held: their results are discarded, and the two that waited never start."""
+    settings.TETHER = {**settings.TETHER, "PARALLEL_TOOL_CALLS": 2}
+    _setup(world, reads, model)
+    model.push(reply("four", tool_calls=[("r_held", {"order": f"H-{i}"}) for i in range(4)]))
+    task = submit(world.tenant, None, agent="llm", goal="four held reads")
+    admit_created_tasks()
+    running = InThread(lambda: run_slice(task.pk))
+    try:
+        wait_for(lambda: len(reads.held) == 2, timeout=20, interval=0.02,
+                 message="two calls in flight")
+        task_cancel(task_id=task.pk, actor=SYSTEM, reason="enough")
+    finally:
+        reads.release.set()
+    running.join()
+
+    assert reads.held == ["H-0", "H-1"]  # in the reply's order; the others never went out
+    steps = {s.args["order"]: s for s in Step.objects.filter(task=task, kind="tool")}
+    assert {s.status for s in steps.values()} == {"DISCARDED"}  # closed by the cancel
+    # the two sent answered too late: kept, never applied; the two others never ran
+    assert [bool(steps[o].late_output) for o in ("H-0", "H-1", "H-2", "H-3")] == [
+        True, True, False, False]
+    assert all(s.output is None for s in steps.values())
+    assert Event.objects.filter(task=task, type="result_discarded").count() == 2
