@@ -195,7 +195,7 @@ def test_a_call_waiting_for_room_does_not_start_after_a_cancel(world, reads, mod
         reads.release.set()
     running.join()
 
-    assert reads.held == ["H-0", "H-1"]  # in the reply's order; the others never went out
+    assert sorted(reads.held) == ["H-0", "H-1"]  # the first two; the others never went out
     steps = {s.args["order"]: s for s in Step.objects.filter(task=task, kind="tool")}
     assert {s.status for s in steps.values()} == {"DISCARDED"}  # closed by the cancel
     # the two sent answered too late: kept, never applied; the two others never ran
