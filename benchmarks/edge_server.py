@@ -8,7 +8,8 @@ benchmarks.edge_server --port N`, for the benchmark):
 - ``POST /v1/chat/completions``: after `model_latency_s`, the model calls the
   first tool it is offered, `tool_calls` times (arguments ``{"i": k}``, k =
   the number of tool results in the conversation), then answers the final
-  ``{"done": true, "calls": k}``; `usage` in every answer;
+  ``{"done": true, "calls": k}``; `usage` in every answer. With `parallel`
+  N, each of those replies asks for N calls at once (N results a reply);
 - ``POST /tool/<name>``: after `tool_latency_s` (or ``?latency=S``), answers
   ``{"ok": true, "i": ..}`` (and ``"echo"``, the argument of that name, when
   given) and counts one effect per ``Idempotency-Key``;
@@ -52,10 +53,11 @@ class Stats:
 
 class EdgeServer:
     def __init__(self, *, model_latency_s: float = 0.5, tool_latency_s: float = 0.2,
-                 tool_calls: int = 4) -> None:
+                 tool_calls: int = 4, parallel: int = 1) -> None:
         self.model_latency_s = model_latency_s
         self.tool_latency_s = tool_latency_s
         self.tool_calls = tool_calls
+        self.parallel = parallel
         self.stats = Stats()
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -184,13 +186,14 @@ class EdgeServer:
             await self._gates["model"].wait()
         finally:
             stats.model_in_flight -= 1
-        done = sum(1 for m in request.get("messages") or [] if m.get("role") == "tool")
+        done = _calls_made(request.get("messages") or [])
         tools = request.get("tools") or []
         message: dict[str, Any] = {"role": "assistant", "content": None}
-        if done < self.tool_calls and tools:
+        if done // self.parallel < self.tool_calls and tools:
             name = tools[0]["function"]["name"]
-            message["tool_calls"] = [{"id": f"call_{done}", "type": "function", "function": {
-                "name": name, "arguments": json.dumps({"i": done})}}]
+            message["tool_calls"] = [{"id": f"call_{i}", "type": "function", "function": {
+                "name": name, "arguments": json.dumps({"i": i})}}
+                for i in range(done, done + self.parallel)]
             finish = "tool_calls"
         else:
             message["content"] = json.dumps({"done": True, "calls": done})
@@ -217,15 +220,32 @@ class EdgeServer:
         return answer
 
 
+def _calls_made(messages: list[dict[str, Any]]) -> int:
+    """The tool calls made so far: one more than the largest `i` the
+    conversation's calls carry (older steps may be summarized away, the
+    latest reply's calls are always shown)."""
+    made = 0
+    for message in messages:
+        for call in message.get("tool_calls") or []:
+            try:
+                i = json.loads(call["function"]["arguments"]).get("i")
+            except (KeyError, TypeError, ValueError, AttributeError):
+                continue
+            if isinstance(i, int):
+                made = max(made, i + 1)
+    return made
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--model-latency", type=float, default=0.5)
     parser.add_argument("--tool-latency", type=float, default=0.2)
     parser.add_argument("--tool-calls", type=int, default=4)
+    parser.add_argument("--parallel", type=int, default=1)
     args = parser.parse_args()
     server = EdgeServer(model_latency_s=args.model_latency, tool_latency_s=args.tool_latency,
-                        tool_calls=args.tool_calls)
+                        tool_calls=args.tool_calls, parallel=args.parallel)
 
     async def serve() -> None:
         await server._listen(args.port)

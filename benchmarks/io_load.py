@@ -77,12 +77,13 @@ def ideal_s() -> float:
 
 
 @contextmanager
-def edge_process(log_dir: Any) -> Iterator[tuple[str, int]]:
-    """The fake edge in a process of its own; yields (base URL, pid)."""
+def edge_process(log_dir: Any, *, parallel: int = 1) -> Iterator[tuple[str, int]]:
+    """The fake edge in a process of its own; yields (base URL, pid). With
+    `parallel`, each of the model's tool-calling replies asks for that many calls."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "benchmarks.edge_server", "--port", "0",
          "--model-latency", str(MODEL_LATENCY_S), "--tool-latency", str(TOOL_LATENCY_S),
-         "--tool-calls", str(TOOL_CALLS)],
+         "--tool-calls", str(TOOL_CALLS), "--parallel", str(parallel)],
         cwd=BASE_DIR, stdout=subprocess.PIPE, stderr=open(log_dir / "edge.log", "wb"),  # noqa: SIM115
         start_new_session=True, env={**os.environ, "PYTHONPATH": str(BASE_DIR)})
     try:

@@ -143,8 +143,9 @@ def table(doc: dict[str, Any]) -> str:
         f"PostgreSQL {m.get('postgresql')}, autovacuum {m.get('autovacuum')} "
         "(every run starts from a vacuumed database)",
     )
-    if doc.get("config", {}).get("only") in ("io", "workflow"):
-        return _rows_text([machine, *_io_rows(doc), *_workflow_rows(doc)], doc)
+    if doc.get("config", {}).get("only") in ("io", "workflow", "parallel"):
+        return _rows_text([machine, *_io_rows(doc), *_parallel_rows(doc), *_workflow_rows(doc)],
+                          doc)
     rows = [
         machine,
         *_io_rows(doc),
@@ -228,6 +229,20 @@ def table(doc: dict[str, Any]) -> str:
             )
         )
     return _rows_text(rows, doc)
+
+
+def _parallel_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    par = doc.get("parallel") or {}
+    return [(
+        f"parallel I/O {run.get('tasks')} tasks",
+        f"{par.get('parallel_reads_per_reply')} reads a reply: wall "
+        f"{_fmt(run.get('wall_s'), ' s')} vs ideal {_fmt(run.get('ideal_s'), ' s')}: ratio "
+        f"{_fmt(run.get('ratio_to_ideal'))} (target <= {par.get('target_ratio')}: "
+        f"{'met' if run.get('target_met') else 'NOT met'}; one after another "
+        f"{_fmt(par.get('sequential_s'), ' s')}); peak in flight "
+        f"{run.get('peak_tool_calls_in_flight')} reads / "
+        f"{run.get('peak_model_calls_in_flight')} model calls; {run.get('succeeded')} succeeded",
+    ) for run in par.get("runs") or []]
 
 
 def _io_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:

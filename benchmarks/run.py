@@ -35,6 +35,7 @@ from .datagen import console_data_ensure, sample_generated_task
 from .floor import run_floor
 from .io_load import run_io_phase
 from .long_task import run_long_tasks
+from .parallel_load import run_parallel_phase
 from .procs import celery_workers, daphne_server, purge_queue
 from .report import check_targets, machine_info, workflow_targets
 from .throughput import run_throughput, run_waiting, warm_up
@@ -78,6 +79,11 @@ def bench_run(cfg: BenchConfig, *, log_dir: Path, say: Callable[[str], None]) ->
         phase("io", f"I/O workload: {', '.join(str(n) for n in cfg.io_tasks)} tasks ...")
         doc["io"] = run_io_phase(world, env, sizes=list(cfg.io_tasks), rounds=cfg.rounds,
                                  log_dir=log_dir, say=say)
+        purge_queue()
+    if cfg.only == "parallel":
+        sizes = list(cfg.io_tasks[:1])  # the first I/O size: 200 tasks unless told
+        phase("parallel", f"parallel I/O workload: {sizes[0]} tasks ...")
+        doc["parallel"] = run_parallel_phase(world, env, sizes=sizes, log_dir=log_dir, say=say)
         purge_queue()
     if cfg.only in ("", "workflow"):
         phase("workflow", f"workflow workload: {cfg.workflow_runs} runs ...")

@@ -55,6 +55,11 @@ urlpatterns = [
     path("tasks/<id:task_id>/input", tasks.TaskInputView.as_view(), name="api-task-input"),
     path("tasks/<id:task_id>/resume", tasks.TaskResumeView.as_view(), name="api-task-resume"),
     path("tasks/<id:task_id>/fail", tasks.TaskFailView.as_view(), name="api-task-fail"),
+    path(
+        "tasks/<id:task_id>/approvals/decide-all",
+        decisions.TaskApprovalsDecideAllView.as_view(),
+        name="api-task-approvals-decide-all",
+    ),
     path("approvals", decisions.ApprovalListView.as_view(), name="api-approvals"),
     path("approvals/<id:approval_id>", decisions.ApprovalDetailView.as_view(), name="api-approval"),
     path(

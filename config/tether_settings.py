@@ -143,6 +143,11 @@ class TetherSettings(BaseSettings):
         default=64, ge=1,
         description="Python tool calls one process runs at once, each in a thread of its "
                     "own.")
+    PARALLEL_TOOL_CALLS: int = Field(
+        default=8, ge=1, le=50,
+        description="Tool calls of one model reply an agent's task runs at once; the "
+                    "reply's other calls start as these end. 1: one after another, in the "
+                    "reply's order.")
 
     # --- admission, retries, compensation ----------------------------------------
     MAX_RUNNING_TASKS: int = Field(
@@ -444,6 +449,7 @@ class TetherSettings(BaseSettings):
 TETHER_DICT_KEYS = frozenset({
     "LEASE_TTL_S", "SWEEP_INTERVAL_S", "WORKER_SWEEP", "SLICE_S", "SLICE_MAX_STEPS",
     "DRIVER_MAX_TASKS", "DRIVER_DB_THREADS", "DRIVER_DRAIN_S", "TOOL_THREADS",
+    "PARALLEL_TOOL_CALLS",
     "MAX_RUNNING_TASKS", "MAX_RUNNING_PER_TENANT", "BACKOFF_BASE_S", "BACKOFF_MAX_S",
     "STEP_ERROR_RETRIES", "COMPENSATION_RESWEEP_S", "COMPENSATION_THREADS",
     "BREAKER_FAILURES", "BREAKER_COOLDOWN_S", "BREAKER_MAX_COOLDOWN_S", "BREAKER_RECHECK_S",

@@ -158,6 +158,17 @@ class RejectSerializer(ExpectedVersionMixin):
     comment = serializers.CharField(max_length=MAX_TEXT, help_text="Why: the agent receives it.")
 
 
+class DecideAllSerializer(serializers.Serializer):
+    decision = serializers.ChoiceField(choices=["approve", "reject"])
+    comment = serializers.CharField(
+        max_length=MAX_TEXT, allow_blank=True, required=False, default="",
+        help_text="Required to reject: the agent receives it with each rejected call.")
+
+
+class DecidedAllSerializer(serializers.Serializer):
+    decided = ApprovalSerializer(many=True)
+
+
 class RespondSerializer(ExpectedVersionMixin):
     output = serializers.JSONField(help_text="The tool's result, supplied instead of running it.")
     comment = serializers.CharField(

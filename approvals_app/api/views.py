@@ -20,11 +20,14 @@ from tools_app.selectors import ledger_attempts
 
 from ..models import Approval, DecisionChannel, Reconciliation
 from ..selectors import approvals_of_tenant, questions_of_tenant, reconciliations_of_tenant
+from ..services.decide_all import approvals_decide_all
 from ..services.decisions import approval_decide, reconciliation_requery, reconciliation_resolve
 from .serializers import (
     ApprovalFilterSerializer,
     ApprovalSerializer,
     ApproveSerializer,
+    DecideAllSerializer,
+    DecidedAllSerializer,
     QuestionFilterSerializer,
     QuestionSerializer,
     ReconciliationFilterSerializer,
@@ -147,6 +150,28 @@ class ApprovalRejectView(ApprovalViewBase):
             comment=data["comment"],
             expected_version=data.get("expected_version"),
         )
+
+
+class TaskApprovalsDecideAllView(ApprovalViewBase):
+    """Decide every pending card of a task the same way (the calls of one model
+    reply): each through the same decision as alone, in the reply's order."""
+
+    policy = {"POST": "approval.decide"}
+
+    @extend_schema(
+        operation_id="tasks_approvals_decide_all",
+        tags=["approvals"],
+        summary="Approve or reject every pending approval of a task",
+        request=DecideAllSerializer,
+        responses={200: DecidedAllSerializer, **error_responses(409)},
+    )
+    def post(self, request: Request, task_id: int) -> Response:
+        data = self.validated(DecideAllSerializer)
+        decided = approvals_decide_all(task_id=task_id, tenant_id=self.access.tenant_id,
+                                       actor=self.access.actor, decision=data["decision"],
+                                       comment=data["comment"])
+        return Response({"decided": ApprovalSerializer(
+            [self.approval(a.pk) for a in decided], many=True).data})
 
 
 class ApprovalRespondView(ApprovalViewBase):

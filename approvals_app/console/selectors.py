@@ -161,12 +161,25 @@ def inbox(tenant_id: int) -> dict[str, Any]:
                       "rows": section.rows(tenant_id, SECTION_LIMIT)})
     return {
         "approvals": approvals,
+        "approval_groups": by_task(approvals),
         "questions": questions,
         "reconciliations": reconciliations,
         "sections": extra,
         "counts": counts,
         "total": sum(counts.values()),
     }
+
+
+def by_task(cards: list[Card]) -> list[dict[str, Any]]:
+    """The cards grouped under their task, the groups in the order of their
+    oldest card, each group's cards in step order: the calls of one model
+    reply, decided one by one or all at once."""
+    groups: dict[int, dict[str, Any]] = {}
+    for card in cards:
+        groups.setdefault(card.task.pk, {"task": card.task, "cards": []})["cards"].append(card)
+    for group in groups.values():
+        group["cards"].sort(key=lambda c: c.step_no or 0)
+    return list(groups.values())
 
 
 def inbox_count(tenant_id: int) -> int:

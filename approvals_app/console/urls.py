@@ -12,6 +12,8 @@ urlpatterns = [
     path("approvals/<int:pk>/preview/", views.approval_preview, name="approval-preview"),
     path("approvals/<int:pk>/reject/", views.approval_reject, name="approval-reject"),
     path("approvals/<int:pk>/respond/", views.approval_respond, name="approval-respond"),
+    path("tasks/<int:task_id>/decide-all/", views.approvals_decide_all_view,
+         name="approvals-decide-all"),
     path("questions/<int:pk>/answer/", views.question_answer, name="question-answer"),
     path(
         "reconciliations/<int:pk>/requery/",

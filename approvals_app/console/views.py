@@ -28,6 +28,7 @@ from tools_app.registry import tool_specs
 from tools_app.schemas import schema_errors
 
 from ..models import Approval, Question, QuestionStatus, Reconciliation, ReconciliationStatus
+from ..services.decide_all import approvals_decide_all
 from ..services.decisions import approval_decide, reconciliation_requery, reconciliation_resolve
 from . import selectors as sel
 from .forms import AnswerForm, ApproveForm, PreviewForm, RejectForm, ResolveForm, RespondForm
@@ -206,6 +207,29 @@ def approval_approve(request: HttpRequest, pk: int) -> HttpResponse:
         else f"Approved {done.tool}.",
         open_form="edit" if "args" in request.POST else "",
     )
+
+
+@require_POST
+@console_view(roles=DECIDERS)
+def approvals_decide_all_view(request: HttpRequest, task_id: int) -> HttpResponse:
+    """Approve or reject every pending card of a task (the calls of one reply),
+    each through the same decision as alone; back to the inbox, saying what
+    was decided or why not."""
+    cu = _cu(request)
+    decision = request.POST.get("decision", "")
+    try:
+        decided = approvals_decide_all(task_id=task_id, tenant_id=cu.tenant_id, actor=cu.actor,
+                                       decision=decision,  # type: ignore[arg-type]
+                                       comment=request.POST.get("comment", ""))
+    except DomainError as exc:
+        if error_status(exc) == 404:
+            raise Http404("No such task") from exc
+        messages.error(request, f"Not all decided: {error_message(exc)}")
+    else:
+        done = "Approved" if decision == "approve" else "Rejected"
+        messages.success(request, f"{done} {len(decided)} calls of task #{task_id}.")
+    return redirect(reverse("inbox:inbox") if cu.sees_inbox
+                    else reverse("console:task-detail", args=[task_id]))
 
 
 @require_POST

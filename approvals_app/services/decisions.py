@@ -17,8 +17,11 @@ from django.utils import timezone
 from config.errors import conflict, forbidden, invalid, not_found
 from tasks_app.actors import SYSTEM, Actor
 from tasks_app.keys import idempotency_key
+from tasks_app.machine import TaskStatus
 from tasks_app.models import Role, Step, StepKind, StepStatus, Task
 from tasks_app.services.dispatch import schedule_advance_on_commit
+from tasks_app.store.counters import task_tool_call_count
+from tasks_app.store.events import event_append
 from tasks_app.store.steps import step_move
 from tasks_app.store.tasks import task_transition
 from tools_app.executor.ledger import reopen_for_retry, settle_by_human, settle_with_status_query
@@ -87,14 +90,28 @@ def approval_decide(
         if approval.status != Decision.PENDING:
             raise conflict("already_decided", f"this approval is already {approval.status}",
                            status=approval.status)
-        task = Task.objects.get(pk=approval.task_id)
+        step = Step.objects.get(pk=approval.step_id)
+        of_a_reply = bool((step.model_log or {}).get("parallel"))
+        # A reply's card locks the task's row, as the runner does before it waits
+        # for the cards (`runner.reply_calls`): which decision is the last one is
+        # decided under that lock.
+        task = (Task.objects.select_for_update() if of_a_reply else Task.objects).get(
+            pk=approval.task_id)
         snapshot = task.agent_snapshot or {}
         if (task.requester_id is not None and task.requester_id == actor.user_id
                 and not snapshot.get("allow_self_approval")):
             raise forbidden("separation_of_duties",
                             "the requester of a task cannot decide on its actions")
-        version = _check_version(task, expected_version, approval.task_version)
-        step = Step.objects.get(pk=approval.step_id)
+        if of_a_reply:
+            # bound to its step and its arguments (checked below), not to the task's
+            # version, which the reply's other calls and cards move while it is open
+            version = task.version
+            last = task.status == TaskStatus.WAITING_FOR_APPROVAL and not (
+                Approval.objects.filter(task_id=task.pk, status=Decision.PENDING)
+                .exclude(pk=approval.pk).exists())
+        else:
+            version = _check_version(task, expected_version, approval.task_version)
+            last = True
         shown = approval.args_hash
         if args_hash(approval.args) != shown or args_hash(step.args or {}) != shown:
             # The approval is bound to the arguments it showed: if the action to run is
@@ -122,8 +139,7 @@ def approval_decide(
                     payload["args_diff"] = approval.args_diff
             key = idempotency_key(task_id=task.pk, step_id=step.pk, tool=approval.tool,
                                   args=final_args)
-            task_transition(task_id=task.pk, event="approval_granted", actor=actor,
-                            expected_version=version, payload=payload)
+            _decided(task, "approval_granted", actor, version, payload, last=last)
             step_move(step.pk, StepStatus.RUNNING, args=final_args, idempotency_key=key)
             approval.status = Decision.APPROVED
             approval.always_allow = always_allow
@@ -131,17 +147,15 @@ def approval_decide(
             if not comment.strip():
                 raise invalid("invalid", "The request is not valid.",
                               comment=["say why, so the agent can do better"])
-            task_transition(task_id=task.pk, event="approval_rejected", actor=actor,
-                            expected_version=version, payload=payload)
+            _decided(task, "approval_rejected", actor, version, payload, last=last)
             step_move(step.pk, StepStatus.REJECTED, finished_at=now,
                       error={"type": "rejected", "message": "a reviewer rejected this call",
                              "comment": comment})
             approval.status = Decision.REJECTED
         else:  # respond: the reviewer's output stands in for the tool's result
             _validated_result(task, approval.tool, output)
-            task_transition(task_id=task.pk, event="approval_granted", actor=actor,
-                            expected_version=version, payload={**payload, "output": output},
-                            fields={"tool_calls": F("tool_calls") + 1})
+            _decided(task, "approval_granted", actor, version, {**payload, "output": output},
+                     last=last, fields={"tool_calls": F("tool_calls") + 1})
             step_move(step.pk, StepStatus.SUCCEEDED, output=output, finished_at=now,
                       model_log={**step.model_log, "responded_by": actor.name})
             approval.status = Decision.RESPONDED
@@ -152,8 +166,25 @@ def approval_decide(
         approval.decided_at = now
         approval.channel = channel
         approval.save()
-        schedule_advance_on_commit(task.pk)
+        if last:
+            schedule_advance_on_commit(task.pk)
     return approval
+
+
+def _decided(task: Task, event: str, actor: Actor, version: int, payload: dict[str, Any], *,
+             last: bool, fields: dict[str, Any] | None = None) -> None:
+    """The task runs again on the last decision of its cards; a reply's card
+    decided before that (or while the reply's other calls still run) is
+    recorded as an event, and the task waits on (its version does not move)."""
+    if last:
+        task_transition(task_id=task.pk, event=event, actor=actor, expected_version=version,
+                        payload=payload, fields=fields)
+        return
+    if fields:  # a response stands in for the call: counted as one
+        task_tool_call_count(task.pk)
+    event_append(task_id=task.pk, tenant_id=task.tenant_id, trace_id=task.trace_id,
+                 task_version=task.version, type="approval_decided", actor=actor,
+                 payload=payload)
 
 
 def _validated_edit(task: Task, tool: str, args: Any) -> dict[str, Any]:

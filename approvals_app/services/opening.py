@@ -103,3 +103,10 @@ def always_allowed_tools(*, task_id: int) -> frozenset[str]:
             task_id=task_id, always_allow=True, status=Decision.APPROVED
         ).values_list("tool", flat=True)
     )
+
+
+def approvals_rebind(*, task_id: int, task_version: int) -> None:
+    """The pending cards of a reply's calls, shown at the version the task
+    waits at (their siblings' calls moved it while they were open)."""
+    Approval.objects.filter(task_id=task_id, status=Decision.PENDING).update(
+        task_version=task_version)

@@ -116,6 +116,10 @@ EVENT_MEANINGS = {
     "decision_recorded": "a tool call the model proposed was recorded, before it runs",
     "invalid_decision": "the model's output was not a usable decision; the error goes back to it",
     "result_discarded": "a result that arrived after a cancel or a version change, kept unapplied",
+    "approval_requested": "a call of a multi-call reply got its own approval card; the "
+                          "reply's other calls go on",
+    "approval_decided": "a card of a multi-call reply was decided while others wait (the last "
+                        "decision moves the task: `approval_granted` or `approval_rejected`)",
     "context_summarized": "older steps were folded into a new context summary version",
     "summary_rolled_back": "an operator rolled the context summary back",
     "breaker_opened": "this task's call opened a circuit breaker",

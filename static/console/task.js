@@ -82,7 +82,17 @@
       if (!current) {
         var empty = document.getElementById("steps-empty");
         if (empty) { empty.remove(); }
-        box.appendChild(document.importNode(step, true));
+        // a call of a multi-call reply goes into its reply's row (side by side)
+        var row = step.parentElement;
+        var target = box;
+        if (row && row.classList.contains("reply-row")) {
+          target = document.getElementById(row.id);
+          if (!target) {
+            target = document.importNode(row.cloneNode(false), true);
+            box.appendChild(target);
+          }
+        }
+        target.appendChild(document.importNode(step, true));
       } else if (current.getAttribute("data-rev") !== step.getAttribute("data-rev")) {
         var wasOpen = current.querySelector("details") && current.querySelector("details").open;
         var node = document.importNode(step, true);

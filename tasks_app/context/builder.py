@@ -166,7 +166,9 @@ class ContextSources:
         step.chars = sum(  # type: ignore[attr-defined]
             len(json.dumps(v, ensure_ascii=False, default=str))
             for v in (step.output, step.error, step.args) if v is not None)
-        recent = [s for s in self.recent if s.step_no != step.step_no] + [step]
+        # in step order: the calls of one reply commit in the order they end
+        recent = sorted([s for s in self.recent if s.step_no != step.step_no] + [step],
+                        key=lambda s: s.step_no)
         return replace(self, recent=recent[-recent_limit():])
 
 

@@ -53,8 +53,10 @@ its result.
 Rules:
 - To act, call a tool. Every call gets one result message (ok, error, or rejected by a reviewer). \
 Never invent results.
-- You may call several tools in one reply: they run one after another in the order you give, \
-each checked and approved on its own. A failed or rejected call does not stop the ones after it.
+- You may call several tools in one reply: they may run at the same time, each checked and \
+approved on its own, and you get every call's result in the order you gave them once all are \
+settled. So put a call that needs another call's result in a later reply. A failed or rejected \
+call does not stop the others.
 - To ask the person who gave you the task a question, call `{ASK_TOOL}` with `question`; their \
 answer is the call's result.
 - When the goal is met (or cannot be met), reply with your final answer as plain text and no \

@@ -42,7 +42,7 @@ from ..services.completion_checks import DEFAULT_ATTEMPTS, check_args, verdict_o
 from ..snapshot import TaskSnapshot
 from ..store.events import event_append
 from ..store.steps import step_create
-from .recording import Decided, final_errors, record_decision, record_invalid
+from .recording import Decided, Deferred, final_errors, record_decision, record_invalid
 from .results import Spent, StepResult
 from .stopping import exhaust
 
@@ -55,7 +55,7 @@ def checks_of(snap: TaskSnapshot) -> list[dict[str, Any]]:
 
 def record_checked(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
                    spent: Spent, specs: dict[str, ToolSpec], *, owner: str,
-                   actor: Actor) -> StepResult | Decided:
+                   actor: Actor, defer_approval: bool = False) -> StepResult | Decided | Deferred:
     """`record_decision`, except for a final answer that must pass the profile's
     checks first: the first check's call is recorded instead (with the model
     call that gave the answer). An answer that fails the result schema is
@@ -63,7 +63,7 @@ def record_checked(snap: TaskSnapshot, decision: Decision, model_log: dict[str, 
     if (decision.kind != "final" or decision.check is not None or not checks_of(snap)
             or final_errors(snap, decision)):
         return record_decision(snap, decision, model_log, spent, specs, owner=owner,
-                               actor=actor)
+                               actor=actor, defer_approval=defer_approval)
     attempt = _answers_refused(snap) + 1
     return _check(snap, decision, index=0, attempt=attempt, passed=[], model_log=model_log,
                   spent=spent, specs=specs, owner=owner, actor=actor)
@@ -77,7 +77,7 @@ def finished_check(step: Step | None) -> Step | None:
 
 
 def after_check(snap: TaskSnapshot, step: Step, specs: dict[str, ToolSpec], *, owner: str,
-                actor: Actor) -> StepResult | Decided:
+                actor: Actor) -> StepResult | Decided | Deferred:
     """The verdict of a settled check and what follows it (a database phase; no
     model call: nothing is charged)."""
     marker = dict(step.decision["check"])
@@ -110,7 +110,8 @@ def after_check(snap: TaskSnapshot, step: Step, specs: dict[str, ToolSpec], *, o
 
 def _check(snap: TaskSnapshot, answer: Decision, *, index: int, attempt: int,
            passed: list[dict[str, Any]], model_log: dict[str, Any], spent: Spent,
-           specs: dict[str, ToolSpec], owner: str, actor: Actor) -> StepResult | Decided:
+           specs: dict[str, ToolSpec], owner: str,
+           actor: Actor) -> StepResult | Decided | Deferred:
     """Record the call of check `index` of this answer."""
     checks = checks_of(snap)
     check = checks[index]

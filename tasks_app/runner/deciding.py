@@ -56,8 +56,9 @@ from .memo import SliceMemo
 from .progress import stalled
 from .rate_waits import ModelLimits
 from .rate_waits import model_wait as rate_limit_wait
-from .recording import Decided
+from .recording import Decided, Deferred, in_a_reply
 from .refusals import refusals_noted, refused_to_person
+from .reply_calls import agent_runs_together, open_calls, wait_for_approvals
 from .results import STOP, Next, Spent, StepResult
 from .review import accept_reviewed, accepted_final
 from .stopping import exhaust, fail
@@ -99,7 +100,7 @@ class Recorded:
     already admitted or told to wait, `admitted`: `executing.ready_call`), and
     what the summary check after the step needs."""
 
-    result: StepResult | Decided
+    result: StepResult | Decided | Deferred
     admitted: StepResult | Admitted | None
     snap: TaskSnapshot
     sources: ContextSources | None
@@ -131,10 +132,22 @@ def plan_step(*, task_id: int, owner: str,
     now = timezone.now()
     if past_deadline(snap, now):
         return exhaust(snap, "deadline", actor)
-    if current is not None and current.kind == StepKind.TOOL and current.status in (
-        StepStatus.RUNNING, StepStatus.RETRYING, StepStatus.UNCERTAIN,
-    ) and (not snap.agent.get("parallel_calls")  # its decision maker names its open steps
-           or (current.decision or {}).get("check")):  # a completion check: always here
+    is_open = current is not None and current.kind == StepKind.TOOL and current.status in (
+        StepStatus.RUNNING, StepStatus.RETRYING, StepStatus.UNCERTAIN)
+    queued = list((current.model_log or {}).get("queued") or []) if current is not None else []
+    if agent_runs_together(snap) and current is not None and (
+            is_open or (not queued and in_a_reply(current.model_log or {}))):
+        # a reply's calls: every one settled (and every card decided) before
+        # anything new is decided, resumed together after a crash or a backoff
+        opened = open_calls(snap.id)
+        if len(opened.resumable) > 1 or (opened.resumable and not is_open):
+            return ResumeMany(snap, opened.resumable)
+        if opened.awaiting and not is_open:
+            return wait_for_approvals(snap, opened.awaiting, actor)
+    if is_open and current is not None and (
+            not snap.agent.get("parallel_calls")  # a workflow names its open steps
+            or (current.decision or {}).get("check")):  # a completion check: always here
+        # the task's latest step, alone open: resumed as it always was
         if current.next_attempt_at and current.next_attempt_at > now:
             return StepResult(Next.LATER, (current.next_attempt_at - now).total_seconds(),
                               "backoff")
@@ -143,7 +156,6 @@ def plan_step(*, task_id: int, owner: str,
         return accept_reviewed(snap, reviewed, actor)
     if stalled(snap):
         return exhaust(snap, "no_progress", actor, detail={"signal": "no_new_observation"})
-    queued = list((current.model_log or {}).get("queued") or []) if current is not None else []
     checked = None if queued else finished_check(current)  # its verdict is the next step
     budget = exhausted_budget(snap, now, asking_model=not queued and checked is None)
     if budget is not None:
@@ -160,8 +172,9 @@ def plan_step(*, task_id: int, owner: str,
                             memo=memo, free=True)
     if checked is not None:
         verdict = after_check(snap, checked, specs, owner=owner, actor=actor)
-        if isinstance(verdict, StepResult):
-            return verdict
+        if isinstance(verdict, StepResult | Deferred):  # a check's call needs no approval
+            return verdict if isinstance(verdict, StepResult) else Recorded(
+                verdict, None, snap, None)
         return Recorded(verdict, ready_call(verdict, owner=owner, actor=actor), snap, None)
     sources = memo.sources or gather(task_id, human_facts=memo.human_facts,
                                      steps_count=snap.steps_count, retry=snap.is_retry)
@@ -265,9 +278,10 @@ def record_model_reply(ask: Ask, reply: ModelReply, *, owner: str,
 def record_reply(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
                  spent: Spent, specs: dict[str, ToolSpec], sources: ContextSources | None, *,
                  owner: str, memo: SliceMemo, free: bool) -> Recorded:
+    defer = agent_runs_together(snap) and in_a_reply(model_log)
     try:
         recorded = record_checked(snap, decision, model_log, spent, specs, owner=owner,
-                                  actor=Actor.worker(owner))
+                                  actor=Actor.worker(owner), defer_approval=defer)
     except Exception:
         if not free:
             # The model was asked but the decision did not commit: the call counts
@@ -275,7 +289,7 @@ def record_reply(snap: TaskSnapshot, decision: Decision, model_log: dict[str, An
             # counted call, and costs nothing: it is asked again.)
             spent.charge(snap.id)
         raise
-    if isinstance(recorded, StepResult):
+    if isinstance(recorded, StepResult | Deferred):
         after_step(snap, sources, memo, owner=owner)
         return Recorded(recorded, None, snap, sources)
     return Recorded(recorded, ready_call(recorded, owner=owner, actor=Actor.worker(owner)),

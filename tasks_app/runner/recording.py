@@ -112,6 +112,21 @@ class Decided:
     claim: ledger.Claim | None
 
 
+@dataclass(frozen=True)
+class Deferred:
+    """A call of a multi-call reply that needs a person (`parallel_calls`): its
+    step and approval card committed, the task still RUNNING, so the reply's
+    other calls go on; the task waits once they are settled."""
+
+    snap: TaskSnapshot
+    step: Step
+
+
+def in_a_reply(model_log: dict[str, Any]) -> bool:
+    """Is the decision one of several calls of one model reply?"""
+    return bool(model_log.get("queued")) or model_log.get("from_reply_of_step") is not None
+
+
 def record_decision(
     snap: TaskSnapshot,
     decision: Decision,
@@ -121,9 +136,12 @@ def record_decision(
     *,
     owner: str,
     actor: Actor,
-) -> StepResult | Decided:
+    defer_approval: bool = False,
+) -> StepResult | Decided | Deferred:
     """Commit the decision with its counters: in the same transaction as its step,
-    or not at all. Each kind is recorded by its own function below."""
+    or not at all. Each kind is recorded by its own function below. With
+    `defer_approval` (a call of a reply whose calls run together), a call that
+    needs approval gets its card without stopping the task (`Deferred`)."""
     bind_log(step_no=snap.steps_count + 1, step_kind=decision.kind)
     model_log = storable(model_log)
     if decision.kind == "invalid":
@@ -149,7 +167,8 @@ def record_decision(
         return _fail(snap, decision, model_log, spent, actor)
     if decision.kind == "final":
         return _final(snap, decision, model_log, spent, actor)
-    return _tool_call(snap, decision, model_log, spent, specs, owner=owner, actor=actor)
+    return _tool_call(snap, decision, model_log, spent, specs, owner=owner, actor=actor,
+                      defer_approval=defer_approval)
 
 
 def _ask(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any], spent: Spent,
@@ -232,7 +251,7 @@ def final_errors(snap: TaskSnapshot, decision: Decision) -> list[str]:
 
 def _tool_call(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
                spent: Spent, specs: dict[str, ToolSpec], *, owner: str,
-               actor: Actor) -> StepResult | Decided:
+               actor: Actor, defer_approval: bool = False) -> StepResult | Decided | Deferred:
     """A tool call: refused (no progress, a budget), invalid, waiting for an
     approval, or decided: its step and ledger claim committed, it runs next."""
     spec = call_spec(specs.get(decision.tool), decision.as_dict())
@@ -267,6 +286,8 @@ def _tool_call(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any]
         model_log = {**model_log, "evaluation": shadow.APPROVAL_AS_RECORDED if decided
                      else shadow.WOULD_NEED_APPROVAL}
     elif verdict.verdict == "approve":
+        if defer_approval:
+            return _approval_deferred(snap, decision, model_log, spent, spec, reused, actor)
         return _needs_approval(snap, decision, model_log, spent, spec, reused, actor,
                                held=verdict.error)
     # The step, its event and the ledger claim commit together, in one statement.
@@ -335,6 +356,30 @@ def _final_for_review(snap: TaskSnapshot, decision: Decision, model_log: dict[st
                               final=True)
         spent.roll_up()
     return STOP
+
+
+def _approval_deferred(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
+                       spent: Spent, spec: ToolSpec, reused: str | None,
+                       actor: Actor) -> Deferred:
+    """A reply's call that needs approval: its step waits with its own card; the
+    task does not (yet): the reply's other calls run meanwhile, and the task
+    waits for the cards once they are settled (`runner.replies`). The card is
+    bound to its step and arguments: its siblings move the task's version."""
+    with transaction.atomic():
+        step = _new_step(snap, kind=StepKind.TOOL, status=StepStatus.PENDING_APPROVAL,
+                         decision=decision, model_log={**model_log, "parallel": True},
+                         tool=decision.tool, args=decision.args)
+        step_keyed(step, reused)
+        _guard(snap, **spent.fields())
+        spent.roll_up()
+        _event(snap, "approval_requested", actor,
+               {"step_no": step.step_no, "tool": decision.tool})
+        opening.approval_open(task_id=snap.id, tenant_id=snap.tenant_id, step_id=step.pk,
+                              tool=decision.tool, args=decision.args, risk=spec.risk,
+                              reason=decision.reason, cites=list(decision.cites),
+                              task_version=snap.version,
+                              sla_s=int(snap.agent.get("approval_sla_s") or 0))
+    return Deferred(spent.applied_to(snap), step)
 
 
 def record_invalid(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],

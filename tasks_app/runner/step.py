@@ -49,7 +49,7 @@ from .executing import execute
 from .hops import CallerHop, Hop
 from .memo import SliceMemo
 from .rate_waits import ModelLimits
-from .recording import Decided
+from .recording import Decided, Deferred
 from .results import CONTINUE, STOP, Next, Spent, Stale, StepResult
 from .waves import parallel, resume_wave, run_wave
 
@@ -96,11 +96,19 @@ async def step(*, task_id: int, owner: str, memo: SliceMemo, hop: Hop) -> StepRe
 
 async def _after_recording(recorded: Recorded, *, owner: str, memo: SliceMemo,
                            hop: Hop) -> StepResult:
+    if isinstance(recorded.result, Deferred):
+        memo.forget()  # a reply's card is open: the next step reads the task again
+        return CONTINUE
     if not isinstance(recorded.result, Decided):
         return recorded.result  # the summary check ran in the recording phase
     decided = recorded.result
     if parallel(decided.snap) and (decided.step.model_log or {}).get("queued"):
-        return await run_wave(decided, recorded.admitted, owner=owner, memo=memo, hop=hop)
+        result = await run_wave(decided, recorded.admitted, owner=owner, memo=memo, hop=hop)
+        if result.next is Next.CONTINUE:
+            # the summary check, as after a lone step, once the reply's calls settled
+            # (no sources: it reads what the calls committed)
+            await hop(after_step, decided.snap, None, memo, owner=owner)
+        return result
     return await execute(
         decided.snap, decided.step, owner=owner, actor=Actor.worker(owner), memo=memo, hop=hop,
         admitted=recorded.admitted,

@@ -1,14 +1,19 @@
 """A wave: several tool calls of one task in flight at once, within one slice.
 
-A task whose snapshot says `parallel_calls` (a workflow run: its orchestrator
-decides every call that is ready, and those never depend on each other) runs
-the calls of one reply together instead of one step after another:
+A workflow run (its snapshot says `parallel_calls`: its orchestrator decides
+every call that is ready, and those never depend on each other) and an
+agent's task whose model asked for several calls in one reply
+(`reply_calls`) run the calls of one reply together instead of one step
+after another:
 
 1. each decision is recorded as usual, one step each (its key, its ledger
    claim, the policy and budget checks), until the reply's calls are all
-   recorded or one needs a person (approval: it is left queued, and decided
-   alone once the wave is over, since asking stops the task);
-2. the calls are awaited together on the I/O loop;
+   recorded or one is not a tool call (it is decided once the wave is over).
+   A call that needs a person: a workflow's is left queued, and decided alone
+   once the wave is over (asking stops the task); an agent's gets its own
+   card and the others run meanwhile (`recording.Deferred`);
+2. the calls are awaited together on the I/O loop (an agent's reply: at most
+   `PARALLEL_TOOL_CALLS` at once, the others starting as those end);
 3. their outcomes commit one at a time, as each call ends, each from the
    task as the previous commit left it (`Wave.commit`): a commit is
    version-checked as always, so a cancel meanwhile still fences every late
@@ -25,6 +30,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.utils import timezone
 
 from ..actors import Actor
@@ -36,10 +42,12 @@ from .deciding import record_reply
 from .executing import Admitted, execute
 from .hops import Hop
 from .memo import SliceMemo, probe
-from .recording import Decided
+from .recording import Decided, Deferred
+from .reply_calls import agent_runs_together
 from .results import CONTINUE, STOP, Next, Spent, StepResult
 
 WAVE_MAX = 50  # calls recorded into one wave at most (the rest stay queued)
+# (a reply's calls run `PARALLEL_TOOL_CALLS` at once: `_together`)
 RESUMABLE = (StepStatus.RUNNING, StepStatus.RETRYING, StepStatus.UNCERTAIN)
 
 
@@ -61,6 +69,10 @@ class Wave:
             row = await hop(probe, task_id)
             self._running = row is not None and row[1] == TaskStatus.RUNNING
         return self._running
+
+    def read_again(self) -> None:
+        """The next call to go out reads the task first (it waited for room)."""
+        self._running = None
 
     async def commit(self, hop: Hop, fn: Any, snap: TaskSnapshot, *args: Any, **kwargs: Any) -> Any:
         """Run the commit phase `fn(snap, ...)` with the task as it now stands."""
@@ -85,7 +97,7 @@ def _at_latest(fn: Any, latest: TaskSnapshot | None, known: TaskSnapshot, *args:
 
 
 def parallel(snap: TaskSnapshot) -> bool:
-    return bool(snap.agent.get("parallel_calls"))
+    return bool(snap.agent.get("parallel_calls")) or agent_runs_together(snap)
 
 
 async def run_wave(first: Decided, admitted: StepResult | Admitted | None, *, owner: str,
@@ -99,11 +111,15 @@ async def run_wave(first: Decided, admitted: StepResult | Admitted | None, *, ow
     while queued and len(calls) < WAVE_MAX:
         decision = Decision.from_dict(queued[0])
         spec = specs.get(decision.tool)
-        if decision.kind != "tool_call" or spec is None or spec.requires_approval:
+        if decision.kind != "tool_call" or spec is None or (
+                spec.requires_approval and not agent_runs_together(snap)):
             break  # decided alone, after the wave
         model_log = {"from_reply_of_step": holder.step_no, "queued": queued[1:]}
         recorded = await hop(record_reply, snap, decision, model_log, Spent(), specs, None,
                              owner=owner, memo=memo, free=True)
+        if isinstance(recorded.result, Deferred):  # its card is open; the others go on
+            snap, holder, queued = recorded.result.snap, recorded.result.step, queued[1:]
+            continue
         if not isinstance(recorded.result, Decided):
             stopped = recorded.result  # refused or invalid, recorded: the wave goes without it
             break
@@ -112,9 +128,9 @@ async def run_wave(first: Decided, admitted: StepResult | Admitted | None, *, ow
     wave = Wave(memo, snap if stopped is None else None)
     results = await _together(
         [execute(d.snap, d.step, owner=owner, actor=Actor.worker(owner), memo=memo, hop=hop,
-                 admitted=adm, wave=wave) for d, adm in calls])
-    return _settled(memo, wave, [d.step for d, _ in calls],
-                    results + ([stopped] if stopped is not None else []))
+                 admitted=adm, wave=wave) for d, adm in calls], wave, snap)
+    # the reply's last step recorded (a call, or a card) is the task's current one
+    return _settled(memo, wave, holder, results + ([stopped] if stopped is not None else []))
 
 
 async def resume_wave(snap: TaskSnapshot, steps: list[Step], *, owner: str, memo: SliceMemo,
@@ -131,15 +147,31 @@ async def resume_wave(snap: TaskSnapshot, steps: list[Step], *, owner: str, memo
     wave = Wave(memo, snap)
     results = await _together(
         [execute(snap, s, owner=owner, actor=Actor.worker(owner), memo=memo, hop=hop, wave=wave)
-         for s in due])
+         for s in due], wave, snap)
     if later:
         results.append(StepResult(Next.LATER, min(later), "backoff"))
-    return _settled(memo, wave, due, results)
+    last = max(due, key=lambda s: s.step_no)
+    if last.step_no != snap.steps_count:  # a reply's later steps (settled): read them again
+        wave.snap = None
+    return _settled(memo, wave, last, results)
 
 
-async def _together(calls: list[Any]) -> list[StepResult]:
-    """Await every call; a bug in one does not abandon the others' commits."""
-    outcomes = await asyncio.gather(*calls, return_exceptions=True)
+async def _together(calls: list[Any], wave: Wave, snap: TaskSnapshot) -> list[StepResult]:
+    """Await every call; a bug in one does not abandon the others' commits. An
+    agent's reply runs at most `PARALLEL_TOOL_CALLS` at once, in the reply's
+    order (a workflow's wave is bounded by `WAVE_MAX`); a call that waited for
+    room reads the task again before it goes out, so none starts after a cancel."""
+    room = asyncio.Semaphore(int(settings.TETHER["PARALLEL_TOOL_CALLS"])
+                             if agent_runs_together(snap) else WAVE_MAX)
+
+    async def bounded(call: Any) -> StepResult:
+        waited = room.locked()
+        async with room:
+            if waited:
+                wave.read_again()
+            return await call  # type: ignore[no-any-return]
+
+    outcomes = await asyncio.gather(*(bounded(c) for c in calls), return_exceptions=True)
     results: list[StepResult] = []
     for outcome in outcomes:
         if isinstance(outcome, BaseException):
@@ -148,13 +180,13 @@ async def _together(calls: list[Any]) -> list[StepResult]:
     return results
 
 
-def _settled(memo: SliceMemo, wave: Wave, steps: list[Step],
+def _settled(memo: SliceMemo, wave: Wave, current: Step,
              results: list[StepResult]) -> StepResult:
     """What the slice does after a wave: stop if any call stopped the task,
     come back at the earliest delay if any must wait, else go on. The memo
     keeps the task as the last commit left it only if every call went on."""
     if all(r.next is Next.CONTINUE for r in results) and wave.snap is not None:
-        memo.snap, memo.current = wave.snap, max(steps, key=lambda s: s.step_no)
+        memo.snap, memo.current = wave.snap, current
     else:
         memo.forget()
     if any(r.next is Next.STOP for r in results):

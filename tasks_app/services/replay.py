@@ -42,7 +42,7 @@ class ReplayedState:
 def _counts_a_tool_call(type_: str, payload: dict) -> bool:
     if type_ == "step_succeeded":
         return True
-    if type_ == "approval_granted":
+    if type_ in ("approval_granted", "approval_decided"):  # a reply's card: `approval_decided`
         return payload.get("decision") == "respond"
     if type_ == "reconciled":
         return payload.get("outcome") in ("succeeded", "failed")

@@ -72,3 +72,9 @@ def task_fault_count(task_id: int, *, owner: str, attempt: int, at: str) -> None
     """Record the `attempt`-th error of a step where the task stands (`at`), if
     `owner` still holds its lease."""
     Task.objects.filter(pk=task_id, lease_owner=owner).update(fault_attempts=attempt, fault_at=at)
+
+
+def task_tool_call_count(task_id: int) -> None:
+    """A reply's card a reviewer answered in the tool's place, before the task
+    runs again (the last card's decision counts it in its transition)."""
+    Task.objects.filter(pk=task_id).update(tool_calls=F("tool_calls") + 1)

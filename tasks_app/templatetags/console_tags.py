@@ -134,3 +134,20 @@ def when(value: datetime | None, style: str = "relative") -> dict[str, Any]:
         "relative": naturaltime(value),
         "style": style,
     }
+
+
+@register.filter
+def reply_rows(steps: list[Any]) -> list[list[Any]]:
+    """Steps (`StepView`s, in order) as rows: the tool calls of one model reply
+    together (each one's `from_reply_of_step` is the step before it), shown
+    side by side; every other step a row of its own."""
+    rows: list[list[Any]] = []
+    for view in steps:
+        step = view.step
+        joins = (rows and step.kind == "tool" and rows[-1][-1].step.kind == "tool"
+                 and (step.model_log or {}).get("from_reply_of_step") == rows[-1][-1].step.step_no)
+        if joins:
+            rows[-1].append(view)
+        else:
+            rows.append([view])
+    return rows

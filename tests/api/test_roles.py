@@ -231,6 +231,9 @@ MATRIX: dict[str, tuple[set[str], Setup, int]] = {
     "approvals_retrieve": ({OP, REV, ADM}, _approval(), 200),
     "approvals_approve": ({REV, ADM}, _approval("/approve", "post", {"comment": "ok"}), 200),
     "approvals_reject": ({REV, ADM}, _approval("/reject", "post", {"comment": "no evidence"}), 200),
+    "tasks_approvals_decide_all": ({REV, ADM}, lambda t, role: (
+        "post", f"/api/v1/tasks/{t.waiting_for_approval()[0].pk}/approvals/decide-all",
+        {"decision": "approve"}), 200),
     "approvals_respond": (
         {REV, ADM},
         _approval("/respond", "post", {"output": {"refund_id": "manual"}}),

@@ -84,11 +84,14 @@ def test_several_tool_calls_in_one_reply_are_separate_steps_each_with_its_own_ap
     )
     task = drive(submit(world.tenant, None, agent="llm", goal="Refund A-2").pk)
 
-    # The first call ran; the second waits for its own approval; the third has not run.
+    # The calls that need no approval ran (together); the second waits for its own
+    # approval, and the model is not asked again until it is decided.
     assert task.status == TaskStatus.WAITING_FOR_APPROVAL
     steps = list(Step.objects.filter(task=task).order_by("step_no"))
     assert [(s.tool, s.status) for s in steps] == [("lookup_order", "SUCCEEDED"),
-                                                   ("issue_refund", "PENDING_APPROVAL")]
+                                                   ("issue_refund", "PENDING_APPROVAL"),
+                                                   ("lookup_order", "SUCCEEDED")]
+    assert len(openai_server.requests) == 1
     approval = Approval.objects.get(task=task, status="pending")
     approval_decide(approval_id=approval.pk, tenant_id=world.tenant.pk,
                     actor=actor_of(world.users["reviewer"]), decision="approve")

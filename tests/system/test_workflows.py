@@ -18,8 +18,6 @@ order between independent calls.
 from __future__ import annotations
 
 import threading
-import time
-from collections import Counter
 from contextlib import suppress
 from typing import Any
 
@@ -28,7 +26,7 @@ from rest_framework.test import APIClient
 
 from tasks_app.models import Event, Step, Task
 from tasks_app.services.accounts import api_key_create
-from tests.fakes.http_tool_server import FakeToolServer, Recorded, Reply
+from tests.fakes.downstream import Downstream
 from tests.fakes.runtime import add_tool
 from tests.helpers import wait_for
 from tools_app.models import ToolExecution
@@ -38,57 +36,6 @@ pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 RUN_TIMEOUT_S = 120.0
 RECOVERY_TIMEOUT_S = 150.0
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELED"}
-
-
-class Downstream:
-    """The services the tools call: a read (`/lookup`), and writes that keep
-    one effect per `Idempotency-Key` however often a key is sent (`/write`).
-    Every call is counted per key; `latency_s` is the service's own time."""
-
-    def __init__(self, *, latency_s: float = 0.0, hold: threading.Event | None = None) -> None:
-        self.server = FakeToolServer()
-        self.latency_s = latency_s
-        self.held = hold
-        self.calls: Counter[str] = Counter()  # writes per key
-        self.effects: dict[str, Any] = {}  # key -> the body that took effect
-        self._lock = threading.Lock()
-        self.server.on("POST", "/lookup", self._lookup)
-        self.server.on("POST", "/write", self._write)
-        self.server.on("GET", "/write-status/*", self._status)
-
-    def url(self, path: str) -> str:
-        return self.server.url(path)
-
-    def seen_keys(self) -> set[str]:
-        with self._lock:
-            return set(self.calls)
-
-    def _lookup(self, request: Recorded) -> Reply:
-        order = request.body.get("order", "")
-        return Reply(200, {"order": order, "amount": int(request.body.get("amount", 0)),
-                           "contacts": ["ada", "bob", "cy"], "notes": request.body.get("notes")})
-
-    def _write(self, request: Recorded) -> Reply:
-        key = request.headers["idempotency-key"]
-        with self._lock:
-            self.calls[key] += 1
-            self.effects.setdefault(key, request.body)
-            body = self.effects[key]
-        if self.latency_s:
-            time.sleep(self.latency_s)  # the service's latency, not a synchronisation
-        return Reply(200, {"item": body.get("item"), "index": body.get("index"),
-                           "row": f"row-{key[:12]}"}, hold=self.held)
-
-
-    def _status(self, request: Recorded) -> Reply:
-        """The status query of a plain write: did the call with this key happen?"""
-        key = request.path.rsplit("/", 1)[1]
-        with self._lock:
-            body = self.effects.get(key)
-        if body is None:
-            return Reply(404, {"state": "not_found"})
-        return Reply(200, {"state": "succeeded", "result": {
-            "item": body.get("item"), "index": body.get("index"), "row": f"row-{key[:12]}"}})
 
 
 @pytest.fixture

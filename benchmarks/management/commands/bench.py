@@ -75,10 +75,12 @@ class Command(BaseCommand):
             help="runs of the workflow workload, with the 0.2 s tool and with instant tools "
             "(500)")
         parser.add_argument(
-            "--only", choices=["io", "workflow", "breaker", "chaos", "memory", "rate_limit",
-                               "evaluation"],
+            "--only", choices=["io", "parallel", "workflow", "breaker", "chaos", "memory",
+                               "rate_limit", "evaluation"],
             default="",
             help="one workload only: `io` (the I/O workload and its scripted comparison), "
+            "`parallel` (the I/O workload with 5 parallel reads per reply: wall time against "
+            "its critical path; --io-tasks, default 200), "
             "`workflow` (the 6-node workflow: wall time against its critical path, and "
             "node steps/s with instant tools against the scripted runner's; --workflow-runs, "
             "--rounds), "
