@@ -338,6 +338,10 @@ MATRIX: dict[str, tuple[set[str], Setup, int]] = {
     "memory_create": ({OP, ADM}, _const("post", "/api/v1/memory", {
         "scope": "tenant", "kind": "fact", "text": "Refunds need a receipt"}), 201),
     "memory_erase_subject": ({ADM}, _const("delete", "/api/v1/memory?subject=cust-1"), 200),
+    "retention_retrieve": ({OP, ADM}, _const("get", "/api/v1/retention"), 200),
+    "retention_update": ({ADM}, _const("put", "/api/v1/retention", {"days": 30}), 200),
+    "archives_list": ({OP, ADM}, _const("get", "/api/v1/archives"), 200),
+    "erasures_create": ({ADM}, _const("post", "/api/v1/erasures", {"subject": "cust-9"}), 200),
     "memory_retrieve": ({OP, REV, ADM}, _memory(), 200),
     "memory_update": ({OP, ADM}, _memory("", "patch", {"text": "Lives in Lisbon"}), 200),
     "memory_delete": ({OP, ADM}, _memory("", "delete"), 204),
