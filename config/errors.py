@@ -24,6 +24,7 @@ class ErrorKind(StrEnum):
     NOT_FOUND = "not_found"
     CONFLICT = "conflict"
     UNAVAILABLE = "unavailable"
+    QUOTA_EXCEEDED = "quota_exceeded"  # a tenant's quota (its spend limit) refuses it for now
 
 
 HTTP_STATUS = {
@@ -32,6 +33,7 @@ HTTP_STATUS = {
     ErrorKind.NOT_FOUND: 404,
     ErrorKind.CONFLICT: 409,
     ErrorKind.UNAVAILABLE: 503,
+    ErrorKind.QUOTA_EXCEEDED: 429,
 }
 
 

@@ -22,6 +22,7 @@ from ..machine import NON_TERMINAL, TERMINAL, WAITING, TaskStatus
 from ..models import AgentProfile, ContextSummary, DailySpend, Event, Step, Task
 from ..pricing import pico_text
 from ..selectors import tasks_of_tenant
+from ..services.quotas import quota_summary
 from .presenters import (
     CiteChip,
     EventView,
@@ -197,6 +198,7 @@ def dashboard(tenant_id: int, *, now: datetime | None = None, hours: int = 12) -
             tasks_of_tenant(tenant_id).filter(status=S.FAILED).order_by("-finished_at")[:5]
         ),
         "spend": spend_summary(tenant_id, today=now.date()),
+        "quota": quota_summary(tenant_id),
     }
 
 

@@ -1,5 +1,14 @@
-"""Admission: CREATED tasks start, first come first served, while the global,
-per-tenant and per-agent limits on RUNNING tasks allow.
+"""Admission: CREATED tasks start while the global, per-tenant and per-agent
+limits on RUNNING tasks allow; when several tenants wait, each free slot goes
+to the waiting tenant with the smallest share of what runs, its RUNNING tasks
+divided by its weight (weighted fair admission: with both saturated, tenants
+of weights 3 and 1 hold slots 3 to 1, and so are admitted 3 to 1). Within a
+tenant, first come first served. A tenant's running limit and weight are its
+quota's (`services.quotas`), and a tenant whose spend limit is reached, when
+its quota queues rather than refuses, starts nothing until the period ends.
+
+Child tasks (a workflow's agent node, an agent called as a tool) go first and
+past their tenant's and agent's limits: their parent holds a slot and waits.
 
 Admission decisions are serialized (a PostgreSQL transaction-scoped advisory
 lock; SQLite's IMMEDIATE transactions already serialize writers) so two
@@ -19,7 +28,7 @@ from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Count
+from django.db.models import Count, Min
 from django.db.models.fields.json import KT
 from django.utils import timezone
 
@@ -28,6 +37,7 @@ from ..models import Task
 from ..prepared import fetch_all_prepared, fetch_one_prepared
 from ..store.commits import commit_start
 from .dispatch import schedule_advance_on_commit
+from .quotas import admission_terms
 
 ADMISSION_LOCK_KEY = 0x7E7E_0001
 
@@ -44,10 +54,10 @@ def admission_after_commit() -> None:
     transaction.on_commit(admit_created_tasks, robust=True)
 
 
-# Candidates are read in keyset pages, each leaving out the tenants that are
-# full by then: a slot freed in a tenant with a long queue reads a page, not
-# the queue. At most `limit * SCAN_FACTOR` candidates are looked at per call
-# (tasks held back by their agent's limit are skipped one by one).
+# Candidates are read in keyset pages: the waiting children, then, for each
+# tenant chosen, a page of its own queue. At most `limit * SCAN_FACTOR`
+# candidates are looked at per call (tasks held back by their agent's limit
+# are skipped one by one).
 PAGE = 20
 SCAN_FACTOR = 4
 
@@ -57,36 +67,92 @@ def admit_created_tasks(*, limit: int = 100) -> list[int]:
     db: _Statements = _SQL if connection.vendor == "postgresql" else _ORM
     if not db.any_created():
         return []
-    cfg = settings.TETHER
-    admitted: list[int] = []
     with transaction.atomic():
         db.lock()
         per_tenant, per_agent = db.running_counts()
-        free = cfg["MAX_RUNNING_TASKS"] - sum(per_tenant.values())
-        wanted = min(free, limit)
-        after, scanned = 0, 0
-        now = timezone.now()
-        while len(admitted) < wanted and scanned < limit * SCAN_FACTOR:
-            full = [t for t, n in per_tenant.items() if n >= cfg["MAX_RUNNING_PER_TENANT"]]
-            page = db.candidates(after=after, excluding_tenants=full)
+        free = settings.TETHER["MAX_RUNNING_TASKS"] - sum(per_tenant.values())
+        round_ = _Round(db, per_tenant, per_agent, wanted=min(free, limit),
+                        budget=limit * SCAN_FACTOR)
+        if round_.wanted > 0:
+            round_.children()
+            round_.tenants()
+    return round_.admitted
+
+
+class _Round:
+    """One admission pass, inside the lock."""
+
+    def __init__(self, db: _Statements, per_tenant: Counter[int], per_agent: Counter[int], *,
+                 wanted: int, budget: int) -> None:
+        self.db, self.per_tenant, self.per_agent = db, per_tenant, per_agent
+        self.wanted, self.budget = wanted, budget
+        self.admitted: list[int] = []
+        self.now = timezone.now()
+
+    def more(self) -> bool:
+        return len(self.admitted) < self.wanted and self.budget > 0
+
+    def start(self, cand: Candidate) -> None:
+        if self.db.start(cand, self.now):
+            _dispatch(cand.id)
+            self.per_tenant[cand.tenant_id] += 1
+            self.per_agent[cand.agent_id] += 1
+            self.admitted.append(cand.id)
+
+    def children(self) -> None:
+        after = 0
+        while self.more():
+            page = self.db.children(after=after)
+            self.budget -= len(page)
             for cand in page:
-                if len(admitted) >= wanted:
-                    break
-                if cand.parent_id is None and (
-                    per_tenant[cand.tenant_id] >= cfg["MAX_RUNNING_PER_TENANT"]
-                    or per_agent[cand.agent_id] >= (_number(cand.agent_cap) or 10**9)
-                ):
-                    continue  # FIFO within what may run; this tenant/agent waits for a slot
-                if db.start(cand, now):
-                    _dispatch(cand.id)
-                    per_tenant[cand.tenant_id] += 1
-                    per_agent[cand.agent_id] += 1
-                    admitted.append(cand.id)
-            scanned += len(page)
+                if not self.more():
+                    return
+                self.start(cand)
             if len(page) < PAGE:
-                break
+                return
             after = page[-1].id
-    return admitted
+
+    def tenants(self) -> None:
+        heads = self.db.waiting_tenants()  # {tenant: its oldest waiting task's id}
+        terms = admission_terms(heads)
+        queues = {t: _Queue(head) for t, head in heads.items()
+                  if not terms[t].held and self.per_tenant[t] < terms[t].max_running}
+        while queues and self.more():
+            # the smallest weighted share of what runs; the longest waiting on a tie
+            tenant = min(queues, key=lambda t: (self.per_tenant[t] / terms[t].weight,
+                                                queues[t].head))
+            queue = queues[tenant]
+            cand = queue.next(self, tenant)
+            if cand is None:
+                del queues[tenant]
+                continue
+            if self.per_agent[cand.agent_id] >= (_number(cand.agent_cap) or 10**9):
+                continue  # this agent waits for a slot; the tenant's next task may run
+            self.start(cand)
+            if self.per_tenant[tenant] >= terms[tenant].max_running:
+                del queues[tenant]
+
+
+class _Queue:
+    """A tenant's waiting tasks, read a page at a time as admission takes them."""
+
+    def __init__(self, head: int) -> None:
+        self.head = head
+        self.page: list[Candidate] = []
+        self.after = head - 1
+        self.done = False
+
+    def next(self, round_: _Round, tenant: int) -> Candidate | None:
+        if not self.page and not self.done:
+            self.page = round_.db.tenant_page(tenant, after=self.after)
+            round_.budget -= len(self.page)
+            self.done = len(self.page) < PAGE
+        if not self.page:
+            return None
+        cand = self.page.pop(0)
+        self.after = cand.id
+        self.head = self.page[0].id if self.page else cand.id + 1
+        return cand
 
 
 # While a runner holds a hand-off slot open (`handing_off_one`), the first task
@@ -153,11 +219,23 @@ class _Statements:
             .values_list("tenant_id", "agent_id", "n")
         )
 
-    def candidates(self, *, after: int, excluding_tenants: list[int]) -> list[Candidate]:
-        """The next page of CREATED tasks in submission order."""
+    def children(self, *, after: int) -> list[Candidate]:
+        """The next page of waiting child tasks, in submission order."""
+        return self._page(Task.objects.filter(parent__isnull=False), after)
+
+    def waiting_tenants(self) -> dict[int, int]:
+        """The tenants with top-level tasks waiting, each with its oldest one's id."""
+        return dict(Task.objects.filter(status=TaskStatus.CREATED, parent__isnull=True)
+                    .order_by().values("tenant_id").annotate(head=Min("id"))
+                    .values_list("tenant_id", "head"))
+
+    def tenant_page(self, tenant_id: int, *, after: int) -> list[Candidate]:
+        """The next page of a tenant's waiting top-level tasks, in submission order."""
+        return self._page(Task.objects.filter(tenant_id=tenant_id, parent__isnull=True), after)
+
+    def _page(self, tasks: Any, after: int) -> list[Candidate]:
         rows = (
-            Task.objects.filter(status=TaskStatus.CREATED, id__gt=after)
-            .exclude(tenant_id__in=excluding_tenants, parent__isnull=True)
+            tasks.filter(status=TaskStatus.CREATED, id__gt=after)
             .order_by("id")
             .annotate(
                 agent_cap=KT("agent_snapshot__budget__max_concurrent_tasks"),
@@ -183,14 +261,31 @@ RUNNING_SQL = f"""
 SELECT tenant_id, agent_id, count(*) FROM {_TASKS}
  WHERE status = '{_RUNNING}' GROUP BY tenant_id, agent_id
 """
-CANDIDATES_SQL = f"""
+_CANDIDATE = f"""
 SELECT id, tenant_id, agent_id, version, trace_id,
        agent_snapshot -> 'budget' ->> 'max_concurrent_tasks',
        agent_snapshot -> 'budget' ->> 'max_duration_s', parent_id
   FROM {_TASKS}
- WHERE status = '{_CREATED}' AND id > %(after)s
-   AND (NOT (tenant_id = ANY(%(full)s)) OR parent_id IS NOT NULL)
- ORDER BY id LIMIT %(page)s
+ WHERE status = '{_CREATED}' AND id > %(after)s"""
+CHILDREN_SQL = f"{_CANDIDATE} AND parent_id IS NOT NULL ORDER BY id LIMIT %(page)s"
+TENANT_PAGE_SQL = (f"{_CANDIDATE} AND tenant_id = %(tenant)s AND parent_id IS NULL"
+                   " ORDER BY id LIMIT %(page)s")
+# A skip scan of the waiting tasks' index (task_waiting_by_tenant): one probe
+# per waiting tenant, however long its queue; then each one's oldest top-level task.
+WAITING_TENANTS_SQL = f"""
+WITH RECURSIVE waiting(tenant_id) AS (
+    (SELECT tenant_id FROM {_TASKS} WHERE status = '{_CREATED}' ORDER BY tenant_id LIMIT 1)
+  UNION ALL
+    SELECT (SELECT t.tenant_id FROM {_TASKS} t
+             WHERE t.status = '{_CREATED}' AND t.tenant_id > w.tenant_id
+             ORDER BY t.tenant_id LIMIT 1)
+      FROM waiting w WHERE w.tenant_id IS NOT NULL
+)
+SELECT w.tenant_id, h.id FROM waiting w CROSS JOIN LATERAL (
+    SELECT t.id FROM {_TASKS} t
+     WHERE t.status = '{_CREATED}' AND t.tenant_id = w.tenant_id AND t.parent_id IS NULL
+     ORDER BY t.id LIMIT 1) h
+ WHERE w.tenant_id IS NOT NULL
 """
 
 
@@ -205,9 +300,16 @@ class _PreparedStatements(_Statements):
     def running_counts(self) -> tuple[Counter[int], Counter[int]]:
         return _counts(fetch_all_prepared(RUNNING_SQL, ()))
 
-    def candidates(self, *, after: int, excluding_tenants: list[int]) -> list[Candidate]:
+    def children(self, *, after: int) -> list[Candidate]:
+        rows = fetch_all_prepared(CHILDREN_SQL, {"after": after, "page": PAGE})
+        return [Candidate(*row) for row in rows]
+
+    def waiting_tenants(self) -> dict[int, int]:
+        return dict(fetch_all_prepared(WAITING_TENANTS_SQL, ()))
+
+    def tenant_page(self, tenant_id: int, *, after: int) -> list[Candidate]:
         rows = fetch_all_prepared(
-            CANDIDATES_SQL, {"after": after, "full": excluding_tenants, "page": PAGE})
+            TENANT_PAGE_SQL, {"after": after, "tenant": tenant_id, "page": PAGE})
         return [Candidate(*row) for row in rows]
 
 
