@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from django.contrib.auth.models import User
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
@@ -166,9 +167,13 @@ class TaskListView(TaskViewBase):
                 idempotency_key=key,
                 actor=self.access.actor,
             )
-        response = self.render_task(
-            submitted.task.pk,
-            code=status.HTTP_201_CREATED if submitted.created else status.HTTP_200_OK,
+        task = submitted.task
+        if task.requester_id == request.user.pk and isinstance(request.user, User):
+            task.requester = request.user  # the caller: rendered without reading it again
+        # Rendered as submitted: CREATED (admission may have started it since the commit).
+        response = Response(
+            TaskSerializer(task).data,
+            status=status.HTTP_201_CREATED if submitted.created else status.HTTP_200_OK,
         )
         response["Location"] = f"/api/v1/tasks/{submitted.task.pk}"
         return response

@@ -20,13 +20,14 @@ is written by the store (`store.commits.commit_start`).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import connection, transaction
 from django.db.models import Count, Min
 from django.db.models.fields.json import KT
@@ -36,7 +37,7 @@ from ..machine import TaskStatus
 from ..models import Task
 from ..prepared import fetch_all_prepared, fetch_one_prepared
 from ..store.commits import commit_start
-from .dispatch import schedule_advance_on_commit
+from .dispatch import schedule_admission, schedule_advance_on_commit
 from .quotas import admission_terms
 
 ADMISSION_LOCK_KEY = 0x7E7E_0001
@@ -45,13 +46,50 @@ ADMISSION_LOCK_KEY = 0x7E7E_0001
 def admission_after_commit() -> None:
     """Run admission after the current transaction commits (now, outside one);
     once per transaction, however many tasks it submitted or ended."""
+    _once_on_commit(admit_created_tasks)
+
+
+def admission_after_submission() -> None:
+    """After a submission commits: admission, unless another admitter holds
+    the lock; then a worker is asked to admit (`admit_handed_over`), so the
+    request does not queue behind every other submission's admission. (The
+    admitter that holds the lock may have read the queue before this commit:
+    without the hand-over the task would wait for the next task to end, or
+    the recovery sweep.)"""
+    _once_on_commit(_admit_or_hand_over)
+
+
+def _once_on_commit(admit: Callable[[], object]) -> None:
     if connection.in_atomic_block and any(
-        entry[1] is admit_created_tasks for entry in connection.run_on_commit
+        entry[1] in ADMISSION_HOOKS for entry in connection.run_on_commit
     ):
         return
     # robust: the submission or the end is committed whatever admission meets
     # (a busy database); the recovery sweep admits what is left CREATED.
-    transaction.on_commit(admit_created_tasks, robust=True)
+    transaction.on_commit(admit, robust=True)
+
+
+# One hand-over at a time: set by the request that asks a worker, cleared by
+# the worker as it starts (before its admission reads the queue).
+HAND_OVER_KEY = "tether:admission-handed-over"
+HAND_OVER_TTL_S = 2
+
+
+def _admit_or_hand_over() -> None:
+    if admit_created_tasks(wait=False) is not None:
+        return
+    if cache.add(HAND_OVER_KEY, 1, timeout=HAND_OVER_TTL_S) and not schedule_admission():
+        cache.delete(HAND_OVER_KEY)
+        admit_created_tasks()
+
+
+ADMISSION_HOOKS: tuple[Callable[..., object], ...] = ()  # set below, once both exist
+
+
+def admit_handed_over() -> list[int]:
+    """A worker's admission asked for by a submission (`admission_after_submission`)."""
+    cache.delete(HAND_OVER_KEY)
+    return admit_created_tasks()
 
 
 # Candidates are read in keyset pages: the waiting children, then, for each
@@ -62,13 +100,21 @@ PAGE = 20
 SCAN_FACTOR = 4
 
 
-def admit_created_tasks(*, limit: int = 100) -> list[int]:
-    """Start as many CREATED tasks as the limits allow; returns their ids."""
+@overload
+def admit_created_tasks(*, limit: int = 100) -> list[int]: ...
+@overload
+def admit_created_tasks(*, limit: int = 100, wait: bool) -> list[int] | None: ...
+
+
+def admit_created_tasks(*, limit: int = 100, wait: bool = True) -> list[int] | None:
+    """Start as many CREATED tasks as the limits allow; returns their ids.
+    With `wait=False`, None when another admitter holds the lock."""
     db: _Statements = _SQL if connection.vendor == "postgresql" else _ORM
     if not db.any_created():
         return []
     with transaction.atomic():
-        db.lock()
+        if not db.lock(wait=wait):
+            return None
         per_tenant, per_agent = db.running_counts()
         free = settings.TETHER["MAX_RUNNING_TASKS"] - sum(per_tenant.values())
         round_ = _Round(db, per_tenant, per_agent, wanted=min(free, limit),
@@ -155,6 +201,9 @@ class _Queue:
         return cand
 
 
+ADMISSION_HOOKS = (admit_created_tasks, _admit_or_hand_over)
+
+
 # While a runner holds a hand-off slot open (`handing_off_one`), the first task
 # admission starts goes to that runner instead of through the queue.
 _hand_off: ContextVar[list[int] | None] = ContextVar("tether_admission_hand_off", default=None)
@@ -207,8 +256,10 @@ class _Statements:
     def any_created(self) -> bool:
         return Task.objects.filter(status=TaskStatus.CREATED).exists()
 
-    def lock(self) -> None:
-        """Serialize admitters (SQLite's IMMEDIATE transactions already do)."""
+    def lock(self, *, wait: bool = True) -> bool:
+        """Serialize admitters (SQLite's IMMEDIATE transactions already do);
+        False when `wait` is False and another admitter holds the lock."""
+        return True
 
     def running_counts(self) -> tuple[Counter[int], Counter[int]]:
         """One read of what runs, by (tenant, agent): both limits' counts."""
@@ -257,6 +308,7 @@ class _Statements:
 _TASKS, _CREATED, _RUNNING = Task._meta.db_table, TaskStatus.CREATED.value, TaskStatus.RUNNING.value
 ANY_CREATED_SQL = f"SELECT EXISTS (SELECT 1 FROM {_TASKS} WHERE status = '{_CREATED}')"
 LOCK_SQL = "SELECT pg_advisory_xact_lock(%s)"
+TRY_LOCK_SQL = "SELECT pg_try_advisory_xact_lock(%s)"
 RUNNING_SQL = f"""
 SELECT tenant_id, agent_id, count(*) FROM {_TASKS}
  WHERE status = '{_RUNNING}' GROUP BY tenant_id, agent_id
@@ -294,8 +346,12 @@ class _PreparedStatements(_Statements):
         row = fetch_one_prepared(ANY_CREATED_SQL, ())
         return bool(row and row[0])
 
-    def lock(self) -> None:
-        fetch_one_prepared(LOCK_SQL, (ADMISSION_LOCK_KEY,))
+    def lock(self, *, wait: bool = True) -> bool:
+        if wait:
+            fetch_one_prepared(LOCK_SQL, (ADMISSION_LOCK_KEY,))
+            return True
+        row = fetch_one_prepared(TRY_LOCK_SQL, (ADMISSION_LOCK_KEY,))
+        return bool(row and row[0])
 
     def running_counts(self) -> tuple[Counter[int], Counter[int]]:
         return _counts(fetch_all_prepared(RUNNING_SQL, ()))

@@ -26,7 +26,7 @@ from ..actors import Actor
 from ..keys import canonical_json, sha256_hex
 from ..models import AgentProfile, AgentVersion, Task
 from ..store.creation import tasks_create_many
-from .admission import admission_after_commit
+from .admission import admission_after_submission
 from .agent_versions import version_number_for, versions_ensure
 from .quotas import spend_refusal
 from .tasks import script_check, submission_body, submitted_profile
@@ -111,7 +111,7 @@ def _submit(tenant_id: int, requester_id: int | None, items: list[dict[str, Any]
     if rows:
         with transaction.atomic():
             tasks = tasks_create_many(actor=actor, rows=rows)
-            admission_after_commit()
+            admission_after_submission()
         for index, task in zip(new, tasks, strict=True):
             entries[index] = BatchEntry(index, task.pk, created=True)
     return [entries[i] for i in range(len(items))]

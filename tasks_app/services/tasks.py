@@ -24,7 +24,7 @@ from ..pricing import MAX_BUDGET, money, money_problem, money_text
 from ..store.creation import task_create
 from ..store.steps import step_move
 from ..store.tasks import Transitioned, task_transition
-from .admission import admission_after_commit
+from .admission import admission_after_submission
 from .agent_versions import version_for_submission
 from .dispatch import schedule_advance_on_commit
 from .quotas import spend_refusal
@@ -88,7 +88,7 @@ def task_submit(
                 idempotency_key=idempotency_key or None,
                 request_hash=request_hash,
             )
-            admission_after_commit()
+            admission_after_submission()
     except IntegrityError:
         # Two submissions with the same key raced; the other one won.
         existing = Task.objects.filter(tenant_id=tenant_id, idempotency_key=idempotency_key).first()

@@ -69,14 +69,23 @@ class Command(BaseCommand):
             help="runs of the workflow workload, with the 0.2 s tool and with instant tools "
             "(500)")
         parser.add_argument(
-            "--only", choices=["io", "workflow", "breaker", "chaos"], default="",
+            "--only", choices=["io", "workflow", "breaker", "chaos", "submit"], default="",
             help="one workload only: `io` (the I/O workload and its scripted comparison), "
             "`workflow` (the 6-node workflow: wall time against its critical path, and "
             "node steps/s with instant tools against the scripted runner's; --workflow-runs, "
             "--rounds), "
             "`breaker` (a downstream outage under running tasks; --tasks (100), "
             "--outage-s (20), --workers), `chaos` (worker kills and PostgreSQL and Redis "
-            "restarts on a private cluster; --tasks (1000), --kills (10), --seed, --workers)")
+            "restarts on a private cluster; --tasks (1000), --kills (10), --seed, --workers), "
+            "`submit` (API submission: a submission's anatomy, 16 concurrent clients while "
+            "the I/O workload runs, 10,000 tasks through the batch endpoint; --submissions, "
+            "--batch-tasks, --web-processes)")
+        parser.add_argument("--submissions", type=int,
+                            help="the submit workload's single submissions (3000)")
+        parser.add_argument("--batch-tasks", type=int,
+                            help="the submit workload's tasks through the batch endpoint (10000)")
+        parser.add_argument("--web-processes", type=int,
+                            help="the submit workload's web processes (one per CPU)")
         parser.add_argument("--kills", type=int, help="the chaos workload's worker kills (10)")
         parser.add_argument("--seed", type=int, help="the chaos workload's random seed")
         parser.add_argument("--outage-s", type=float, help="the breaker workload's outage (20)")
@@ -105,6 +114,8 @@ class Command(BaseCommand):
         store_ensure()  # the bench's own table: not in the product's migrations
         if opts["only"] == "breaker":
             return self._breaker(opts, cfg)
+        if opts["only"] == "submit":
+            return self._submit(opts, cfg)
 
         from benchmarks.report import table
         from benchmarks.run import bench_run
@@ -119,6 +130,27 @@ class Command(BaseCommand):
             self.stdout.write(f"figures written to {cfg.json_path}")
         self.stdout.write("")
         self.stdout.write(table(doc))
+
+    def _submit(self, opts: dict, cfg: BenchConfig) -> None:
+        from benchmarks.config import bench_env, database_url_of
+        from benchmarks.procs import purge_queue
+        from benchmarks.submit_load import run_submit_phase, submit_table
+        from benchmarks.world import world_ensure
+
+        log_dir = Path(tempfile.mkdtemp(prefix="tether-bench-submit-"))
+        world = world_ensure()
+        purge_queue()
+        doc = run_submit_phase(
+            world, bench_env(database_url_of(connection.settings_dict)),
+            submissions=opts["submissions"] or (200 if cfg.quick else 3000),
+            batch_tasks=opts["batch_tasks"] or (2000 if cfg.quick else 10_000),
+            web_processes=opts["web_processes"] or os.cpu_count() or 1,
+            log_dir=log_dir, say=lambda line: self.stdout.write(line))
+        purge_queue()
+        if opts["json_path"]:
+            Path(opts["json_path"]).write_text(json.dumps(doc, indent=2, default=str))
+        self.stdout.write("")
+        self.stdout.write(submit_table(doc))
 
     def _breaker(self, opts: dict, cfg: BenchConfig) -> None:
         from benchmarks.breaker import breaker_table, run_breaker
@@ -172,7 +204,7 @@ class Command(BaseCommand):
             from benchmarks.breaker import ENV
 
             extra = ENV
-        for knob in ("outage_s", "kills", "seed"):
+        for knob in ("outage_s", "kills", "seed", "submissions", "batch_tasks", "web_processes"):
             if opts[knob] is not None:
                 argv += [f"--{knob.replace('_', '-')}", str(opts[knob])]
         done = subprocess.run(argv, env=bench_env(url, **extra), cwd=settings.BASE_DIR,
