@@ -46,7 +46,7 @@ from .io_load import (
     readme_worker,
     roomy_admission,
 )
-from .procs import BIN, _spawn, free_port, stop
+from .procs import BIN, _spawn, await_http, free_port, stop
 from .world import AGENT, World, cancel_open
 
 CLIENTS = 16
@@ -210,17 +210,7 @@ def web_server(env: dict[str, str], *, processes: int, log_dir: Any) -> Iterator
                    "--log-level", "warning"], env, "web.log", log_dir)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the web server exited ({proc.returncode}); see {log_dir}")
-            try:
-                httpx.get(base + "/accounts/login/", timeout=1.0)
-                break
-            except httpx.HTTPError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the web server did not answer in 60 s; see {log_dir}")
-                time.sleep(0.1)  # polling a starting server, with a deadline
+        await_http(proc, base, what="the web server", log_dir=log_dir)
         yield base
     finally:
         stop(proc)
