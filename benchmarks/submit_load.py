@@ -30,8 +30,9 @@ from contextlib import contextmanager
 from typing import Any
 
 import httpx
-from django.db import transaction
+from django.db import connection, transaction
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from tasks_app.actors import SYSTEM
 from tasks_app.models import Role, Task, Tenant
@@ -75,19 +76,21 @@ def run_submit_phase(world: World, env: dict[str, str], *, submissions: int, bat
     with roomy_admission() as roomy, edge_process(log_dir) as (edge_url, _edge_pid):
         io_world_ensure(world, edge_url)
         key = submitter_key(world)
+        keys = [submitter_key(world, n) for n in range(CLIENTS)]
         say("  anatomy of a submission (in this process, cProfile) ...")
         doc["anatomy"] = anatomy(key, n=min(submissions, 300), dump=log_dir / "submission.prof")
-        say(f"    {doc['anatomy']['ms_per_submission']} ms per submission, "
-            f"{doc['anatomy']['cpu_ms_per_submission']} ms of it CPU: "
-            + ", ".join(f"{k} {v}" for k, v in doc["anatomy"]["parts_ms"].items()))
+        a = doc["anatomy"]
+        say(f"    {a['ms_per_submission']} ms per submission, {a['cpu_ms_per_submission']} ms "
+            f"of it CPU in this process, {a['statements_per_submission']} statements; "
+            "profiled, ms: " + ", ".join(f"{k} {v}" for k, v in a["parts_ms"].items()))
         with readme_worker({**env, **roomy}, log_dir=log_dir), \
                 web_server({**env, **roomy}, processes=web_processes,
                            log_dir=log_dir) as base:
-            _submit_over_http(base, key, n=50, clients=4)  # warm every process
+            _submit_over_http(base, keys, n=50, clients=4)  # warm every process
             io_ids = _io_tasks(world, 200)
             say(f"  {CLIENTS} clients, {submissions} single submissions while 200 I/O tasks "
                 f"run ({web_processes} web process(es)) ...")
-            doc["concurrent"] = _submit_over_http(base, key, n=submissions, clients=CLIENTS)
+            doc["concurrent"] = _submit_over_http(base, keys, n=submissions, clients=CLIENTS)
             doc["concurrent"]["io_tasks_running_at_end"] = Task.objects.filter(
                 pk__in=io_ids, status="RUNNING").count()
             c = doc["concurrent"]
@@ -101,10 +104,12 @@ def run_submit_phase(world: World, env: dict[str, str], *, submissions: int, bat
     return doc
 
 
-def submitter_key(world: World) -> str:
-    """An API key of a requester of the bench's tenant (the bench's own user operates)."""
+def submitter_key(world: World, n: int = 0) -> str:
+    """An API key of a requester of the bench's tenant (the bench's own user
+    operates): one per client, as each client of a deployment has its own (and
+    the API's throttle, `API_THROTTLE_RATE`, is per key)."""
     tenant = Tenant.objects.get(pk=world.tenant_id)
-    user = user_ensure(tenant=tenant, username="bench-submitter", role=Role.REQUESTER,
+    user = user_ensure(tenant=tenant, username=f"bench-submitter-{n}", role=Role.REQUESTER,
                        password=uuid.uuid4().hex)
     return api_key_create(user=user)
 
@@ -114,6 +119,14 @@ def anatomy(key: str, *, n: int, dump: Any = None) -> dict[str, Any]:
     client = Client(HTTP_AUTHORIZATION=f"Token {key}")
     for _ in range(20):  # warm: imports, prepared statements, the connection
         _post(client)
+    # Without the profiler: the time and CPU per submission, and its statements.
+    wall, cpu = time.perf_counter(), time.process_time()
+    with CaptureQueriesContext(connection) as statements:
+        for _ in range(n):
+            _post(client)
+    plain = {"ms_per_submission": round((time.perf_counter() - wall) / n * 1000, 2),
+             "cpu_ms_per_submission": round((time.process_time() - cpu) / n * 1000, 2),
+             "statements_per_submission": round(len(statements.captured_queries) / n, 1)}
     profile = cProfile.Profile()
     wall, cpu = time.perf_counter(), time.process_time()
     profile.enable()
@@ -129,9 +142,10 @@ def anatomy(key: str, *, n: int, dump: Any = None) -> dict[str, Any]:
         cumulative = sum(v[3] for (file, _line, func), v in stats.items()
                          if func == name and file.endswith(path))
         parts[part] = round(cumulative / n * 1000, 2)
-    return {"submissions": n, "ms_per_submission": round(wall / n * 1000, 2),
-            "cpu_ms_per_submission": round(cpu / n * 1000, 2),
-            # cProfile's own overhead inflates both; the shares are what matter
+    return {"submissions": n, **plain,
+            # under cProfile, whose own overhead inflates both: the parts' shares matter
+            "profiled_ms_per_submission": round(wall / n * 1000, 2),
+            "profiled_cpu_ms_per_submission": round(cpu / n * 1000, 2),
             "parts_ms": parts}
 
 
@@ -150,13 +164,13 @@ def _io_tasks(world: World, n: int) -> list[int]:
     return ids
 
 
-def _submit_over_http(base: str, key: str, *, n: int, clients: int) -> dict[str, Any]:
+def _submit_over_http(base: str, keys: list[str], *, n: int, clients: int) -> dict[str, Any]:
     latencies: list[float] = []
     errors: list[int] = []
     lock = threading.Lock()
     per_client = n // clients
 
-    def client_loop() -> None:
+    def client_loop(key: str) -> None:
         with httpx.Client(base_url=base, timeout=30.0,
                           headers={"Authorization": f"Token {key}"}) as http:
             for _ in range(per_client):
@@ -169,7 +183,7 @@ def _submit_over_http(base: str, key: str, *, n: int, clients: int) -> dict[str,
                     if response.status_code != 201:
                         errors.append(response.status_code)
 
-    threads = [threading.Thread(target=client_loop) for _ in range(clients)]
+    threads = [threading.Thread(target=client_loop, args=(keys[i],)) for i in range(clients)]
     started = time.perf_counter()
     for t in threads:
         t.start()
@@ -221,7 +235,8 @@ def submit_table(doc: dict[str, Any]) -> str:
     lines = [
         f"API submission ({doc['web_processes']} web process(es), uvicorn):",
         f"  one submission in-process: {a['ms_per_submission']} ms "
-        f"({a['cpu_ms_per_submission']} ms CPU), by part (cProfile, ms): "
+        f"({a['cpu_ms_per_submission']} ms CPU, {a['statements_per_submission']} statements), "
+        "by part (cProfile, ms): "
         + ", ".join(f"{k} {v}" for k, v in a["parts_ms"].items()),
         f"  {c['clients']} clients, {c['submissions']} submissions while the I/O workload "
         f"runs: {c['per_s']}/s (target >= 300), p50 {c['p50_ms']} ms, p99 {c['p99_ms']} ms "

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple, overload
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.core.cache import cache
@@ -50,13 +50,13 @@ def admission_after_commit() -> None:
 
 
 def admission_after_submission() -> None:
-    """After a submission commits: admission, unless another admitter holds
-    the lock; then a worker is asked to admit (`admit_handed_over`), so the
-    request does not queue behind every other submission's admission. (The
-    admitter that holds the lock may have read the queue before this commit:
-    without the hand-over the task would wait for the next task to end, or
-    the recovery sweep.)"""
-    _once_on_commit(_admit_or_hand_over)
+    """After a submission commits: a worker is asked to run admission
+    (`admit_handed_over`), at most one request at a time; the request does not
+    run it, so it neither spends admission's statements nor queues behind
+    another admitter's lock. Without a worker to ask (the embedded and the
+    manual modes) or with the broker down, the request admits, as after any
+    other commit."""
+    _once_on_commit(_hand_over_or_admit)
 
 
 def _once_on_commit(admit: Callable[[], object]) -> None:
@@ -70,15 +70,17 @@ def _once_on_commit(admit: Callable[[], object]) -> None:
 
 
 # One hand-over at a time: set by the request that asks a worker, cleared by
-# the worker as it starts (before its admission reads the queue).
+# the worker as it starts (before its admission reads the queue), so a
+# submission committed after that read asks again. (Should the worker never
+# clear it, it lapses; the recovery sweep admits what is left meanwhile.)
 HAND_OVER_KEY = "tether:admission-handed-over"
-HAND_OVER_TTL_S = 2
+HAND_OVER_TTL_S = 1
 
 
-def _admit_or_hand_over() -> None:
-    if admit_created_tasks(wait=False) is not None:
-        return
-    if cache.add(HAND_OVER_KEY, 1, timeout=HAND_OVER_TTL_S) and not schedule_admission():
+def _hand_over_or_admit() -> None:
+    if not cache.add(HAND_OVER_KEY, 1, timeout=HAND_OVER_TTL_S):
+        return  # a worker was asked and has not started: it will see this task
+    if not schedule_admission():
         cache.delete(HAND_OVER_KEY)
         admit_created_tasks()
 
@@ -100,21 +102,13 @@ PAGE = 20
 SCAN_FACTOR = 4
 
 
-@overload
-def admit_created_tasks(*, limit: int = 100) -> list[int]: ...
-@overload
-def admit_created_tasks(*, limit: int = 100, wait: bool) -> list[int] | None: ...
-
-
-def admit_created_tasks(*, limit: int = 100, wait: bool = True) -> list[int] | None:
-    """Start as many CREATED tasks as the limits allow; returns their ids.
-    With `wait=False`, None when another admitter holds the lock."""
+def admit_created_tasks(*, limit: int = 100) -> list[int]:
+    """Start as many CREATED tasks as the limits allow; returns their ids."""
     db: _Statements = _SQL if connection.vendor == "postgresql" else _ORM
     if not db.any_created():
         return []
     with transaction.atomic():
-        if not db.lock(wait=wait):
-            return None
+        db.lock()
         per_tenant, per_agent = db.running_counts()
         free = settings.TETHER["MAX_RUNNING_TASKS"] - sum(per_tenant.values())
         round_ = _Round(db, per_tenant, per_agent, wanted=min(free, limit),
@@ -201,7 +195,7 @@ class _Queue:
         return cand
 
 
-ADMISSION_HOOKS = (admit_created_tasks, _admit_or_hand_over)
+ADMISSION_HOOKS = (admit_created_tasks, _hand_over_or_admit)
 
 
 # While a runner holds a hand-off slot open (`handing_off_one`), the first task
@@ -256,10 +250,8 @@ class _Statements:
     def any_created(self) -> bool:
         return Task.objects.filter(status=TaskStatus.CREATED).exists()
 
-    def lock(self, *, wait: bool = True) -> bool:
-        """Serialize admitters (SQLite's IMMEDIATE transactions already do);
-        False when `wait` is False and another admitter holds the lock."""
-        return True
+    def lock(self) -> None:
+        """Serialize admitters (SQLite's IMMEDIATE transactions already do)."""
 
     def running_counts(self) -> tuple[Counter[int], Counter[int]]:
         """One read of what runs, by (tenant, agent): both limits' counts."""
@@ -308,7 +300,6 @@ class _Statements:
 _TASKS, _CREATED, _RUNNING = Task._meta.db_table, TaskStatus.CREATED.value, TaskStatus.RUNNING.value
 ANY_CREATED_SQL = f"SELECT EXISTS (SELECT 1 FROM {_TASKS} WHERE status = '{_CREATED}')"
 LOCK_SQL = "SELECT pg_advisory_xact_lock(%s)"
-TRY_LOCK_SQL = "SELECT pg_try_advisory_xact_lock(%s)"
 RUNNING_SQL = f"""
 SELECT tenant_id, agent_id, count(*) FROM {_TASKS}
  WHERE status = '{_RUNNING}' GROUP BY tenant_id, agent_id
@@ -346,12 +337,8 @@ class _PreparedStatements(_Statements):
         row = fetch_one_prepared(ANY_CREATED_SQL, ())
         return bool(row and row[0])
 
-    def lock(self, *, wait: bool = True) -> bool:
-        if wait:
-            fetch_one_prepared(LOCK_SQL, (ADMISSION_LOCK_KEY,))
-            return True
-        row = fetch_one_prepared(TRY_LOCK_SQL, (ADMISSION_LOCK_KEY,))
-        return bool(row and row[0])
+    def lock(self) -> None:
+        fetch_one_prepared(LOCK_SQL, (ADMISSION_LOCK_KEY,))
 
     def running_counts(self) -> tuple[Counter[int], Counter[int]]:
         return _counts(fetch_all_prepared(RUNNING_SQL, ()))

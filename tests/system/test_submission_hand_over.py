@@ -1,6 +1,6 @@
-"""A submission does not queue behind another admitter: when the admission lock
-is held, the request returns and a worker admits the task (a real Celery
-worker; no sweeper, so nothing else would admit it)."""
+"""A submission hands admission to a worker: while another admitter holds the
+admission lock, the request returns at once, and the worker admits the task
+(a real Celery worker; no sweeper, so nothing else would admit it)."""
 from __future__ import annotations
 
 import threading
