@@ -171,15 +171,21 @@ def free_port() -> int:
 def daphne_server(env: dict[str, str], *, log_dir: Path) -> Iterator[str]:
     """The ASGI application under daphne; yields its base URL."""
     port = free_port()
-    proc = _spawn(
-        [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
-        env,
-        "daphne.log",
-        log_dir,
-    )
+    with http_server([str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port),
+                      "config.asgi:application"], env, port=port, what="daphne",
+                     log_dir=log_dir) as base:
+        yield base
+
+
+@contextmanager
+def http_server(args: list[str], env: dict[str, str], *, port: int, what: str,
+                log_dir: Path) -> Iterator[str]:
+    """A server process (its log `{what}.log`), once it answers on `port`;
+    yields its base URL, and stops it after."""
+    proc = _spawn(args, env, f"{what.replace(' ', '-')}.log", log_dir)
     base = f"http://127.0.0.1:{port}"
     try:
-        await_http(proc, base, what="daphne", log_dir=log_dir)
+        await_http(proc, base, what=what, log_dir=log_dir)
         yield base
     finally:
         stop(proc)

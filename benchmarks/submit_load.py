@@ -47,7 +47,7 @@ from .io_load import (
     readme_worker,
     roomy_admission,
 )
-from .procs import BIN, _spawn, await_http, free_port, stop
+from .procs import BIN, free_port, http_server
 from .world import AGENT, World, cancel_open
 
 CLIENTS = 16
@@ -219,15 +219,11 @@ def web_server(env: dict[str, str], *, processes: int, log_dir: Any) -> Iterator
     """The ASGI application as docs/how-to/deploy.md starts it: uvicorn with
     `processes` workers on one port; yields its base URL."""
     port = free_port()
-    proc = _spawn([str(BIN / "uvicorn"), "config.asgi:application", "--host", "127.0.0.1",
-                   "--port", str(port), "--workers", str(processes), "--no-access-log",
-                   "--log-level", "warning"], env, "web.log", log_dir)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        await_http(proc, base, what="the web server", log_dir=log_dir)
+    with http_server([str(BIN / "uvicorn"), "config.asgi:application", "--host", "127.0.0.1",
+                      "--port", str(port), "--workers", str(processes), "--no-access-log",
+                      "--log-level", "warning"], env, port=port, what="web",
+                     log_dir=log_dir) as base:
         yield base
-    finally:
-        stop(proc)
 
 
 def submit_table(doc: dict[str, Any]) -> str:
