@@ -170,28 +170,39 @@ def free_port() -> int:
 @contextmanager
 def daphne_server(env: dict[str, str], *, log_dir: Path) -> Iterator[str]:
     """The ASGI application under daphne; yields its base URL."""
-    import httpx
-
     port = free_port()
-    proc = _spawn(
-        [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
-        env,
-        "daphne.log",
-        log_dir,
-    )
+    with http_server([str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port),
+                      "config.asgi:application"], env, port=port, what="daphne",
+                     log_dir=log_dir) as base:
+        yield base
+
+
+@contextmanager
+def http_server(args: list[str], env: dict[str, str], *, port: int, what: str,
+                log_dir: Path) -> Iterator[str]:
+    """A server process (its log `{what}.log`), once it answers on `port`;
+    yields its base URL, and stops it after."""
+    proc = _spawn(args, env, f"{what.replace(' ', '-')}.log", log_dir)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"daphne exited ({proc.returncode}); see {log_dir}")
-            try:
-                httpx.get(base + "/accounts/login/", timeout=1.0)
-                break
-            except httpx.HTTPError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"daphne did not answer in 60 s; see {log_dir}")
-                time.sleep(0.1)  # polling a starting server, with a deadline
+        await_http(proc, base, what=what, log_dir=log_dir)
         yield base
     finally:
         stop(proc)
+
+
+def await_http(proc: subprocess.Popen, base: str, *, what: str, log_dir: Path) -> None:
+    """Wait (60 s at most) until the server `proc` started answers at `base`."""
+    import httpx
+
+    deadline = time.monotonic() + 60
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited ({proc.returncode}); see {log_dir}")
+        try:
+            httpx.get(base + "/accounts/login/", timeout=1.0)
+            return
+        except httpx.HTTPError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{what} did not answer in 60 s; see {log_dir}") from None
+            time.sleep(0.1)  # polling a starting server, with a deadline

@@ -126,7 +126,10 @@ class Access:
 
 def access_of(request: Request) -> Access:
     user_id = request.user.pk
-    membership = (
+    # An API key's user comes with its membership (`tasks_app.api.auth`): no read here.
+    state = getattr(request.user, "_state", None)  # (an anonymous user has none)
+    cached = state.fields_cache.get("membership") if state is not None else None
+    membership = cached or (
         None
         if user_id is None
         else Membership.objects.filter(user_id=user_id).only("tenant_id", "role").first()

@@ -45,7 +45,7 @@ def domain_error_response(exc: DomainError) -> Response:
     response = Response(
         error_body(exc.code, exc.message, exc.details), status=HTTP_STATUS[exc.kind]
     )
-    if exc.kind == ErrorKind.UNAVAILABLE:
+    if exc.kind in (ErrorKind.UNAVAILABLE, ErrorKind.QUOTA_EXCEEDED):
         response["Retry-After"] = str(exc.details.get("retry_after_s", RETRY_AFTER_S))
     return response
 
@@ -136,7 +136,8 @@ _ERROR_TEXT = {
     409: "Illegal transition, stale `expected_version`, already decided, or key reuse.",
     413: "The request body is over the configured limit.",
     415: "Unsupported media type (send JSON).",
-    429: "Throttled: too many requests for this token.",
+    429: "Throttled (too many requests for this token), or the tenant's spend limit is "
+         "reached (`spend_limit_reached`): retry after `Retry-After` seconds.",
     503: "The database is busy or unreachable: retry after `Retry-After` seconds.",
 }
 COMMON_ERRORS = (400, 401, 403, 404, 405, 406, 413, 415, 429, 503)

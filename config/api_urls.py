@@ -36,6 +36,7 @@ urlpatterns = [
     path("archives", retention.ArchiveListView.as_view(), name="api-archives"),
     path("erasures", retention.ErasureView.as_view(), name="api-erasures"),
     path("tasks", tasks.TaskListView.as_view(), name="api-tasks"),
+    path("tasks/batch", tasks.TaskBatchView.as_view(), name="api-tasks-batch"),
     path("tasks/bulk-cancel", tasks.TaskBulkCancelView.as_view(), name="api-tasks-bulk-cancel"),
     path("tasks/bulk-retry", retries.TaskBulkRetryView.as_view(), name="api-tasks-bulk-retry"),
     path("tasks/<id:task_id>", tasks.TaskDetailView.as_view(), name="api-task"),

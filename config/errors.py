@@ -25,6 +25,7 @@ class ErrorKind(StrEnum):
     CONFLICT = "conflict"
     GONE = "gone"
     UNAVAILABLE = "unavailable"
+    QUOTA_EXCEEDED = "quota_exceeded"  # a tenant's quota (its spend limit) refuses it for now
 
 
 HTTP_STATUS = {
@@ -34,6 +35,7 @@ HTTP_STATUS = {
     ErrorKind.CONFLICT: 409,
     ErrorKind.GONE: 410,
     ErrorKind.UNAVAILABLE: 503,
+    ErrorKind.QUOTA_EXCEEDED: 429,
 }
 
 

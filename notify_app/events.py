@@ -2,7 +2,7 @@
 
 The hook that writes them (`services.outbox.on_task_event`) is registered with
 `tasks_app.store.hooks` for the task events below. The SLA warning has no
-task event; the sweep (`services.sweep`) emits it.
+task event, nor has the spend warning; the sweep (`services.sweep`) emits them.
 """
 from __future__ import annotations
 
@@ -29,5 +29,6 @@ TITLES: dict[str, str] = {
     EventType.TASK_ESCALATED: "Task escalated to an operator",
     EventType.TASK_FAILED: "Task failed",
     EventType.APPROVAL_SLA_WARNING: "Approval about to expire",
+    EventType.SPEND_WARNING: "Model spend at 80 % of the tenant's limit",
 }
 

@@ -30,6 +30,7 @@ class EventType(models.TextChoices):
     TASK_ESCALATED = "task_escalated", "Task escalated"
     TASK_FAILED = "task_failed", "Task failed"
     APPROVAL_SLA_WARNING = "approval_sla_warning", "Approval SLA warning (80 %)"
+    SPEND_WARNING = "spend_warning", "Spend warning (80 % of a tenant's spend limit)"
 
 
 class PayloadFormat(models.TextChoices):

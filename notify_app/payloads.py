@@ -85,6 +85,9 @@ def _request(notification: Notification, context: dict[str, Any]) -> dict[str, A
         return {"kind": "reconciliation", "id": rec.pk if rec else None,
                 "tool": rec.tool if rec else context.get("tool"),
                 "reason": rec.reason if rec else "", "step_no": step_no, "url": inbox}
+    if kind == EventType.SPEND_WARNING:
+        return {"kind": "spend", "period": context.get("period"), "limit": context.get("limit"),
+                "spent": context.get("spent"), "url": link("/")}
     # escalated or failed: the event says why
     return {"kind": "escalation" if kind == EventType.TASK_ESCALATED else "failure",
             "event": context.get("event"), "reason": context.get("reason"),
@@ -99,6 +102,7 @@ def as_text(body: dict[str, Any]) -> str:
         "approval": f"call of {request.get('tool')}",
         "question": f"\u201c{request.get('question')}\u201d",
         "reconciliation": f"the outcome of {request.get('tool')} is unknown",
+        "spend": f"${request.get('spent')} of ${request.get('limit')} this {request.get('period')}",
     }.get(request.get("kind", ""), str(request.get("reason") or ""))
     goal = str(task.get("goal") or "")[:120]
     return (f"[Tether/{body.get('tenant')}] {what}: task {task.get('id')} ({goal}): "

@@ -29,16 +29,36 @@ from .models import (
     Step,
     Task,
     Tenant,
+    TenantQuota,
 )
 from .services.accounts import membership_audit, membership_revoke
 from .services.agent_versions import version_record
 from .services.agents import EDITABLE, agent_audit, agent_audited, agent_errors
 
 
+class TenantQuotaInline(admin.StackedInline):
+    """The tenant's quota: the operator's to set (the tenant's admins only see it)."""
+
+    model = TenantQuota
+    can_delete = True
+    extra = 0
+    max_num = 1
+
+
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
     list_display = ("name", "created_at")
     search_fields = ("name",)
+    inlines = [TenantQuotaInline]
+
+
+@admin.register(TenantQuota)
+class TenantQuotaAdmin(admin.ModelAdmin):
+    list_display = ("tenant", "max_running", "weight", "daily_spend_limit",
+                    "monthly_spend_limit", "over_spend", "updated_at")
+    list_select_related = ("tenant",)
+    search_fields = ("tenant__name",)
+    readonly_fields = ("warned_day", "warned_month")
 
 
 @admin.register(Membership)

@@ -40,6 +40,13 @@ def task_of_tenant(tenant_id: int, task_id: int) -> Task | None:
     return tasks_of_tenant(tenant_id).filter(pk=task_id).first()
 
 
+def latest_task_id(tenant_id: int) -> int | None:
+    """The tenant's latest task that spent on model calls (else its latest task)."""
+    tasks = Task.objects.filter(tenant_id=tenant_id).order_by("-id")
+    return (tasks.filter(cost_pico__gt=0).values_list("id", flat=True).first()
+            or tasks.values_list("id", flat=True).first())
+
+
 def tasks_matching(
     *,
     tenant_id: int,

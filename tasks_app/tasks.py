@@ -19,6 +19,7 @@ from celery import shared_task
 from .runner.compensation import compensations
 from .runner.driver import driver
 from .runner.sweeper import locked_sweep
+from .services.admission import admit_handed_over
 from .services.dispatch import Executor
 
 
@@ -43,8 +44,14 @@ def compensate_task(task_id: int) -> str:
     return "handed"
 
 
+@shared_task(name="tasks_app.tasks.admit_tasks", ignore_result=True)
+def admit_tasks() -> int:
+    return len(admit_handed_over())
+
+
 CELERY = Executor(
     advance=lambda task_id, delay_s: advance_task.apply_async(
         (task_id,), countdown=max(0.0, delay_s)),
     compensate=lambda task_id: compensate_task.apply_async((task_id,)),
+    admit=lambda: admit_tasks.apply_async(),
 )

@@ -5,6 +5,11 @@
   `approval_sla_warning`. Once per approval, ever: the `SlaWarning` row (unique
   per approval) and the notification commit together, and a concurrent sweep's
   duplicate insert is refused by the constraint.
+- Spend warnings: a tenant whose model spend this UTC day or month passed 80 %
+  of its quota's limit (`tasks_app.services.quotas`) gets one `spend_warning`
+  per period; the quota's mark of the period and the notification commit
+  together. The notification hangs on the tenant's latest task (the one whose
+  calls spent the most recently, as near as the rollup tells).
 - Stuck deliveries: PENDING deliveries due for a few seconds and claimed by
   nobody (a dispatch lost with the broker, a worker that died mid-send, a retry
   due later than the broker should hold it) are dispatched again.
@@ -23,6 +28,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from approvals_app.selectors import pending_approvals_with_sla
+from tasks_app.selectors import latest_task_id
+from tasks_app.services.quotas import spend_warnings_claim, tenants_with_spend_limits
 
 from ..dispatch import schedule_delivery
 from ..models import Delivery, DeliveryStatus, EventType, Notification, SlaWarning
@@ -33,7 +40,8 @@ BATCH = 500
 
 
 def notify_sweep() -> dict[str, int]:
-    return {"sla_warnings": sla_warnings_emit(), "redispatched": stuck_deliveries_dispatch(),
+    return {"sla_warnings": sla_warnings_emit(), "spend_warnings": spend_warnings_emit(),
+            "redispatched": stuck_deliveries_dispatch(),
             "forgotten": old_notifications_delete()}
 
 
@@ -58,6 +66,22 @@ def sla_warnings_emit(*, batch: int = BATCH) -> int:
         except IntegrityError:
             continue  # another sweep warned first
         emitted += 1
+    return emitted
+
+
+def spend_warnings_emit() -> int:
+    emitted = 0
+    for tenant_id in tenants_with_spend_limits():
+        with transaction.atomic():
+            for use in spend_warnings_claim(tenant_id):
+                latest = latest_task_id(tenant_id)  # some task spent: there is one
+                assert latest is not None
+                notification_emit(
+                    tenant_id=tenant_id, task_id=latest, type=EventType.SPEND_WARNING,
+                    context={"period": use.period, "period_starts": use.starts.isoformat(),
+                             "limit": f"{use.limit:.2f}", "spent": f"{use.spent:.2f}",
+                             "fraction": round(use.fraction, 3)})
+                emitted += 1
     return emitted
 
 

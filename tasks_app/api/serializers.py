@@ -18,10 +18,14 @@ from tasks_app.models import Step, StepStatus, Task
 from tasks_app.pricing import money, money_text, pico_text
 from workflows_app.orchestrator import run_nodes
 
+from ..services.batches import MAX_BATCH
+
 MAX_GOAL = 10_000
 MAX_TEXT = 10_000
 MAX_SCRIPT = 5_000
 MAX_SUBJECT = 200
+# An Idempotency-Key: the header of a single submission, a field of a batch's task.
+IDEMPOTENCY_KEY_PATTERN = r"\A[\x21-\x7e]{1,200}\Z"
 SUBJECT_HELP = ("Who or what the task is about (an end user, a customer), as the client names it: "
                 "1-200 printable characters. The task sees only this subject's memory.")
 
@@ -389,6 +393,38 @@ class TaskSubmitSerializer(serializers.Serializer):
         if attrs.get("workflow") and attrs.get("subject"):
             raise serializers.ValidationError({"subject": ["a workflow run takes no subject"]})
         return attrs
+
+
+class BatchTaskSerializer(TaskSubmitSerializer):
+    """One task of a batch: what a single submission takes, with its own key."""
+
+    idempotency_key = serializers.RegexField(
+        IDEMPOTENCY_KEY_PATTERN, max_length=200,
+        help_text="1-200 printable ASCII characters, unique within the batch: "
+        "what the Idempotency-Key header is to a single submission.")
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs.get("workflow"):
+            raise serializers.ValidationError(
+                {"workflow": ["a batch takes agent tasks; submit a workflow run on its own"]})
+        return super().validate(attrs)
+
+
+class BatchSubmitSerializer(serializers.Serializer):
+    tasks: serializers.ListSerializer[Any] = serializers.ListSerializer(
+        child=BatchTaskSerializer(), min_length=1, max_length=MAX_BATCH,
+        help_text=f"1 to {MAX_BATCH} tasks, submitted all or none.")
+
+
+class BatchEntrySerializer(serializers.Serializer):
+    index = serializers.IntegerField(help_text="Its place in the request's `tasks`.")
+    task_id = serializers.IntegerField()
+    created = serializers.BooleanField(
+        help_text="False: its key was used before with the same body; this is that task.")
+
+
+class BatchResultSerializer(serializers.Serializer):
+    tasks = BatchEntrySerializer(many=True)
 
 
 class TaskFilterSerializer(serializers.Serializer):

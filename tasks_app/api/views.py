@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from django.contrib.auth.models import User
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
@@ -27,7 +28,7 @@ from config.api_base import (
     cursor_page,
 )
 from config.api_errors import error_responses
-from config.errors import gone, not_found
+from config.errors import gone, invalid, not_found
 from retention_app.selectors import archived_task_of_tenant
 from workflows_app.services.runs import submit_run
 
@@ -35,6 +36,7 @@ from ..context.summaries import summary_exists, summary_list, summary_rollback
 from ..machine import NON_TERMINAL
 from ..models import Task
 from ..selectors import events_after, steps_after, task_of_tenant, tasks_matching
+from ..services.batches import BATCH_REFUSED, tasks_submit_batch
 from ..services.tasks import (
     task_cancel,
     task_cancel_many,
@@ -44,6 +46,9 @@ from ..services.tasks import (
     task_submit,
 )
 from .serializers import (
+    IDEMPOTENCY_KEY_PATTERN,
+    BatchResultSerializer,
+    BatchSubmitSerializer,
     BulkCancelResultSerializer,
     BulkCancelSerializer,
     CancelSerializer,
@@ -73,7 +78,7 @@ IDEMPOTENCY_KEY = OpenApiParameter(
     description="1-200 printable ASCII characters. The same key with the same body returns the "
     "same task (200); with a different body it is a 409.",
 )
-_KEY = re.compile(r"[\x21-\x7e]{1,200}")
+_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
 TAGS = ["tasks"]
 
 
@@ -170,12 +175,60 @@ class TaskListView(TaskViewBase):
                 idempotency_key=key,
                 actor=self.access.actor,
             )
-        response = self.render_task(
-            submitted.task.pk,
-            code=status.HTTP_201_CREATED if submitted.created else status.HTTP_200_OK,
+        task = submitted.task
+        if task.requester_id == request.user.pk and isinstance(request.user, User):
+            task.requester = request.user  # the caller: rendered without reading it again
+        # Rendered as submitted: CREATED (admission may have started it since the commit).
+        response = Response(
+            TaskSerializer(task).data,
+            status=status.HTTP_201_CREATED if submitted.created else status.HTTP_200_OK,
         )
         response["Location"] = f"/api/v1/tasks/{submitted.task.pk}"
         return response
+
+
+class TaskBatchView(TaskViewBase):
+    """Many tasks in one request, all or none (`services.batches`)."""
+
+    policy = {"POST": "task.submit"}
+
+    @extend_schema(
+        operation_id="tasks_submit_batch",
+        tags=TAGS,
+        summary="Submit up to 1,000 tasks at once, all or none",
+        description="Each task is checked as a single submission is, with its own "
+        "`idempotency_key`. When any task is refused nothing is written, and the 400 lists "
+        "each refused task's field errors by its index (`details.tasks`). Sending the same "
+        "batch again returns the same tasks (`created: false`).",
+        request=BatchSubmitSerializer,
+        responses={201: BatchResultSerializer, 200: OpenApiResponse(
+            BatchResultSerializer, description="Every task's key was used before: its tasks."),
+            **error_responses()},
+    )
+    def post(self, request: Request) -> Response:
+        serializer = BatchSubmitSerializer(data=request.data)
+        if not serializer.is_valid():
+            raise _batch_refused(serializer.errors)
+        entries = tasks_submit_batch(
+            tenant_id=self.access.tenant_id, requester_id=self.access.user_id,
+            items=serializer.validated_data["tasks"], actor=self.access.actor)
+        body = BatchResultSerializer({"tasks": entries}).data
+        created = any(entry.created for entry in entries)
+        return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+
+def _batch_refused(errors: Any) -> Exception:
+    """A batch's field errors as the service reports its own (`services.batches`):
+    `tasks`, a list of {index, errors} for the refused tasks only (DRF keys them
+    by index, or lists an empty entry per valid task)."""
+    per_task = errors.get("tasks") if isinstance(errors, dict) else None
+    if isinstance(per_task, list) and all(isinstance(e, dict) for e in per_task):
+        per_task = dict(enumerate(per_task))
+    if isinstance(per_task, dict) and all(str(i).isdigit() for i in per_task):
+        return invalid("invalid", BATCH_REFUSED, tasks=[
+            {"index": int(i), "errors": e}
+            for i, e in sorted(per_task.items(), key=lambda p: int(p[0])) if e])
+    return ValidationError(errors)  # the batch itself: no list, an empty one, too long
 
 
 class TaskDetailView(TaskViewBase):

@@ -23,6 +23,7 @@ from ..models import AgentProfile, ContextSummary, DailySpend, Event, Step, Task
 from ..models.spend import EVALUATION_AGENT_PREFIX
 from ..pricing import pico_text
 from ..selectors import tasks_of_tenant
+from ..services.quotas import quota_summary
 from .presenters import (
     CiteChip,
     EventView,
@@ -199,6 +200,7 @@ def dashboard(tenant_id: int, *, now: datetime | None = None, hours: int = 12) -
             tasks.filter(status=S.FAILED).select_related("agent").order_by("-finished_at")[:5]
         ),
         "spend": spend_summary(tenant_id, today=now.date()),
+        "quota": quota_summary(tenant_id),
     }
 
 

@@ -6,6 +6,7 @@ from .agents import AgentProfile, MemoryPolicy, OnExhaustion
 from .context import ContextSummary
 from .events import Event
 from .leases import LeaseWaiter, ResourceLease
+from .quotas import OverSpend, TenantQuota
 from .secrets import TenantSecret
 from .spend import DailySpend
 from .sweeps import SweepRun
@@ -25,6 +26,7 @@ __all__ = [
     "MemoryPolicy",
     "Membership",
     "OnExhaustion",
+    "OverSpend",
     "ReleaseAction",
     "ResourceLease",
     "Role",
@@ -34,6 +36,7 @@ __all__ = [
     "SweepRun",
     "Task",
     "TaskStatus",
+    "TenantQuota",
     "TenantSecret",
     "Tenant",
     "VersionKind",

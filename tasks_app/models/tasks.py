@@ -146,6 +146,12 @@ class Task(models.Model):
             # lease's columns: taking and releasing it stay HOT updates (no index
             # entries written), not an insert into each of the table's indexes.
             models.Index(fields=["status", "id"], name="task_status_fifo"),
+            # weighted fair admission: the tenants that have tasks waiting (a skip
+            # scan) and each one's oldest; only the CREATED rows, so it stays small
+            models.Index(fields=["tenant", "id"], name="task_waiting_by_tenant",
+                         condition=models.Q(status=S.CREATED)),
+            models.Index(fields=["id"], name="task_waiting_children",
+                         condition=models.Q(status=S.CREATED, parent__isnull=False)),
             models.Index(fields=["trace_id"], name="task_trace"),  # exact lookups only
             # the tasks of one retry chain (few rows; most tasks have none)
             models.Index(fields=["key_lineage"], name="task_key_lineage",

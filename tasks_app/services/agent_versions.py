@@ -101,10 +101,14 @@ def version_for_submission(agent: AgentProfile, *, salt: str) -> AgentVersion:
     for its share of submissions, the current version for the rest. `salt` is
     the submission's Idempotency-Key, else a random draw the task records."""
     agent = versions_ensure(agent)
-    number = agent.current_version
+    return AgentVersion.objects.get(agent_id=agent.pk, number=version_number_for(agent, salt=salt))
+
+
+def version_number_for(agent: AgentProfile, *, salt: str) -> int:
+    """The number of the version `version_for_submission` gives (of an ensured profile)."""
     candidate, percent = agent.release_candidate, agent.release_percent
     if candidate and percent and release_bucket(
         agent_id=agent.pk, candidate=candidate, salt=salt
     ) < percent:
-        number = candidate
-    return AgentVersion.objects.get(agent_id=agent.pk, number=number)
+        return candidate
+    return agent.current_version

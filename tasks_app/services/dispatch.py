@@ -40,6 +40,7 @@ class Executor:
 
     advance: Callable[[int, float], object]  # (task id, delay in seconds)
     compensate: Callable[[int], object]  # (task id)
+    admit: Callable[[], object] | None = None  # run admission (None: the caller runs it)
 
 
 _executors: dict[str, Executor] = {}
@@ -69,6 +70,20 @@ def schedule_advance(task_id: int, *, delay_s: float = 0.0) -> bool:
 
 def schedule_advance_on_commit(task_id: int, *, delay_s: float = 0.0) -> None:
     transaction.on_commit(lambda: schedule_advance(task_id, delay_s=delay_s))
+
+
+def schedule_admission() -> bool:
+    """Have a worker run admission soon; False when this mode has no worker to ask
+    (or the broker refused): the caller runs it."""
+    executor = _executors.get(settings.TETHER_RUNNER)
+    if executor is None or executor.admit is None:
+        return False
+    try:
+        executor.admit()
+    except Exception:  # the broker is down: the caller admits itself
+        log.warning("could not hand admission to a worker", exc_info=True)
+        return False
+    return True
 
 
 def schedule_compensation(task_id: int) -> None:

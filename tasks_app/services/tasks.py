@@ -24,9 +24,10 @@ from ..pricing import MAX_BUDGET, money, money_problem, money_text
 from ..store.creation import task_create
 from ..store.steps import step_move
 from ..store.tasks import Transitioned, task_transition
-from .admission import admission_after_commit
+from .admission import admission_after_submission
 from .agent_versions import version_for_submission
 from .dispatch import schedule_advance_on_commit
+from .quotas import spend_refusal
 
 MAX_SCRIPT_ENTRIES = 5000
 
@@ -56,35 +57,18 @@ def task_submit(
     snapshot is the configuration of the profile version it gets
     (`agent_versions.version_for_submission`).
     """
-    body = {"agent": agent, "goal": goal, "input": input or {}, "script": script}
-    if subject:  # absent otherwise: the hashes of submissions without one are as they were
-        body["subject"] = subject
+    body = submission_body(agent=agent, goal=goal, input=input, script=script, subject=subject)
     request_hash, earlier = earlier_submission(tenant_id, idempotency_key, body)
     if earlier is not None:
         return earlier
-
-    profile = AgentProfile.objects.filter(tenant_id=tenant_id, name=agent).first()
-    if profile is None:
-        raise invalid("invalid", "The request is not valid.", agent=[f"no agent named {agent!r}"])
-    if not profile.enabled:
-        raise invalid("invalid", "The request is not valid.",
-                      agent=[f"agent {agent!r} is disabled"])
+    spend_refusal(tenant_id)
+    profile = submitted_profile(AgentProfile.objects.filter(tenant_id=tenant_id, name=agent)
+                                .first(), agent)
     # The version this task runs with (a release sends a share to its candidate): a pure
     # function of the Idempotency-Key when given, else of the task's random trace id.
     trace_id = secrets.token_hex(16)
     version = version_for_submission(profile, salt=idempotency_key or trace_id)
-    backend = (version.config.get("model") or {}).get("backend", "scripted")
-    if backend == "scripted":
-        if script is None:
-            raise invalid("invalid", "The request is not valid.",
-                          script=["a scripted agent needs a script: a list of decisions"])
-        if len(script) > MAX_SCRIPT_ENTRIES:
-            raise invalid("invalid", "The request is not valid.",
-                          script=[f"at most {MAX_SCRIPT_ENTRIES} entries"])
-    elif script is not None:
-        raise invalid("invalid", "The request is not valid.",
-                      script=[f"agent {agent!r} uses the {backend} backend; "
-                              "a script is only for scripted agents"])
+    script_check(version.config, agent, script)
 
     try:
         with transaction.atomic():
@@ -104,7 +88,7 @@ def task_submit(
                 idempotency_key=idempotency_key or None,
                 request_hash=request_hash,
             )
-            admission_after_commit()
+            admission_after_submission()
     except IntegrityError:
         # Two submissions with the same key raced; the other one won.
         existing = Task.objects.filter(tenant_id=tenant_id, idempotency_key=idempotency_key).first()
@@ -112,6 +96,42 @@ def task_submit(
             raise
         return same_submission(existing, request_hash)
     return Submitted(task=task, created=True)
+
+
+def submitted_profile(profile: AgentProfile | None, agent: str) -> AgentProfile:
+    """The profile a submission names, if it may take tasks."""
+    if profile is None:
+        raise invalid("invalid", "The request is not valid.", agent=[f"no agent named {agent!r}"])
+    if not profile.enabled:
+        raise invalid("invalid", "The request is not valid.",
+                      agent=[f"agent {agent!r} is disabled"])
+    return profile
+
+
+def script_check(config: dict[str, Any], agent: str, script: list[Any] | None) -> None:
+    """A scripted agent's task needs a script (of at most `MAX_SCRIPT_ENTRIES`);
+    any other agent's takes none."""
+    backend = (config.get("model") or {}).get("backend", "scripted")
+    if backend == "scripted":
+        if script is None:
+            raise invalid("invalid", "The request is not valid.",
+                          script=["a scripted agent needs a script: a list of decisions"])
+        if len(script) > MAX_SCRIPT_ENTRIES:
+            raise invalid("invalid", "The request is not valid.",
+                          script=[f"at most {MAX_SCRIPT_ENTRIES} entries"])
+    elif script is not None:
+        raise invalid("invalid", "The request is not valid.",
+                      script=[f"agent {agent!r} uses the {backend} backend; "
+                              "a script is only for scripted agents"])
+
+
+def submission_body(*, agent: str, goal: str, input: dict[str, Any] | None,
+                    script: list[Any] | None, subject: str) -> dict[str, Any]:
+    """What a submission's Idempotency-Key stands for (its hash is the task's `request_hash`)."""
+    body = {"agent": agent, "goal": goal, "input": input or {}, "script": script}
+    if subject:  # absent otherwise: the hashes of submissions without one are as they were
+        body["subject"] = subject
+    return body
 
 
 def earlier_submission(tenant_id: int, idempotency_key: str | None,

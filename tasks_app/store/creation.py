@@ -12,12 +12,38 @@ from typing import Any
 
 from ..actors import Actor
 from ..machine import TaskStatus
-from ..models import Step, Task
-from .events import event_append
+from ..models import Event, Step, Task
+from .events import event_announce, event_append
+from .hooks import run_event_hooks
 
 # Step fields a retry copies as they are.
 COPIED = ("step_no", "kind", "status", "decision", "model_log", "tool", "args", "idempotency_key",
           "attempt", "output", "output_hash", "error", "finished_at", "latency_ms")
+
+
+def tasks_create_many(*, actor: Actor, rows: list[tuple[str, dict[str, Any]]]) -> list[Task]:
+    """Create many tasks at once (a batch submission), each given as (its agent's
+    name, its fields): the rows and their `task_created` events in two bulk
+    inserts, the same rows and events `task_create` writes one at a time; call
+    inside a transaction."""
+    tasks = Task.objects.bulk_create([Task(**fields) for _, fields in rows])
+    events = Event.objects.bulk_create([
+        Event(task_id=task.pk, tenant_id=task.tenant_id, trace_id=task.trace_id, task_version=0,
+              type=CREATED_EVENT, actor=actor.name, actor_role=actor.role,
+              payload=_created_payload(agent_name, task))
+        for (agent_name, _), task in zip(rows, tasks, strict=True)])
+    for event in events:
+        run_event_hooks(event)  # what `event_append` does for each event it writes
+        event_announce(event)
+    return tasks
+
+
+CREATED_EVENT = "task_created"
+
+
+def _created_payload(agent_name: str, task: Task) -> dict[str, Any]:
+    return {"agent": agent_name, "agent_version": task.agent_version,
+            "goal": task.goal[:500], "to": TaskStatus.CREATED}
 
 
 def task_create(*, actor: Actor, agent_name: str, inherited: list[Step] | None = None,
@@ -31,7 +57,6 @@ def task_create(*, actor: Actor, agent_name: str, inherited: list[Step] | None =
                  **{name: getattr(s, name) for name in COPIED})
             for s in inherited])
     event_append(task_id=task.pk, tenant_id=task.tenant_id, trace_id=task.trace_id,
-                 task_version=0, type="task_created", actor=actor,
-                 payload={"agent": agent_name, "agent_version": task.agent_version,
-                          "goal": task.goal[:500], "to": TaskStatus.CREATED})
+                 task_version=0, type=CREATED_EVENT, actor=actor,
+                 payload=_created_payload(agent_name, task))
     return task

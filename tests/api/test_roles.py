@@ -208,6 +208,9 @@ def _proposal(action: str, body: Any) -> Setup:
 MATRIX: dict[str, tuple[set[str], Setup, int]] = {
     "tasks_list": (ALL, _const("get", "/api/v1/tasks"), 200),
     "tasks_submit": ({REQ, ADM}, _submit, 201),
+    "tasks_submit_batch": ({REQ, ADM}, _const("post", "/api/v1/tasks/batch", {"tasks": [
+        {"agent": "support", "goal": "g", "script": [{"final": {}}],
+         "idempotency_key": "matrix-batch"}]}), 201),
     "tasks_retrieve": (ALL, _task(), 200),
     "tasks_steps": (ALL, _task("/steps"), 200),
     "tasks_events": (ALL, _task("/events"), 200),

@@ -18,6 +18,7 @@ from tasks_app.actors import Actor
 from tasks_app.keys import canonical_json, sha256_hex
 from tasks_app.models import Step, Task
 from tasks_app.services.admission import admission_after_commit
+from tasks_app.services.quotas import spend_refusal
 from tasks_app.services.tasks import Submitted, earlier_submission, same_submission
 from tasks_app.store.creation import task_create
 from tools_app.schemas import schema_errors
@@ -81,6 +82,7 @@ def submit_run(*, tenant_id: int, requester_id: int | None, workflow: str,
     request_hash, earlier = earlier_submission(tenant_id, idempotency_key, body)
     if earlier is not None:
         return earlier
+    spend_refusal(tenant_id)
     found = Workflow.objects.filter(tenant_id=tenant_id, name=workflow).first()
     if found is None:
         raise invalid("invalid", "The request is not valid.",

@@ -76,7 +76,7 @@ class Command(BaseCommand):
             "(500)")
         parser.add_argument(
             "--only", choices=["io", "parallel", "workflow", "breaker", "chaos", "memory",
-                               "rate_limit", "evaluation"],
+                               "rate_limit", "evaluation", "submit"],
             default="",
             help="one workload only: `io` (the I/O workload and its scripted comparison), "
             "`parallel` (the I/O workload with 5 parallel reads per reply: wall time against "
@@ -92,7 +92,16 @@ class Command(BaseCommand):
             "`rate_limit` (a model's tokens-per-minute limit at a third of what the endpoint "
             "could serve, under a backlog; --tasks (1000), --period-s (60), --workers), "
             "`evaluation` (recorded I/O tasks replayed as shadow tasks: shadow against live "
-            "tasks/s, and live tasks/s during an evaluation; --tasks (500))")
+            "tasks/s, and live tasks/s during an evaluation; --tasks (500)), "
+            "`submit` (API submission: a submission's anatomy, 16 concurrent clients while "
+            "the I/O workload runs, 10,000 tasks through the batch endpoint; --submissions, "
+            "--batch-tasks, --web-processes)")
+        parser.add_argument("--submissions", type=int,
+                            help="the submit workload's single submissions (3000)")
+        parser.add_argument("--batch-tasks", type=int,
+                            help="the submit workload's tasks through the batch endpoint (10000)")
+        parser.add_argument("--web-processes", type=int,
+                            help="the submit workload's web processes (one per CPU)")
         parser.add_argument("--kills", type=int, help="the chaos workload's worker kills (10)")
         parser.add_argument("--seed", type=int, help="the chaos workload's random seed")
         parser.add_argument("--outage-s", type=float, help="the breaker workload's outage (20)")
@@ -130,6 +139,8 @@ class Command(BaseCommand):
             return self._rate_limit(opts, cfg)
         if opts["only"] == "evaluation":
             return self._evaluation(opts, cfg)
+        if opts["only"] == "submit":
+            return self._submit(opts, cfg)
 
         from benchmarks.report import table
         from benchmarks.run import bench_run
@@ -144,6 +155,27 @@ class Command(BaseCommand):
             self.stdout.write(f"figures written to {cfg.json_path}")
         self.stdout.write("")
         self.stdout.write(table(doc))
+
+    def _submit(self, opts: dict, cfg: BenchConfig) -> None:
+        from benchmarks.config import bench_env, database_url_of
+        from benchmarks.procs import purge_queue
+        from benchmarks.submit_load import run_submit_phase, submit_table
+        from benchmarks.world import world_ensure
+
+        log_dir = Path(tempfile.mkdtemp(prefix="tether-bench-submit-"))
+        world = world_ensure()
+        purge_queue()
+        doc = run_submit_phase(
+            world, bench_env(database_url_of(connection.settings_dict)),
+            submissions=opts["submissions"] or (200 if cfg.quick else 3000),
+            batch_tasks=opts["batch_tasks"] or (2000 if cfg.quick else 10_000),
+            web_processes=opts["web_processes"] or os.cpu_count() or 1,
+            log_dir=log_dir, say=lambda line: self.stdout.write(line))
+        purge_queue()
+        if opts["json_path"]:
+            Path(opts["json_path"]).write_text(json.dumps(doc, indent=2, default=str))
+        self.stdout.write("")
+        self.stdout.write(submit_table(doc))
 
     def _breaker(self, opts: dict, cfg: BenchConfig) -> None:
         from benchmarks.breaker import breaker_table, run_breaker
@@ -237,7 +269,8 @@ class Command(BaseCommand):
             from benchmarks.rate_limit import ENV as RATE_LIMIT_ENV
 
             extra = RATE_LIMIT_ENV
-        for knob in ("outage_s", "kills", "seed", "period_s"):
+        for knob in ("outage_s", "kills", "seed", "period_s", "submissions", "batch_tasks",
+                     "web_processes"):
             if opts[knob] is not None:
                 argv += [f"--{knob.replace('_', '-')}", str(opts[knob])]
         done = subprocess.run(argv, env=bench_env(url, **extra), cwd=settings.BASE_DIR,
