@@ -11,11 +11,12 @@ from rest_framework.response import Response
 
 from config.api_base import CURSOR_PARAMETERS, TenantAPIView, cursor_page
 from config.api_errors import error_responses
+from tasks_app.api.serializers import subject_field
 from tasks_app.models import Tenant
 
 from .models import ArchiveFile
 from .selectors import archive_files_of_tenant
-from .services.erasure import MAX_SUBJECT, subject_erasure
+from .services.erasure import subject_erasure
 from .services.policy import retention_of, retention_set
 
 TAGS = ["retention"]
@@ -77,7 +78,14 @@ class ArchiveListView(TenantAPIView):
 
 
 class ErasureSerializer(serializers.Serializer):
-    subject = serializers.CharField(max_length=MAX_SUBJECT, help_text="The subject to erase.")
+    subject = subject_field(help_text="The subject to erase, as tasks name it.")
+
+    def validate_subject(self, value: str) -> str:
+        # A number is not a subject (DRF would read 42 as "42": another subject's erasure).
+        given = self.initial_data.get("subject") if isinstance(self.initial_data, dict) else None
+        if not isinstance(given, str):
+            raise serializers.ValidationError("A string.")
+        return value
 
 
 class ErasedSerializer(serializers.Serializer):
