@@ -8,6 +8,7 @@ from __future__ import annotations
 from django.urls import path, re_path, register_converter
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
+from approvals_app.api import policy as approval_policy
 from approvals_app.api import views as decisions
 from audit_app.api import AuditListView
 from memory_app import api as memory
@@ -55,6 +56,18 @@ urlpatterns = [
         decisions.ApprovalApproveView.as_view(),
         name="api-approval-approve",
     ),
+    path(
+        "approvals/<id:approval_id>/reassign",
+        decisions.ApprovalReassignView.as_view(),
+        name="api-approval-reassign",
+    ),
+    path("approval-rules", approval_policy.RuleListView.as_view(), name="api-approval-rules"),
+    path("approval-rules/<name:name>", approval_policy.RuleDetailView.as_view(),
+         name="api-approval-rule"),
+    path("reviewer-groups", approval_policy.GroupListView.as_view(), name="api-reviewer-groups"),
+    path("reviewer-groups/<name:name>", approval_policy.GroupDetailView.as_view(),
+         name="api-reviewer-group"),
+    path("scopes/<str:name>", approval_policy.ScopeView.as_view(), name="api-scope"),
     path(
         "approvals/<id:approval_id>/reject",
         decisions.ApprovalRejectView.as_view(),

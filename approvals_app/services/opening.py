@@ -10,7 +10,9 @@ from django.utils import timezone
 
 from tasks_app.keys import canonical_json, sha256_hex
 
+from ..gates import AUTHORIZATION, DEFAULT, Gate
 from ..models import Approval, Decision, Question, Reconciliation
+from ..selectors import default_group_id
 
 
 def args_hash(args: dict[str, Any]) -> str:
@@ -29,7 +31,20 @@ def approval_open(
     cites: list[str],
     task_version: int,
     sla_s: int,
+    gate: Gate = DEFAULT,
+    agent: str = "",
 ) -> Approval:
+    """The approval a call waits for: with the rule that asked for it (`gate`),
+    routed to the rule's group, else to the agent's (`ReviewerGroup.agents`)."""
+    sla_s = gate.sla_s or sla_s
+    group_id = gate.group_id
+    if group_id is None and not gate.group_required and agent:
+        group_id = default_group_id(tenant_id=tenant_id, agent=agent)
+    preview = {"tool": tool, "args": args, "risk": risk, "reason": reason, "cites": cites}
+    if gate.rule is not None:
+        preview["rule"] = gate.rule
+    if gate.action == "authorize":
+        preview["authorization"] = gate.message
     return Approval.objects.create(
         tenant_id=tenant_id,
         task_id=task_id,
@@ -38,8 +53,16 @@ def approval_open(
         args=args,
         args_hash=args_hash(args),
         task_version=task_version,
-        preview={"tool": tool, "args": args, "risk": risk, "reason": reason, "cites": cites},
+        preview=preview,
         expires_at=timezone.now() + timedelta(seconds=sla_s) if sla_s else None,
+        kind=AUTHORIZATION if gate.action == "authorize" else "tool",
+        rule=gate.rule,
+        approvals_required=gate.approvals,
+        group_id=group_id,
+        group_required=gate.group_required,
+        sla_s=sla_s,
+        on_expiry=gate.on_expiry,
+        escalate_to_id=gate.escalate_to_id,
     )
 
 
@@ -87,6 +110,6 @@ def always_allowed_tools(*, task_id: int) -> frozenset[str]:
     """Tools a reviewer chose to "always allow" for this task (recorded decisions)."""
     return frozenset(
         Approval.objects.filter(
-            task_id=task_id, always_allow=True, status=Decision.APPROVED
+            task_id=task_id, always_allow=True, status=Decision.APPROVED, kind="tool"
         ).values_list("tool", flat=True)
     )

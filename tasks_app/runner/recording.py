@@ -23,6 +23,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from approvals_app import policy as approval_policy
+from approvals_app.gates import DEFAULT, Gate
 from approvals_app.services import opening
 from config.logs import bind_log
 from tools_app.executor import ledger
@@ -199,8 +201,12 @@ def _tool_call(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any]
     # "Always allow" only matters for tools that need approval: skip the query otherwise.
     always = (opening.always_allowed_tools(task_id=snap.id)
               if spec is not None and spec.requires_approval else frozenset())
-    verdict = check_tool_call(decision, spec=spec, snap=snap, always_allowed=always)
-    if verdict.verdict == "invalid":
+    gate = (approval_policy.gate_for(
+        tenant_id=snap.tenant_id, task_id=snap.id, requester_id=snap.requester_id,
+        agent=str(snap.agent.get("name") or ""), tool=decision.tool, risk=spec.risk,
+        args=decision.args) if spec is not None else DEFAULT)
+    verdict = check_tool_call(decision, spec=spec, snap=snap, always_allowed=always, gate=gate)
+    if verdict.verdict in ("invalid", "denied"):
         return _invalid(snap, decision, model_log, spent, actor, verdict.error or {})
     if verdict.verdict == "budget":
         error = verdict.error or {}
@@ -210,8 +216,9 @@ def _tool_call(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any]
     # A retried task's call the chain already made takes that call's key (None: a fresh key).
     reused = lineage_key(task_id=snap.id, key_lineage=snap.key_lineage,
                          step_no=snap.steps_count + 1, tool=decision.tool, args=decision.args)
-    if verdict.verdict == "approve":
-        return _needs_approval(snap, decision, model_log, spent, spec, reused, actor)
+    if verdict.verdict in ("approve", "authorize"):
+        return _needs_approval(snap, decision, model_log, spent, spec, reused, actor,
+                               verdict.gate)
     # The step, its event and the ledger claim commit together, in one statement.
     # A cancel from now on is fenced when the outcome commits.
     committed = commit_decision(
@@ -225,8 +232,9 @@ def _tool_call(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any]
 
 def _needs_approval(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
                     spent: Spent, spec: ToolSpec, reused: str | None,
-                    actor: Actor) -> StepResult:
-    """A call that needs a person's approval: its step waits, and so does the task."""
+                    actor: Actor, gate: Gate) -> StepResult:
+    """A call that needs a person's approval (or, outside its requester's scope,
+    an authorization): its step waits, and so does the task."""
     with transaction.atomic():
         step = _new_step(snap, kind=StepKind.TOOL, status=StepStatus.PENDING_APPROVAL,
                          decision=decision, model_log=model_log, tool=decision.tool,
@@ -240,7 +248,8 @@ def _needs_approval(snap: TaskSnapshot, decision: Decision, model_log: dict[str,
                               tool=decision.tool, args=decision.args, risk=spec.risk,
                               reason=decision.reason, cites=list(decision.cites),
                               task_version=done.version,
-                              sla_s=int(snap.agent.get("approval_sla_s") or 0))
+                              sla_s=int(snap.agent.get("approval_sla_s") or 0),
+                              gate=gate, agent=str(snap.agent.get("name") or ""))
         spent.roll_up()
     return STOP
 
