@@ -156,6 +156,24 @@ def approvals_for_inbox(qs: QuerySet[Approval], *, user_id: int | None,
     return qs
 
 
+def routed_reviewers(*, task_id: int, context: dict[str, Any]) -> list[int] | None:
+    """Who a notification about a request goes to, when the request is routed (a
+    group, a person, an authorization): their user ids; None when it is not
+    about a routed approval (everyone who reviews is told)."""
+    pending = Approval.objects.filter(task_id=task_id)
+    if "approval_id" in context:
+        approval = pending.filter(pk=context["approval_id"]).first()
+    elif "step_no" in context:
+        approval = pending.filter(step__step_no=context["step_no"],
+                                  status=Decision.PENDING).first()
+    else:
+        return None
+    if approval is None or (approval.group_id is None and approval.assignee_id is None
+                            and approval.kind != AUTHORIZATION):
+        return None
+    return reviewers_to_notify(approval)
+
+
 def reviewers_to_notify(approval: Approval) -> list[int]:
     """Who a notification of `approval` goes to (user ids): its assignee, else its
     group's members, else every reviewer and admin of the tenant (an

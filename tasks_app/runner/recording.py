@@ -240,16 +240,18 @@ def _needs_approval(snap: TaskSnapshot, decision: Decision, model_log: dict[str,
                          decision=decision, model_log=model_log, tool=decision.tool,
                          args=decision.args)
         step_keyed(step, reused)
-        done = task_transition(task_id=snap.id, event="need_approval", actor=actor,
-                               expected_version=snap.version, known=known(snap),
-                               fields=spent.fields(),
-                               payload={"step_no": snap.steps_count + 1, "tool": decision.tool})
+        # Opened before the transition (at the version it makes): the event's hooks
+        # (notifications) find the request, and whom it is routed to.
         opening.approval_open(task_id=snap.id, tenant_id=snap.tenant_id, step_id=step.pk,
                               tool=decision.tool, args=decision.args, risk=spec.risk,
                               reason=decision.reason, cites=list(decision.cites),
-                              task_version=done.version,
+                              task_version=snap.version + 1,
                               sla_s=int(snap.agent.get("approval_sla_s") or 0),
                               gate=gate, agent=str(snap.agent.get("name") or ""))
+        task_transition(task_id=snap.id, event="need_approval", actor=actor,
+                        expected_version=snap.version, known=known(snap),
+                        fields=spent.fields(),
+                        payload={"step_no": snap.steps_count + 1, "tool": decision.tool})
         spent.roll_up()
     return STOP
 
