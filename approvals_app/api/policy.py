@@ -42,7 +42,7 @@ class RuleSerializer(serializers.Serializer):
                                         help_text="Rules apply in this order; the first "
                                                   "that matches decides.")
     enabled = serializers.BooleanField(required=False)
-    action = serializers.ChoiceField(choices=RuleAction.values)
+    action = serializers.ChoiceField(choices=RuleAction.choices)
     approvals = serializers.IntegerField(min_value=1, max_value=2, required=False,
                                          help_text="2: two different reviewers, neither the "
                                                    "requester.")
@@ -75,7 +75,7 @@ class RuleOutSerializer(RuleSerializer):
 
 class RuleUpdateSerializer(RuleSerializer):
     name = serializers.CharField(max_length=64, required=False)
-    action = serializers.ChoiceField(choices=RuleAction.values, required=False)
+    action = serializers.ChoiceField(choices=RuleAction.choices, required=False)
     expected_version = serializers.IntegerField(min_value=1, required=False)
 
 
