@@ -67,7 +67,8 @@ urlpatterns = [
     path("reviewer-groups", approval_policy.GroupListView.as_view(), name="api-reviewer-groups"),
     path("reviewer-groups/<name:name>", approval_policy.GroupDetailView.as_view(),
          name="api-reviewer-group"),
-    path("scopes/<str:name>", approval_policy.ScopeView.as_view(), name="api-scope"),
+    re_path(r"^scopes/(?P<name>[A-Za-z0-9_.@+-]{1,150})$", approval_policy.ScopeView.as_view(),
+            name="api-scope"),
     path(
         "approvals/<id:approval_id>/reject",
         decisions.ApprovalRejectView.as_view(),
