@@ -13,7 +13,8 @@ from django.db.models import F
 from django.utils import timezone
 
 from approvals_app.models import DecisionChannel, Question, QuestionStatus
-from config.errors import DomainError, conflict, invalid, not_found
+from approvals_app.policy import agent_allowed
+from config.errors import DomainError, conflict, forbidden, invalid, not_found
 from tools_app.schemas import schema_errors
 
 from ..actors import Actor
@@ -69,6 +70,8 @@ def task_submit(
     if not profile.enabled:
         raise invalid("invalid", "The request is not valid.",
                       agent=[f"agent {agent!r} is disabled"])
+    if not agent_allowed(tenant_id=tenant_id, requester_id=requester_id, agent=agent):
+        raise forbidden("outside_scope", f"your scope does not let you run the agent {agent!r}")
     # The version this task runs with (a release sends a share to its candidate): a pure
     # function of the Idempotency-Key when given, else of the task's random trace id.
     trace_id = secrets.token_hex(16)
