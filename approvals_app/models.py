@@ -95,6 +95,23 @@ class Approval(HumanRequest):
     always_allow = models.BooleanField(default=False)
     channel = channel_field()
 
+    # What decided that a person must look (`policy`): the rule, how many distinct
+    # reviewers, who is asked (a group, or one person after a reassignment), what
+    # its expiry does. `authorization`: the call is outside its requester's scope.
+    kind = models.CharField(max_length=16, default="tool")
+    rule = models.JSONField(null=True, blank=True, help_text="The rule that applied, as it was.")
+    approvals_required = models.PositiveSmallIntegerField(default=1)
+    approvals_given = models.JSONField(default=list, blank=True)
+    group = models.ForeignKey("ReviewerGroup", null=True, blank=True, on_delete=models.SET_NULL,
+                              related_name="+")
+    group_required = models.BooleanField(default=False)
+    assignee = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                 on_delete=models.SET_NULL, related_name="+")
+    sla_s = models.PositiveIntegerField(default=0)
+    on_expiry = models.CharField(max_length=8, blank=True)
+    escalate_to = models.ForeignKey("ReviewerGroup", null=True, blank=True,
+                                    on_delete=models.SET_NULL, related_name="+")
+
     class Meta(HumanRequest.Meta):
         constraints = [one_per_step(Decision.PENDING, "approval_one_pending_per_step")]
 
@@ -162,3 +179,97 @@ class Reconciliation(HumanRequest):
 
     def __str__(self) -> str:
         return f"reconciliation {self.pk} of {self.tool} ({self.status})"
+
+
+# --- Who decides: reviewer groups, approval rules, requesters' scopes -------------------
+# The rules a tenant writes about its tool calls (`approvals_app.policy` applies
+# them; `services.rules`, `services.groups`, `services.scopes` change them, audited).
+
+
+class ReviewerGroup(models.Model):
+    """A named set of reviewers of one tenant. Rules route their requests to a
+    group (and `require_role` lets only its members decide); the tasks of the
+    agents it lists route to it by default."""
+
+    tenant = models.ForeignKey("tasks_app.Tenant", on_delete=models.CASCADE, related_name="+")
+    name = models.SlugField(max_length=64)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="+")
+    agents = models.JSONField(default=list, blank=True,
+                              help_text="Agents whose requests route here by default.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"],
+                                               name="reviewer_group_unique_name")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class RuleAction(models.TextChoices):
+    ALLOW = "allow"
+    REQUIRE_APPROVAL = "require_approval"
+    REQUIRE_ROLE = "require_role"
+    DENY = "deny"
+
+
+class OnExpiry(models.TextChoices):
+    REJECT = "reject"  # the call is rejected, the model is told, the task goes on
+    ESCALATE = "escalate"  # to `escalate_to` (a second group), else to an operator
+    FAIL = "fail"  # the task fails
+
+
+class ApprovalRule(models.Model):
+    """One rule of a tenant's ordered list: the first that matches a tool call
+    decides it. An empty match list matches anything."""
+
+    tenant = models.ForeignKey("tasks_app.Tenant", on_delete=models.CASCADE, related_name="+")
+    position = models.PositiveIntegerField()
+    name = models.SlugField(max_length=64)
+    enabled = models.BooleanField(default=True)
+    action = models.CharField(max_length=20, choices=RuleAction.choices)
+    approvals = models.PositiveSmallIntegerField(default=1)
+    group = models.ForeignKey(ReviewerGroup, null=True, blank=True, on_delete=models.PROTECT,
+                              related_name="+")
+    tools = models.JSONField(default=list, blank=True)
+    risks = models.JSONField(default=list, blank=True)
+    agents = models.JSONField(default=list, blank=True)
+    requester_roles = models.JSONField(default=list, blank=True)
+    requester_groups = models.JSONField(default=list, blank=True)
+    condition = models.TextField(blank=True, help_text="A CEL expression over args, tool, agent.")
+    message = models.CharField(max_length=300, blank=True, help_text="What `deny` tells the model.")
+    sla_s = models.PositiveIntegerField(default=0, help_text="0: the agent's approval SLA.")
+    on_expiry = models.CharField(max_length=8, choices=OnExpiry.choices, blank=True)
+    escalate_to = models.ForeignKey(ReviewerGroup, null=True, blank=True,
+                                    on_delete=models.PROTECT, related_name="+")
+    version = models.PositiveIntegerField(default=1)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["position", "id"]
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"],
+                                               name="approval_rule_unique_name")]
+
+    def __str__(self) -> str:
+        return f"rule {self.position} {self.name} ({self.action})"
+
+
+class RequesterScope(models.Model):
+    """What a user's tasks may do (their API keys act as them): the agents they
+    may run and the tools their tasks may call; an empty list: no limit. A call
+    outside it waits for an authorization (granted for that task only), decided
+    by the admins or by `authorizers`."""
+
+    tenant = models.ForeignKey("tasks_app.Tenant", on_delete=models.CASCADE, related_name="+")
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                                related_name="requester_scope")
+    agents = models.JSONField(default=list, blank=True)
+    tools = models.JSONField(default=list, blank=True)
+    authorizers = models.ForeignKey(ReviewerGroup, null=True, blank=True,
+                                    on_delete=models.SET_NULL, related_name="+")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"scope of {self.user}"

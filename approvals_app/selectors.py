@@ -5,8 +5,10 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 
-from tasks_app.models import Step
+from tasks_app.actors import Actor
+from tasks_app.models import Membership, Role, Step
 
+from .gates import AUTHORIZATION
 from .models import (
     Approval,
     Decision,
@@ -14,6 +16,7 @@ from .models import (
     QuestionStatus,
     Reconciliation,
     ReconciliationStatus,
+    ReviewerGroup,
 )
 
 
@@ -57,7 +60,8 @@ def inherited_origins(task_id: int) -> list[int]:
 
 def approvals_of_tenant(*, tenant_id: int, status: str | None = None,
                         task_id: int | None = None) -> QuerySet[Approval]:
-    qs = Approval.objects.filter(tenant_id=tenant_id).select_related("step", "decided_by")
+    qs = Approval.objects.filter(tenant_id=tenant_id).select_related(
+        "step", "decided_by", "group", "assignee")
     if status:
         qs = qs.filter(status=status)
     if task_id is not None:
@@ -108,3 +112,83 @@ def pending_approvals_with_sla(*, now: Any) -> QuerySet[Approval]:
                                     expires_at__gt=now)
             .only("id", "tenant_id", "task_id", "created_at", "expires_at")
             .order_by("expires_at"))
+
+
+def in_group(group_id: int, user_id: int | None) -> bool:
+    return user_id is not None and ReviewerGroup.objects.filter(
+        pk=group_id, members__id=user_id).exists()
+
+
+def may_decide(approval: Approval, actor: Actor) -> bool:
+    """Whether `actor` (a reviewer or an admin) may decide `approval`: an
+    authorization, an admin or its group's member; a request assigned to a
+    person, that person (or an admin, unless only a group may decide); a
+    request only a group decides (`require_role`), its members; else anyone."""
+    is_admin = actor.role == Role.ADMIN
+    if approval.kind == AUTHORIZATION:
+        return is_admin or (approval.group_id is not None
+                            and in_group(approval.group_id, actor.user_id))
+    if approval.assignee_id is not None:
+        return actor.user_id == approval.assignee_id or (
+            is_admin and not approval.group_required)
+    if approval.group_required:
+        return approval.group_id is not None and in_group(approval.group_id, actor.user_id)
+    return True
+
+
+def group_ids_of(user_id: int | None) -> list[int]:
+    if user_id is None:
+        return []
+    return list(ReviewerGroup.objects.filter(members__id=user_id).values_list("id", flat=True))
+
+
+INBOX_FILTERS = ("all", "mine", "groups")
+
+
+def approvals_for_inbox(qs: QuerySet[Approval], *, user_id: int | None,
+                        which: str) -> QuerySet[Approval]:
+    """The inbox's filters: `mine` (assigned to me), `groups` (routed to a group
+    of mine, or assigned to me), `all`."""
+    if which == "mine":
+        return qs.filter(assignee_id=user_id) if user_id is not None else qs.none()
+    if which == "groups":
+        return qs.filter(Q(group_id__in=group_ids_of(user_id)) | Q(assignee_id=user_id))
+    return qs
+
+
+def routed_reviewers(*, task_id: int, context: dict[str, Any]) -> list[int] | None:
+    """Who a notification about a request goes to, when the request is routed (a
+    group, a person, an authorization): their user ids; None when it is not
+    about a routed approval (everyone who reviews is told)."""
+    pending = Approval.objects.filter(task_id=task_id)
+    if "approval_id" in context:
+        approval = pending.filter(pk=context["approval_id"]).first()
+    elif "step_no" in context:
+        approval = pending.filter(step__step_no=context["step_no"],
+                                  status=Decision.PENDING).first()
+    else:
+        return None
+    if approval is None or (approval.group_id is None and approval.assignee_id is None
+                            and approval.kind != AUTHORIZATION):
+        return None
+    return reviewers_to_notify(approval)
+
+
+def reviewers_to_notify(approval: Approval) -> list[int]:
+    """Who a notification of `approval` goes to (user ids): its assignee, else its
+    group's members, else every reviewer and admin of the tenant (an
+    authorization without a group: the admins)."""
+    if approval.assignee_id is not None:
+        return [approval.assignee_id]
+    if approval.group_id is not None:
+        return list(ReviewerGroup.members.through.objects.filter(
+            reviewergroup_id=approval.group_id).values_list("user_id", flat=True))
+    roles = [Role.ADMIN] if approval.kind == AUTHORIZATION else [Role.ADMIN, Role.REVIEWER]
+    return list(Membership.objects.filter(tenant_id=approval.tenant_id, role__in=roles)
+                .values_list("user_id", flat=True))
+
+
+def default_group_id(*, tenant_id: int, agent: str) -> int | None:
+    """The group an agent's requests route to when no rule names one."""
+    return (ReviewerGroup.objects.filter(tenant_id=tenant_id, agents__contains=[agent])
+            .order_by("name").values_list("id", flat=True).first())

@@ -37,6 +37,8 @@ memory.read              operator, reviewer, admin             items, versions, 
 memory.write             operator, admin                       write, change, delete items
 memory.review            reviewer, admin                       accept or reject a proposal
 memory.erase             admin                                 erase a subject's memory
+policy.read              operator, reviewer, admin             approval rules, groups, scopes
+policy.write             admin                                 change them (audited)
 =======================  ====================================  ============================
 
 Separation of duties (a task's requester may not decide on its own task's
@@ -106,6 +108,8 @@ POLICY: dict[str, frozenset[str]] = {
     "retention.erase": frozenset({R.ADMIN}),
     "evaluation.read": frozenset({R.OPERATOR, R.ADMIN}),
     "evaluation.write": frozenset({R.OPERATOR, R.ADMIN}),
+    "policy.read": frozenset({R.OPERATOR, R.REVIEWER, R.ADMIN}),
+    "policy.write": frozenset({R.ADMIN}),
 }
 # Actions a requester may take only on the tasks it submitted itself.
 OWN_TASKS_ONLY: dict[str, frozenset[str]] = {

@@ -9,6 +9,7 @@ from django.urls import path, re_path, register_converter
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from approvals_app.api import inbox
+from approvals_app.api import policy as approval_policy
 from approvals_app.api import views as decisions
 from audit_app.api import AuditListView
 from evals_app.api import views as evaluations
@@ -68,6 +69,19 @@ urlpatterns = [
         decisions.ApprovalApproveView.as_view(),
         name="api-approval-approve",
     ),
+    path(
+        "approvals/<id:approval_id>/reassign",
+        decisions.ApprovalReassignView.as_view(),
+        name="api-approval-reassign",
+    ),
+    path("approval-rules", approval_policy.RuleListView.as_view(), name="api-approval-rules"),
+    path("approval-rules/<name:name>", approval_policy.RuleDetailView.as_view(),
+         name="api-approval-rule"),
+    path("reviewer-groups", approval_policy.GroupListView.as_view(), name="api-reviewer-groups"),
+    path("reviewer-groups/<name:name>", approval_policy.GroupDetailView.as_view(),
+         name="api-reviewer-group"),
+    re_path(r"^scopes/(?P<name>[A-Za-z0-9_.@+-]{1,150})$", approval_policy.ScopeView.as_view(),
+            name="api-scope"),
     path(
         "approvals/<id:approval_id>/reject",
         decisions.ApprovalRejectView.as_view(),

@@ -13,6 +13,7 @@ urlpatterns = [
     ),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("inbox/", include("approvals_app.console.urls")),
+    path("approval-rules/", include("approvals_app.console.rules_urls")),
     path("tools/", include("tools_app.console.urls")),
     path("webhooks/", include("notify_app.console.urls")),
     path("act/", include("notify_app.console.link_urls")),

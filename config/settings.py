@@ -319,6 +319,7 @@ SPECTACULAR_SETTINGS = {
         "QuestionStatusEnum": ["open", "answered", "canceled"],
         "ToolKindEnum": "tools_app.models.ToolKind",
         "OpenRequestKindEnum": ["question", "approval", "reconciliation"],
+        "RuleActionEnum": "approvals_app.models.RuleAction",
     },
 }
 DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("MAX_REQUEST_BYTES", default=1024 * 1024)

@@ -69,6 +69,9 @@ def _request(notification: Notification, context: dict[str, Any]) -> dict[str, A
                 "step_no": approval.step.step_no,
                 "created_at": approval.created_at.isoformat(),
                 "expires_at": approval.expires_at.isoformat() if approval.expires_at else None,
+                "kind_of_request": approval.kind, "rule": approval.rule,
+                "approvals_required": approval.approvals_required,
+                "group": approval.group.name if approval.group is not None else None,
                 "url": inbox}
         if kind == EventType.APPROVAL_SLA_WARNING:
             part["sla_elapsed"] = context.get("sla_elapsed")

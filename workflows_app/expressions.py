@@ -87,7 +87,7 @@ class Expression:
 
 def _too_much_to_loop_over(expr: Expression, activation: dict[str, Any]) -> str | None:
     """Why the data `expr` names is too large for an expression that loops, or None."""
-    roots = set(expr.program.variables()) & ROOTS
+    roots = set(expr.program.variables())  # the activation holds only allowed roots
     named: list[tuple[str, Any]] = []
     for root in sorted(roots & set(activation)):
         if root == "nodes":
@@ -214,8 +214,10 @@ def _nested_macro(code: str, macros: list[re.Match[str]]) -> bool:
     return False
 
 
-def compile_expression(source: str) -> Expression:
-    """Parse `source` (bounded first); refers to nodes only by a literal id."""
+def compile_expression(source: str, roots: frozenset[str] = ROOTS) -> Expression:
+    """Parse `source` (bounded first); refers to nodes only by a literal id.
+    `roots`: the names it may use (another user of the language, approval
+    rules, gives its own)."""
     if not isinstance(source, str) or not source.strip():
         raise ExpressionError("an expression must be a non-empty string")
     code = _bounds(source)
@@ -227,10 +229,10 @@ def compile_expression(source: str) -> Expression:
     except Exception as exc:  # noqa: BLE001 - the library's parse errors are ValueErrors
         raise ExpressionError(_message(exc)) from exc
     bound = {m.group(1) for m in _BOUND.finditer(code)}  # a macro's own variable
-    unknown = sorted(set(program.variables()) - ROOTS - bound)
+    unknown = sorted(set(program.variables()) - roots - bound)
     if unknown:
         raise ExpressionError(f"unknown name {unknown[0]!r}: an expression may use "
-                              + ", ".join(sorted(ROOTS)))
+                              + ", ".join(sorted(roots)))
     named = code_with_names(source, code)
     nodes = frozenset(m.group(1) or m.group(3) for m in _NODE_REF.finditer(named))
     loops = bool(_MACRO.search(code)) or code.count("+") > MAX_CHEAP_PLUS
@@ -293,17 +295,17 @@ def _as_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, default=str)
 
 
-_CACHE: dict[str, Expression] = {}
+_CACHE: dict[tuple[str, frozenset[str]], Expression] = {}
 _CACHE_MAX = 4096
 
 
-def compiled(source: str) -> Expression:
+def compiled(source: str, roots: frozenset[str] = ROOTS) -> Expression:
     """`compile_expression`, memoized per process (definitions are immutable
     versions: the same few sources are evaluated again and again)."""
-    found = _CACHE.get(source)
+    found = _CACHE.get((source, roots))
     if found is None:
-        found = compile_expression(source)
+        found = compile_expression(source, roots)
         if len(_CACHE) >= _CACHE_MAX:
             _CACHE.clear()
-        _CACHE[source] = found
+        _CACHE[(source, roots)] = found
     return found

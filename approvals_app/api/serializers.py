@@ -22,6 +22,7 @@ from ..models import (
     Reconciliation,
     ReconciliationStatus,
 )
+from ..selectors import INBOX_FILTERS
 
 MAX_TEXT = 10_000
 
@@ -59,10 +60,31 @@ class ApprovalSerializer(serializers.Serializer):
     response_output = serializers.JSONField(allow_null=True)
     always_allow = serializers.BooleanField()
     created_at = serializers.DateTimeField()
+    kind = serializers.CharField(help_text="tool, or authorization (outside the requester's "
+                                           "scope: an admin or the named group grants it)")
+    rule = serializers.JSONField(allow_null=True,
+                                 help_text="The approval rule that applied (null: the tool's "
+                                           "own requires_approval).")
+    approvals_required = serializers.IntegerField()
+    approvals_given = serializers.ListField(
+        child=serializers.DictField(child=serializers.JSONField()),
+        help_text="The approvals recorded before the last one needed.")
+    group = serializers.SerializerMethodField()
+    group_required = serializers.BooleanField(help_text="Only the group's members decide.")
+    assignee = serializers.SerializerMethodField()
+    on_expiry = serializers.CharField(allow_blank=True)
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_decided_by(self, approval: Approval) -> str | None:
         return _username(approval.decided_by)
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_group(self, approval: Approval) -> str | None:
+        return approval.group.name if approval.group is not None else None
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_assignee(self, approval: Approval) -> str | None:
+        return _username(approval.assignee)
 
 
 class ReconciliationSerializer(serializers.Serializer):
@@ -127,6 +149,16 @@ class QuestionSerializer(serializers.Serializer):
 class ApprovalFilterSerializer(serializers.Serializer):
     status = serializers.ChoiceField(choices=Decision.choices, required=False)
     task = serializers.IntegerField(min_value=1, max_value=2**63 - 1, required=False)
+    assigned = serializers.ChoiceField(
+        choices=INBOX_FILTERS, required=False,
+        help_text="mine: assigned to me; groups: routed to a group of mine (or to me); all.")
+
+
+class ReassignSerializer(serializers.Serializer):
+    to_user = serializers.CharField(max_length=150, required=False)
+    to_group = serializers.CharField(max_length=64, required=False)
+    comment = serializers.CharField(max_length=MAX_TEXT, allow_blank=True, required=False,
+                                    default="")
 
 
 class ReconciliationFilterSerializer(serializers.Serializer):

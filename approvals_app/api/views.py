@@ -19,9 +19,15 @@ from config.errors import not_found
 from tools_app.selectors import ledger_attempts
 
 from ..models import Approval, DecisionChannel, Reconciliation
-from ..selectors import approvals_of_tenant, questions_of_tenant, reconciliations_of_tenant
+from ..selectors import (
+    approvals_for_inbox,
+    approvals_of_tenant,
+    questions_of_tenant,
+    reconciliations_of_tenant,
+)
 from ..services.decide_all import approvals_decide_all
 from ..services.decisions import approval_decide, reconciliation_requery, reconciliation_resolve
+from ..services.routing import approval_reassign
 from .serializers import (
     ApprovalFilterSerializer,
     ApprovalSerializer,
@@ -30,6 +36,7 @@ from .serializers import (
     DecidedAllSerializer,
     QuestionFilterSerializer,
     QuestionSerializer,
+    ReassignSerializer,
     ReconciliationFilterSerializer,
     ReconciliationSerializer,
     RejectSerializer,
@@ -87,6 +94,8 @@ class ApprovalListView(ApprovalViewBase):
         qs = approvals_of_tenant(
             tenant_id=self.access.tenant_id, status=f.get("status"), task_id=f.get("task")
         )
+        if f.get("assigned"):
+            qs = approvals_for_inbox(qs, user_id=self.access.actor.user_id, which=f["assigned"])
         return self.paginate(qs, lambda page: ApprovalSerializer(page, many=True).data)
 
 
@@ -128,6 +137,26 @@ class ApprovalApproveView(ApprovalViewBase):
             expected_version=data.get("expected_version"),
             always_allow=data["always_allow"],
         )
+
+
+class ApprovalReassignView(ApprovalViewBase):
+    """Hand a pending request to a person or a reviewer group."""
+
+    policy = {"POST": "approval.decide"}
+
+    @extend_schema(
+        operation_id="approvals_reassign",
+        tags=["approvals"],
+        summary="Reassign to a person (to_user) or a group (to_group)",
+        request=ReassignSerializer,
+        responses={200: ApprovalSerializer, **error_responses(409)},
+    )
+    def post(self, request: Request, approval_id: int) -> Response:
+        data = self.validated(ReassignSerializer)
+        approval = approval_reassign(
+            approval_id=approval_id, tenant_id=self.access.tenant_id, actor=self.access.actor,
+            to_user=data.get("to_user"), to_group=data.get("to_group"), comment=data["comment"])
+        return Response(ApprovalSerializer(self.approval(approval.pk)).data)
 
 
 class ApprovalRejectView(ApprovalViewBase):

@@ -88,3 +88,11 @@ class ResolveForm(DecisionForm):
         if data.get("outcome") == "failed" and not (data.get("comment") or "").strip():
             self.add_error("comment", "Say how you know the call did not happen.")
         return data
+
+
+class ReassignForm(forms.Form):
+    """To a person (a username) or a group (a name); the service checks who may take it."""
+
+    to_user = forms.CharField(max_length=150, required=False)
+    to_group = forms.CharField(max_length=64, required=False)
+    comment = forms.CharField(max_length=2000, required=False)

@@ -22,6 +22,7 @@ from ..models import (
     Reconciliation,
     ReconciliationStatus,
 )
+from ..selectors import approvals_for_inbox
 from .sections import SECTIONS
 
 SECTION_LIMIT = 50
@@ -120,15 +121,19 @@ def reconciliation_card(
     )
 
 
-def inbox(tenant_id: int) -> dict[str, Any]:
-    """Open requests of the tenant, oldest first (they have waited longest)."""
-    approvals_qs = Approval.objects.filter(tenant_id=tenant_id, status=Decision.PENDING)
+def inbox(tenant_id: int, *, user_id: int | None = None, show: str = "all") -> dict[str, Any]:
+    """Open requests of the tenant, oldest first (they have waited longest);
+    approvals as `show` filters them (`mine`, my `groups`, `all`)."""
+    approvals_qs = approvals_for_inbox(
+        Approval.objects.filter(tenant_id=tenant_id, status=Decision.PENDING),
+        user_id=user_id, which=show)
     questions_qs = Question.objects.filter(tenant_id=tenant_id, status=QuestionStatus.OPEN)
     recs_qs = Reconciliation.objects.filter(tenant_id=tenant_id, status=ReconciliationStatus.OPEN)
     related = ("task", "task__agent", "step")
     approvals = [
         approval_card(a)
-        for a in approvals_qs.select_related(*related).order_by("id")[:SECTION_LIMIT]
+        for a in approvals_qs.select_related(*related, "group", "assignee")
+        .order_by("id")[:SECTION_LIMIT]
     ]
     questions = [
         question_card(q)
@@ -160,6 +165,7 @@ def inbox(tenant_id: int) -> dict[str, Any]:
         extra.append({"section": section, "count": counts[section.key],
                       "rows": section.rows(tenant_id, SECTION_LIMIT)})
     return {
+        "show": show,
         "approvals": approvals,
         "approval_groups": by_task(approvals),
         "questions": questions,
@@ -194,8 +200,9 @@ def inbox_count(tenant_id: int) -> int:
 
 def card_of(tenant_id: int, kind: str, pk: int) -> Card | None:
     """One card, fresh from the database (after a decision, or a refused stale one)."""
-    related = ("task", "task__agent", "step")
+    related: tuple[str, ...] = ("task", "task__agent", "step")
     if kind == "approval":
+        related = (*related, "group", "assignee")
         a = Approval.objects.select_related(*related).filter(tenant_id=tenant_id, pk=pk).first()
         return approval_card(a) if a else None
     if kind == "question":

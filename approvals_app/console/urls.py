@@ -11,6 +11,8 @@ urlpatterns = [
     path("approvals/<int:pk>/approve/", views.approval_approve, name="approval-approve"),
     path("approvals/<int:pk>/preview/", views.approval_preview, name="approval-preview"),
     path("approvals/<int:pk>/reject/", views.approval_reject, name="approval-reject"),
+    path("approvals/<int:pk>/reassign/", views.approval_reassign_view,
+         name="approval-reassign"),
     path("approvals/<int:pk>/respond/", views.approval_respond, name="approval-respond"),
     path("tasks/<int:task_id>/decide-all/", views.approvals_decide_all_view,
          name="approvals-decide-all"),

@@ -27,11 +27,27 @@ from tasks_app.services.tasks import task_provide_input
 from tools_app.registry import tool_specs
 from tools_app.schemas import schema_errors
 
-from ..models import Approval, Question, QuestionStatus, Reconciliation, ReconciliationStatus
+from ..models import (
+    Approval,
+    Question,
+    QuestionStatus,
+    Reconciliation,
+    ReconciliationStatus,
+)
+from ..selectors import INBOX_FILTERS
 from ..services.decide_all import approvals_decide_all
 from ..services.decisions import approval_decide, reconciliation_requery, reconciliation_resolve
+from ..services.routing import approval_reassign
 from . import selectors as sel
-from .forms import AnswerForm, ApproveForm, PreviewForm, RejectForm, ResolveForm, RespondForm
+from .forms import (
+    AnswerForm,
+    ApproveForm,
+    PreviewForm,
+    ReassignForm,
+    RejectForm,
+    ResolveForm,
+    RespondForm,
+)
 
 
 def _cu(request: HttpRequest) -> ConsoleUser:
@@ -45,7 +61,10 @@ def _cu(request: HttpRequest) -> ConsoleUser:
 @console_view(roles=INBOX_ROLES)
 def inbox(request: HttpRequest) -> HttpResponse:
     cu = _cu(request)
-    ctx = {"nav": "inbox", "inbox": sel.inbox(cu.tenant_id)}
+    show = request.GET.get("show", "all")
+    show = show if show in INBOX_FILTERS else "all"
+    ctx = {"nav": "inbox", "inbox": sel.inbox(cu.tenant_id, user_id=cu.user_id, show=show),
+           "inbox_filters": [("all", "All"), ("groups", "My groups"), ("mine", "Mine")]}
     if request.htmx and request.GET.get("fragment") == "items":  # type: ignore[attr-defined]
         return render(request, "approvals/_inbox_sections.html", ctx)
     return render(request, "approvals/inbox.html", ctx)
@@ -203,8 +222,12 @@ def approval_approve(request: HttpRequest, pk: int) -> HttpResponse:
             comment=d.get("comment") or "", args=d.get("args"),
             expected_version=d["expected_version"], always_allow=d.get("always_allow", False),
         ),
-        lambda done: f"Approved {done.tool} with edited arguments." if done.args_diff
-        else f"Approved {done.tool}.",
+        lambda done: (
+            f"Your approval is recorded: {done.tool} needs "
+            f"{done.approvals_required - len(done.approvals_given)} more, from another reviewer."
+            if done.status == "pending"
+            else f"Approved {done.tool} with edited arguments." if done.args_diff
+            else f"Approved {done.tool}."),
         open_form="edit" if "args" in request.POST else "",
     )
 
@@ -230,6 +253,23 @@ def approvals_decide_all_view(request: HttpRequest, task_id: int) -> HttpRespons
         messages.success(request, f"{done} {len(decided)} calls of task #{task_id}.")
     return redirect(reverse("inbox:inbox") if cu.sees_inbox
                     else reverse("console:task-detail", args=[task_id]))
+
+
+@require_POST
+@console_view(roles=DECIDERS)
+def approval_reassign_view(request: HttpRequest, pk: int) -> HttpResponse:
+    cu = _cu(request)
+    approval = _approval_or_404(cu, pk)
+    return _card_action(
+        request, "approval", pk, ReassignForm(request.POST),
+        lambda d: approval_reassign(
+            approval_id=approval.pk, tenant_id=cu.tenant_id, actor=cu.actor,
+            to_user=d.get("to_user") or None, to_group=d.get("to_group") or None,
+            comment=d.get("comment") or ""),
+        lambda done: "Reassigned to " + (done.assignee.username if done.assignee is not None
+                                         else f"the group {done.group.name}") + ".",
+        open_form="reassign",
+    )
 
 
 @require_POST

@@ -8,6 +8,7 @@ task's version moved on) or on an already decided request is a 409.
 """
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any, Literal
 
 from django.db import transaction
@@ -29,15 +30,18 @@ from tools_app.executor.types import ToolCall, ToolContext
 from tools_app.registry import tool_specs
 from tools_app.schemas import schema_errors
 
+from ..gates import AUTHORIZATION
 from ..models import (
     Approval,
     Decision,
     DecisionChannel,
+    OnExpiry,
     Question,
     QuestionStatus,
     Reconciliation,
     ReconciliationStatus,
 )
+from ..selectors import may_decide
 from .opening import args_hash
 
 DECIDERS = {Role.REVIEWER, Role.ADMIN}
@@ -98,10 +102,17 @@ def approval_decide(
         task = (Task.objects.select_for_update() if of_a_reply else Task.objects).get(
             pk=approval.task_id)
         snapshot = task.agent_snapshot or {}
+        # Two approvals, or an authorization: never the requester, whatever the profile says.
+        strict = approval.approvals_required > 1 or approval.kind == AUTHORIZATION
         if (task.requester_id is not None and task.requester_id == actor.user_id
-                and not snapshot.get("allow_self_approval")):
+                and (strict or not snapshot.get("allow_self_approval"))):
             raise forbidden("separation_of_duties",
                             "the requester of a task cannot decide on its actions")
+        if not may_decide(approval, actor):
+            raise forbidden("not_your_request", _who_decides(approval))
+        if approval.kind == AUTHORIZATION and decision == "respond":
+            raise invalid("invalid", "The request is not valid.",
+                          decision=["an authorization is granted (approve) or refused (reject)"])
         if of_a_reply:
             # bound to its step and its arguments (checked below), not to the task's
             # version, which the reply's other calls and cards move while it is open
@@ -129,6 +140,17 @@ def approval_decide(
                                    "tool": approval.tool, "seen_version": version,
                                    "channel": channel}
 
+        if decision == "approve" and _needs_another(approval, actor, args):
+            # the first of two approvals: recorded, attributed; the task keeps waiting
+            given = {"user_id": actor.user_id, "name": actor.name, "role": actor.role,
+                     "at": now.isoformat(), "comment": comment}
+            approval.approvals_given = [*approval.approvals_given, given]
+            approval.save(update_fields=["approvals_given"])
+            event_append(task_id=task.pk, tenant_id=task.tenant_id, trace_id=task.trace_id,
+                         task_version=task.version, type="approval_recorded", actor=actor,
+                         payload={**payload, "approvals": len(approval.approvals_given),
+                                  "required": approval.approvals_required})
+            return approval
         if decision == "approve":
             final_args = approval.args
             if args is not None:
@@ -185,6 +207,30 @@ def _decided(task: Task, event: str, actor: Actor, version: int, payload: dict[s
     event_append(task_id=task.pk, tenant_id=task.tenant_id, trace_id=task.trace_id,
                  task_version=task.version, type="approval_decided", actor=actor,
                  payload=payload)
+
+
+def _who_decides(approval: Approval) -> str:
+    if approval.kind == AUTHORIZATION:
+        return "an authorization is granted by an admin" + (
+            " or a member of its group" if approval.group_id else "")
+    if approval.assignee_id is not None:
+        return "this request is assigned to another reviewer"
+    return "only the members of this request's reviewer group decide on it"
+
+
+def _needs_another(approval: Approval, actor: Actor, args: dict[str, Any] | None) -> bool:
+    """An approve that is not yet the last one needed. Each approval is by another
+    person; the arguments are approved as shown (an edit would be seen by one only)."""
+    if approval.approvals_required <= 1:
+        return False
+    if any(g.get("user_id") == actor.user_id for g in approval.approvals_given):
+        raise forbidden("second_approver_required",
+                        "you already approved this call: it needs another reviewer")
+    if args is not None and args != approval.args:
+        raise invalid("invalid", "The request is not valid.", args=[
+            "a call that needs several approvals is approved as shown; "
+            "reject it with a comment to have the agent propose other arguments"])
+    return len(approval.approvals_given) + 1 < approval.approvals_required
 
 
 def _validated_edit(task: Task, tool: str, args: Any) -> dict[str, Any]:
@@ -316,7 +362,11 @@ def reconciliation_requery(*, reconciliation_id: int, tenant_id: int, actor: Act
 
 
 def approvals_expire() -> int:
-    """Pending approvals past their SLA: reject, or reject and escalate, per the profile."""
+    """Pending approvals past their SLA, each as its `on_expiry` says (else the
+    agent's `approval_on_expiry`): `escalate` to a second group (`escalate_to`:
+    the request moves there with a new SLA, the task keeps waiting) or, with no
+    second group left, reject the call and escalate the task to an operator;
+    `reject` the call (the model is told, the task goes on); `fail` the task."""
     now = timezone.now()
     count = 0
     due = Approval.objects.filter(status=Decision.PENDING, expires_at__lt=now).order_by("id")[:100]
@@ -326,20 +376,51 @@ def approvals_expire() -> int:
             fresh = Approval.objects.select_for_update().get(pk=approval.pk)
             if fresh.status != Decision.PENDING or task.version != fresh.task_version:
                 continue
-            mode = (task.agent_snapshot or {}).get("approval_on_expiry", "escalate")
-            done = task_transition(task_id=task.pk, event="approval_rejected", actor=SYSTEM,
-                                   expected_version=task.version,
-                                   payload={"approval_id": fresh.pk, "decision": "expired"})
-            step_move(fresh.step_id, StepStatus.REJECTED, finished_at=now,
-                      error={"type": "rejected",
-                             "message": "the approval expired before anyone decided"})
+            mode = fresh.on_expiry or (task.agent_snapshot or {}).get("approval_on_expiry",
+                                                                     OnExpiry.ESCALATE)
+            count += 1
+            if mode == OnExpiry.ESCALATE and fresh.escalate_to_id is not None:
+                _escalate_to_group(task, fresh, now)
+                continue
             fresh.status, fresh.decided_at = Decision.EXPIRED, now
             fresh.comment = f"expired ({mode})"
             fresh.save()
-            _after_expiry(task.pk, done.version, escalate=mode == "escalate",
+            expired = {"approval_id": fresh.pk, "decision": "expired", "on_expiry": mode}
+            if mode == OnExpiry.FAIL:
+                step_move(fresh.step_id, StepStatus.FAILED, finished_at=now,
+                          error={"type": "expired",
+                                 "message": "the approval expired before anyone decided"})
+                task_transition(task_id=task.pk, event="fatal_error", actor=SYSTEM,
+                                expected_version=task.version,
+                                payload={"reason": "approval_expired", **expired},
+                                fields={"failure_reason": "approval_expired",
+                                        "failure_detail": expired})
+                continue
+            done = task_transition(task_id=task.pk, event="approval_rejected", actor=SYSTEM,
+                                   expected_version=task.version, payload=expired)
+            step_move(fresh.step_id, StepStatus.REJECTED, finished_at=now,
+                      error={"type": "rejected",
+                             "message": "the approval expired before anyone decided"})
+            _after_expiry(task.pk, done.version, escalate=mode == OnExpiry.ESCALATE,
                           payload={"reason": "approval_expired", "approval_id": fresh.pk})
-            count += 1
     return count
+
+
+def _escalate_to_group(task: Task, approval: Approval, now: Any) -> None:
+    """The request moves to its second group, with a fresh SLA; once there, its
+    next expiry follows the agent's own `approval_on_expiry`."""
+    sla_s = approval.sla_s or int((task.agent_snapshot or {}).get("approval_sla_s") or 0)
+    before = approval.group_id
+    approval.group_id, approval.escalate_to_id = approval.escalate_to_id, None
+    approval.assignee_id, approval.on_expiry = None, ""
+    approval.expires_at = now + timedelta(seconds=sla_s) if sla_s else None
+    approval.save(update_fields=["group", "escalate_to", "assignee", "on_expiry", "expires_at"])
+    event_append(task_id=task.pk, tenant_id=task.tenant_id, trace_id=task.trace_id,
+                 task_version=task.version, type="approval_escalated", actor=SYSTEM,
+                 payload={"approval_id": approval.pk, "from_group_id": before,
+                          "to_group_id": approval.group_id,
+                          "expires_at": approval.expires_at.isoformat()
+                          if approval.expires_at else None})
 
 
 def _after_expiry(task_id: int, version: int, *, escalate: bool,

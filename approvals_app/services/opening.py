@@ -10,7 +10,9 @@ from django.utils import timezone
 
 from tasks_app.keys import canonical_json, sha256_hex
 
+from ..gates import AUTHORIZATION, DEFAULT, Gate
 from ..models import Approval, Decision, Question, Reconciliation
+from ..selectors import default_group_id
 
 
 def args_hash(args: dict[str, Any]) -> str:
@@ -32,11 +34,23 @@ def approval_open(
     confidence: float | None = None,
     min_confidence: float | None = None,
     final: bool = False,
+    gate: Gate = DEFAULT,
+    agent: str = "",
 ) -> Approval:
-    """`confidence`: the model's, shown on the card (with the threshold it is below,
+    """The approval a call waits for: with the rule that asked for it (`gate`),
+    routed to the rule's group, else to the agent's (`ReviewerGroup.agents`).
+    `confidence`: the model's, shown on the card (with the threshold it is below,
     when that is why the call waits); `final`: a final answer held for review."""
+    sla_s = gate.sla_s or sla_s
+    group_id = gate.group_id
+    if group_id is None and not gate.group_required and agent:
+        group_id = default_group_id(tenant_id=tenant_id, agent=agent)
     preview: dict[str, Any] = {"tool": tool, "args": args, "risk": risk, "reason": reason,
                                "cites": cites}
+    if gate.rule is not None:
+        preview["rule"] = gate.rule
+    if gate.action == "authorize":
+        preview["authorization"] = gate.message
     if confidence is not None:
         preview["confidence"] = confidence
     if min_confidence is not None:
@@ -53,6 +67,14 @@ def approval_open(
         task_version=task_version,
         preview=preview,
         expires_at=timezone.now() + timedelta(seconds=sla_s) if sla_s else None,
+        kind=AUTHORIZATION if gate.action == "authorize" else "tool",
+        rule=gate.rule,
+        approvals_required=gate.approvals,
+        group_id=group_id,
+        group_required=gate.group_required,
+        sla_s=sla_s,
+        on_expiry=gate.on_expiry,
+        escalate_to_id=gate.escalate_to_id,
     )
 
 
@@ -100,7 +122,7 @@ def always_allowed_tools(*, task_id: int) -> frozenset[str]:
     """Tools a reviewer chose to "always allow" for this task (recorded decisions)."""
     return frozenset(
         Approval.objects.filter(
-            task_id=task_id, always_allow=True, status=Decision.APPROVED
+            task_id=task_id, always_allow=True, status=Decision.APPROVED, kind="tool"
         ).values_list("tool", flat=True)
     )
 

@@ -114,7 +114,11 @@ def step_machine() -> str:
 EVENT_MEANINGS = {
     "task_created": "the task was submitted (or created as a retry of another)",
     "decision_recorded": "a tool call the model proposed was recorded, before it runs",
-    "invalid_decision": "the model's output was not a usable decision; the error goes back to it",
+    "invalid_decision": "the model's output was not a usable decision, or a rule denied the call "
+                        "(`denied_by_rule`); the error goes back to it",
+    "approval_recorded": "the first of two approvals an approval rule asks for (the task waits on)",
+    "approval_reassigned": "a reviewer handed a pending request to a person or a reviewer group",
+    "approval_escalated": "a request's SLA ran out and it moved to its rule's second group",
     "result_discarded": "a result that arrived after a cancel or a version change, kept unapplied",
     "approval_requested": "a call of a multi-call reply got its own approval card; the "
                           "reply's other calls go on",

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
+from approvals_app.selectors import routed_reviewers
 from tasks_app.models import Membership, Role, Task
 
 from ..dispatch import schedule_on_commit
@@ -44,7 +45,7 @@ def notification_emit(*, tenant_id: int, task_id: int, type: str, event_id: int 
     hooks = [s for s in WebhookSubscription.objects.filter(tenant_id=tenant_id, active=True)
              .only("id", "events") if type in (s.events or [])]
     prefs = NotificationSettings.objects.filter(tenant_id=tenant_id).first()
-    emails = _email_recipients(tenant_id, type, prefs)
+    emails = _email_recipients(tenant_id, type, prefs, task_id, context or {})
     slack = prefs.slack_channel if prefs is not None and type in SLACK_EVENTS else ""
     if not hooks and not emails and not slack:
         return None
@@ -76,11 +77,15 @@ def on_task_event(event: Event) -> None:
         event_id=event.pk, context={"event": event.type, **(event.payload or {})})
 
 
-def _email_recipients(tenant_id: int, type: str,
-                      prefs: NotificationSettings | None) -> list[str]:
+def _email_recipients(tenant_id: int, type: str, prefs: NotificationSettings | None,
+                      task_id: int, context: dict[str, Any]) -> list[str]:
+    """The reviewers' and admins' addresses; for an approval routed to a group or
+    a person (`approvals_app.selectors.routed_reviewers`), theirs only."""
     if prefs is None or not prefs.email_reviewers or (
             prefs.email_events and type not in prefs.email_events):
         return []
-    return sorted({
-        email for email in Membership.objects.filter(tenant_id=tenant_id, role__in=EMAIL_ROLES)
-        .values_list("user__email", flat=True) if email})
+    members = Membership.objects.filter(tenant_id=tenant_id, role__in=EMAIL_ROLES)
+    routed = routed_reviewers(task_id=task_id, context=context)
+    if routed is not None:
+        members = members.filter(user_id__in=routed)
+    return sorted({email for email in members.values_list("user__email", flat=True) if email})

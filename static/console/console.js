@@ -127,7 +127,9 @@
   function mergeInbox() {
     var sections = document.getElementById("inbox-sections");
     if (!sections) { return; }
-    fetch(location.pathname + "?fragment=items", { credentials: "same-origin", headers: { "HX-Request": "true" } })
+    var query = new URLSearchParams(location.search);  // keeps the inbox's filter (show=)
+    query.set("fragment", "items");
+    fetch(location.pathname + "?" + query.toString(), { credentials: "same-origin", headers: { "HX-Request": "true" } })
       .then(function (r) { if (!r.ok) { throw new Error(String(r.status)); } return r.text(); })
       .then(function (html) {
         var doc = new DOMParser().parseFromString(html, "text/html");

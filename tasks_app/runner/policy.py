@@ -3,15 +3,18 @@ spec and the task snapshot. The model only proposes; this decides.
 
 Order: allow-list, registration, argument schema (all "invalid": fed back to
 the model), then the task's tool-call and cost budgets ("budget": the task
-fails or escalates), then whether a person must approve (the tool requires
-it, or the model's confidence in the call is below the agent's
-`min_confidence`).
+fails or escalates), then what the tenant's approval rules and the requester's
+scope say (`approvals_app.policy.Gate`: "denied" is fed back to the model as a
+typed refusal, "authorize" waits for a grant), and without a rule whether the
+tool itself needs a person's approval; and whether the model's confidence in
+the call is below the agent's `min_confidence` (then a person approves it).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from approvals_app.gates import DEFAULT, Gate
 from tools_app.executor.types import ToolSpec
 from tools_app.schemas import schema_errors
 
@@ -26,13 +29,14 @@ from .budgets import (
     tool_calls_exhausted,
 )
 
-Verdict = Literal["run", "approve", "invalid", "budget"]
+Verdict = Literal["run", "approve", "invalid", "budget", "denied", "authorize"]
 
 
 @dataclass(frozen=True)
 class PolicyResult:
     verdict: Verdict
     error: dict[str, Any] | None = None
+    gate: Gate = DEFAULT
 
 
 def check_tool_call(
@@ -41,6 +45,7 @@ def check_tool_call(
     spec: ToolSpec | None,
     snap: TaskSnapshot,
     always_allowed: frozenset[str] = frozenset(),
+    gate: Gate = DEFAULT,
 ) -> PolicyResult:
     tool = decision.tool
     allowed = snap.agent.get("tools") or []
@@ -74,12 +79,23 @@ def check_tool_call(
             "type": "budget_exhausted", "budget": "max_cost", "tool": tool,
             "used": pico_text(snap.cost_pico), "limit": pico_text(cost_limit_pico(snap) or 0),
             "message": "the task has spent its cost budget"})
-    if spec.requires_approval and tool not in always_allowed:
-        return PolicyResult("approve")
-    if below_confidence(snap, decision):  # however often the tool was allowed: this call
+    if gate.action == "deny":
+        return PolicyResult("denied", {
+            "type": "denied_by_rule", "tool": tool, "rule": (gate.rule or {}).get("name"),
+            "message": gate.message}, gate)
+    if gate.action == "authorize":
+        return PolicyResult("authorize", gate=gate)
+    if gate.action == "approve":
+        return PolicyResult("approve", gate=gate)
+    if below_confidence(snap, decision):  # whatever a rule or a reviewer allowed: this call
         return PolicyResult("approve", {"type": "low_confidence",
                                         "confidence": decision.confidence,
                                         "min_confidence": snap.agent.get("min_confidence")})
+    if gate.action == "run":
+        return PolicyResult("run", gate=gate)
+    # no rule: the tool's own default ("always allow" is a reviewer's word on it)
+    if spec.requires_approval and tool not in always_allowed:
+        return PolicyResult("approve")
     return PolicyResult("run")
 
 

@@ -26,6 +26,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from approvals_app import policy as approval_policy
+from approvals_app.gates import DEFAULT, Gate
 from approvals_app.services import opening
 from config.logs import bind_log
 from tools_app.executor import ledger
@@ -264,8 +266,12 @@ def _tool_call(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any]
     # "Always allow" only matters for tools that need approval: skip the query otherwise.
     always = (opening.always_allowed_tools(task_id=snap.id)
               if spec is not None and spec.requires_approval else frozenset())
-    verdict = check_tool_call(decision, spec=spec, snap=snap, always_allowed=always)
-    if verdict.verdict == "invalid":
+    gate = (approval_policy.gate_for(
+        tenant_id=snap.tenant_id, task_id=snap.id, requester_id=snap.requester_id,
+        agent=str(snap.agent.get("name") or ""), tool=decision.tool, risk=spec.risk,
+        args=decision.args) if spec is not None else DEFAULT)
+    verdict = check_tool_call(decision, spec=spec, snap=snap, always_allowed=always, gate=gate)
+    if verdict.verdict in ("invalid", "denied"):
         return record_invalid(snap, decision, model_log, spent, actor, verdict.error or {})
     if verdict.verdict == "budget":
         error = verdict.error or {}
@@ -285,11 +291,11 @@ def _tool_call(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any]
                 "message": "a reviewer rejected this call in the recorded task"})
         model_log = {**model_log, "evaluation": shadow.APPROVAL_AS_RECORDED if decided
                      else shadow.WOULD_NEED_APPROVAL}
-    elif verdict.verdict == "approve":
-        if defer_approval:
+    elif verdict.verdict in ("approve", "authorize"):
+        if defer_approval and verdict.verdict == "approve":
             return _approval_deferred(snap, decision, model_log, spent, spec, reused, actor)
         return _needs_approval(snap, decision, model_log, spent, spec, reused, actor,
-                               held=verdict.error)
+                               verdict.gate, held=verdict.error)
     # The step, its event and the ledger claim commit together, in one statement.
     # A cancel from now on is fenced when the outcome commits.
     committed = commit_decision(
@@ -303,25 +309,29 @@ def _tool_call(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any]
 
 def _needs_approval(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
                     spent: Spent, spec: ToolSpec, reused: str | None,
-                    actor: Actor, held: dict[str, Any] | None = None) -> StepResult:
-    """A call that needs a person's approval: its step waits, and so does the task.
-    `held`: why, when not the tool's own rule (the model's low confidence)."""
+                    actor: Actor, gate: Gate, held: dict[str, Any] | None = None) -> StepResult:
+    """A call that needs a person's approval (or, outside its requester's scope,
+    an authorization): its step waits, and so does the task. `held`: why, when
+    not a rule or the tool's own (the model's low confidence)."""
     with transaction.atomic():
         step = _new_step(snap, kind=StepKind.TOOL, status=StepStatus.PENDING_APPROVAL,
                          decision=decision, model_log=model_log, tool=decision.tool,
                          args=decision.args)
         step_keyed(step, reused)
-        done = task_transition(task_id=snap.id, event="need_approval", actor=actor,
-                               expected_version=snap.version, known=known(snap),
-                               fields=spent.fields(),
-                               payload={"step_no": snap.steps_count + 1, "tool": decision.tool})
+        # Opened before the transition (at the version it makes): the event's hooks
+        # (notifications) find the request, and whom it is routed to.
         opening.approval_open(task_id=snap.id, tenant_id=snap.tenant_id, step_id=step.pk,
                               tool=decision.tool, args=decision.args, risk=spec.risk,
                               reason=decision.reason, cites=list(decision.cites),
-                              task_version=done.version,
+                              task_version=snap.version + 1,
                               sla_s=int(snap.agent.get("approval_sla_s") or 0),
+                              gate=gate, agent=str(snap.agent.get("name") or ""),
                               confidence=decision.confidence,
                               min_confidence=(held or {}).get("min_confidence"))
+        task_transition(task_id=snap.id, event="need_approval", actor=actor,
+                        expected_version=snap.version, known=known(snap),
+                        fields=spent.fields(),
+                        payload={"step_no": snap.steps_count + 1, "tool": decision.tool})
         spent.roll_up()
     return STOP
 

@@ -89,7 +89,7 @@ def _submit(tenant_id: int, requester_id: int | None, items: list[dict[str, Any]
     rows: list[tuple[str, dict[str, Any]]] = []
     if new:
         spend_refusal(tenant_id)
-        version_of = _versions(tenant_id, {items[i]["agent"] for i in new})
+        version_of = _versions(tenant_id, requester_id, {items[i]["agent"] for i in new})
         for index in new:
             item = items[index]
             trace_id = secrets.token_hex(16)
@@ -117,7 +117,7 @@ def _submit(tenant_id: int, requester_id: int | None, items: list[dict[str, Any]
     return [entries[i] for i in range(len(items))]
 
 
-def _versions(tenant_id: int, names: set[str]
+def _versions(tenant_id: int, requester_id: int | None, names: set[str]
               ) -> Callable[[str, str], tuple[AgentProfile, AgentVersion]]:
     """(profile, version) of a batch's task, by agent name and key: the profiles
     read once, each version once."""
@@ -128,7 +128,8 @@ def _versions(tenant_id: int, names: set[str]
 
     def version_of(name: str, key: str) -> tuple[AgentProfile, AgentVersion]:
         if name not in ensured:
-            ensured[name] = versions_ensure(submitted_profile(profiles.get(name), name))
+            ensured[name] = versions_ensure(submitted_profile(
+                profiles.get(name), name, tenant_id=tenant_id, requester_id=requester_id))
         profile = ensured[name]
         number = version_number_for(profile, salt=key)
         if (profile.pk, number) not in versions:

@@ -13,7 +13,8 @@ from django.db.models import F
 from django.utils import timezone
 
 from approvals_app.models import DecisionChannel, Question, QuestionStatus
-from config.errors import DomainError, conflict, invalid, not_found
+from approvals_app.policy import agent_allowed
+from config.errors import DomainError, ErrorKind, conflict, invalid, not_found
 from tools_app.schemas import schema_errors
 
 from ..actors import Actor
@@ -63,7 +64,7 @@ def task_submit(
         return earlier
     spend_refusal(tenant_id)
     profile = submitted_profile(AgentProfile.objects.filter(tenant_id=tenant_id, name=agent)
-                                .first(), agent)
+                                .first(), agent, tenant_id=tenant_id, requester_id=requester_id)
     # The version this task runs with (a release sends a share to its candidate): a pure
     # function of the Idempotency-Key when given, else of the task's random trace id.
     trace_id = secrets.token_hex(16)
@@ -98,13 +99,19 @@ def task_submit(
     return Submitted(task=task, created=True)
 
 
-def submitted_profile(profile: AgentProfile | None, agent: str) -> AgentProfile:
-    """The profile a submission names, if it may take tasks."""
+def submitted_profile(profile: AgentProfile | None, agent: str, *, tenant_id: int,
+                      requester_id: int | None) -> AgentProfile:
+    """The profile a submission names, if it may take tasks, and the requester
+    may run it (its scope, `approvals_app.policy`)."""
     if profile is None:
         raise invalid("invalid", "The request is not valid.", agent=[f"no agent named {agent!r}"])
     if not profile.enabled:
         raise invalid("invalid", "The request is not valid.",
                       agent=[f"agent {agent!r} is disabled"])
+    if not agent_allowed(tenant_id=tenant_id, requester_id=requester_id, agent=agent):
+        message = f"your scope does not let you run the agent {agent!r}"
+        raise DomainError("outside_scope", message, kind=ErrorKind.FORBIDDEN,
+                          details={"agent": [message]})
     return profile
 
 

@@ -13,7 +13,15 @@ from typing import Any
 
 import pytest
 
-from approvals_app.models import Approval, Question, Reconciliation
+from approvals_app.models import (
+    Approval,
+    ApprovalRule,
+    Question,
+    Reconciliation,
+    RequesterScope,
+    ReviewerGroup,
+)
+from approvals_app.services.rules import group_save, rule_create
 from evals_app.services.starting import Selection, evaluation_start
 from memory_app.models import MemoryItem, MemoryProposal
 from memory_app.services import item_create
@@ -204,6 +212,41 @@ def _proposal(action: str, body: Any) -> Setup:
     return setup
 
 
+def _leads(t: Tenancy) -> None:
+    group_save(tenant_id=t.tenant.pk, name="leads", data={}, actor=SYSTEM, create=True)
+
+
+def _rule(method: str = "get", body: Any = None) -> Setup:
+    def setup(t: Tenancy, role: str) -> tuple[str, str, Any]:
+        rule_create(tenant_id=t.tenant.pk, actor=SYSTEM,
+                    data={"name": "big", "action": "deny", "tools": ["issue_refund"]})
+        return method, "/api/v1/approval-rules/big", body
+
+    return setup
+
+
+def _group(method: str = "get", body: Any = None) -> Setup:
+    def setup(t: Tenancy, role: str) -> tuple[str, str, Any]:
+        _leads(t)
+        return method, "/api/v1/reviewer-groups/leads", body
+
+    return setup
+
+
+def _reassign(t: Tenancy, role: str) -> tuple[str, str, Any]:
+    _leads(t)
+    approval = t.waiting_for_approval()[1]
+    return "post", f"/api/v1/approvals/{approval.pk}/reassign", {"to_group": "leads"}
+
+
+def _scope(method: str = "get", body: Any = None) -> Setup:
+    def setup(t: Tenancy, role: str) -> tuple[str, str, Any]:
+        RequesterScope.objects.get_or_create(tenant=t.tenant, user=t.requester)
+        return method, f"/api/v1/scopes/{t.requester.username}", body
+
+    return setup
+
+
 # operation id -> (roles allowed, setup, success status)
 MATRIX: dict[str, tuple[set[str], Setup, int]] = {
     "tasks_list": (ALL, _const("get", "/api/v1/tasks"), 200),
@@ -357,6 +400,21 @@ MATRIX: dict[str, tuple[set[str], Setup, int]] = {
     "evaluations_create": ({OP, ADM}, _evaluation_start, 201),
     "evaluations_retrieve": ({OP, ADM}, _evaluation(), 200),
     "evaluations_tasks": ({OP, ADM}, _evaluation("/tasks"), 200),
+    "approvals_reassign": ({REV, ADM}, _reassign, 200),
+    "approval_rules_list": ({OP, REV, ADM}, _const("get", "/api/v1/approval-rules"), 200),
+    "approval_rules_create": ({ADM}, _const("post", "/api/v1/approval-rules", {
+        "name": "big", "action": "deny", "tools": ["issue_refund"]}), 201),
+    "approval_rules_retrieve": ({OP, REV, ADM}, _rule(), 200),
+    "approval_rules_update": ({ADM}, _rule("patch", {"enabled": False}), 200),
+    "approval_rules_destroy": ({ADM}, _rule("delete"), 204),
+    "reviewer_groups_list": ({OP, REV, ADM}, _const("get", "/api/v1/reviewer-groups"), 200),
+    "reviewer_groups_create": ({ADM}, _const("post", "/api/v1/reviewer-groups", {
+        "name": "leads"}), 201),
+    "reviewer_groups_retrieve": ({OP, REV, ADM}, _group(), 200),
+    "reviewer_groups_update": ({ADM}, _group("patch", {"agents": ["support"]}), 200),
+    "reviewer_groups_destroy": ({ADM}, _group("delete"), 204),
+    "scopes_retrieve": ({OP, REV, ADM}, _scope(), 200),
+    "scopes_set": ({ADM}, _scope("put", {"tools": ["lookup_order"]}), 200),
 }
 
 
@@ -379,6 +437,10 @@ def fingerprint() -> tuple[Any, ...]:
         sorted(Schedule.objects.values_list("id", "cron", "paused", "next_due_at")),
         sorted(MemoryItem.objects.values_list("id", "version")),
         sorted(MemoryProposal.objects.values_list("id", "status")),
+        sorted(ApprovalRule.objects.values_list("id", "version", "enabled")),
+        sorted(ReviewerGroup.objects.values_list("id", "agents")),
+        sorted(RequesterScope.objects.values_list("id", "tools")),
+        sorted(Approval.objects.values_list("id", "group_id", "assignee_id")),
     )
 
 
