@@ -189,6 +189,8 @@ def reviewers_to_notify(approval: Approval) -> list[int]:
 
 
 def default_group_id(*, tenant_id: int, agent: str) -> int | None:
-    """The group an agent's requests route to when no rule names one."""
-    return (ReviewerGroup.objects.filter(tenant_id=tenant_id, agents__contains=[agent])
-            .order_by("name").values_list("id", flat=True).first())
+    """The group an agent's requests route to when no rule names one. Read in
+    Python: a tenant has a few groups, and SQLite has no JSON containment."""
+    groups = (ReviewerGroup.objects.filter(tenant_id=tenant_id).exclude(agents=[])
+              .order_by("name").values_list("id", "agents"))
+    return next((group_id for group_id, agents in groups if agent in (agents or [])), None)

@@ -30,7 +30,7 @@ from tasks_app.runner.memo import SliceMemo
 from tasks_app.runner.step import Next, step
 from tasks_app.store.leases import lease_release, lease_take
 
-from .world import World, cancel_open, step_script, submit
+from .world import World, cancel_open, step_script, submit_running
 
 OWNER = "bench-anatomy"
 
@@ -51,7 +51,7 @@ def run_anatomy(world: World, *, steps: int = 21, task_id: int | None = None) ->
     """The anatomy of the steps of a scripted task (`steps` tool steps), or of
     the RUNNING task `task_id`, up to `steps` of them."""
     if task_id is None:
-        task_id = submit(world, step_script(steps + 1, salt="anatomy-"),
+        task_id = submit_running(world, step_script(steps + 1, salt="anatomy-"),
                          goal="bench step anatomy")
     leased = lease_take(task_id=task_id, owner=OWNER)
     if leased is None:

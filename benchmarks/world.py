@@ -19,6 +19,7 @@ from tasks_app.actors import SYSTEM, Actor
 from tasks_app.machine import NON_TERMINAL
 from tasks_app.models import Role, Task, Tenant
 from tasks_app.services.accounts import api_key_create, tenant_create, user_ensure
+from tasks_app.services.admission import admit_created_tasks
 from tasks_app.services.releases import agent_seed
 from tasks_app.services.tasks import task_cancel, task_submit
 from tools_app.models import Tool
@@ -110,6 +111,15 @@ def submit(world: World, script: list[dict[str, Any]], *, goal: str) -> int:
         script=script,
         actor=SYSTEM,
     ).task.pk
+
+
+def submit_running(world: World, script: list[dict[str, Any]], *, goal: str) -> int:
+    """`submit`, then admission in this process: the task is RUNNING on return, for
+    a probe that drives it here (a submission hands admission to a worker
+    when a broker is configured, `services.admission`)."""
+    task_id = submit(world, script, goal=goal)
+    admit_created_tasks()
+    return task_id
 
 
 def cancel_open(world: World, task_ids: list[int]) -> None:

@@ -52,7 +52,7 @@ from tasks_app.store.tasks import task_transition
 from .config import BenchConfig
 from .procs import BASE_DIR
 from .stats import summary_ms
-from .world import World, cancel_open, submit
+from .world import World, cancel_open, submit_running
 
 OWNER = "bench-ws-producer"
 PROBE_COMMITS = 30
@@ -125,7 +125,7 @@ def _produce(
 
 def _single_thread_rate(world: World) -> float:
     """Commits (with their publication) per second one producer thread manages, unpaced."""
-    task_id = submit(world, [{"final": {"probe": True}}], goal="bench websocket probe")
+    task_id = submit_running(world, [{"final": {"probe": True}}], goal="bench websocket probe")
     actor = Actor.worker(OWNER)
     try:
         if not lease_take(task_id=task_id, owner=OWNER):
@@ -151,7 +151,7 @@ def run_ws_latency(
     capacity = _single_thread_rate(world)
     producers = max(1, math.ceil(cfg.ws_rate / (capacity * HEADROOM)))
     task_ids = [
-        submit(world, [{"final": {"ws": True}}], goal="bench websocket latency")
+        submit_running(world, [{"final": {"ws": True}}], goal="bench websocket latency")
         for _ in range(producers)
     ]
     if not all(lease_take(task_id=t, owner=OWNER) for t in task_ids):

@@ -22,6 +22,7 @@ from config.deployment_locks import LOCK_CONNECTION_NAME
 from tasks_app.machine import TaskStatus
 from tasks_app.models import SweepRun, Task
 from tasks_app.runner.sweeper import SWEEP_LOCK_KEY
+from tasks_app.services.admission import admit_created_tasks
 from tests.factories import submit
 from tests.helpers import wait_for
 from tests.processes import purge_broker
@@ -38,6 +39,7 @@ REFUND = [{"tool": "issue_refund", "args": {"order_id": "A-1", "amount_cents": 1
 def _lost_task(world, celery_workers):  # type: ignore[no-untyped-def]
     """A RUNNING task whose worker died holding the lease and whose message is gone."""
     task = submit(world.tenant, SCRIPT)
+    admit_created_tasks()  # as a worker would (the submission asked one to)
     purge_broker(celery_workers.broker_url, celery_workers.queue)
     Task.objects.filter(pk=task.pk).update(
         lease_owner="ghost-worker", lease_expires_at=timezone.now() - timedelta(seconds=1))
