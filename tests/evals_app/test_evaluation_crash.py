@@ -4,6 +4,8 @@ sweep, finishes the evaluation with every recorded task replayed exactly once,
 and the downstream still gets nothing from the shadow tasks."""
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from evals_app.models import Evaluation, EvaluationStatus
@@ -11,7 +13,7 @@ from evals_app.services.starting import Selection, evaluation_start
 from tasks_app.actors import SYSTEM
 from tasks_app.machine import TERMINAL
 from tasks_app.models import Task
-from tests.fakes.openai_server import Scripted, slow
+from tests.fakes.openai_server import Scripted
 from tests.helpers import wait_for
 from tests.system.history import assert_history_intact
 
@@ -28,8 +30,12 @@ def test_a_worker_killed_mid_evaluation_leaves_every_shadow_task_run_once(
     recorded = refunds.record(*[f"A-{i}" for i in range(1, TASKS + 1)])
     before = refunds.downstream_calls()
 
-    def candidate(done: int, order: str) -> Scripted:  # slow enough to be cut mid-evaluation
-        return slow(0.5, refunding()(done, order))
+    held = threading.Event()  # the other orders' model calls wait here until the kill
+
+    def candidate(done: int, order: str) -> Scripted:
+        if order != "A-1":
+            held.wait(RECOVERY_TIMEOUT_S)
+        return refunding()(done, order)
     refunds.plans["candidate"] = candidate
     evaluation = evaluation_start(tenant_id=refunds.tenant.pk, agent="refunder",
                                   candidate_version=2, selection=Selection(), scorer="exact",
@@ -38,9 +44,10 @@ def test_a_worker_killed_mid_evaluation_leaves_every_shadow_task_run_once(
 
     first = celery_workers.start()
     wait_for(lambda: shadows.filter(status__in=TERMINAL).exists(), timeout=60,
-             message="a first shadow task to end")
+             message="the shadow task of A-1 to end (the others' model calls are held)")
     assert shadows.exclude(status__in=TERMINAL).exists(), "killed too late: nothing in flight"
     first.kill()
+    held.set()
     celery_workers.start(beat=True)
 
     done = wait_for(lambda: Evaluation.objects.filter(
