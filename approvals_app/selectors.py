@@ -5,6 +5,7 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 
+from config.errors import conflict, not_found
 from tasks_app.actors import Actor
 from tasks_app.models import Membership, Role, Step
 
@@ -194,3 +195,18 @@ def default_group_id(*, tenant_id: int, agent: str) -> int | None:
     groups = (ReviewerGroup.objects.filter(tenant_id=tenant_id).exclude(agents=[])
               .order_by("name").values_list("id", "agents"))
     return next((group_id for group_id, agents in groups if agent in (agents or [])), None)
+
+
+def pending_approval_locked(*, approval_id: int, tenant_id: int) -> Approval:
+    """The prelude of every act on an approval (deciding it, reassigning it):
+    the tenant's approval, locked for this transaction (one act wins), still
+    pending; else the refusal (404, or 409 saying what it became)."""
+    approval = (Approval.objects.select_for_update()
+                .filter(pk=approval_id, tenant_id=tenant_id).first())
+    if approval is None:
+        raise not_found("Approval")
+    if approval.status != Decision.PENDING:
+        raise conflict("already_decided", f"this approval is already {approval.status}",
+                       status=approval.status)
+    return approval
+

@@ -41,7 +41,7 @@ from ..models import (
     Reconciliation,
     ReconciliationStatus,
 )
-from ..selectors import may_decide
+from ..selectors import may_decide, pending_approval_locked
 from .opening import args_hash
 
 DECIDERS = {Role.REVIEWER, Role.ADMIN}
@@ -87,13 +87,7 @@ def approval_decide(
                       decision=["approve, reject or respond"])
     _require_role(actor)
     with transaction.atomic():
-        approval = (Approval.objects.select_for_update()  # this instant only: one decision wins
-                    .filter(pk=approval_id, tenant_id=tenant_id).first())
-        if approval is None:
-            raise not_found("Approval")
-        if approval.status != Decision.PENDING:
-            raise conflict("already_decided", f"this approval is already {approval.status}",
-                           status=approval.status)
+        approval = pending_approval_locked(approval_id=approval_id, tenant_id=tenant_id)
         step = Step.objects.get(pk=approval.step_id)
         of_a_reply = bool((step.model_log or {}).get("parallel"))
         # A reply's card locks the task's row, as the runner does before it waits

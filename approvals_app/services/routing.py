@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from config.errors import conflict, forbidden, invalid, not_found
+from config.errors import forbidden, invalid
 from tasks_app.actors import Actor
 from tasks_app.models import Membership, Role, Task
 from tasks_app.store.events import event_append
 
 from ..gates import AUTHORIZATION
-from ..models import Approval, Decision, ReviewerGroup
-from ..selectors import in_group, may_decide
+from ..models import Approval, ReviewerGroup
+from ..selectors import in_group, may_decide, pending_approval_locked
 
 
 def approval_reassign(*, approval_id: int, tenant_id: int, actor: Actor,
@@ -27,13 +27,7 @@ def approval_reassign(*, approval_id: int, tenant_id: int, actor: Actor,
     if actor.role not in (Role.REVIEWER, Role.ADMIN):
         raise forbidden("role_required", "only reviewers and admins reassign requests")
     with transaction.atomic():
-        approval = (Approval.objects.select_for_update()
-                    .filter(pk=approval_id, tenant_id=tenant_id).first())
-        if approval is None:
-            raise not_found("Approval")
-        if approval.status != Decision.PENDING:
-            raise conflict("already_decided", f"this approval is already {approval.status}",
-                           status=approval.status)
+        approval = pending_approval_locked(approval_id=approval_id, tenant_id=tenant_id)
         if not may_decide(approval, actor) and actor.role != Role.ADMIN:
             raise forbidden("not_your_request", "only who may decide on a request hands it on")
         payload: dict[str, object] = {"approval_id": approval.pk, "comment": comment,
