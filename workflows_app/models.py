@@ -20,6 +20,9 @@ class Workflow(models.Model):
     name = models.CharField(max_length=100)
     description = models.TextField(blank=True)
     enabled = models.BooleanField(default=True)
+    # An admin's choice: only published workflows are visible to the open
+    # protocols (A2A, MCP); not part of a version.
+    published = models.BooleanField(default=False, db_default=False)
     current_version = models.PositiveIntegerField(default=1)
     release_candidate = models.PositiveIntegerField(null=True, blank=True)
     release_percent = models.PositiveSmallIntegerField(null=True, blank=True)

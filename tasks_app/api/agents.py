@@ -201,6 +201,8 @@ class AgentWriteSerializer(serializers.Serializer):
         help_text="A tool call whose confidence is below this needs an approval; a final "
                   "answer below it goes to a reviewer. Null: off.")
     enabled = serializers.BooleanField(required=False)
+    published = serializers.BooleanField(
+        required=False, help_text="Visible to the open protocols (A2A, MCP). Default false.")
     release = ReleaseField(
         required=False,
         allow_null=True,
@@ -265,6 +267,7 @@ class AgentSerializer(serializers.Serializer):
     max_completion_attempts = serializers.IntegerField()
     min_confidence = serializers.FloatField(allow_null=True)
     enabled = serializers.BooleanField()
+    published = serializers.BooleanField()
     release_gate = serializers.DictField(child=serializers.JSONField())
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()

@@ -116,6 +116,9 @@ class AgentForm(ServiceErrorsForm):
     )
     description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
     enabled = forms.BooleanField(required=False, initial=True)
+    published = forms.BooleanField(
+        required=False, initial=False,
+        help_text="Visible to other agents and assistants over A2A and MCP.")
     # model
     backend = forms.ChoiceField(
         choices=[
@@ -253,6 +256,7 @@ class AgentForm(ServiceErrorsForm):
             "name": agent.name,
             "description": agent.description,
             "enabled": agent.enabled,
+            "published": agent.published,
             "backend": model.get("backend", "scripted"),
             "model_name": model.get("name", ""),
             "base_url": model.get("base_url", ""),
@@ -328,6 +332,7 @@ class AgentForm(ServiceErrorsForm):
         return {
             "description": d.get("description") or "",
             "enabled": bool(d.get("enabled")),
+            "published": bool(d.get("published")),
             "model": model,
             "tools": list(d.get("tools") or []),
             **{k: d[k] for k in BUDGET},

@@ -80,6 +80,9 @@ class AgentProfile(models.Model):
     # to a person: a tool call as an approval, a final answer for review. Null: off.
     min_confidence = models.FloatField(null=True, blank=True)
     enabled = models.BooleanField(default=True)
+    # An admin's choice: only published agents are visible to the open
+    # protocols (A2A, MCP); not configuration, so not versioned.
+    published = models.BooleanField(default=False, db_default=False)
     # Versions (`versions.AgentVersion`): what new tasks get, and a release in progress.
     current_version = models.PositiveIntegerField(default=0, help_text="0: not versioned yet.")
     latest_version = models.PositiveIntegerField(default=0)

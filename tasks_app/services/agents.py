@@ -67,6 +67,7 @@ EDITABLE = (
     "max_completion_attempts",
     "min_confidence",
     "enabled",
+    "published",
     "release_gate",  # not the version's configuration: what a candidate must pass
 )
 
@@ -93,7 +94,8 @@ def agent_audited(agent: AgentProfile) -> dict[str, Any]:
     """A profile as the audit log shows it: its configuration, description and
     switch, and which versions new tasks get."""
     return {**agent.snapshot(), "description": agent.description, "enabled": agent.enabled,
-            "current_version": agent.current_version, "latest_version": agent.latest_version,
+            "published": agent.published, "current_version": agent.current_version,
+            "latest_version": agent.latest_version,
             "release_gate": dict(agent.release_gate or {}),
             "release": None if agent.release_candidate is None else {
                 "candidate": agent.release_candidate, "percent": agent.release_percent}}
@@ -175,7 +177,7 @@ def agent_errors(agent: AgentProfile) -> dict[str, list[str]]:
         add("memory_policy", f"one of {', '.join(MemoryPolicy.values)}")
     if agent.approval_on_expiry not in ("escalate", "reject"):
         add("approval_on_expiry", "escalate or reject")
-    for flag in ("allow_self_approval", "enabled"):
+    for flag in ("allow_self_approval", "enabled", "published"):
         if not isinstance(getattr(agent, flag), bool):
             add(flag, "true or false")
     if agent.result_schema not in ({}, None):

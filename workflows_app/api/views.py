@@ -40,6 +40,7 @@ class WorkflowSerializer(serializers.Serializer):
     name = serializers.CharField()
     description = serializers.CharField()
     enabled = serializers.BooleanField()
+    published = serializers.BooleanField()
     current_version = serializers.IntegerField()
     latest_version = serializers.SerializerMethodField()
     release = serializers.SerializerMethodField()
@@ -67,6 +68,8 @@ class WorkflowWriteSerializer(serializers.Serializer):
     definition = serializers.JSONField(
         help_text="The definition: an object, or its YAML or JSON text.")
     enabled = serializers.BooleanField(required=False)
+    published = serializers.BooleanField(
+        required=False, help_text="Visible to the open protocols (A2A, MCP). Default false.")
     release = WorkflowReleaseSerializer(required=False, allow_null=True)
     promote = serializers.IntegerField(
         min_value=1, required=False,
@@ -105,6 +108,7 @@ class WorkflowListView(TenantAPIView):
         workflow = workflow_create(tenant_id=self.access.tenant_id, name=data["name"],
                                    definition=data["definition"],
                                    description=data.get("description", ""),
+                                   published=data.get("published", False),
                                    actor=self.access.actor)
         return Response(WorkflowSerializer(workflow).data, status=status.HTTP_201_CREATED)
 
@@ -144,7 +148,8 @@ class WorkflowDetailView(TenantAPIView):
         workflow = workflow_update(tenant_id=tenant_id, name=name, actor=actor,
                                    definition=data.get("definition"),
                                    description=data.get("description"),
-                                   enabled=data.get("enabled"))
+                                   enabled=data.get("enabled"),
+                                   published=data.get("published"))
         if "promote" in data:
             workflow = workflow_promote(tenant_id=tenant_id, name=name, version=data["promote"],
                                         actor=actor)

@@ -24,6 +24,8 @@ class WorkflowForm(ServiceErrorsForm):
     description = forms.CharField(required=False, max_length=2000,
                                   widget=forms.Textarea(attrs={"rows": 2}))
     enabled = forms.BooleanField(required=False, label="Enabled (new runs may start)")
+    published = forms.BooleanField(
+        required=False, label="Published (visible over A2A and MCP)")
     definition = forms.CharField(
         max_length=MAX_DEFINITION_BYTES, strip=False, label="Definition (YAML)",
         help_text="Tab indents by two spaces; Esc, then Tab, leaves the editor.",
@@ -37,7 +39,7 @@ class WorkflowForm(ServiceErrorsForm):
         if editing:
             del self.fields["name"]
         else:
-            del self.fields["enabled"]
+            del self.fields["enabled"], self.fields["published"]
 
     def add_service_errors(self, errors: dict[str, list[str]]) -> None:
         """A definition's problems go next to the editor, each under its path

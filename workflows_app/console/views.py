@@ -189,13 +189,14 @@ def workflow_edit_view(request: HttpRequest, name: str) -> HttpResponse:
     if request.method != "POST":
         return _form_page(request, WorkflowForm(editing=True, initial={
             "description": workflow.description, "enabled": workflow.enabled,
+            "published": workflow.published,
             "definition": sel.definition_text(latest)}), workflow=workflow)
     form = WorkflowForm(request.POST, editing=True)
     return save_form(
         form,
         lambda d: workflow_update(tenant_id=cu.tenant_id, name=workflow.name, actor=cu.actor,
                                   definition=d["definition"], description=d["description"],
-                                  enabled=d["enabled"]),
+                                  enabled=d["enabled"], published=d["published"]),
         page=lambda f, status: _form_page(request, f, status, workflow=workflow),
         done=lambda w: succeeded(request, _saved_message(w, latest.number if latest else None),
                                  "workflows:workflow-detail", name=w.name),

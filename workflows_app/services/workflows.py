@@ -59,26 +59,28 @@ def _name_checked(name: Any) -> str:
 
 
 def workflow_create(*, tenant_id: int, name: Any, definition: Any, description: str = "",
-                    actor: Actor) -> Workflow:
+                    published: bool = False, actor: Actor) -> Workflow:
     name = _name_checked(name)
     raw, source = _checked(tenant_id, definition)
     try:
         with transaction.atomic():
             workflow = Workflow.objects.create(tenant_id=tenant_id, name=name,
-                                               description=description[:2000])
+                                               description=description[:2000],
+                                               published=published)
             _version(workflow, raw, source, previous=None, actor=actor)
             audit_record(actor=actor, tenant_id=tenant_id, kind="workflow", name=name,
-                         action="created", after={"definition": raw})
+                         action="created", after={"definition": raw, "published": published})
     except IntegrityError as exc:
         raise conflict("exists", f"a workflow named {name!r} exists") from exc
     return workflow
 
 
 def workflow_update(*, tenant_id: int, name: str, actor: Actor, definition: Any = None,
-                    description: str | None = None, enabled: bool | None = None) -> Workflow:
+                    description: str | None = None, enabled: bool | None = None,
+                    published: bool | None = None) -> Workflow:
     """A new definition records a new version (not current until promoted,
-    except while the workflow has only its first); description and enabled
-    are not versioned."""
+    except while the workflow has only its first); description, enabled and
+    published are not versioned (publishing is audited)."""
     checked = _checked(tenant_id, definition) if definition is not None else None
     with transaction.atomic():
         workflow = Workflow.objects.select_for_update().filter(tenant_id=tenant_id,
@@ -89,7 +91,12 @@ def workflow_update(*, tenant_id: int, name: str, actor: Actor, definition: Any 
             workflow.description = description[:2000]
         if enabled is not None:
             workflow.enabled = enabled
-        workflow.save(update_fields=["description", "enabled", "updated_at"])
+        if published is not None and published != workflow.published:
+            workflow.published = published
+            audit_record(actor=actor, tenant_id=tenant_id, kind="workflow", name=name,
+                         action="published" if published else "unpublished",
+                         before={"published": not published}, after={"published": published})
+        workflow.save(update_fields=["description", "enabled", "published", "updated_at"])
         if checked is not None:
             latest = WorkflowVersion.objects.filter(workflow=workflow).order_by("-number").first()
             if latest is None or latest.definition != checked[0]:
