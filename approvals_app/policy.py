@@ -13,10 +13,20 @@ to a call that is otherwise valid and within budget.
   counts as a match for every action but `allow`: a broken rule never lets a
   call through that it was written to stop.
 - No rule: the tool's own `requires_approval` decides (`Gate.default`).
+
+A runner slice reads the rules and the scope once per second at most
+(`PolicyReads`, kept in its memo): a step of instant tools would otherwise
+spend half its statements on them, while a step that waits on the network for
+hundreds of milliseconds reads them afresh anyway. An edit applies to the
+next call after that second.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Any
 
 from tasks_app.models import Membership
@@ -92,19 +102,75 @@ def tool_granted(*, task_id: int, tool: str) -> bool:
                                    status=Decision.APPROVED).exists()
 
 
+FRESH_S = 1.0  # how long a slice trusts the rules and the scope it read
+
+
+@dataclass
+class PolicyInputs:
+    """What the gate of a call reads: the tenant's enabled rules, the requester's
+    scope, and who the requester is (read only when a rule needs it)."""
+
+    tenant_id: int
+    requester_id: int | None
+    rules: list[ApprovalRule]
+    scope: RequesterScope | None
+    read_at: float
+    _requester: Requester | None = None
+
+    @classmethod
+    def read(cls, tenant_id: int, requester_id: int | None) -> PolicyInputs:
+        scope = (RequesterScope.objects.filter(user_id=requester_id, tenant_id=tenant_id).first()
+                 if requester_id is not None else None)
+        rules = list(ApprovalRule.objects.filter(tenant_id=tenant_id, enabled=True))
+        return cls(tenant_id, requester_id, rules, scope, time.monotonic())
+
+    @property
+    def requester(self) -> Requester:
+        if self._requester is None:
+            self._requester = requester_of(self.requester_id)
+        return self._requester
+
+
+@dataclass
+class PolicyReads:
+    """The policy inputs a slice read, trusted for `FRESH_S`."""
+
+    kept: dict[tuple[int, int | None], PolicyInputs] = field(default_factory=dict)
+
+    def of(self, tenant_id: int, requester_id: int | None) -> PolicyInputs:
+        inputs = self.kept.get((tenant_id, requester_id))
+        if inputs is None or time.monotonic() - inputs.read_at >= FRESH_S:
+            inputs = self.kept[(tenant_id, requester_id)] = PolicyInputs.read(tenant_id,
+                                                                             requester_id)
+        return inputs
+
+
+_reads: ContextVar[PolicyReads | None] = ContextVar("approval_policy_reads", default=None)
+
+
+@contextmanager
+def reads_kept_in(reads: PolicyReads) -> Iterator[None]:
+    """Within the block (a runner step, and the database phases it hands to
+    threads, which copy its context), `gate_for` reads through `reads`."""
+    token = _reads.set(reads)
+    try:
+        yield
+    finally:
+        _reads.reset(token)
+
+
 def gate_for(*, tenant_id: int, task_id: int, requester_id: int | None, agent: str, tool: str,
              risk: str, args: dict[str, Any]) -> Gate:
-    """What the rules and the requester's scope say of this call (two small reads;
-    none of them when the tenant has no rules and the requester no scope)."""
-    scope = (RequesterScope.objects.filter(user_id=requester_id, tenant_id=tenant_id).first()
-             if requester_id is not None else None)
-    rules = list(ApprovalRule.objects.filter(tenant_id=tenant_id, enabled=True))
-    requester: Requester | None = None
+    """What the rules and the requester's scope say of this call (two small reads,
+    or none within a second of a slice's last ones: `PolicyReads`)."""
+    reads = _reads.get()
+    inputs = (reads.of(tenant_id, requester_id) if reads is not None
+              else PolicyInputs.read(tenant_id, requester_id))
+    scope = inputs.scope
     gate = DEFAULT
-    for rule in rules:
-        if requester is None:
-            requester = requester_of(requester_id)
-        if rule_matches(rule, tool=tool, risk=risk, agent=agent, args=args, requester=requester):
+    for rule in inputs.rules:
+        if rule_matches(rule, tool=tool, risk=risk, agent=agent, args=args,
+                        requester=inputs.requester):
             gate = gate_of_rule(rule)
             break
     if gate.action == "deny":

@@ -18,7 +18,8 @@ waits, never within a slice).
 What may lag by at most one slice (`SLICE_S`): a tool disabled or edited, a
 model API key rotated (the secret is read once per slice), or a summary
 rolled back, while the slice runs (the task's own status is never
-taken from the memo).
+taken from the memo). The approval rules and the requester's scope lag by a
+second at most (`approvals_app.policy.PolicyReads`).
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from typing import Any
 
 from django.db import connection
 
+from approvals_app.policy import PolicyReads
 from tools_app.executor.types import ToolSpec
 
 from ..context.builder import ContextSources
@@ -57,6 +59,7 @@ class SliceMemo:
     human_facts: list[dict[str, Any]] | None = None  # answers, approvals: set while waiting
     sources: ContextSources | None = None  # what the last context was built from
     output_hashes: dict[int, str] = field(default_factory=dict)  # step_no -> hash, recent steps
+    policy_reads: PolicyReads = field(default_factory=PolicyReads)  # rules, scope: for a second
 
     def still_valid(self, task_id: int) -> bool:
         """Does the task still stand where this slice left it? (Else forget it all.)

@@ -29,6 +29,7 @@ import functools
 
 from django.db import IntegrityError
 
+from approvals_app.policy import reads_kept_in
 from config.errors import DomainError, ErrorKind
 
 from ..actors import Actor
@@ -64,7 +65,13 @@ def advance_one_step(*, task_id: int, owner: str, memo: SliceMemo | None = None)
 
 
 async def step(*, task_id: int, owner: str, memo: SliceMemo, hop: Hop) -> StepResult:
-    """One step of the task whose lease `owner` holds, its phases run by `hop`."""
+    """One step of the task whose lease `owner` holds, its phases run by `hop`;
+    the approval policy reads through the slice's memo (`PolicyReads`)."""
+    with reads_kept_in(memo.policy_reads):
+        return await _step(task_id=task_id, owner=owner, memo=memo, hop=hop)
+
+
+async def _step(*, task_id: int, owner: str, memo: SliceMemo, hop: Hop) -> StepResult:
     try:
         plan = await hop(plan_step, task_id=task_id, owner=owner, memo=memo)
         if isinstance(plan, StepResult):

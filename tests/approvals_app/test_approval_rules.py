@@ -280,3 +280,25 @@ def test_rules_are_checked_whole_with_field_errors(team):
         _rule(team, name="unknown-root", action="deny", condition="inputs.x > 1")
     assert "condition" in caught.value.details
     assert not ApprovalRule.objects.exists()
+
+
+def test_a_slice_reads_the_rules_once_a_second_and_sees_an_edit_after_it(
+        team, django_assert_num_queries):  # type: ignore[no-untyped-def]
+    from approvals_app.policy import FRESH_S, PolicyReads, gate_for, reads_kept_in
+
+    task = submit(team.tenant, [FINAL], requester=team.requester)
+    call = {"tenant_id": team.tenant.pk, "task_id": task.pk, "requester_id": team.requester.pk,
+            "agent": "support", "tool": "issue_refund", "risk": "high",
+            "args": {"order_id": "B-1", "amount_cents": 60_000}}
+    reads = PolicyReads()
+    with reads_kept_in(reads):
+        with django_assert_num_queries(2):  # the scope and the rules, once
+            assert gate_for(**call).action == "default"  # no rule: the tool's own approval
+            assert gate_for(**call).action == "default"
+        _rule(team, name="no-refunds", action="deny", tools=["issue_refund"])
+        with django_assert_num_queries(0):  # within the second: what the slice read
+            assert gate_for(**call).action == "default"
+        for inputs in reads.kept.values():
+            inputs.read_at -= FRESH_S  # a second later
+        assert gate_for(**call).action == "deny"
+    assert gate_for(**call).action == "deny"  # outside a slice: read every time
