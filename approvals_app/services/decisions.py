@@ -8,7 +8,8 @@ task's version moved on) or on an already decided request is a 409.
 """
 from __future__ import annotations
 
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from django.db import transaction
@@ -67,6 +68,21 @@ def _diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
             for k in keys if before.get(k) != after.get(k)}
 
 
+@dataclass
+class _Deciding:
+    """What the prelude of a decision on an approval found, under its locks:
+    the approval, its step and task, the version the decision is bound to,
+    whether it is the task's last open card, and the event's payload."""
+
+    approval: Approval
+    step: Step
+    task: Task
+    version: int
+    last: bool
+    payload: dict[str, Any]
+    now: datetime
+
+
 def approval_decide(
     *,
     approval_id: int,
@@ -80,111 +96,148 @@ def approval_decide(
     always_allow: bool = False,
     channel: str = DecisionChannel.CONSOLE,
 ) -> Approval:
-    """`channel`: where the reviewer decided (console, api, email, slack), recorded
-    on the approval and in the event's payload."""
+    """Approve (`args`: edited first), reject (with a `comment`) or respond
+    (`output` stands in for the tool's result), in one transaction. `channel`:
+    where the reviewer decided (console, api, email, slack), recorded on the
+    approval and in the event's payload."""
     if decision not in ("approve", "reject", "respond"):
         raise invalid("invalid", "The request is not valid.",
                       decision=["approve, reject or respond"])
     _require_role(actor)
     with transaction.atomic():
-        approval = pending_approval_locked(approval_id=approval_id, tenant_id=tenant_id)
-        step = Step.objects.get(pk=approval.step_id)
-        of_a_reply = bool((step.model_log or {}).get("parallel"))
-        # A reply's card locks the task's row, as the runner does before it waits
-        # for the cards (`runner.reply_calls`): which decision is the last one is
-        # decided under that lock.
-        task = (Task.objects.select_for_update() if of_a_reply else Task.objects).get(
-            pk=approval.task_id)
-        snapshot = task.agent_snapshot or {}
-        # Two approvals, or an authorization: never the requester, whatever the profile says.
-        strict = approval.approvals_required > 1 or approval.kind == AUTHORIZATION
-        if (task.requester_id is not None and task.requester_id == actor.user_id
-                and (strict or not snapshot.get("allow_self_approval"))):
-            raise forbidden("separation_of_duties",
-                            "the requester of a task cannot decide on its actions")
-        if not may_decide(approval, actor):
-            raise forbidden("not_your_request", _who_decides(approval))
-        if approval.kind == AUTHORIZATION and decision == "respond":
-            raise invalid("invalid", "The request is not valid.",
-                          decision=["an authorization is granted (approve) or refused (reject)"])
-        if of_a_reply:
-            # bound to its step and its arguments (checked below), not to the task's
-            # version, which the reply's other calls and cards move while it is open
-            version = task.version
-            last = task.status == TaskStatus.WAITING_FOR_APPROVAL and not (
-                Approval.objects.filter(task_id=task.pk, status=Decision.PENDING)
-                .exclude(pk=approval.pk).exists())
-        else:
-            version = _check_version(task, expected_version, approval.task_version)
-            last = True
-        shown = approval.args_hash
-        if args_hash(approval.args) != shown or args_hash(step.args or {}) != shown:
-            # The approval is bound to the arguments it showed: if the action to run is
-            # not the one the reviewer saw, nothing is decided.
-            raise conflict("stale_arguments", "the action changed since it was shown; look again",
-                           approval_id=approval.pk)
-        if step.kind == StepKind.FINAL and (decision == "respond" or (
-                args is not None and args != approval.args)):
-            # a final answer held for review is accepted as shown, or sent back
-            raise invalid("invalid", "The request is not valid.", decision=[
-                "a final answer is accepted (approve) or sent back (reject)"])
-        now = timezone.now()
-        payload: dict[str, Any] = {"approval_id": approval.pk, "decision": decision,
-                                   "comment": comment, "step_no": step.step_no,
-                                   "tool": approval.tool, "seen_version": version,
-                                   "channel": channel}
-
-        if decision == "approve" and _needs_another(approval, actor, args):
-            # the first of two approvals: recorded, attributed; the task keeps waiting
-            given = {"user_id": actor.user_id, "name": actor.name, "role": actor.role,
-                     "at": now.isoformat(), "comment": comment}
-            approval.approvals_given = [*approval.approvals_given, given]
-            approval.save(update_fields=["approvals_given"])
-            event_append(task_id=task.pk, tenant_id=task.tenant_id, trace_id=task.trace_id,
-                         task_version=task.version, type="approval_recorded", actor=actor,
-                         payload={**payload, "approvals": len(approval.approvals_given),
-                                  "required": approval.approvals_required})
-            return approval
+        d = _prelude(approval_id=approval_id, tenant_id=tenant_id, actor=actor,
+                     decision=decision, args=args, expected_version=expected_version,
+                     comment=comment, channel=channel)
+        if decision == "approve" and _needs_another(d.approval, actor, args):
+            return _first_of_two(d, actor, comment)
         if decision == "approve":
-            final_args = approval.args
-            if args is not None:
-                final_args = _validated_edit(task, approval.tool, args)
-                if final_args != approval.args:
-                    approval.edited_args = final_args
-                    approval.args_diff = _diff(approval.args, final_args)
-                    payload["args_diff"] = approval.args_diff
-            key = idempotency_key(task_id=task.pk, step_id=step.pk, tool=approval.tool,
-                                  args=final_args)
-            _decided(task, "approval_granted", actor, version, payload, last=last)
-            step_move(step.pk, StepStatus.RUNNING, args=final_args, idempotency_key=key)
-            approval.status = Decision.APPROVED
-            approval.always_allow = always_allow
+            _approve(d, actor, args, always_allow)
         elif decision == "reject":
-            if not comment.strip():
-                raise invalid("invalid", "The request is not valid.",
-                              comment=["say why, so the agent can do better"])
-            _decided(task, "approval_rejected", actor, version, payload, last=last)
-            step_move(step.pk, StepStatus.REJECTED, finished_at=now,
-                      error={"type": "rejected", "message": "a reviewer rejected this call",
-                             "comment": comment})
-            approval.status = Decision.REJECTED
-        else:  # respond: the reviewer's output stands in for the tool's result
-            _validated_result(task, approval.tool, output)
-            _decided(task, "approval_granted", actor, version, {**payload, "output": output},
-                     last=last, fields={"tool_calls": F("tool_calls") + 1})
-            step_move(step.pk, StepStatus.SUCCEEDED, output=output, finished_at=now,
-                      model_log={**step.model_log, "responded_by": actor.name})
-            approval.status = Decision.RESPONDED
-            approval.response_output = output
+            _reject(d, actor, comment)
+        else:
+            _respond(d, actor, output)
+        approval = d.approval
         approval.comment = comment
         approval.decided_by_id = actor.user_id
         approval.decided_role = actor.role
-        approval.decided_at = now
+        approval.decided_at = d.now
         approval.channel = channel
         approval.save()
-        if last:
-            schedule_advance_on_commit(task.pk)
+        if d.last:
+            schedule_advance_on_commit(d.task.pk)
     return approval
+
+
+def _prelude(*, approval_id: int, tenant_id: int, actor: Actor, decision: str,
+             args: dict[str, Any] | None, expected_version: int | None, comment: str,
+             channel: str) -> _Deciding:
+    """Lock the pending approval (and, for a reply's card, the task), and refuse
+    what may not be decided: the requester deciding on its own task, someone
+    outside the request's group, a stale view, arguments that changed since
+    they were shown."""
+    approval = pending_approval_locked(approval_id=approval_id, tenant_id=tenant_id)
+    step = Step.objects.get(pk=approval.step_id)
+    of_a_reply = bool((step.model_log or {}).get("parallel"))
+    # A reply's card locks the task's row, as the runner does before it waits
+    # for the cards (`runner.reply_calls`): which decision is the last one is
+    # decided under that lock.
+    task = (Task.objects.select_for_update() if of_a_reply else Task.objects).get(
+        pk=approval.task_id)
+    snapshot = task.agent_snapshot or {}
+    # Two approvals, or an authorization: never the requester, whatever the profile says.
+    strict = approval.approvals_required > 1 or approval.kind == AUTHORIZATION
+    if (task.requester_id is not None and task.requester_id == actor.user_id
+            and (strict or not snapshot.get("allow_self_approval"))):
+        raise forbidden("separation_of_duties",
+                        "the requester of a task cannot decide on its actions")
+    if not may_decide(approval, actor):
+        raise forbidden("not_your_request", _who_decides(approval))
+    if approval.kind == AUTHORIZATION and decision == "respond":
+        raise invalid("invalid", "The request is not valid.",
+                      decision=["an authorization is granted (approve) or refused (reject)"])
+    if of_a_reply:
+        # bound to its step and its arguments (checked below), not to the task's
+        # version, which the reply's other calls and cards move while it is open
+        version = task.version
+        last = task.status == TaskStatus.WAITING_FOR_APPROVAL and not (
+            Approval.objects.filter(task_id=task.pk, status=Decision.PENDING)
+            .exclude(pk=approval.pk).exists())
+    else:
+        version = _check_version(task, expected_version, approval.task_version)
+        last = True
+    shown = approval.args_hash
+    if args_hash(approval.args) != shown or args_hash(step.args or {}) != shown:
+        # The approval is bound to the arguments it showed: if the action to run is
+        # not the one the reviewer saw, nothing is decided.
+        raise conflict("stale_arguments", "the action changed since it was shown; look again",
+                       approval_id=approval.pk)
+    if step.kind == StepKind.FINAL and (decision == "respond" or (
+            args is not None and args != approval.args)):
+        # a final answer held for review is accepted as shown, or sent back
+        raise invalid("invalid", "The request is not valid.", decision=[
+            "a final answer is accepted (approve) or sent back (reject)"])
+    payload: dict[str, Any] = {"approval_id": approval.pk, "decision": decision,
+                               "comment": comment, "step_no": step.step_no,
+                               "tool": approval.tool, "seen_version": version,
+                               "channel": channel}
+    return _Deciding(approval, step, task, version, last, payload, timezone.now())
+
+
+def _first_of_two(d: _Deciding, actor: Actor, comment: str) -> Approval:
+    """The first of two approvals: recorded, attributed; the task keeps waiting."""
+    approval, task = d.approval, d.task
+    given = {"user_id": actor.user_id, "name": actor.name, "role": actor.role,
+             "at": d.now.isoformat(), "comment": comment}
+    approval.approvals_given = [*approval.approvals_given, given]
+    approval.save(update_fields=["approvals_given"])
+    event_append(task_id=task.pk, tenant_id=task.tenant_id, trace_id=task.trace_id,
+                 task_version=task.version, type="approval_recorded", actor=actor,
+                 payload={**d.payload, "approvals": len(approval.approvals_given),
+                          "required": approval.approvals_required})
+    return approval
+
+
+def _approve(d: _Deciding, actor: Actor, args: dict[str, Any] | None,
+             always_allow: bool) -> None:
+    """The call runs, with the reviewer's edit of its arguments if any (a new
+    idempotency key: a different call)."""
+    approval, task = d.approval, d.task
+    final_args = approval.args
+    if args is not None:
+        final_args = _validated_edit(task, approval.tool, args)
+        if final_args != approval.args:
+            approval.edited_args = final_args
+            approval.args_diff = _diff(approval.args, final_args)
+            d.payload["args_diff"] = approval.args_diff
+    key = idempotency_key(task_id=task.pk, step_id=d.step.pk, tool=approval.tool,
+                          args=final_args)
+    _decided(task, "approval_granted", actor, d.version, d.payload, last=d.last)
+    step_move(d.step.pk, StepStatus.RUNNING, args=final_args, idempotency_key=key)
+    approval.status = Decision.APPROVED
+    approval.always_allow = always_allow
+
+
+def _reject(d: _Deciding, actor: Actor, comment: str) -> None:
+    """The call does not run; the model is told why."""
+    if not comment.strip():
+        raise invalid("invalid", "The request is not valid.",
+                      comment=["say why, so the agent can do better"])
+    _decided(d.task, "approval_rejected", actor, d.version, d.payload, last=d.last)
+    step_move(d.step.pk, StepStatus.REJECTED, finished_at=d.now,
+              error={"type": "rejected", "message": "a reviewer rejected this call",
+                     "comment": comment})
+    d.approval.status = Decision.REJECTED
+
+
+def _respond(d: _Deciding, actor: Actor, output: Any) -> None:
+    """The reviewer's output stands in for the tool's result (the call counts)."""
+    _validated_result(d.task, d.approval.tool, output)
+    _decided(d.task, "approval_granted", actor, d.version, {**d.payload, "output": output},
+             last=d.last, fields={"tool_calls": F("tool_calls") + 1})
+    step_move(d.step.pk, StepStatus.SUCCEEDED, output=output, finished_at=d.now,
+              model_log={**d.step.model_log, "responded_by": actor.name})
+    d.approval.status = Decision.RESPONDED
+    d.approval.response_output = output
 
 
 def _decided(task: Task, event: str, actor: Actor, version: int, payload: dict[str, Any], *,
