@@ -409,3 +409,4 @@ TETHER_MEMORY_EMBEDDINGS_WEIGHT = _tether.MEMORY_EMBEDDINGS_WEIGHT
 # Without PROMETHEUS_MULTIPROC_DIR, each worker serves its own figures on this
 # port ("PORT" or "HOST:PORT"; a prefork pool's children on PORT+1, PORT+2, ...).
 TETHER_WORKER_METRICS_PORT = _tether.WORKER_METRICS_PORT
+TETHER_HOST_NAME = _tether.HOST_NAME

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
@@ -391,6 +392,12 @@ class TetherSettings(BaseSettings):
         description="How long (minutes) a locked-out user name and address are refused.")
 
     # --- operations --------------------------------------------------------------
+    HOST_NAME: str = Field(
+        default_factory=socket.gethostname, min_length=1, max_length=100,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="This host's name in the owners of leases and sweeps (`host:pid:...`), "
+                    "which say in the console and the logs which host runs a task.",
+        json_schema_extra=_default("the machine's host name"))
     METRICS_TOKEN: SecretStr = Field(
         default=SecretStr(""),
         description="When set, `GET /metrics` asks for `Authorization: Bearer <token>`.")

@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import os
 import random
-import socket
 import threading
 
 from django.conf import settings
@@ -47,7 +46,7 @@ class _ClockTimestamp(Func):
 
 
 def sweeper_owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{threading.current_thread().name}"
+    return f"{settings.TETHER_HOST_NAME}:{os.getpid()}:{threading.current_thread().name}"
 
 
 def locked_sweep() -> SweepReport | None:

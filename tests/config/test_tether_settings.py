@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -57,6 +58,7 @@ DEFAULTS = {
     "APPROVAL_SLA_WARNING_AT": 0.8, "HTTPS": True, "PROXY_SSL_HEADER": "",
     "LOGIN_FAILURE_LIMIT": 10, "LOGIN_COOLOFF_MIN": 15.0, "METRICS_TOKEN": "",
     "WORKER_METRICS_PORT": "",
+    "HOST_NAME": socket.gethostname(),
     # memory (memory_app), declared here from the start
     "MEMORY_CONTEXT_TOKENS": 800, "MEMORY_CONTEXT_ITEMS": 8, "MEMORY_MAX_ITEMS_PER_SCOPE": 1000,
     "MEMORY_MAX_TEXT_CHARS": 2000, "MEMORY_MAX_VALUE_CHARS": 8000,
@@ -142,6 +144,7 @@ def test_values_are_read_by_the_same_variable_names(bare_env: pytest.MonkeyPatch
     ("TETHER_PROXY_SSL_HEADER", "X_Forwarded Proto", "TETHER_PROXY_SSL_HEADER: a header name"),
     ("TETHER_WORKER_METRICS_PORT", "0.0.0.0:metrics",
      "TETHER_WORKER_METRICS_PORT: PORT or HOST:PORT"),
+    ("TETHER_HOST_NAME", "host a", "TETHER_HOST_NAME: String should match pattern"),
     ("TETHER_MCP_STDIO_SERVERS", '["fs"]', "TETHER_MCP_STDIO_SERVERS: a JSON object"),
     ("TETHER_MCP_STDIO_SERVERS", "{fs: 1}", "TETHER_MCP_STDIO_SERVERS: not JSON"),
 ])
