@@ -23,7 +23,7 @@ from tasks_app.machine import TaskStatus
 from tasks_app.models import Role, Step, StepKind, StepStatus, Task
 from tasks_app.services.dispatch import schedule_advance_on_commit
 from tasks_app.store.counters import task_tool_call_count
-from tasks_app.store.events import event_append
+from tasks_app.store.events import event_append, event_note
 from tasks_app.store.steps import step_move
 from tasks_app.store.tasks import task_transition
 from tools_app.executor.ledger import reopen_for_retry, settle_by_human, settle_with_status_query
@@ -462,12 +462,11 @@ def _escalate_to_group(task: Task, approval: Approval, now: Any) -> None:
     approval.assignee_id, approval.on_expiry = None, ""
     approval.expires_at = now + timedelta(seconds=sla_s) if sla_s else None
     approval.save(update_fields=["group", "escalate_to", "assignee", "on_expiry", "expires_at"])
-    event_append(task_id=task.pk, tenant_id=task.tenant_id, trace_id=task.trace_id,
-                 task_version=task.version, type="approval_escalated", actor=SYSTEM,
-                 payload={"approval_id": approval.pk, "from_group_id": before,
-                          "to_group_id": approval.group_id,
-                          "expires_at": approval.expires_at.isoformat()
-                          if approval.expires_at else None})
+    event_note(task_id=task.pk, type="approval_escalated", actor=SYSTEM,
+               payload={"approval_id": approval.pk, "from_group_id": before,
+                        "to_group_id": approval.group_id,
+                        "expires_at": approval.expires_at.isoformat()
+                        if approval.expires_at else None})
 
 
 def _after_expiry(task_id: int, version: int, *, escalate: bool,

@@ -10,8 +10,8 @@ from django.db import transaction
 
 from config.errors import forbidden, invalid
 from tasks_app.actors import Actor
-from tasks_app.models import Membership, Role, Task
-from tasks_app.store.events import event_append
+from tasks_app.models import Membership, Role
+from tasks_app.store.events import event_note
 
 from ..gates import AUTHORIZATION
 from ..models import Approval, ReviewerGroup
@@ -59,8 +59,6 @@ def approval_reassign(*, approval_id: int, tenant_id: int, actor: Actor,
             approval.group_id, approval.assignee_id = group.pk, None
             payload["to_group"] = group.name
         approval.save(update_fields=["assignee", "group"])
-        task = Task.objects.only("id", "tenant_id", "trace_id", "version").get(pk=approval.task_id)
-        event_append(task_id=task.pk, tenant_id=task.tenant_id, trace_id=task.trace_id,
-                     task_version=task.version, type="approval_reassigned", actor=actor,
-                     payload=payload)
+        event_note(task_id=approval.task_id, type="approval_reassigned", actor=actor,
+                   payload=payload)
     return approval

@@ -20,7 +20,7 @@ from tools_app.registry import tool_specs
 from ..actors import Actor
 from ..models import Task
 from ..services.dispatch import schedule_advance
-from ..store.events import event_append
+from ..store.events import event_note
 
 
 @dataclass(frozen=True)
@@ -51,9 +51,7 @@ def settle_dead_holder(dead: Holder, *, owner: str, actor: Actor) -> str:
         ledger.mark_interrupted(dead.key)
         decision, detail = "reconciliation", {}
         schedule_advance(row.task_id)  # its status query or reconciliation comes sooner
-    if task is not None:
-        event_append(task_id=row.task_id, tenant_id=task.tenant_id, trace_id=task.trace_id,
-                     task_version=task.version, type="lease_settled", actor=actor,
-                     payload={"resource": dead.resource, "step_no": dead.step_no,
-                              "decision": decision, **detail})
+    event_note(task_id=row.task_id, type="lease_settled", actor=actor,
+               payload={"resource": dead.resource, "step_no": dead.step_no,
+                        "decision": decision, **detail})
     return decision

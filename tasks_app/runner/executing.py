@@ -413,7 +413,8 @@ def _discard_late(snap: TaskSnapshot, step: Step, outcome: ToolOutcome, actor: A
             "arrived_at": timezone.now().isoformat(), "seen_version": snap.version,
             "from_ledger": outcome.from_ledger}
     with transaction.atomic():
-        task = Task.objects.only("status", "version").get(pk=snap.id)
+        # locked: the event's version is the one committed last (`event_note`)
+        task = Task.objects.select_for_update().only("status", "version").get(pk=snap.id)
         step_status, duplicate = step_keep_late(step.pk, late, task_ended=task.is_terminal)
         event_append(task_id=snap.id, tenant_id=snap.tenant_id, trace_id=snap.trace_id,
                      task_version=task.version, type="result_discarded", actor=actor,

@@ -14,19 +14,19 @@ from django.db import transaction
 from ..actors import Actor
 from ..gateway import ModelRefused
 from ..snapshot import TaskSnapshot
-from ..store.events import event_append
+from ..store.events import event_note
 from ..store.tasks import task_transition
 from .results import STOP, StepResult
 from .stopping import failure_snapshot, known
 
 
 def refusals_noted(snap: TaskSnapshot, refusals: tuple[dict[str, Any], ...]) -> None:
-    """One `model_refused` event per refused reply. Written on their own: the
-    refusals happened (and were charged) whether or not the decision commits."""
+    """One `model_refused` event per refused reply. Written on their own, at
+    the task's current version: the refusals happened (and were charged)
+    whether or not the decision commits."""
     for refusal in refusals:
-        event_append(task_id=snap.id, tenant_id=snap.tenant_id, trace_id=snap.trace_id,
-                     task_version=snap.version, type="model_refused",
-                     actor=Actor.worker("gateway"), payload=dict(refusal))
+        event_note(task_id=snap.id, type="model_refused", actor=Actor.worker("gateway"),
+                   payload=dict(refusal))
 
 
 def refused_to_person(snap: TaskSnapshot, exc: ModelRefused) -> StepResult:

@@ -12,13 +12,14 @@ feed) is registered from above (`hooks.on_event_committed`).
 """
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
 from django.db import transaction
 
 from ..actors import Actor
-from ..models import Event
+from ..models import Event, Task
 from .hooks import run_event_hooks, run_publishers
 from .sql import table
 
@@ -51,6 +52,23 @@ def event_append(
     run_event_hooks(event)  # same transaction: what a hook writes commits with the event
     event_announce(event)
     return event
+
+
+def event_note(*, task_id: int, type: str, actor: Actor, payload: dict[str, Any] | None = None,
+               statuses: Collection[str] | None = None) -> Event | None:
+    """An informational event (no transition) at the task's current version.
+    The task's row is locked for the instant of the insert (in the caller's
+    transaction, or in one of its own), so no transition commits between the
+    read of the version and the event: an event's version is never behind one
+    written before it, even when the writer is a worker whose lease ran out
+    (a network cut). None when the task is gone, or not in `statuses`."""
+    with transaction.atomic():
+        row = (Task.objects.select_for_update().filter(pk=task_id)
+               .values_list("status", "version", "tenant_id", "trace_id").first())
+        if row is None or (statuses is not None and row[0] not in statuses):
+            return None
+        return event_append(task_id=task_id, tenant_id=row[2], trace_id=row[3],
+                            task_version=row[1], type=type, actor=actor, payload=payload)
 
 
 def event_announce(event: Event) -> None:

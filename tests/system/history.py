@@ -23,7 +23,8 @@ def assert_history_intact(task: Task) -> None:
         .values("type", "task_version", "payload")
     )
     versions = [e["task_version"] for e in events]
-    assert versions == sorted(versions), f"event versions go backwards: {versions}"
+    assert versions == sorted(versions), (
+        f"event versions go backwards: {[(e['type'], e['task_version']) for e in events]}")
     transitions = [e for e in events if "from" in e["payload"]]
     assert [e["task_version"] for e in transitions] == list(range(1, task.version + 1)), transitions
     status = events[0]["payload"]["to"]

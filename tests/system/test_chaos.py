@@ -24,7 +24,8 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -32,6 +33,7 @@ import pytest
 
 from benchmarks.private_services import private_postgres, private_redis, services_missing
 from tests.fakes.http_tool_server import FakeToolServer, Recorded, Reply
+from tests.fakes.tcp_proxy import TcpProxy
 from tests.helpers import wait_for
 from tests.processes import ROOT, CeleryWorkers, _base_env, celery_app_on
 from tests.system.chaos_driver import kind_of
@@ -42,6 +44,8 @@ TASKS = 99
 WORKERS = 3
 KILLS = 3
 FINISH_TIMEOUT_S = 300.0
+NETWORK_LATENCY_S = 0.05  # each way, between the workers and PostgreSQL and Redis
+CUT_S = 5.0  # every connection dropped, new ones refused, this long
 QUEUE = "tether-chaos"
 DONE = {"SUCCEEDED", "FAILED", "CANCELED", "WAITING_FOR_RECONCILIATION", "WAITING_FOR_HUMAN"}
 
@@ -121,18 +125,31 @@ def _require_binaries() -> None:
 
 
 def test_tasks_survive_worker_kills_and_database_and_broker_restarts(tmp_path):
+    _chaos_run(tmp_path, ["kill"] * KILLS + ["postgres", "redis"])
+
+
+def test_tasks_survive_a_slow_network_cut_twice(tmp_path):
+    """The workers reach PostgreSQL and Redis through a proxy that adds 50 ms
+    each way, and twice drops every connection for 5 s (longer than a test
+    worker's lease: a cut-off worker's late results are fenced)."""
+    _chaos_run(tmp_path, ["cut", "cut"], latency_s=NETWORK_LATENCY_S)
+
+
+def _chaos_run(tmp_path: Any, faults: list[str], *, latency_s: float | None = None) -> None:
     _require_binaries()
     seed = int(os.environ.get("TETHER_CHAOS_SEED") or time.time())
     rng = random.Random(seed)
-    faults = ["kill"] * KILLS + ["postgres", "redis"]
     rng.shuffle(faults)
     # each fault fires once this share of the tasks has finished
     at = sorted(rng.uniform(0.05, 0.7) for _ in faults)
     print(f"chaos seed {seed}: {list(zip(faults, [round(a, 2) for a in at], strict=True))}")
 
-    with private_postgres() as pg, private_redis() as redis:
+    with private_postgres() as pg, private_redis() as redis, _proxies(pg, redis,
+                                                                       latency_s) as proxies:
         pg.create_database("tether_chaos")
         database_url, broker_url = pg.url("tether_chaos"), redis.url(0)
+        # what the workers are given: through the proxies, if there are any
+        via = (lambda url, i: proxies[i].url(url)) if proxies else (lambda url, i: url)
         downstream = Downstream(random.Random(seed))
         env = _base_env()
         env.update({"DJANGO_SETTINGS_MODULE": "tests.settings", "DATABASE_URL": database_url,
@@ -141,8 +158,9 @@ def test_tasks_survive_worker_kills_and_database_and_broker_restarts(tmp_path):
         _driver(env, "setup", downstream.base)
 
         with celery_app_on(broker_url) as app:
-            workers = CeleryWorkers(broker_url=broker_url, database_url=database_url,
-                                    channel_layer_url=redis.url(1), queue=QUEUE,
+            workers = CeleryWorkers(broker_url=via(broker_url, 1),
+                                    database_url=via(database_url, 0),
+                                    channel_layer_url=via(redis.url(1), 1), queue=QUEUE,
                                     log_dir=tmp_path, app=app)
             try:
                 # Submitted before any worker runs, so the faults (due by the share
@@ -150,7 +168,7 @@ def test_tasks_survive_worker_kills_and_database_and_broker_restarts(tmp_path):
                 # submission goes on a loaded machine.
                 task_ids = _driver(env, "submit", str(TASKS))
                 assert len(task_ids) == TASKS
-                chaos = Faults(workers, pg, redis, rng)
+                chaos = Faults(workers, pg, redis, rng, proxies)
                 # the first worker runs while the others start (slow on a loaded
                 # machine): the faults begin with the first one
                 for n in range(WORKERS):
@@ -179,6 +197,9 @@ def test_tasks_survive_worker_kills_and_database_and_broker_restarts(tmp_path):
                 for thread in chaos.starters:
                     thread.join(timeout=120)
                 assert not chaos.errors, chaos.errors
+                cuts = sum(entry.startswith("cut ") for entry in done_log)
+                # the workers went through the proxies, and reconnected after each cut
+                assert all(p.cuts == cuts and p.connections > 0 for p in proxies), done_log
                 report = _driver(env, "report")
             finally:
                 workers.stop_all()
@@ -188,12 +209,28 @@ def test_tasks_survive_worker_kills_and_database_and_broker_restarts(tmp_path):
     _assert_promises_kept(task_ids, report, downstream)
 
 
+@contextmanager
+def _proxies(pg: Any, redis: Any, latency_s: float | None) -> Iterator[list[TcpProxy]]:
+    """[PostgreSQL's, Redis's] proxies with `latency_s`, or none."""
+    if latency_s is None:
+        yield []
+        return
+    proxies = [TcpProxy(pg.port, latency_s=latency_s), TcpProxy(redis.port, latency_s=latency_s)]
+    try:
+        yield proxies
+    finally:
+        for proxy in proxies:
+            proxy.close()
+
+
 class Faults:
     """Injects the faults; a killed worker's replacement starts in the
     background, so the run goes on (and the next fault can meet it) meanwhile."""
 
-    def __init__(self, workers: CeleryWorkers, pg: Any, redis: Any, rng: random.Random) -> None:
+    def __init__(self, workers: CeleryWorkers, pg: Any, redis: Any, rng: random.Random,
+                 proxies: list[TcpProxy]) -> None:
         self.workers, self.pg, self.redis, self.rng = workers, pg, redis, rng
+        self.proxies = proxies
         self.ready: list[Any] = []
         self.starters: list[threading.Thread] = []
         self.errors: list[BaseException] = []
@@ -218,6 +255,9 @@ class Faults:
             if alive:  # none while every worker is still starting
                 self.rng.choice(alive).kill()
             self.start_worker(wait=False)
+        elif fault == "cut":
+            for proxy in self.proxies:
+                proxy.cut(CUT_S)
         elif fault == "postgres":
             self.pg.restart()
         else:
