@@ -16,6 +16,7 @@ from tasks_app.models import Role
 from tasks_app.services.accounts import api_key_create
 from tests.console.server import DaphneServer, daphne_servers
 from tests.factories import make_user
+from tests.fakes.runtime import fake_http  # noqa: F401 - a fixture
 from tests.processes import database_url
 
 

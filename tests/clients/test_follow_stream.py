@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,15 +23,6 @@ from tests.fakes.http_tool_server import FakeToolServer, Reply
 from tests.helpers import drive
 
 SSE = {"Content-Type": "text/event-stream", "Cache-Control": "no-store"}
-
-
-@pytest.fixture
-def server() -> Iterator[FakeToolServer]:
-    fake = FakeToolServer()
-    try:
-        yield fake
-    finally:
-        fake.close()
 
 
 @pytest.fixture
@@ -72,9 +62,9 @@ def _follow(kind: str, url: str, task_id: int) -> list[Any]:
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
 def test_the_stream_is_resumed_with_last_event_id_and_each_event_comes_once(
-        kind: str, server: FakeToolServer, ran: tuple[dict[str, Any], list[dict[str, Any]]]
+        kind: str, fake_http: FakeToolServer, ran: tuple[dict[str, Any], list[dict[str, Any]]]
 ) -> None:
-    detail, events = ran
+    detail, events, server = *ran, fake_http
     first, second, rest = events[:1], events[1:2], events[2:]
     base = f"/api/v1/tasks/{detail['id']}"
     # The first stream carries an event, a token delta and a keep-alive, then drops;
@@ -99,9 +89,9 @@ def test_the_stream_is_resumed_with_last_event_id_and_each_event_comes_once(
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
 def test_a_server_without_a_stream_is_polled(
-        kind: str, server: FakeToolServer, ran: tuple[dict[str, Any], list[dict[str, Any]]]
+        kind: str, fake_http: FakeToolServer, ran: tuple[dict[str, Any], list[dict[str, Any]]]
 ) -> None:
-    detail, events = ran
+    detail, events, server = *ran, fake_http
     base = f"/api/v1/tasks/{detail['id']}"
     server.on("GET", f"{base}/stream", Reply(404, {"error": {
         "code": "not_found", "message": "No such resource.", "details": {}}}))
