@@ -72,7 +72,7 @@ class Generator:
         if "allOf" in prop and len(prop["allOf"]) == 1:
             return self.type_of(prop["allOf"][0])
         if "oneOf" in prop or "anyOf" in prop:
-            options = prop.get("oneOf") or prop.get("anyOf")
+            options: list[dict[str, Any]] = prop.get("oneOf") or prop.get("anyOf") or []
             names = [_ref_name(o["$ref"]) for o in options if "$ref" in o]
             if names and len(names) == len(options) and all(map(self.is_enum, names)):
                 for name in names:
