@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import click
+import typer
 
 ENV_URL, ENV_KEY, ENV_FILE = "TETHER_URL", "TETHER_API_KEY", "TETHER_CONFIG"
 
@@ -29,7 +29,7 @@ def config_path() -> Path:
     explicit = os.environ.get(ENV_FILE)
     if explicit:
         return Path(explicit)
-    return Path(click.get_app_dir("tether")) / "config.json"
+    return Path(typer.get_app_dir("tether")) / "config.json"
 
 
 def read_file(path: Path | None = None) -> dict[str, str]:
