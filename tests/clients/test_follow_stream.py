@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from tether_client import AsyncTether, StreamDelta, Tether
+from tether_client._operations import Follower
 from tether_client.models import Event
 
 from tasks_app.api.serializers import EventSerializer, TaskDetailSerializer
@@ -107,3 +108,20 @@ def test_a_server_without_a_stream_is_polled(
               for r in server.requests_to("GET", f"{base}/events*")]
     # from the start; again after the second event (nothing new); once more when it ended
     assert afters == ["0", str(events[1]["id"]), str(events[1]["id"])]
+
+
+def test_a_stream_that_says_nothing_is_left_for_polling(
+        fake_http: FakeToolServer, ran: tuple[dict[str, Any], list[dict[str, Any]]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    detail, events = ran
+    base = f"/api/v1/tasks/{detail['id']}"
+    monkeypatch.setattr(Follower, "STREAM_IDLE_S", 0.3)  # the patience, shortened for the test
+    stalled = fake_http.hold()  # answers nothing until the test ends
+    fake_http.on("GET", f"{base}/stream", Reply(200, body=b"", headers=SSE, hold=stalled))
+    fake_http.on("GET", f"{base}/events*", _page(events, 0), _page([], events[-1]["id"]))
+    fake_http.on("GET", base, Reply(200, detail))
+
+    items = _follow("sync", fake_http.url(""), detail["id"])
+
+    assert [e.id for e in items] == [e["id"] for e in events]
+    assert len(fake_http.requests_to("GET", f"{base}/stream")) == 1

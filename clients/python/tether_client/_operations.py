@@ -11,6 +11,7 @@ checks that each one is in the server's OpenAPI schema
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -220,7 +221,8 @@ class Follower:
     is checked: the stream may end or drop without a word, polling cannot.
     """
 
-    STREAM_IDLE_S = 15.0  # a stream quiet this long is closed and the task checked
+    # A stream with no news this long (keep-alives aside) is closed and the task checked.
+    STREAM_IDLE_S = 15.0
     PAGE = 500
 
     def __init__(self, task_id: int, *, after: int = 0) -> None:
@@ -228,10 +230,11 @@ class Follower:
         self.cursor = after  # the last event id yielded
         self.last_event_id: str | None = str(after) if after else None
         self._parser = SseParser()
+        self._news_at = time.monotonic()
 
     def stream_request(self) -> dict[str, Any]:
         """The arguments of httpx's `stream()` for (re)opening the stream."""
-        self._parser = SseParser()
+        self._parser, self._news_at = SseParser(), time.monotonic()
         headers = {"Accept": "text/event-stream"}
         if self.last_event_id is not None:
             headers["Last-Event-ID"] = self.last_event_id
@@ -252,7 +255,15 @@ class Follower:
         """What one line of the stream completes: an event not yielded yet, a
         delta, or nothing."""
         message = self._parser.feed(line)
-        return self._item_of(message) if message is not None else None
+        item = self._item_of(message) if message is not None else None
+        if item is not None:
+            self._news_at = time.monotonic()
+        return item
+
+    def quiet(self) -> bool:
+        """No news on the stream for STREAM_IDLE_S: time to close it and check the
+        task (a server's keep-alives would otherwise hold it open for ever)."""
+        return time.monotonic() - self._news_at > self.STREAM_IDLE_S
 
     def _item_of(self, message: SseMessage) -> m.Event | StreamDelta | None:
         try:

@@ -106,6 +106,8 @@ class AsyncTether:
                 async for line in response.aiter_lines():
                     if (item := follower.read_line(line)) is not None:
                         yield item
+                    elif follower.quiet():
+                        return
         except (httpx.ReadTimeout, httpx.RemoteProtocolError):
             return  # quiet or dropped: the caller catches up by polling
 

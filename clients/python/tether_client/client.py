@@ -117,6 +117,8 @@ class Tether:
                 for line in response.iter_lines():
                     if (item := follower.read_line(line)) is not None:
                         yield item
+                    elif follower.quiet():
+                        return
         except (httpx.ReadTimeout, httpx.RemoteProtocolError):
             return  # quiet or dropped: the caller catches up by polling
 
