@@ -29,7 +29,7 @@ TETHER = Path(sys.executable).parent / "tether"  # the entry point pip installed
 
 
 def _tether(live: LiveTether, role: str, *args: str) -> tuple[int, str]:
-    env = {"TETHER_URL": live.url, "TETHER_API_KEY": live.keys[role], "COLUMNS": "200"}
+    env = {"TETHER_URL": live.url, "TETHER_API_KEY": live.keys[role]}
     result = runner.invoke(app, list(args), env=env)
     return result.exit_code, result.output
 

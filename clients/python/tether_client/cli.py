@@ -10,6 +10,7 @@ or key is configured (2 is a usage error, as Click has it).
 from __future__ import annotations
 
 import json
+import sys
 from typing import Annotated, Any, NoReturn
 
 import httpx
@@ -27,8 +28,13 @@ API_ERROR_EXIT, NOT_CONFIGURED_EXIT = 4, 5
 
 app = typer.Typer(help="Tether from the command line.", no_args_is_help=True,
                   pretty_exceptions_enable=False)
-out = Console()
-err = Console(stderr=True)
+PIPE_WIDTH = 160  # not a terminal (a pipe, a file, CI): tables are not cut to 80 columns
+
+
+def out(*, stderr: bool = False) -> Console:
+    """The console for this moment's stdout (or stderr), as wide as its terminal."""
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, width=None if stream.isatty() else PIPE_WIDTH)
 
 
 class State:
@@ -50,7 +56,7 @@ def _options(
 
 
 def _fail(code: int, message: str) -> NoReturn:
-    err.print(message, markup=False, highlight=False)
+    out(stderr=True).print(message, markup=False, highlight=False)
     raise typer.Exit(code)
 
 
@@ -103,7 +109,7 @@ def login(
         except httpx.TransportError as exc:
             _fail(API_ERROR_EXIT, f"error: cannot reach {url}: {exc}")
     path = config.write_file(url, api_key)
-    out.print(f"Logged in to {url} ({inbox.total} waiting for you). Saved to {path}.",
+    out().print(f"Logged in to {url} ({inbox.total} waiting for you). Saved to {path}.",
               markup=False, highlight=False)
 
 
@@ -125,7 +131,7 @@ def submit(
                                    subject=subject, script=_json_option(script, "--script"),
                                    idempotency_key=key))
     if as_json:
-        out.print_json(task.model_dump_json())
+        out().print_json(task.model_dump_json())
     else:
         _said(task)
 
@@ -138,11 +144,12 @@ def watch(
     """Follow a task's timeline live until it ends; exit with its outcome."""
     def follow(client: Tether) -> TaskDetail:
         seen, text = 0, ""
-        with out.status(f"task {task_id}: following", spinner="dots") as status:
+        console = out()  # one console: the progress line stays below the timeline
+        with console.status(f"task {task_id}: following", spinner="dots") as status:
             for item in client.follow(task_id, poll_interval=poll):
                 if isinstance(item, Event):
                     seen += 1
-                    out.print(_event_line(item), highlight=False)
+                    console.print(_event_line(item), highlight=False)
                     status.update(f"task {task_id}: {seen} events, last {item.type}")
                 else:  # a model's tokens as they stream: shown in the progress line
                     text = (text + _delta_text(item.data))[-60:]
@@ -176,15 +183,15 @@ def _said(thing: Task | Approval) -> None:
         line = f"Approval {thing.id} {thing.status} (task {thing.task})"
     else:
         line = f"Task {thing.id} {thing.status}"
-    out.print(line, markup=False, highlight=False)
+    out().print(line, markup=False, highlight=False)
 
 
 def _print_outcome(task: TaskDetail) -> None:
     _said(task)
     if task.status == "SUCCEEDED":
-        out.print_json(json.dumps(task.result))
+        out().print_json(json.dumps(task.result))
     elif task.failure_reason:
-        out.print(f"reason: {task.failure_reason}", markup=False, highlight=False)
+        out().print(f"reason: {task.failure_reason}", markup=False, highlight=False)
 
 
 @app.command()
@@ -206,7 +213,7 @@ def tasks(
     for task in page.results:
         table.add_row(str(task.id), task.status, task.agent or "", task.goal[:60],
                       task.created_at.strftime("%Y-%m-%d %H:%M"))
-    out.print(table)
+    out().print(table)
 
 
 @app.command()
@@ -220,8 +227,8 @@ def inbox(limit: Annotated[int, typer.Option(min=1, max=200)] = 50) -> None:
             str(x) for x in (facts.get("tool"), json.dumps(facts.get("args"))) if x)
         table.add_row(item.kind, str(item.id), f"{item.task.get('id')} {item.task.get('goal')}",
                       str(what)[:70], ", ".join(a.get("name", "") for a in item.actions))
-    out.print(table)
-    out.print(f"{box.total} waiting for you", markup=False, highlight=False)
+    out().print(table)
+    out().print(f"{box.total} waiting for you", markup=False, highlight=False)
 
 
 @app.command()
