@@ -143,17 +143,18 @@ def watch(
 ) -> None:
     """Follow a task's timeline live until it ends; exit with its outcome."""
     def follow(client: Tether) -> TaskDetail:
-        seen, text = 0, ""
+        seen, text, now = 0, "", "following"
         console = out()  # one console: the progress line stays below the timeline
         with console.status(f"task {task_id}: following", spinner="dots") as status:
             for item in client.follow(task_id, poll_interval=poll):
                 if isinstance(item, Event):
                     seen += 1
                     console.print(_event_line(item), highlight=False)
-                    status.update(f"task {task_id}: {seen} events, last {item.type}")
+                    now = str(item.payload.get("to") or now)  # a transition names its status
+                    status.update(f"task {task_id} {now}: {seen} events, last {item.type}")
                 else:  # a model's tokens as they stream: shown in the progress line
                     text = (text + _delta_text(item.data))[-60:]
-                    status.update(f"task {task_id}: {text}")
+                    status.update(f"task {task_id} {now}: {text}")
         return client.task(task_id)
 
     task = _run(follow)
@@ -226,7 +227,8 @@ def inbox(limit: Annotated[int, typer.Option(min=1, max=200)] = 50) -> None:
         what = facts.get("question") or " ".join(
             str(x) for x in (facts.get("tool"), json.dumps(facts.get("args"))) if x)
         table.add_row(item.kind, str(item.id), f"{item.task.get('id')} {item.task.get('goal')}",
-                      str(what)[:70], ", ".join(a.get("name", "") for a in item.actions))
+                      " ".join(str(what).split())[:70],
+                      ", ".join(a.get("name", "") for a in item.actions))
     out().print(table)
     out().print(f"{box.total} waiting for you", markup=False, highlight=False)
 
