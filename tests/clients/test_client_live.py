@@ -147,3 +147,35 @@ def test_the_async_client_submits_follows_and_approves(live_tether: LiveTether) 
     assert types.index("need_approval") < types.index("approval_granted") < len(types) - 1
     assert types[-1] == "final_accepted"
     assert failed.status == "FAILED" and failed.failure_reason
+
+
+def test_a_question_is_answered_a_failed_task_retried_and_its_steps_read(
+        live_tether: LiveTether) -> None:
+    requester, operator = _client(live_tether, "requester"), _client(live_tether, "operator")
+    asked = requester.submit("support", "Refund part of A-1", script=[
+        {"ask": "How much, in cents?"}, {"final": {"acknowledged": True}}])
+    waiting = _waiting(requester, asked.id, "WAITING_FOR_INPUT")
+    assert waiting.open_request is not None and waiting.open_request.kind == "question"
+    (question,) = requester.questions(task_id=asked.id, status="open").results
+    assert question.question == "How much, in cents?"
+    with pytest.raises(Conflict):  # a stale view of the task is refused
+        requester.answer(asked.id, "500", expected_version=waiting.version - 1)
+    requester.answer(asked.id, "500", expected_version=waiting.version)
+    list(requester.follow(asked.id, poll_interval=0.1))
+    assert requester.task(asked.id).status == "SUCCEEDED"
+    assert requester.questions(task_id=asked.id).results[0].answer == "500"
+
+    failed = requester.submit("support", "Fail", script=FAILS)
+    list(requester.follow(failed.id, poll_interval=0.1))
+    steps = requester.steps(failed.id).results
+    assert steps[0].tool == "lookup_order" and steps[0].decision.kind == "tool_call"
+    with pytest.raises(PermissionDenied):
+        requester.retry(failed.id)  # operators retry
+    retried = operator.retry(failed.id, comment="once more")
+    assert retried.retry_of is not None and retried.retry_of.task == failed.id
+    assert operator.task(failed.id).retried_by == [retried.id]
+    listed = operator.tasks(status="FAILED").results  # (the retry may have failed by now)
+    assert failed.id in {t.id for t in listed} and {t.status for t in listed} == {"FAILED"}
+    assert asked.id not in {t.id for t in listed}
+    requester.close()
+    operator.close()
