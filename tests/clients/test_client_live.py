@@ -17,6 +17,7 @@ from tether_client import (
     NotFound,
     PermissionDenied,
     Tether,
+    next_cursor,
 )
 from tether_client.models import Event, Task
 
@@ -177,5 +178,8 @@ def test_a_question_is_answered_a_failed_task_retried_and_its_steps_read(
     listed = operator.tasks(status="FAILED").results  # (the retry may have failed by now)
     assert failed.id in {t.id for t in listed} and {t.status for t in listed} == {"FAILED"}
     assert asked.id not in {t.id for t in listed}
+    newest = operator.tasks(limit=1)
+    older = operator.tasks(limit=1, cursor=next_cursor(newest))
+    assert [t.id for t in newest.results + older.results] == [retried.id, failed.id]
     requester.close()
     operator.close()

@@ -1,7 +1,7 @@
 """A typed client for Tether's REST API, sync (`Tether`) and async
 (`AsyncTether`), and the `tether` command line (`tether_client.cli`)."""
 
-from ._operations import TERMINAL, StreamDelta
+from ._operations import TERMINAL, StreamDelta, next_cursor
 from .aio import AsyncTether
 from .client import Tether
 from .config import NotConfigured
@@ -21,5 +21,5 @@ from .errors import (
 __all__ = [
     "TERMINAL", "AsyncTether", "AuthenticationFailed", "BadRequest", "Conflict", "Gone",
     "NotConfigured", "NotFound", "PermissionDenied", "RateLimited", "ServerError",
-    "ServiceUnavailable", "StreamDelta", "Tether", "TetherError",
+    "ServiceUnavailable", "StreamDelta", "Tether", "TetherError", "next_cursor",
 ]

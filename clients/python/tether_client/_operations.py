@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
-from urllib.parse import quote
+from urllib.parse import parse_qs, quote, urlsplit
 
 import httpx
 from pydantic import TypeAdapter
@@ -96,6 +96,14 @@ def tasks(*, status: Iterable[str] | str | None, agent: str | None, mine: bool,
     return Operation("GET", "/tasks", _model(m.TaskPage), params={
         "status": statuses, "agent": agent, "mine": "true" if mine else None,
         "limit": limit, "cursor": cursor})
+
+
+def next_cursor(page: m.TaskPage | m.ApprovalPage | m.QuestionPage) -> str | None:
+    """The `cursor` that asks for the page after PAGE (older items), or None at the end."""
+    if not page.next:
+        return None
+    cursors = parse_qs(urlsplit(page.next).query).get("cursor")
+    return cursors[0] if cursors else None
 
 
 def cancel(task_id: int, *, reason: str, expected_version: int | None) -> Operation[m.Task]:
