@@ -1,8 +1,9 @@
 # Shared by scripts/start and scripts/test: the virtualenv, installed once and
-# re-installed only when pyproject.toml changes (a stamp file newer than it).
-# scripts/start installs what serving needs (`pip install -e .`), scripts/test
-# adds the [dev] extras; each has its own stamp, and the [dev] install, a
-# superset, satisfies both. Sourced, not run.
+# re-installed only when a pyproject.toml changes (Tether's or the Python
+# client's: a stamp file newer than both). scripts/start installs what serving
+# needs (`pip install -e .`), scripts/test adds the [dev] extras; both install
+# the client and its `tether` command (clients/python) too. Each has its own
+# stamp, and the [dev] install, a superset, satisfies both. Sourced, not run.
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${TETHER_VENV:-$ROOT/.venv}"
@@ -12,8 +13,10 @@ SERVE_STAMP="$VENV/.tether-installed-serve"  # Tether, what serving needs only
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
-fresh() {  # stamp: installed since pyproject.toml last changed
-    [ -f "$1" ] && [ "$1" -nt "$ROOT/pyproject.toml" ]
+CLIENT="$ROOT/clients/python"
+
+fresh() {  # stamp: installed since either pyproject.toml last changed
+    [ -f "$1" ] && [ "$1" -nt "$ROOT/pyproject.toml" ] && [ "$1" -nt "$CLIENT/pyproject.toml" ]
 }
 
 ensure_venv() {  # [dev]: with the test and lint tools too
@@ -36,11 +39,11 @@ ensure_venv() {  # [dev]: with the test and lint tools too
     fi
     if [ "$extras" = "dev" ]; then
         say "installing Tether, its dependencies and the dev tools into $VENV"
-        "$PY" -m pip install --disable-pip-version-check -q -e "$ROOT[dev]"
+        "$PY" -m pip install --disable-pip-version-check -q -e "$ROOT[dev]" -e "$CLIENT"
         touch "$STAMP"
     else
         say "installing Tether and its dependencies into $VENV"
-        "$PY" -m pip install --disable-pip-version-check -q -e "$ROOT"
+        "$PY" -m pip install --disable-pip-version-check -q -e "$ROOT" -e "$CLIENT"
         touch "$SERVE_STAMP"
     fi
 }
