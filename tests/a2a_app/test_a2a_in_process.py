@@ -1,0 +1,124 @@
+"""The A2A server in this process (the SDK's client over httpx's ASGI
+transport, the manual runner driven here): the state mapping of waits for a
+person, and the messages and callers it refuses without writing anything."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
+from a2a.helpers.proto_helpers import new_data_part, new_text_part, new_url_part
+from a2a.types.a2a_pb2 import (
+    GetTaskRequest,
+    ListTasksRequest,
+    Message,
+    Role,
+    SendMessageConfiguration,
+    SendMessageRequest,
+    TaskState,
+)
+from a2a.utils.errors import InvalidParamsError, InvalidRequestError, TaskNotFoundError
+
+from a2a_app.app import application
+from a2a_app.states import STATE_OF
+from tasks_app.machine import TaskStatus
+from tasks_app.models import AgentProfile, Task
+from tasks_app.models import Role as TetherRole
+from tasks_app.services.accounts import api_key_create
+from tests.factories import submit
+from tests.helpers import drive
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+URL = "http://tether.test/a2a/t-main/support"
+REFUND = {"tool": "issue_refund", "args": {"order_id": "A-1", "amount_cents": 500,
+                                           "reason": "damaged"}, "reason": "damaged"}
+
+
+def test_every_task_status_has_an_a2a_state() -> None:
+    assert set(STATE_OF) == set(TaskStatus)
+
+
+def _call(key: str, call: Any) -> Any:
+    async def run() -> Any:
+        transport = httpx.ASGITransport(app=application)
+        async with httpx.AsyncClient(transport=transport, timeout=30,
+                                     headers={"Authorization": f"Bearer {key}"}) as http:
+            card = await A2ACardResolver(http, URL).get_agent_card()
+            client = ClientFactory(ClientConfig(httpx_client=http, streaming=False)).create(card)
+            return await call(client)
+
+    return asyncio.run(run())
+
+
+def _send(*parts: Any) -> Any:
+    request = SendMessageRequest(
+        message=Message(message_id=uuid.uuid4().hex, role=Role.ROLE_USER, parts=list(parts)),
+        configuration=SendMessageConfiguration(return_immediately=True))
+
+    async def call(client: Any) -> Any:
+        return [event async for event in client.send_message(request)]
+
+    return call
+
+
+@pytest.fixture
+def published(world):  # type: ignore[no-untyped-def]
+    AgentProfile.objects.filter(tenant=world.tenant, name="support").update(published=True)
+    return world
+
+
+def test_waits_for_a_person_map_to_input_and_auth_required(published) -> None:
+    requester = published.users[TetherRole.REQUESTER]
+    key = api_key_create(user=requester)
+    asking = drive(submit(published.tenant, [{"ask": "Which order?"}, {"final": {"ok": 1}}],
+                          requester=requester).pk)
+    approving = drive(submit(published.tenant, [REFUND, {"final": {"ok": 1}}],
+                             requester=requester).pk)
+    assert (asking.status, approving.status) == (TaskStatus.WAITING_FOR_INPUT,
+                                                 TaskStatus.WAITING_FOR_APPROVAL)
+
+    async def read(client: Any) -> Any:
+        waiting_on_reviewers = ListTasksRequest(status=TaskState.TASK_STATE_AUTH_REQUIRED)
+        return (await client.get_task(GetTaskRequest(id=str(asking.pk))),
+                await client.get_task(GetTaskRequest(id=str(approving.pk))),
+                await client.list_tasks(waiting_on_reviewers))
+
+    question, approval, listed = _call(key, read)
+    assert question.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    assert question.status.message.parts[0].text == "Which order?"
+    assert question.history[0].parts[0].text == "test goal"
+    assert approval.status.state == TaskState.TASK_STATE_AUTH_REQUIRED
+    assert approval.status.message.parts[0].text == \
+        "waiting for a reviewer to approve a call of issue_refund"
+    assert [t.id for t in listed.tasks] == [str(approving.pk)]
+
+
+@pytest.mark.parametrize(("parts", "refusal"), [
+    ([new_url_part("https://example.com/a.pdf")], "text and data parts only"),
+    ([new_data_part({"order_id": "A-1"})], "needs a text part"),
+    ([new_text_part("Refund A-1"), new_data_part(["A-1"])], "must be a JSON object"),
+    # the support agent is scripted: nothing over A2A can give it a script
+    ([new_text_part("Refund A-1")], "a scripted agent needs a script"),
+])
+def test_a_message_tether_cannot_take_is_invalid_params_and_writes_nothing(
+        published, parts: list[Any], refusal: str) -> None:
+    key = api_key_create(user=published.users[TetherRole.REQUESTER])
+    with pytest.raises(InvalidParamsError) as refused:
+        _call(key, _send(*parts))
+    assert refusal in f"{refused.value.message} {refused.value.data}"
+    assert not Task.objects.exists()
+
+
+def test_a_role_that_may_not_submit_is_refused_and_unknown_ids_are_not_found(published) -> None:
+    key = api_key_create(user=published.users[TetherRole.REVIEWER])
+    with pytest.raises(InvalidRequestError, match="the reviewer role may not do task.submit"):
+        _call(key, _send(new_text_part("Refund A-1")))
+    for task_id in ("12345", "not-a-number"):
+        with pytest.raises(TaskNotFoundError):
+            _call(key, lambda client, task_id=task_id: client.get_task(GetTaskRequest(id=task_id)))
+    assert not Task.objects.exists()
