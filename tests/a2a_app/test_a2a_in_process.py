@@ -5,7 +5,9 @@ person, and the messages and callers it refuses without writing anything."""
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -39,8 +41,14 @@ REFUND = {"tool": "issue_refund", "args": {"order_id": "A-1", "amount_cents": 50
                                            "reason": "damaged"}, "reason": "damaged"}
 
 
-def test_every_task_status_has_an_a2a_state() -> None:
+HOW_TO = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "a2a.md"
+
+
+def test_every_task_status_has_an_a2a_state_and_the_how_to_shows_the_same_table() -> None:
     assert set(STATE_OF) == set(TaskStatus)
+    rows = re.findall(r"^\| `(\w+)` \| `TASK_STATE_(\w+)` \|", HOW_TO.read_text(), re.M)
+    assert dict(rows) == {status.value: TaskState.Name(state).removeprefix("TASK_STATE_")
+                          for status, state in STATE_OF.items()}
 
 
 def _call(key: str, call: Any) -> Any:
