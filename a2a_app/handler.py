@@ -137,7 +137,7 @@ def _send(door: Door, message: Message) -> tuple[int, int]:
         return target.pk, after
     _allowed(door, "task.submit")
     key = KEY_PREFIX + message.message_id
-    if not _KEY.fullmatch(key):
+    if not message.message_id or not _KEY.fullmatch(key):
         raise InvalidParamsError(message="messageId: 1 to 196 printable ASCII characters, "
                                  "no spaces (it is the task's idempotency key)")
     goal, input = goal_and_input(message)
@@ -206,6 +206,8 @@ def _listed(door: Door, params: ListTasksRequest) -> ListTasksResponse:
         if not params.page_token.isdigit():
             raise InvalidParamsError(message="pageToken: a token from an earlier page")
         tasks = tasks.filter(pk__lt=int(params.page_token))
+    if params.page_size < 0:
+        raise InvalidParamsError(message=f"pageSize: 1 to {MAX_LIST_TASKS_PAGE_SIZE}")
     size = min(params.page_size or DEFAULT_LIST_TASKS_PAGE_SIZE, MAX_LIST_TASKS_PAGE_SIZE)
     page = list(tasks.order_by("-id")[:size + 1])
     more = len(page) > size
