@@ -47,11 +47,12 @@ def _checked_parts(message: Message) -> None:
                                      "(no files or URLs)")
 
 
-def goal_and_input(message: Message) -> tuple[str, dict[str, Any]]:
+def goal_and_input(message: Message, *, goal_required: bool = True
+                   ) -> tuple[str, dict[str, Any]]:
     """What a message that starts a task asks: its goal and its input."""
     _checked_parts(message)
     goal = "\n\n".join(t for t in get_text_parts(message.parts) if t.strip())
-    if not goal:
+    if not goal and goal_required:
         raise InvalidParamsError(message="the message needs a text part: the task's goal")
     data: dict[str, Any] = {}
     for value in get_data_parts(message.parts):

@@ -4,11 +4,13 @@
 - SendMessage / SendStreamingMessage: a message on a task (its `taskId`, or a
   `contextId` that is one) answers the task's open question
   (`task_provide_input`); any other message starts a task of the agent
-  (`task_submit`), its `messageId` the idempotency key (prefixed `a2a:`, apart
-  from the REST API's keys), so a resend is the same task. SendMessage waits
+  (`task_submit`) or a run of the workflow (`submit_run`), its `messageId` the
+  idempotency key (prefixed `a2a:`, apart from the REST API's keys), so a
+  resend is the same task. SendMessage waits
   until the task ends or waits for someone, unless `returnImmediately`.
-- GetTask, ListTasks: the tasks of the addressed agent in the caller's tenant
-  (every role may read the tenant's tasks), newest first.
+- GetTask, ListTasks: the tasks of the addressed agent (the runs of the
+  addressed workflow) in the caller's tenant (every role may read the
+  tenant's tasks), newest first.
 - CancelTask: `task_cancel`. SubscribeToTask: the stream of a task not ended.
 - Push notifications and the extended card: not offered (the card says so).
 The role policy (`config.api_access`) applies as on the REST API; a task of
@@ -51,6 +53,7 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 from channels.db import database_sync_to_async
+from django.db.models import QuerySet
 
 from approvals_app.models import DecisionChannel
 from config.api_access import may, require_own_task
@@ -61,6 +64,8 @@ from tasks_app.models import Event
 from tasks_app.models import Task as TetherTask
 from tasks_app.selectors import tasks_of_tenant
 from tasks_app.services.tasks import task_cancel, task_provide_input, task_submit
+from workflows_app.models import Workflow
+from workflows_app.services.runs import submit_run
 
 from .caller import Door
 from .convert import a2a_task, answer_of, goal_and_input, result_artifact_of, status_of
@@ -100,12 +105,17 @@ def _allowed(door: Door, action: str) -> None:
                           kind=ErrorKind.FORBIDDEN)
 
 
+def _tasks(door: Door) -> QuerySet[TetherTask]:
+    """The tasks A2A shows this caller: of its tenant, and of the addressed
+    agent (or the runs of the addressed workflow)."""
+    tasks = tasks_of_tenant(door.access.tenant_id)
+    if isinstance(door.target, Workflow):
+        return tasks.filter(workflow_run__workflow_id=door.target.pk)
+    return tasks.filter(agent_id=door.target.pk)
+
+
 def _visible(door: Door, task_id: str) -> TetherTask | None:
-    """A task A2A shows this caller: of its tenant and of the addressed agent."""
-    if not task_id.isdigit():
-        return None
-    return tasks_of_tenant(door.access.tenant_id).filter(pk=int(task_id),
-                                                        agent_id=door.agent.pk).first()
+    return _tasks(door).filter(pk=int(task_id)).first() if task_id.isdigit() else None
 
 
 def _task(door: Door, task_id: str) -> TetherTask:
@@ -140,10 +150,17 @@ def _send(door: Door, message: Message) -> tuple[int, int]:
     if not message.message_id or not _KEY.fullmatch(key):
         raise InvalidParamsError(message="messageId: 1 to 196 printable ASCII characters, "
                                  "no spaces (it is the task's idempotency key)")
-    goal, input = goal_and_input(message)
-    submitted = task_submit(tenant_id=access.tenant_id, requester_id=access.user_id,
-                            agent=door.agent.name, goal=goal, input=input,
-                            idempotency_key=key, actor=access.actor)
+    is_workflow = isinstance(door.target, Workflow)
+    # A workflow's goal is optional (its run is named for it); its input is what matters.
+    goal, input = goal_and_input(message, goal_required=not is_workflow)
+    if is_workflow:
+        submitted = submit_run(tenant_id=access.tenant_id, requester_id=access.user_id,
+                               workflow=door.target.name, goal=goal, input=input,
+                               idempotency_key=key, actor=access.actor)
+    else:
+        submitted = task_submit(tenant_id=access.tenant_id, requester_id=access.user_id,
+                                agent=door.target.name, goal=goal, input=input,
+                                idempotency_key=key, actor=access.actor)
     return submitted.task.pk, 0
 
 
@@ -192,7 +209,7 @@ async def follow(task_id: int, *, after: int, first: Task,
 
 
 def _listed(door: Door, params: ListTasksRequest) -> ListTasksResponse:
-    tasks = tasks_of_tenant(door.access.tenant_id).filter(agent_id=door.agent.pk)
+    tasks = _tasks(door)
     if params.context_id:
         tasks = tasks.filter(pk=int(params.context_id)) if params.context_id.isdigit() \
             else tasks.none()

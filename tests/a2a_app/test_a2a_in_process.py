@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
+from a2a.client.errors import AgentCardResolutionError
 from a2a.helpers.proto_helpers import new_data_part, new_text_part, new_url_part
 from a2a.types.a2a_pb2 import (
     GetTaskRequest,
@@ -27,12 +28,15 @@ from a2a.utils.errors import InvalidParamsError, InvalidRequestError, TaskNotFou
 
 from a2a_app.app import application
 from a2a_app.states import STATE_OF
+from tasks_app.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import AgentProfile, Task
 from tasks_app.models import Role as TetherRole
 from tasks_app.services.accounts import api_key_create
 from tests.factories import submit
+from tests.fakes.runtime import add_tool
 from tests.helpers import drive
+from workflows_app.services.workflows import workflow_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -51,12 +55,12 @@ def test_every_task_status_has_an_a2a_state_and_the_how_to_shows_the_same_table(
                           for status, state in STATE_OF.items()}
 
 
-def _call(key: str, call: Any) -> Any:
+def _call(key: str, call: Any, url: str = URL) -> Any:
     async def run() -> Any:
         transport = httpx.ASGITransport(app=application)
         async with httpx.AsyncClient(transport=transport, timeout=30,
                                      headers={"Authorization": f"Bearer {key}"}) as http:
-            card = await A2ACardResolver(http, URL).get_agent_card()
+            card = await A2ACardResolver(http, url).get_agent_card()
             client = ClientFactory(ClientConfig(httpx_client=http, streaming=False)).create(card)
             return await call(client)
 
@@ -130,3 +134,45 @@ def test_a_role_that_may_not_submit_is_refused_and_unknown_ids_are_not_found(pub
         with pytest.raises(TaskNotFoundError):
             _call(key, lambda client, task_id=task_id: client.get_task(GetTaskRequest(id=task_id)))
     assert not Task.objects.exists()
+
+
+WORKFLOW_URL = "http://tether.test/a2a/t-main/workflows/greet"
+GREET = {"inputs": {"type": "object", "properties": {"who": {"type": "string"}},
+                    "required": ["who"]},
+         "nodes": [{"id": "say", "tool": "echo", "args": {"who": "${inputs.who}"}}],
+         "output": {"greeted": "${nodes.say.echo.who}"}}
+
+
+def test_a_published_workflow_shows_its_inputs_and_a_message_runs_it(published) -> None:
+    add_tool(published.tenant, "echo", "echo")
+    workflow_create(tenant_id=published.tenant.pk, name="greet", definition=GREET,
+                    description="Greets someone.", published=True, actor=SYSTEM)
+    workflow_create(tenant_id=published.tenant.pk, name="secret", definition=GREET, actor=SYSTEM)
+    key = api_key_create(user=published.users[TetherRole.REQUESTER])
+
+    async def read_card() -> Any:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=application)) as http:
+            return await A2ACardResolver(http, WORKFLOW_URL).get_agent_card()
+
+    card = asyncio.run(read_card())
+    (sent,) = _call(key, _send(new_data_part({"who": "ada"})), WORKFLOW_URL)
+    assert card.name == "greet" and [s.id for s in card.skills] == ["greet"]
+    (extension,) = card.capabilities.extensions
+    assert extension.params["inputs"]["required"] == ["who"]
+    assert card.supported_interfaces[0].url == WORKFLOW_URL
+    run = drive(int(sent.task.id))
+    assert run.status == TaskStatus.SUCCEEDED and run.result == {"greeted": "ada"}
+    assert run.workflow_run.workflow.name == "greet"
+    got = _call(key, lambda client: client.get_task(GetTaskRequest(id=sent.task.id)),
+                WORKFLOW_URL)
+    assert got.status.state == TaskState.TASK_STATE_COMPLETED
+    # the run is the workflow's, not an agent's
+    with pytest.raises(TaskNotFoundError):
+        _call(key, lambda client: client.get_task(GetTaskRequest(id=sent.task.id)))
+    # an input its schema refuses: the schema's words, nothing written
+    with pytest.raises(InvalidParamsError, match="inputs"):
+        _call(key, _send(new_data_part({"who": 7})), WORKFLOW_URL)
+    assert Task.objects.count() == 1
+    # an unpublished workflow has no card
+    with pytest.raises(AgentCardResolutionError):
+        _call(key, _send(new_data_part({"who": "ada"})), WORKFLOW_URL.replace("greet", "secret"))
