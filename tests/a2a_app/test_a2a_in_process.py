@@ -176,3 +176,21 @@ def test_a_published_workflow_shows_its_inputs_and_a_message_runs_it(published) 
     # an unpublished workflow has no card
     with pytest.raises(AgentCardResolutionError):
         _call(key, _send(new_data_part({"who": "ada"})), WORKFLOW_URL.replace("greet", "secret"))
+
+
+def test_the_body_limit_stands_in_front_of_a2a(published, settings) -> None:
+    """`config.asgi` routes /a2a/ behind the same request-body limit as Django."""
+    from config.asgi import application as server
+
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1024
+    key = api_key_create(user=published.users[TetherRole.REQUESTER])
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+        "messageId": "big", "role": "ROLE_USER", "parts": [{"text": "x" * 4096}]}}}
+
+    async def post() -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=server)) as http:
+            return await http.post(URL, json=body, headers={
+                "Authorization": f"Bearer {key}", "A2A-Version": "1.0"})
+
+    assert asyncio.run(post()).status_code == 413
+    assert not Task.objects.exists()

@@ -21,6 +21,7 @@ from a2a.types.a2a_pb2 import (
     Role,
     SendMessageRequest,
     StreamResponse,
+    SubscribeToTaskRequest,
     TaskState,
 )
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
@@ -71,6 +72,15 @@ def message(*parts: Any, task_id: str = "", message_id: str | None = None) -> Me
 
 async def _stream(client: Any, msg: Message) -> list[StreamResponse]:
     return [event async for event in client.send_message(SendMessageRequest(message=msg))]
+
+
+async def _subscribe(client: Any, task_id: str, started: asyncio.Event) -> list[StreamResponse]:
+    """The events of a subscription; `started` is set once the server sent the first."""
+    out = []
+    async for event in client.subscribe(SubscribeToTaskRequest(id=task_id)):
+        out.append(event)
+        started.set()
+    return out
 
 
 def states(events: list[StreamResponse]) -> list[int]:
@@ -156,6 +166,36 @@ def test_a_question_is_input_required_and_the_next_message_answers_it(live, open
     assert q.answer == "A-2" and q.answered_by_id == task.requester_id
     # the model was shown the answer
     assert "A-2" in str(openai_server.requests[-1].body["messages"])
+
+
+def test_a_subscriber_to_a_waiting_task_follows_it_to_the_end(live, openai_server):  # noqa: F811
+    server, key = live
+    openai_server.push(
+        reply(tool_calls=[("ask_user", {"question": "Which colour?"})]),
+        reply('{"answer": "blue it is"}'),
+    )
+
+    async def run() -> tuple[list[StreamResponse], list[StreamResponse]]:
+        client, http = await _client(agent_url(server), key)
+        asked = await _stream(client, message(new_text_part("Paint the shed")))
+        task_id = asked[0].task.id
+        started = asyncio.Event()
+        followed = asyncio.ensure_future(_subscribe(client, task_id, started))
+        # the subscriber has the task (INPUT_REQUIRED) before anyone answers
+        await asyncio.wait_for(started.wait(), timeout=30)
+        answering, http2 = await _client(agent_url(server), key)
+        await _stream(answering, message(new_text_part("blue"), task_id=task_id))
+        await http2.aclose()
+        events = await asyncio.wait_for(followed, timeout=60)
+        await http.aclose()
+        return asked, events
+
+    asked, followed = asyncio.run(run())
+    assert states(followed)[0] == S.TASK_STATE_INPUT_REQUIRED
+    assert states(followed)[-1] == S.TASK_STATE_COMPLETED
+    assert S.TASK_STATE_WORKING in states(followed)
+    (artifact,) = [e.artifact_update.artifact for e in followed if e.HasField("artifact_update")]
+    assert artifact.parts[1].text == "blue it is"
 
 
 def test_cancel_a_waiting_task(live, openai_server):  # noqa: F811
