@@ -45,6 +45,7 @@ from a2a.utils.constants import DEFAULT_LIST_TASKS_PAGE_SIZE, MAX_LIST_TASKS_PAG
 from a2a.utils.errors import (
     A2AError,
     ExtendedAgentCardNotConfiguredError,
+    InternalError,
     InvalidParamsError,
     InvalidRequestError,
     PushNotificationNotSupportedError,
@@ -81,14 +82,21 @@ def _door(context: ServerCallContext) -> Door:
     return context.state["door"]
 
 
+# A refusal's kind as A2A's error; any other (forbidden, conflict, gone, quota
+# exceeded) is an InvalidRequest. Tether's own code, details and whether a
+# retry may succeed go along in `data`.
+ERROR_OF_KIND: dict[ErrorKind, type[A2AError]] = {
+    ErrorKind.NOT_FOUND: TaskNotFoundError,
+    ErrorKind.INVALID: InvalidParamsError,
+    ErrorKind.UNAVAILABLE: InternalError,
+}
+
+
 def a2a_error(exc: DomainError) -> A2AError:
     """A service's refusal as the protocol's error (nothing was changed)."""
-    data = {"code": exc.code, **({"details": exc.details} if exc.details else {})}
-    if exc.kind == ErrorKind.NOT_FOUND:
-        return TaskNotFoundError(message=exc.message, data=data)
-    if exc.kind in (ErrorKind.INVALID,):
-        return InvalidParamsError(message=exc.message, data=data)
-    return InvalidRequestError(message=exc.message, data=data)
+    data = {"code": exc.code, "retryable": exc.retryable,
+            **({"details": exc.details} if exc.details else {})}
+    return ERROR_OF_KIND.get(exc.kind, InvalidRequestError)(message=exc.message, data=data)
 
 
 async def _db(fn: Callable[..., T], *args: Any) -> T:
@@ -168,18 +176,15 @@ def _view(task_id: int, history_length: int | None = None) -> Task:
     return a2a_task(TetherTask.objects.get(pk=task_id), history_length=history_length)
 
 
-def _updates(task_id: int) -> list[A2AEvent]:
-    """What a stream says when the task's status moved: the result (when it
-    succeeded), then the status."""
+def _moved(task_id: int) -> tuple[TaskStatusUpdateEvent, TaskArtifactUpdateEvent | None]:
+    """What a stream says when the task's status moved: the status, and the
+    result when it succeeded (sent first)."""
     task = TetherTask.objects.get(pk=task_id)
-    out: list[A2AEvent] = []
+    ref = str(task.pk)  # the task's id, and its context's
     artifact = result_artifact_of(task)
-    if artifact is not None:
-        out.append(TaskArtifactUpdateEvent(task_id=str(task.pk), context_id=str(task.pk),
-                                           artifact=artifact, last_chunk=True))
-    out.append(TaskStatusUpdateEvent(task_id=str(task.pk), context_id=str(task.pk),
-                                     status=status_of(task)))
-    return out
+    return (TaskStatusUpdateEvent(task_id=ref, context_id=ref, status=status_of(task)),
+            None if artifact is None else TaskArtifactUpdateEvent(
+                task_id=ref, context_id=ref, artifact=artifact, last_chunk=True))
 
 
 async def follow(task_id: int, *, after: int, first: Task,
@@ -196,14 +201,13 @@ async def follow(task_id: int, *, after: int, first: Task,
         moved_to = (event.payload or {}).get("to")
         if not moved_to or a2a_state(moved_to) == shown:
             continue
-        updates = await _db(_updates, task_id)
-        status = updates[-1]
-        assert isinstance(status, TaskStatusUpdateEvent)
+        status, result = await _db(_moved, task_id)  # as it is now: it may have moved on
         if status.status.state == shown:
             continue
         shown = status.status.state
-        for update in updates:
-            yield update
+        if result is not None:
+            yield result
+        yield status
         if shown in FINAL_STATES:
             return
 
@@ -241,7 +245,12 @@ def _canceled(door: Door, task_id: str) -> Task:
     require_own_task(door.access, "task.cancel", requester_id=task.requester_id)
     if task.status in TERMINAL:
         raise TaskNotCancelableError(message=f"the task is {task.status}")
-    task_cancel(task_id=task.pk, actor=door.access.actor, reason="canceled over A2A")
+    try:
+        task_cancel(task_id=task.pk, actor=door.access.actor, reason="canceled over A2A")
+    except DomainError as exc:
+        if exc.kind != ErrorKind.CONFLICT:
+            raise
+        raise TaskNotCancelableError(message=exc.message) from None  # it ended meanwhile
     return _view(task.pk)
 
 
@@ -258,10 +267,7 @@ class TetherRequestHandler(RequestHandler):
 
     async def on_cancel_task(self, params: CancelTaskRequest,
                              context: ServerCallContext) -> Task:
-        try:
-            return await _db(_canceled, _door(context), params.id)
-        except InvalidRequestError as exc:  # the task ended meanwhile (a conflict)
-            raise TaskNotCancelableError(message=exc.message) from None
+        return await _db(_canceled, _door(context), params.id)
 
     async def on_message_send(self, params: SendMessageRequest,
                               context: ServerCallContext) -> Task:
