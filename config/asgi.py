@@ -1,4 +1,5 @@
-"""ASGI entry point: HTTP through Django, WebSockets through Channels.
+"""ASGI entry point: HTTP through Django (A2A's `/a2a/` through `a2a_app`),
+WebSockets through Channels.
 
 Request bodies are limited before Django reads them (`config.body_limit`).
 WebSockets are authenticated by the session and accepted from the site's own
@@ -31,14 +32,25 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.urls import path  # noqa: E402
 
+from a2a_app.app import application as a2a_application  # noqa: E402
 from config.body_limit import BodyLimit  # noqa: E402
 from config.ws_origin import SameOriginValidator  # noqa: E402
 from tasks_app.live.consumers import LiveConsumer  # noqa: E402
 from tasks_app.runner.embedded import embedded_runner  # noqa: E402
 
+A2A_PREFIX = "/a2a/"
+
+
+async def http_application(scope, receive, send):  # type: ignore[no-untyped-def]
+    """The A2A server (`a2a_app`, the SDK's Starlette) under /a2a/; Django for the rest."""
+    if scope["path"].startswith(A2A_PREFIX):
+        return await a2a_application(scope, receive, send)
+    return await django_asgi(scope, receive, send)
+
+
 router = ProtocolTypeRouter(
     {
-        "http": BodyLimit(django_asgi),
+        "http": BodyLimit(http_application),
         "websocket": SameOriginValidator(
             AuthMiddlewareStack(URLRouter([path("ws/live/", LiveConsumer.as_asgi())]))
         ),

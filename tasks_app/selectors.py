@@ -91,6 +91,13 @@ def agent_of_tenant(tenant_id: int, name: str) -> AgentProfile | None:
     return agents_of_tenant(tenant_id).filter(name=name).first()
 
 
+def published_agent_at(tenant_name: str, name: str) -> AgentProfile | None:
+    """The agent `name` of the tenant `tenant_name`, if an admin published it
+    (what the open protocols, A2A and MCP, may show; the others are unknown there)."""
+    return (AgentProfile.objects.select_related("tenant")
+            .filter(tenant__name=tenant_name, name=name, published=True).first())
+
+
 def agent_versions_of(agent_id: int) -> QuerySet[AgentVersion]:
     return AgentVersion.objects.filter(agent_id=agent_id).order_by("-number")
 

@@ -21,6 +21,18 @@ def workflow_named(tenant_id: int, name: str) -> Workflow | None:
     return Workflow.objects.filter(tenant_id=tenant_id, name=name).first()
 
 
+def published_workflow_at(tenant_name: str, name: str) -> Workflow | None:
+    """The workflow `name` of the tenant `tenant_name`, if an admin published it
+    (what the open protocols, A2A and MCP, may show)."""
+    return (Workflow.objects.select_related("tenant")
+            .filter(tenant__name=tenant_name, name=name, published=True).first())
+
+
+def current_version_of(workflow: Workflow) -> WorkflowVersion | None:
+    return WorkflowVersion.objects.filter(workflow=workflow,
+                                          number=workflow.current_version).first()
+
+
 def versions_of(workflow: Workflow) -> QuerySet[WorkflowVersion]:
     return WorkflowVersion.objects.filter(workflow=workflow).order_by("-number")
 

@@ -8,7 +8,6 @@ import json
 import re
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,28 +16,17 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Task
-from tests.console.server import DaphneServer, daphne_servers
 from tests.factories import submit
 from tests.fakes.fixtures import openai_agent, openai_server  # noqa: F401 - a fixture
 from tests.fakes.openai_server import error, reply
 from tests.helpers import wait_for
-from tests.processes import database_url, free_port_run
+from tests.processes import free_port_run
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
 TOKEN = "scrape-me-7f3a"
 DAPHNE_ACCESS_LINE = re.compile(r'^[\d.:]+ - - \[[^\]]+\] "')
 
-
-@pytest.fixture
-def web(tmp_path: Path, settings: Any) -> Iterator[Callable[..., DaphneServer]]:
-    """Daphne on the test database, serving `/metrics` (nothing runs in it)."""
-    from django.db import connection
-
-    base = {"DATABASE_URL": database_url(connection.settings_dict),
-            "CHANNEL_LAYER_URL": settings.CHANNEL_LAYER_URL}
-    with daphne_servers(tmp_path, base) as start:
-        yield start
 
 
 def _get(url: str, token: str | None = None) -> tuple[int, str]:

@@ -6,7 +6,7 @@ exported over OTLP/HTTP to a receiver at the edge of the process (the
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,6 @@ from config.tracing import root_span_id
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Role, Task
 from tasks_app.services.accounts import api_key_create
-from tests.console.server import DaphneServer, daphne_servers
 from tests.factories import make_user
 from tests.fakes.fixtures import openai_agent, openai_server  # noqa: F401 - a fixture
 from tests.fakes.http_tool_server import FakeToolServer, Reply
@@ -25,7 +24,6 @@ from tests.fakes.openai_server import reply
 from tests.fakes.otlp_receiver import OtlpReceiver, ReceivedSpan
 from tests.fakes.runtime import add_tool
 from tests.helpers import wait_for
-from tests.processes import database_url
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -50,15 +48,6 @@ def tool_service() -> Iterator[FakeToolServer]:
     finally:
         server.close()
 
-
-@pytest.fixture
-def web(tmp_path: Path, settings: Any) -> Iterator[Callable[..., DaphneServer]]:
-    from django.db import connection
-
-    base = {"DATABASE_URL": database_url(connection.settings_dict),
-            "CHANNEL_LAYER_URL": settings.CHANNEL_LAYER_URL}
-    with daphne_servers(tmp_path, base) as start:
-        yield start
 
 
 def _traced(receiver: OtlpReceiver) -> dict[str, str]:
