@@ -1,0 +1,211 @@
+"""Tether as an MCP server, driven by the `mcp` SDK's own client against a
+live server (daphne, as in production and `scripts/start`) whose tasks a real
+Celery worker runs.
+
+The client is the SDK's: `streamable_http_client` + `ClientSession` (the
+initialize handshake, MCP 2025-11-25), and `mcp.Client` in its default `auto`
+mode, which speaks 2026-07-28 to a server that answers `server/discover` and
+fulfils an elicitation (`InputRequiredResult`) through its callback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx2
+import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from approvals_app.models import Approval, RequesterScope
+from tasks_app.machine import TaskStatus
+from tasks_app.models import AgentProfile, Role, Task
+from tasks_app.services.accounts import api_key_create
+from tasks_app.services.demo import demo_agent_ensure
+from tests.console.server import DaphneServer, daphne_servers
+from tests.factories import TenantFactory, submit
+from tests.helpers import wait_for
+from tests.processes import CeleryWorkers, database_url
+
+pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
+
+REFUND = [{"tool": "issue_refund", "args": {"order_id": "A-1", "amount_cents": 500,
+                                             "reason": "damaged"}},
+          {"final": {"refunded_cents": 500}}]
+
+
+@pytest.fixture
+def live(world: Any, celery_workers: CeleryWorkers, tmp_path: Path, settings: Any
+         ) -> Iterator[DaphneServer]:
+    """daphne on the test database, submitting through the broker to a real worker."""
+    from django.db import connection
+
+    celery_workers.start()
+    base = {"DATABASE_URL": database_url(connection.settings_dict),
+            "CHANNEL_LAYER_URL": settings.CHANNEL_LAYER_URL, "TETHER_RUNNER": "celery",
+            "CELERY_BROKER_URL": celery_workers.broker_url,
+            "CELERY_QUEUE": celery_workers.queue}
+    with daphne_servers(tmp_path, base) as start:
+        yield start()
+
+
+@pytest.fixture
+def published(world: Any) -> dict[str, Any]:
+    """`support` published; `quiet` not; another tenant with a published agent and a task."""
+    AgentProfile.objects.filter(tenant=world.tenant, name="support").update(published=True)
+    demo_agent_ensure(world.tenant, name="quiet")
+    demo_agent_ensure(world.tenant, name="triage")
+    AgentProfile.objects.filter(tenant=world.tenant, name="triage").update(published=True)
+    other = TenantFactory(name="t-other")
+    demo_agent_ensure(other, name="theirs")
+    AgentProfile.objects.filter(tenant=other, name="theirs").update(published=True)
+    theirs = submit(other, [{"final": {"secret": "theirs"}}], agent="theirs")
+    return {"other_task": theirs,
+            "key": api_key_create(user=world.users[Role.REQUESTER])}
+
+
+@asynccontextmanager
+async def mcp_session(server: DaphneServer, key: str, **options: Any
+                      ) -> AsyncIterator[ClientSession]:
+    headers = {"Authorization": f"Bearer {key}"}
+    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=180)) as http, \
+            streamable_http_client(f"{server.url}/mcp", http_client=http) as (read, write, *_), \
+            ClientSession(read, write, **options) as session:
+        await session.initialize()
+        yield session
+
+
+async def refusal(call: Any) -> MCPError:
+    """The protocol error a call is answered with."""
+    try:
+        result = await call
+    except MCPError as exc:
+        return exc
+    raise AssertionError(f"the call was answered: {result}")
+
+
+def run(server: DaphneServer, key: str, use: Callable[[ClientSession], Any]) -> Any:
+    async def main() -> Any:
+        async with mcp_session(server, key) as session:
+            return await use(session)
+    return asyncio.run(main())
+
+
+def test_tools_are_the_published_agents_of_the_callers_tenant_within_its_scope(
+        world, published, live):
+    names = run(live, published["key"], lambda s: s.list_tools())
+    assert sorted(t.name for t in names.tools) == ["get_task", "run_support", "run_triage"]
+    support = next(t for t in names.tools if t.name == "run_support")
+    assert support.input_schema["required"] == ["goal", "script"]  # a scripted agent
+    assert support.description.startswith("Customer support")
+
+    # A scope naming one agent narrows what the key lists (and may call).
+    RequesterScope.objects.create(tenant=world.tenant, user=world.users[Role.REQUESTER],
+                                  agents=["triage"])
+    scoped = run(live, published["key"], lambda s: s.list_tools())
+    assert sorted(t.name for t in scoped.tools) == ["get_task", "run_triage"]
+    refused = run(live, published["key"], lambda s: refusal(s.call_tool(
+        "run_support", {"goal": "hi", "script": [{"final": {}}]})))
+    assert refused.message == "Unknown tool: run_support"
+    assert not Task.objects.filter(tenant=world.tenant).exists()
+
+    # A reviewer may not submit: it lists no run tool, only get_task.
+    reviewer = api_key_create(user=world.users[Role.REVIEWER])
+    assert [t.name for t in run(live, reviewer, lambda s: s.list_tools()).tools] == ["get_task"]
+
+
+def test_a_call_that_finishes_returns_the_tasks_result(world, published, live):
+    arguments = {"goal": "Where is A-1?", "idempotency_key": "mcp-finish-1",
+                 "script": [{"tool": "lookup_order", "args": {"order_id": "A-1"}},
+                            {"final": {"answer": "delivered"}}]}
+    result = run(live, published["key"], lambda s: s.call_tool("run_support", arguments))
+
+    assert not result.is_error, result
+    done = result.structured_content
+    assert done["status"] == TaskStatus.SUCCEEDED and done["result"] == {"answer": "delivered"}
+    task = Task.objects.get(pk=done["task_id"])
+    assert task.tenant_id == world.tenant.pk
+    assert task.requester_id == world.users[Role.REQUESTER].pk
+    assert json.loads(result.content[0].text) == done
+    # The same idempotency key and arguments: the same task, not a second one.
+    again = run(live, published["key"], lambda s: s.call_tool("run_support", arguments))
+    assert again.structured_content["task_id"] == task.pk
+    assert Task.objects.filter(tenant=world.tenant).count() == 1
+
+
+def test_arguments_outside_the_schema_are_refused_with_field_errors(world, published, live):
+    result = run(live, published["key"], lambda s: s.call_tool(
+        "run_support", {"goal": "", "script": [{"final": {}}], "colour": "red"}))
+    assert result.is_error
+    error = result.structured_content["error"]
+    assert error["code"] == "invalid" and error["details"]["arguments"]
+    assert not Task.objects.filter(tenant=world.tenant).exists()
+
+
+def test_a_call_that_needs_an_approval_returns_a_handle_polled_until_a_reviewer_approves(
+        world, published, live):
+    first = run(live, published["key"], lambda s: s.call_tool(
+        "run_support", {"goal": "Refund A-1", "script": REFUND, "wait_s": 30}))
+    handle = first.structured_content
+    assert not first.is_error
+    assert handle["status"] == TaskStatus.WAITING_FOR_APPROVAL
+    approval = Approval.objects.get(task_id=handle["task_id"])
+    assert handle["waiting_for"] == {"kind": "approval", "id": approval.pk,
+                                     "tool": "issue_refund"}
+
+    polled = run(live, published["key"], lambda s: s.call_tool(
+        "get_task", {"task_id": handle["task_id"]}))
+    assert polled.structured_content["status"] == TaskStatus.WAITING_FOR_APPROVAL
+
+    # A reviewer approves through the REST API, as usual.
+    reviewer = api_key_create(user=world.users[Role.REVIEWER])
+    decided = httpx.post(f"{live.url}/api/v1/approvals/{approval.pk}/approve",
+                         json={"comment": "fine"}, headers={"Authorization": f"Token {reviewer}"},
+                         timeout=30)
+    assert decided.status_code == 200, decided.text
+
+    def ended() -> dict[str, Any] | None:
+        view = run(live, published["key"], lambda s: s.call_tool(
+            "get_task", {"task_id": handle["task_id"], "wait_s": 5})).structured_content
+        return view if view["status"] == TaskStatus.SUCCEEDED else None
+
+    done = wait_for(ended, timeout=60, interval=0.2, message="the task to succeed")
+    assert done["result"] == {"refunded_cents": 500}
+
+
+def test_a_wrong_key_is_refused(world, published, live):
+    for headers in ({"Authorization": "Bearer tth_not-a-key"}, {}):
+        answer = httpx.post(f"{live.url}/mcp", headers={**headers, "Accept":
+                            "application/json, text/event-stream"},
+                            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, timeout=30)
+        assert answer.status_code == 401
+        assert answer.json()["error"]["code"] == "not_authenticated"
+        assert answer.headers["WWW-Authenticate"].startswith("Bearer")
+    with pytest.raises(BaseException):  # noqa: B017, PT011 - the SDK's own wrapping of the 401
+        run(live, "tth_not-a-key", lambda s: s.list_tools())
+
+
+def test_tasks_are_resources_of_the_callers_tenant_only(world, published, live):
+    mine = submit(world.tenant, [{"final": {"ok": True}}], requester=world.users[Role.REQUESTER])
+
+    async def read(session: ClientSession) -> Any:
+        listed = await session.list_resources()
+        templates = await session.list_resource_templates()
+        own = await session.read_resource(f"tether://tasks/{mine.pk}")
+        other = f"tether://tasks/{published['other_task'].pk}"
+        return listed, templates, own, await refusal(session.read_resource(other))
+
+    listed, templates, own, refused = run(live, published["key"], read)
+    assert [r.uri for r in listed.resources] == [f"tether://tasks/{mine.pk}"]
+    assert templates.resource_templates[0].uri_template == "tether://tasks/{task_id}"
+    view = json.loads(own.contents[0].text)
+    assert view["task_id"] == mine.pk and view["goal"] == mine.goal
+    assert refused.message == "Resource not found"
+    assert "theirs" not in str(refused.error)
