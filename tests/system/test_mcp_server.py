@@ -19,8 +19,10 @@ from typing import Any
 
 import httpx
 import httpx2
+import mcp_types as types
 import pytest
 from mcp import ClientSession
+from mcp.client.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
@@ -71,11 +73,18 @@ def published(world: Any) -> dict[str, Any]:
             "key": api_key_create(user=world.users[Role.REQUESTER])}
 
 
+def authorized(key: str) -> httpx2.AsyncClient:
+    """The HTTP client the SDK's transport uses, sending the API key (a long read:
+    a call may wait for its task)."""
+    return httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"},
+                              timeout=httpx2.Timeout(30, read=180))
+
+
 @asynccontextmanager
 async def mcp_session(server: DaphneServer, key: str, **options: Any
                       ) -> AsyncIterator[ClientSession]:
-    headers = {"Authorization": f"Bearer {key}"}
-    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=180)) as http, \
+    """The SDK's transport and session, with the initialize handshake (2025-11-25)."""
+    async with authorized(key) as http, \
             streamable_http_client(f"{server.url}/mcp", http_client=http) as (read, write, *_), \
             ClientSession(read, write, **options) as session:
         await session.initialize()
@@ -209,3 +218,42 @@ def test_tasks_are_resources_of_the_callers_tenant_only(world, published, live):
     assert view["task_id"] == mine.pk and view["goal"] == mine.goal
     assert refused.message == "Resource not found"
     assert "theirs" not in str(refused.error)
+
+
+ASKING = [{"ask": "How much should be refunded for A-1 (in cents)?"},
+          {"final": {"acknowledged": True}}]
+
+
+def test_a_question_from_the_run_is_an_elicitation_the_client_answers(world, published, live):
+    asked: list[types.ElicitRequestParams] = []
+
+    async def answer(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params)
+        return types.ElicitResult(action="accept", content={"answer": "700"})
+
+    async def main() -> tuple[str, types.CallToolResult]:
+        async with authorized(published["key"]) as http:
+            transport = streamable_http_client(f"{live.url}/mcp", http_client=http)
+            async with Client(transport, elicitation_callback=answer) as client:
+                result = await client.call_tool("run_support", {
+                    "goal": "Refund part of A-1", "script": ASKING, "wait_s": 60})
+                return client.protocol_version, result
+
+    version, result = asyncio.run(main())
+    assert version == "2026-07-28"  # the SDK client negotiated the per-request protocol
+    assert [p.message for p in asked] == ["How much should be refunded for A-1 (in cents)?"]
+    done = result.structured_content
+    assert done["status"] == TaskStatus.SUCCEEDED, done
+    assert done["result"] == {"acknowledged": True}
+    question = Task.objects.get(pk=done["task_id"]).questions.get()
+    assert (question.answer, question.channel) == ("700", "api")
+    assert question.answered_by_id == world.users[Role.REQUESTER].pk
+
+
+def test_without_elicitation_a_question_waits_for_a_person(world, published, live):
+    first = run(live, published["key"], lambda s: s.call_tool(
+        "run_support", {"goal": "Refund part of A-1", "script": ASKING, "wait_s": 30}))
+    handle = first.structured_content
+    assert handle["status"] == TaskStatus.WAITING_FOR_INPUT
+    assert handle["waiting_for"]["kind"] == "question"
+    assert handle["waiting_for"]["question"] == ASKING[0]["ask"]
