@@ -27,6 +27,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from approvals_app.models import Approval, RequesterScope
+from tasks_app.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import AgentProfile, Role, Task
 from tasks_app.services.accounts import api_key_create
@@ -35,9 +36,16 @@ from tests.console.server import DaphneServer, daphne_servers
 from tests.factories import TenantFactory, submit
 from tests.helpers import wait_for
 from tests.processes import CeleryWorkers, database_url
+from workflows_app.services.workflows import workflow_create
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
+LOOKUP_FLOW = {
+    "inputs": {"type": "object", "required": ["order_id"],
+               "properties": {"order_id": {"type": "string"}}},
+    "nodes": [{"id": "lookup", "tool": "lookup_order", "args": {"order_id": "${inputs.order_id}"}}],
+    "output": {"order": "${inputs.order_id}"},
+}
 REFUND = [{"tool": "issue_refund", "args": {"order_id": "A-1", "amount_cents": 500,
                                              "reason": "damaged"}},
           {"final": {"refunded_cents": 500}}]
@@ -60,11 +68,15 @@ def live(world: Any, celery_workers: CeleryWorkers, tmp_path: Path, settings: An
 
 @pytest.fixture
 def published(world: Any) -> dict[str, Any]:
-    """`support` published; `quiet` not; another tenant with a published agent and a task."""
+    """`support`, `triage` and the workflow `lookup-flow` published, `quiet` and
+    `hidden-flow` not; another tenant with a published agent and a task."""
     AgentProfile.objects.filter(tenant=world.tenant, name="support").update(published=True)
     demo_agent_ensure(world.tenant, name="quiet")
     demo_agent_ensure(world.tenant, name="triage")
     AgentProfile.objects.filter(tenant=world.tenant, name="triage").update(published=True)
+    for name, published in (("lookup-flow", True), ("hidden-flow", False)):
+        workflow_create(tenant_id=world.tenant.pk, name=name, definition=LOOKUP_FLOW,
+                        description="Look an order up.", published=published, actor=SYSTEM)
     other = TenantFactory(name="t-other")
     demo_agent_ensure(other, name="theirs")
     AgentProfile.objects.filter(tenant=other, name="theirs").update(published=True)
@@ -110,12 +122,17 @@ def run(server: DaphneServer, key: str, use: Callable[[ClientSession], Any]) -> 
 def test_tools_are_the_published_agents_of_the_callers_tenant_within_its_scope(
         world, published, live):
     names = run(live, published["key"], lambda s: s.list_tools())
-    assert sorted(t.name for t in names.tools) == ["get_task", "run_support", "run_triage"]
+    assert sorted(t.name for t in names.tools) == [
+        "get_task", "run_support", "run_triage", "run_workflow.lookup-flow"]
     support = next(t for t in names.tools if t.name == "run_support")
     assert support.input_schema["required"] == ["goal", "script"]  # a scripted agent
     assert support.description.startswith("Customer support")
 
-    # A scope naming one agent narrows what the key lists (and may call).
+    flow = next(t for t in names.tools if t.name == "run_workflow.lookup-flow")
+    assert flow.input_schema["properties"]["input"] == LOOKUP_FLOW["inputs"]
+
+    # A scope naming one agent narrows what the key lists (and may call); a
+    # scope names agents, so a scoped key sees no workflow.
     RequesterScope.objects.create(tenant=world.tenant, user=world.users[Role.REQUESTER],
                                   agents=["triage"])
     scoped = run(live, published["key"], lambda s: s.list_tools())
@@ -156,6 +173,20 @@ def test_arguments_outside_the_schema_are_refused_with_field_errors(world, publi
     error = result.structured_content["error"]
     assert error["code"] == "invalid" and error["details"]["arguments"]
     assert not Task.objects.filter(tenant=world.tenant).exists()
+
+
+def test_a_published_workflow_runs_with_its_inputs(world, published, live):
+    async def calls(session: ClientSession) -> tuple[Any, Any]:
+        bad = await session.call_tool("run_workflow.lookup-flow", {"input": {}})
+        good = await session.call_tool("run_workflow.lookup-flow", {"input": {"order_id": "A-2"}})
+        return bad, good
+
+    bad, good = run(live, published["key"], calls)
+    assert bad.is_error and bad.structured_content["error"]["details"]["arguments"]
+    done = good.structured_content
+    assert (done["status"], done["workflow"], done["result"]) == (
+        TaskStatus.SUCCEEDED, "lookup-flow", {"order": "A-2"})
+    assert Task.objects.filter(tenant=world.tenant).count() == 1
 
 
 def test_a_call_that_needs_an_approval_returns_a_handle_polled_until_a_reviewer_approves(
