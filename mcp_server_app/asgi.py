@@ -22,6 +22,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
+from config.errors import RETRY_AFTER_S, database_unavailable
 from tasks_app.services.accounts import api_key_authenticated
 
 from .server import CALLER, caller_of_key, server
@@ -43,11 +44,12 @@ def _bearer(scope: dict[str, Any]) -> str | None:
     return None
 
 
-async def _refuse(send: Any) -> None:
-    body = json.dumps({"error": {"code": "not_authenticated", "details": {},
-                                 "message": "Send a Tether API key: Authorization: Bearer <key>."}})
-    await send({"type": "http.response.start", "status": 401, "headers": [
-        (b"content-type", b"application/json"), (b"www-authenticate", b'Bearer realm="tether"')]})
+async def _answer(send: Any, status: int, code: str, message: str,
+                  headers: list[tuple[bytes, bytes]]) -> None:
+    """An HTTP error in the API's error shape, before MCP begins."""
+    body = json.dumps({"error": {"code": code, "message": message, "details": {}}})
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), *headers]})
     await send({"type": "http.response.body", "body": body.encode()})
 
 
@@ -59,9 +61,19 @@ class McpEndpoint:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         raw = _bearer(scope)
-        caller = await _caller_of(raw) if raw else None
+        try:
+            caller = await _caller_of(raw) if raw else None
+        except Exception as exc:
+            busy = database_unavailable(exc)
+            if busy is None:
+                raise
+            await _answer(send, 503, busy.code, busy.message,
+                          [(b"retry-after", str(RETRY_AFTER_S).encode())])
+            return
         if caller is None:
-            await _refuse(send)
+            await _answer(send, 401, "not_authenticated",
+                          "Send a Tether API key: Authorization: Bearer <key>.",
+                          [(b"www-authenticate", b'Bearer realm="tether"')])
             return
         manager = await self._started()
         await manager.handle_request({**scope, CALLER: caller}, receive, send)

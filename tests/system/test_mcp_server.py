@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -35,7 +37,7 @@ from tasks_app.services.demo import demo_agent_ensure
 from tests.console.server import DaphneServer, daphne_servers
 from tests.factories import TenantFactory, submit
 from tests.helpers import wait_for
-from tests.processes import CeleryWorkers, database_url
+from tests.processes import CeleryWorkers, _base_env, _spawn, database_url, free_port, port_open
 from workflows_app.services.workflows import workflow_create
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
@@ -288,3 +290,47 @@ def test_without_elicitation_a_question_waits_for_a_person(world, published, liv
     assert handle["status"] == TaskStatus.WAITING_FOR_INPUT
     assert handle["waiting_for"]["kind"] == "question"
     assert handle["waiting_for"]["question"] == ASKING[0]["ask"]
+
+
+def test_under_uvicorn_with_its_lifespan_mcp_serves_and_shuts_down_cleanly(
+        world, published, tmp_path, settings):
+    """uvicorn sends lifespan events (daphne does not): /mcp still starts its
+    session manager on the first request, and a shutdown ends without an error."""
+    from django.db import connection
+
+    port = free_port()
+    env = _base_env()
+    env.update({"DJANGO_SETTINGS_MODULE": "tests.settings", "TETHER_RUNNER": "manual",
+                "DATABASE_URL": database_url(connection.settings_dict),
+                "CHANNEL_LAYER_URL": settings.CHANNEL_LAYER_URL})
+    proc = _spawn(f"uvicorn-{port}", [sys.executable, "-m", "uvicorn", "--host", "127.0.0.1",
+                                      "--port", str(port), "--lifespan", "on",
+                                      "config.asgi:application"], env=env, log_dir=tmp_path)
+    try:
+        wait_for(lambda: port_open("127.0.0.1", port) or not proc.alive(), timeout=60,
+                 message="uvicorn to listen")
+        server = DaphneServer(port=port, env=env, log_path=proc.log_path)  # (its URL only)
+        tools = run(server, published["key"], lambda s: s.list_tools())
+        assert "run_support" in {t.name for t in tools.tools}
+        proc.popen.send_signal(signal.SIGTERM)
+        # (uvicorn re-raises the signal once it has shut down)
+        assert proc.popen.wait(timeout=30) in (0, -signal.SIGTERM), proc.log_tail()
+    finally:
+        if proc.alive():
+            proc.kill()
+    log = proc.log_path.read_text()
+    assert "Application shutdown complete." in log
+    assert "Traceback" not in log and "destroyed but it is pending" not in log, log
+
+
+def test_with_its_database_down_mcp_answers_503(tmp_path, settings):
+    from django.db import connection
+
+    down = database_url({**connection.settings_dict, "PORT": str(free_port())})
+    with daphne_servers(tmp_path, {"CHANNEL_LAYER_URL": settings.CHANNEL_LAYER_URL}) as start:
+        server = start(DATABASE_URL=down, DB_POOL_MAX_SIZE="2", DB_POOL_TIMEOUT_S="0.5")
+        answer = httpx.post(f"{server.url}/mcp", headers={"Authorization": "Bearer tth_any"},
+                            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, timeout=30)
+    assert answer.status_code == 503, answer.text
+    assert answer.json()["error"]["code"] == "database_unavailable"
+    assert int(answer.headers["Retry-After"]) > 0
