@@ -12,8 +12,9 @@ speaks MCP 2026-07-28 and declared the elicitation capability: the call answers
 with an `InputRequiredResult` (SEP-2322) carrying the question and a signed
 `request_state` (task, question, caller); the client's retry brings the
 answer, which answers the task's question through the same service as the
-REST API, and the wait goes on. Otherwise (or if the user declines) the task
-waits for its question to be answered in the console or the API, as usual.
+REST API, and the wait goes on. Only the task's requester is asked. Otherwise
+(or if the user declines) the question waits for a person in the console or
+the API, as usual.
 """
 
 from __future__ import annotations
@@ -123,7 +124,8 @@ async def _settled(ctx: ServerRequestContext[Any, Any], caller: Caller, task_id:
                    ) -> types.CallToolResult | types.InputRequiredResult:
     view = await catalog.view_when_settled(caller, task_id, wait_s)
     waiting = view.get("waiting_for") or {}
-    if elicit and waiting.get("kind") == "question" and caller.may_answer and _elicits(ctx):
+    if (elicit and waiting.get("kind") == "question" and caller.may_answer and _elicits(ctx)
+            and (await task_seen(caller, task_id)).requester_id == caller.user_id):
         state = {"task": task_id, "question": waiting["id"], "tenant": caller.tenant_id,
                  "user": caller.user_id, "wait_s": wait_s}
         question = types.ElicitRequest(params=types.ElicitRequestFormParams(
