@@ -105,6 +105,15 @@ async def mcp_session(server: DaphneServer, key: str, **options: Any
         yield session
 
 
+@asynccontextmanager
+async def modern_client(server: DaphneServer, key: str, **options: Any) -> AsyncIterator[Client]:
+    """The SDK's `Client` in its default mode: 2026-07-28 against Tether."""
+    async with authorized(key) as http:
+        transport = streamable_http_client(f"{server.url}/mcp", http_client=http)
+        async with Client(transport, **options) as client:
+            yield client
+
+
 async def refusal(call: Any) -> MCPError:
     """The protocol error a call is answered with."""
     try:
@@ -241,16 +250,19 @@ def test_tasks_are_resources_of_the_callers_tenant_only(world, published, live):
         listed = await session.list_resources()
         templates = await session.list_resource_templates()
         own = await session.read_resource(f"tether://tasks/{mine.pk}")
-        other = f"tether://tasks/{published['other_task'].pk}"
-        return listed, templates, own, await refusal(session.read_resource(other))
+        other = published["other_task"].pk
+        polled = await session.call_tool("get_task", {"task_id": other})
+        refused = await refusal(session.read_resource(f"tether://tasks/{other}"))
+        return listed, templates, own, refused, polled
 
-    listed, templates, own, refused = run(live, published["key"], read)
+    listed, templates, own, refused, polled = run(live, published["key"], read)
     assert [r.uri for r in listed.resources] == [f"tether://tasks/{mine.pk}"]
     assert templates.resource_templates[0].uri_template == "tether://tasks/{task_id}"
     view = json.loads(own.contents[0].text)
     assert view["task_id"] == mine.pk and view["goal"] == mine.goal
     assert refused.message == "Resource not found"
     assert "theirs" not in str(refused.error)
+    assert polled.is_error and polled.structured_content["error"]["code"] == "not_found"
 
 
 ASKING = [{"ask": "How much should be refunded for A-1 (in cents)?"},
@@ -265,12 +277,10 @@ def test_a_question_from_the_run_is_an_elicitation_the_client_answers(world, pub
         return types.ElicitResult(action="accept", content={"answer": "700"})
 
     async def main() -> tuple[str, types.CallToolResult]:
-        async with authorized(published["key"]) as http:
-            transport = streamable_http_client(f"{live.url}/mcp", http_client=http)
-            async with Client(transport, elicitation_callback=answer) as client:
-                result = await client.call_tool("run_support", {
-                    "goal": "Refund part of A-1", "script": ASKING, "wait_s": 60})
-                return client.protocol_version, result
+        async with modern_client(live, published["key"], elicitation_callback=answer) as client:
+            result = await client.call_tool("run_support", {
+                "goal": "Refund part of A-1", "script": ASKING, "wait_s": 60})
+            return client.protocol_version, result
 
     version, result = asyncio.run(main())
     assert version == "2026-07-28"  # the SDK client negotiated the per-request protocol
@@ -281,6 +291,27 @@ def test_a_question_from_the_run_is_an_elicitation_the_client_answers(world, pub
     question = Task.objects.get(pk=done["task_id"]).questions.get()
     assert (question.answer, question.channel) == ("700", "api")
     assert question.answered_by_id == world.users[Role.REQUESTER].pk
+
+
+def test_a_declined_question_waits_for_a_person_and_a_forged_state_is_refused(
+        world, published, live):
+    async def decline(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return types.ElicitResult(action="decline")
+
+    async def main() -> tuple[types.CallToolResult, MCPError]:
+        async with modern_client(live, published["key"], elicitation_callback=decline) as client:
+            declined = await client.call_tool("run_support", {
+                "goal": "Refund part of A-1", "script": ASKING, "wait_s": 30})
+            forged = await refusal(client.session.call_tool(
+                "run_support", {}, request_state="forged", allow_input_required=True))
+            return declined, forged
+
+    declined, forged = asyncio.run(main())
+    handle = declined.structured_content
+    assert handle["status"] == TaskStatus.WAITING_FOR_INPUT
+    assert handle["waiting_for"]["kind"] == "question"
+    assert not Task.objects.get(pk=handle["task_id"]).questions.get().answer
+    assert forged.message == "request_state is not one this server gave"
 
 
 def test_without_elicitation_a_question_waits_for_a_person(world, published, live):
