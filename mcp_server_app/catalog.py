@@ -26,7 +26,7 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 
-from approvals_app.models import DecisionChannel, RequesterScope
+from approvals_app.models import DecisionChannel, Question, RequesterScope
 from approvals_app.selectors import open_request_of
 from config.errors import invalid, not_found
 from tasks_app.actors import Actor
@@ -60,6 +60,16 @@ CONTROL_PROPERTIES: dict[str, Any] = {
                        "after it, the call returns the task's handle; poll it with get_task.",
     },
 }
+# A question with no answer schema is asked as a form of one text field.
+TEXT_ANSWER: dict[str, Any] = {
+    "type": "object",
+    "properties": {"answer": {"type": "string", "title": "Your answer"}},
+    "required": ["answer"],
+}
+# What a form elicitation may hold (flat, primitive properties), per property.
+FORM_TYPES = frozenset({"string", "number", "integer", "boolean"})
+FORM_KEYWORDS = frozenset({"type", "title", "description", "enum", "default", "minimum",
+                           "maximum", "minLength", "maxLength", "format"})
 GET_TASK_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {"task_id": {"type": "integer", "minimum": 1},
@@ -217,6 +227,33 @@ def task_uri(task_id: int) -> str:
 
 def recent_tasks(caller: Caller) -> list[Task]:
     return list(tasks_of_tenant(caller.tenant_id).order_by("-id")[:RECENT_TASKS])
+
+
+def elicitation_form(caller: Caller, *, task_id: int, question_id: int
+                     ) -> tuple[dict[str, Any], bool] | None:
+    """How to ask the caller a question of its own task: the form's schema, and
+    whether the answer is that form's content as JSON (a question with an
+    answer schema: a workflow's form, an approval node) or its one text field.
+    None when the caller may not answer it, or its schema is more than a flat
+    form of primitive fields (which MCP's form elicitation cannot carry)."""
+    task = task_seen(caller, task_id)
+    if not caller.may_answer or task.requester_id != caller.user_id:
+        return None
+    decision = (Question.objects.filter(pk=question_id, task_id=task.pk)
+                .values_list("step__decision", flat=True).first()) or {}
+    schema = decision.get("answer_schema")
+    if not schema:
+        return TEXT_ANSWER, False
+    properties = schema.get("properties") if schema.get("type") == "object" else None
+    if not isinstance(properties, dict) or not properties or not all(
+            isinstance(p, dict) and p.get("type") in FORM_TYPES for p in properties.values()):
+        return None
+    form = {"type": "object", "properties": {
+        name: {k: v for k, v in prop.items() if k in FORM_KEYWORDS}
+        for name, prop in properties.items()}}
+    if schema.get("required"):
+        form["required"] = list(schema["required"])
+    return form, True
 
 
 def question_answer(caller: Caller, *, task_id: int, question_id: int, answer: str) -> bool:

@@ -9,12 +9,12 @@ set by the endpoint would not reach them.
 
 A question from the run goes to the client as an elicitation when the client
 speaks MCP 2026-07-28 and declared the elicitation capability: the call answers
-with an `InputRequiredResult` (SEP-2322) carrying the question and a signed
-`request_state` (task, question, caller); the client's retry brings the
-answer, which answers the task's question through the same service as the
-REST API, and the wait goes on. Only the task's requester is asked. Otherwise
-(or if the user declines) the question waits for a person in the console or
-the API, as usual.
+with an `InputRequiredResult` (SEP-2322) carrying the question as a form
+(`catalog.elicitation_form`) and a signed `request_state` (task, question,
+caller); the client's retry brings the answer, which answers the task's
+question through the same service as the REST API, and the wait goes on.
+Only the task's requester is asked. Otherwise (or if the user declines) the
+question waits for a person in the console or the API, as usual.
 """
 
 from __future__ import annotations
@@ -44,11 +44,6 @@ from .catalog import Caller
 CALLER = "tether.mcp_caller"
 GET_TASK = "get_task"
 ANSWER = "answer"  # the key of the one input request a question becomes
-ANSWER_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {"answer": {"type": "string", "title": "Your answer"}},
-    "required": ["answer"],
-}
 STATE_SALT = "tether.mcp.question"
 STATE_MAX_AGE_S = 24 * 3600
 TASK_URI = re.compile(r"\Atether://tasks/([0-9]{1,18})\Z")
@@ -58,6 +53,7 @@ run_tools = database_sync_to_async(catalog.run_tools)
 tool_of = database_sync_to_async(catalog.tool_of)
 run_start = database_sync_to_async(catalog.run_start)
 question_answer = database_sync_to_async(catalog.question_answer)
+elicitation_form = database_sync_to_async(catalog.elicitation_form)
 recent_tasks = database_sync_to_async(catalog.recent_tasks)
 task_seen = database_sync_to_async(catalog.task_seen)
 
@@ -124,12 +120,15 @@ async def _settled(ctx: ServerRequestContext[Any, Any], caller: Caller, task_id:
                    ) -> types.CallToolResult | types.InputRequiredResult:
     view = await catalog.view_when_settled(caller, task_id, wait_s)
     waiting = view.get("waiting_for") or {}
-    if (elicit and waiting.get("kind") == "question" and caller.may_answer and _elicits(ctx)
-            and (await task_seen(caller, task_id)).requester_id == caller.user_id):
+    form = None
+    if elicit and waiting.get("kind") == "question" and _elicits(ctx):
+        form = await elicitation_form(caller, task_id=task_id, question_id=waiting["id"])
+    if form is not None:
+        schema, as_json = form
         state = {"task": task_id, "question": waiting["id"], "tenant": caller.tenant_id,
-                 "user": caller.user_id, "wait_s": wait_s}
+                 "user": caller.user_id, "wait_s": wait_s, "json": as_json}
         question = types.ElicitRequest(params=types.ElicitRequestFormParams(
-            message=waiting["question"], requested_schema=ANSWER_SCHEMA))
+            message=waiting["question"], requested_schema=schema))
         return types.InputRequiredResult(input_requests={ANSWER: question},
                                          request_state=signing.dumps(state, salt=STATE_SALT))
     return types.CallToolResult(
@@ -158,7 +157,7 @@ async def _after_answer(ctx: ServerRequestContext[Any, Any], caller: Caller,
         raise MCPError(types.INVALID_PARAMS, "request_state is not one this server gave") from None
     if (state["tenant"], state["user"]) != (caller.tenant_id, caller.user_id):
         raise MCPError(types.INVALID_PARAMS, "request_state is not one this server gave")
-    answer = _accepted_answer((params.input_responses or {}).get(ANSWER))
+    answer = _accepted_answer((params.input_responses or {}).get(ANSWER), as_json=state["json"])
     if answer is not None:
         await question_answer(caller, task_id=state["task"], question_id=state["question"],
                               answer=answer)
@@ -167,9 +166,13 @@ async def _after_answer(ctx: ServerRequestContext[Any, Any], caller: Caller,
     return await _settled(ctx, caller, state["task"], 0.0, elicit=False)
 
 
-def _accepted_answer(reply: object) -> str | None:
+def _accepted_answer(reply: object, *, as_json: bool) -> str | None:
+    """The answer an accepted form carries: its content as JSON for a question
+    with an answer schema, else its one text field."""
     if not isinstance(reply, types.ElicitResult) or reply.action != "accept":
         return None
+    if as_json:
+        return json.dumps(reply.content or {})
     answer = (reply.content or {}).get("answer")
     return answer if isinstance(answer, str) and answer else None
 

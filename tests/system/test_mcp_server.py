@@ -293,6 +293,31 @@ def test_a_question_from_the_run_is_an_elicitation_the_client_answers(world, pub
     assert question.answered_by_id == world.users[Role.REQUESTER].pk
 
 
+def test_a_workflows_approval_node_is_a_form_elicitation(world, published, live):
+    workflow_create(tenant_id=world.tenant.pk, name="confirm-flow", published=True, actor=SYSTEM,
+                    definition={"nodes": [{"id": "confirm",
+                                           "human": {"approval": "Refund ${inputs.order_id}?"}}],
+                                "inputs": LOOKUP_FLOW["inputs"],
+                                "output": {"approved": "${nodes.confirm.approved}"}})
+    forms: list[dict[str, Any]] = []
+
+    async def approve(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        forms.append(params.requested_schema)
+        return types.ElicitResult(action="accept", content={"approved": True})
+
+    async def main() -> types.CallToolResult:
+        async with modern_client(live, published["key"], elicitation_callback=approve) as client:
+            return await client.call_tool("run_workflow.confirm-flow",
+                                          {"input": {"order_id": "A-1"}, "wait_s": 60})
+
+    done = asyncio.run(main()).structured_content
+    assert forms == [{"type": "object", "required": ["approved"], "properties": {
+        "approved": {"type": "boolean"}, "comment": {"type": "string"}}}]
+    assert (done["status"], done["result"]) == (TaskStatus.SUCCEEDED, {"approved": True}), done
+    question = Task.objects.get(pk=done["task_id"]).questions.get()
+    assert json.loads(question.answer) == {"approved": True}
+
+
 def test_a_declined_question_waits_for_a_person_and_a_forged_state_is_refused(
         world, published, live):
     async def decline(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
