@@ -4,12 +4,12 @@ A caller (`Caller`) is an API key's user, with what its role allows (the
 access layer decides that, `config.api_access`). It sees the tenant's
 *published* agents and workflows (an admin's choice, audited), as tools named
 `run_<agent>` and `run_workflow.<workflow>` (an agent's name is a slug, so it
-never holds a dot: the two never collide), and only when its role may submit
-tasks. Its scope (`approvals_app.models.RequesterScope`) narrows
-the agents to those it names; a scope names agents, not workflows, so a
-scoped caller sees no workflow. What is listed is what may be called: a call
-checks the same rules again (`tool_of`), and the task services check the
-scope once more.
+never holds a dot: the two never collide; both are names MCP allows, SEP-986),
+and only when its role may submit tasks. Its scope
+(`approvals_app.models.RequesterScope`) narrows the agents to those it
+names; a scope names agents, not workflows, so a scoped caller sees no
+workflow. What is listed is what may be called: a call checks the same rules
+again (`tool_of`), and the task services check the scope once more.
 
 A call starts a task through the submission services (`task_submit`,
 `submit_run`), with the caller's idempotency key if it gave one; the MCP
@@ -19,7 +19,6 @@ request id is no key (each client numbers its requests from 1).
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -45,8 +44,6 @@ DEFAULT_WAIT_S = 20.0
 MAX_WAIT_S = 120.0
 POLL_INTERVAL_S = 0.25
 RECENT_TASKS = 50
-# What an MCP tool name may hold (SEP-986): a workflow named otherwise is not listed.
-TOOL_NAME = re.compile(r"\A[A-Za-z0-9_.-]{1,128}\Z")
 IDEMPOTENCY_KEY = r"^[\x21-\x7e]{1,200}$"  # as the REST API's Idempotency-Key header
 
 CONTROL_PROPERTIES: dict[str, Any] = {
@@ -115,8 +112,7 @@ def run_tools(caller: Caller) -> list[RunTool]:
     if allowed is None:
         workflows = Workflow.objects.filter(tenant_id=caller.tenant_id, published=True,
                                             enabled=True).order_by("name")
-        tools += [_workflow_tool(w) for w in workflows
-                  if TOOL_NAME.fullmatch(WORKFLOW_PREFIX + w.name)]
+        tools += [_workflow_tool(w) for w in workflows]
     return tools
 
 
