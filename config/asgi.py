@@ -2,6 +2,9 @@
 WebSockets through Channels.
 
 Request bodies are limited before Django reads them (`config.body_limit`).
+MCP clients reach `/mcp` (`mcp_server_app.asgi`) before Django, still behind
+the body limit; its session manager starts on the first request (daphne sends
+no lifespan events) and stops on a lifespan shutdown where there is one.
 WebSockets are authenticated by the session and accepted from the site's own
 origin only, scheme and port included (`config.ws_origin`). In the
 embedded mode the in-process runner is handed the server's event loop when the
@@ -35,6 +38,8 @@ from django.urls import path  # noqa: E402
 from a2a_app.app import application as a2a_application  # noqa: E402
 from config.body_limit import BodyLimit  # noqa: E402
 from config.ws_origin import SameOriginValidator  # noqa: E402
+from mcp_server_app.asgi import PATHS as MCP_PATHS  # noqa: E402
+from mcp_server_app.asgi import endpoint as mcp_endpoint  # noqa: E402
 from tasks_app.live.consumers import LiveConsumer  # noqa: E402
 from tasks_app.runner.embedded import embedded_runner  # noqa: E402
 
@@ -42,9 +47,12 @@ A2A_PREFIX = "/a2a/"
 
 
 async def http_application(scope, receive, send):  # type: ignore[no-untyped-def]
-    """The A2A server (`a2a_app`, the SDK's Starlette) under /a2a/; Django for the rest."""
+    """The A2A server (`a2a_app`, the SDK's Starlette) under /a2a/, the MCP
+    endpoint at /mcp; Django for the rest."""
     if scope["path"].startswith(A2A_PREFIX):
         return await a2a_application(scope, receive, send)
+    if scope["path"] in MCP_PATHS:
+        return await mcp_endpoint(scope, receive, send)
     return await django_asgi(scope, receive, send)
 
 
@@ -87,6 +95,7 @@ async def application(scope, receive, send):  # type: ignore[no-untyped-def]
             if message["type"] == "lifespan.startup":
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                await mcp_endpoint.stop()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
     return await router(scope, receive, send)

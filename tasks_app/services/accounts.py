@@ -38,7 +38,7 @@ def hash_key(raw: str) -> str:
 def api_key_in_use(raw: str) -> ApiKey | None:
     """The live key `raw` is (with its user and the user's membership, in one
     read), its use noted; None for an unknown or revoked key or an inactive user.
-    Every door that takes API keys (the REST API, A2A) asks this."""
+    Every door that takes API keys (the REST API, A2A, MCP) asks this."""
     key = (
         ApiKey.objects.select_related("user", "user__membership")
         .filter(key_hash=hash_key(raw), revoked=False)
