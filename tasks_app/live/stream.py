@@ -1,0 +1,151 @@
+"""A task's stream: its recorded events after an id, then live ones and the
+tokens of the decision being made, until the task ends. One source for every
+front door that follows a task (the SSE endpoint, AG-UI, A2A, MCP, a CLI).
+
+Interface::
+
+    async for item in task_stream(task_id, after=last_event_id):
+        match item:
+            case Recorded(event):   # an event row, as `selectors.event_dict` gives it;
+                ...                 # event["id"] is the resume point
+            case Tokens(step_no, attempt, deltas):
+                ...                 # a preview of the decision of step `step_no`
+            case KeepAlive():       # nothing for `STREAM_KEEPALIVE_S` seconds
+                ...
+            case End(status, reason):   # the last item: the task ended ("terminal"),
+                ...                     # or nothing came for `STREAM_IDLE_S` ("idle")
+
+Guarantees, for a caller that resumes with the id of the last `Recorded` it
+handled: every event comes once, in id order, none skipped (events are read
+from the database; a live push only says "read again", and a read happens at
+least every `POLL_S` seconds, so a lost push costs latency, never an event).
+`Tokens` carry no id and are never replayed: once an event of their step has
+been given (the recorded decision, or what became of it), later tokens of
+that step are dropped, so a preview never follows what replaced it. Tokens of
+a new `attempt` (a retry, the fallback) start the step's preview afresh;
+`Tokens.deltas` are as `live.tokens` describes.
+
+The caller checks that the task is the requester's (tenant) before iterating;
+this module reads without asking. It holds a channel-layer subscription for
+as long as it is iterated: close it (``aclose``, or leave the ``async for``)
+when the client goes.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from django.conf import settings
+
+from ..machine import TERMINAL
+from ..models import Task
+from ..selectors import event_dict, events_after
+from .publish import TOKENS, task_group
+
+PAGE = 500
+POLL_S = 1.0  # the database is read at least this often while nothing is pushed
+
+
+@dataclass(frozen=True)
+class Recorded:
+    event: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Tokens:
+    task_id: int
+    step_no: int
+    attempt: int
+    deltas: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class KeepAlive:
+    pass
+
+
+@dataclass(frozen=True)
+class End:
+    status: str
+    reason: str  # "terminal" or "idle"
+
+
+StreamItem = Recorded | Tokens | KeepAlive | End
+
+
+async def task_stream(task_id: int, *, after: int = 0, idle_s: float | None = None,
+                      keepalive_s: float | None = None) -> AsyncIterator[StreamItem]:
+    """The items of task `task_id` after event id `after` (see the module's doc)."""
+    idle_s = settings.TETHER["STREAM_IDLE_S"] if idle_s is None else idle_s
+    keepalive_s = settings.TETHER["STREAM_KEEPALIVE_S"] if keepalive_s is None else keepalive_s
+    layer = get_channel_layer()
+    channel = ""
+    if layer is not None:
+        # Subscribed before the first read: nothing committed in between is missed.
+        channel = await layer.new_channel()
+        await layer.group_add(task_group(task_id), channel)
+    last_id, decided_step = after, 0
+    now = time.monotonic()
+    last_item = last_news = now
+    try:
+        while True:
+            status, events = await _status_and_events(task_id, last_id)
+            for event in events:
+                last_id = event["id"]
+                decided_step = max(decided_step, _step_of(event))
+                yield Recorded(event)
+            if events:
+                last_item = last_news = time.monotonic()
+            if len(events) == PAGE:
+                continue  # more to read before anything else
+            if status is None or status in TERMINAL:
+                yield End(status or "", "terminal")
+                return
+            # Wait for a push (or `POLL_S`), then read again.
+            while True:
+                now = time.monotonic()
+                if now - last_news >= idle_s:
+                    yield End(status, "idle")
+                    return
+                if now - last_item >= keepalive_s:
+                    last_item = now
+                    yield KeepAlive()
+                message = await _next_message(layer, channel, POLL_S)
+                if message is None or message.get("type") != TOKENS:
+                    break  # an event was pushed, or it is time to look anyway
+                if message["step_no"] > decided_step:
+                    last_item = last_news = time.monotonic()
+                    yield Tokens(task_id=task_id, step_no=message["step_no"],
+                                 attempt=message["attempt"], deltas=message["deltas"])
+    finally:
+        if layer is not None:
+            await layer.group_discard(task_group(task_id), channel)
+
+
+async def _next_message(layer: Any, channel: str, timeout_s: float) -> dict[str, Any] | None:
+    if layer is None:
+        await asyncio.sleep(timeout_s)  # no layer (a bare test process): poll the database
+        return None
+    try:
+        return await asyncio.wait_for(layer.receive(channel), timeout=timeout_s)
+    except TimeoutError:
+        return None
+
+
+def _step_of(event: dict[str, Any]) -> int:
+    step_no = (event.get("payload") or {}).get("step_no")
+    return step_no if isinstance(step_no, int) else 0
+
+
+@database_sync_to_async
+def _status_and_events(task_id: int, after: int) -> tuple[str | None, list[dict[str, Any]]]:
+    """The task's status, then its events after `after` (in that order: a
+    terminal status read first means its event is among those read after)."""
+    status = Task.objects.filter(pk=task_id).values_list("status", flat=True).first()
+    return status, [event_dict(e) for e in events_after(task_id=task_id, after_id=after,
+                                                         limit=PAGE)]
