@@ -46,6 +46,7 @@ from ..machine import TERMINAL
 from ..models import Task
 from ..selectors import event_dict, events_after
 from .publish import TOKENS, task_group
+from .tokens import step_of, superseded
 
 PAGE = 500
 POLL_S = 1.0  # the database is read at least this often while nothing is pushed
@@ -97,7 +98,7 @@ async def task_stream(task_id: int, *, after: int = 0, idle_s: float | None = No
             status, events = await _status_and_events(task_id, last_id)
             for event in events:
                 last_id = event["id"]
-                decided_step = max(decided_step, _step_of(event))
+                decided_step = max(decided_step, step_of(event))
                 yield Recorded(event)
             if events:
                 last_item = last_news = time.monotonic()
@@ -118,7 +119,7 @@ async def task_stream(task_id: int, *, after: int = 0, idle_s: float | None = No
                 message = await _next_message(layer, channel, POLL_S)
                 if message is None or message.get("type") != TOKENS:
                     break  # an event was pushed, or it is time to look anyway
-                if message["step_no"] > decided_step:
+                if not superseded(message, decided_step):
                     last_item = last_news = time.monotonic()
                     yield Tokens(task_id=task_id, step_no=message["step_no"],
                                  attempt=message["attempt"], deltas=message["deltas"])
@@ -135,11 +136,6 @@ async def _next_message(layer: Any, channel: str, timeout_s: float) -> dict[str,
         return await asyncio.wait_for(layer.receive(channel), timeout=timeout_s)
     except TimeoutError:
         return None
-
-
-def _step_of(event: dict[str, Any]) -> int:
-    step_no = (event.get("payload") or {}).get("step_no")
-    return step_no if isinstance(step_no, int) else 0
 
 
 @database_sync_to_async

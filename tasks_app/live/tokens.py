@@ -47,3 +47,16 @@ class LiveTokens:
         publisher.send([(self.group, {"type": TOKENS, "task_id": self.task_id,
                                       "step_no": self.step_no, "attempt": self.attempt,
                                       "deltas": [delta]})])
+
+
+def step_of(event: dict[str, Any]) -> int:
+    """The step an event is about (0: none)."""
+    step_no = (event.get("payload") or {}).get("step_no")
+    return step_no if isinstance(step_no, int) else 0
+
+
+def superseded(message: dict[str, Any], decided_step: int) -> bool:
+    """Whether a `tether.tokens` message comes after an event of its step was
+    given (`decided_step`: the latest step a reader saw an event of): the
+    recorded decision, or what became of it, replaces the preview."""
+    return message["step_no"] <= decided_step
