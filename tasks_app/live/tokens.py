@@ -1,10 +1,14 @@
 """A decision's tokens, published to its task's group while the model streams.
 
-`LiveTokens` is the runner's `gateway.TokenSink`: each piece the model sends
-is handed to the batching publisher (`publish.publisher`, a `deque.append`,
-no I/O on the model call's path), which sends everything queued within its
-window as one `tether.tokens` message per task (`publish.coalesce` joins the
-pieces). The message, as the WebSocket consumer and `live.stream` receive it::
+`LiveTokens` is the runner's `gateway.TokenSink`: the pieces the model sends
+are held for `STREAM_TOKEN_WINDOW_MS` (a timer on the I/O loop the call runs
+on), then handed, joined, to the batching publisher (`publish.publisher`, a
+`deque.append`: no I/O on the model call's path), which sends them as one
+`tether.tokens` message. A model sends a piece every few milliseconds; a
+send to the channel layer costs several Redis round trips, so a message per
+piece would cost the worker more than the decision itself (the bench's
+streaming workload, docs/performance). The message, as the WebSocket
+consumer and `live.stream` receive it::
 
     {"type": "tether.tokens", "task_id": 7, "step_no": 3, "attempt": 5,
      "deltas": [{"kind": "text", "text": "Looking the order up"},
@@ -19,9 +23,12 @@ is recorded its event replaces them, and a lost message costs only a preview.
 """
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
-from .publish import TOKENS, publisher, task_group
+from django.conf import settings
+
+from .publish import TOKENS, merged_deltas, publisher, task_group
 
 
 class LiveTokens:
@@ -30,23 +37,43 @@ class LiveTokens:
         self.step_no = step_no
         self.attempt = model_calls_so_far
         self.group = task_group(task_id)
+        self.window_s = settings.TETHER["STREAM_TOKEN_WINDOW_MS"] / 1000
+        self.pending: list[dict[str, Any]] = []
+        self.timer: asyncio.TimerHandle | None = None
 
     def call_started(self) -> None:
+        self.finished()  # what the previous attempt said goes out under its number
         self.attempt += 1
 
     def text(self, delta: str) -> None:
-        self._send({"kind": "text", "text": delta})
+        self._hold({"kind": "text", "text": delta})
 
     def tool_call(self, index: int, name: str, args_delta: str) -> None:
-        self._send({"kind": "tool_call", "index": index, "name": name, "args": args_delta})
+        self._hold({"kind": "tool_call", "index": index, "name": name, "args": args_delta})
 
     def finished(self) -> None:
-        return  # every piece is with the publisher already; its window sends them
+        if self.timer is not None:
+            self.timer.cancel()
+        self._flush()
 
-    def _send(self, delta: dict[str, Any]) -> None:
+    def _hold(self, delta: dict[str, Any]) -> None:
+        self.pending.append(delta)
+        if self.timer is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # no loop (never the runner's case): at once
+                self._flush()
+                return
+            self.timer = loop.call_later(self.window_s, self._flush)
+
+    def _flush(self) -> None:
+        self.timer = None
+        if not self.pending:
+            return
+        deltas, self.pending = merged_deltas(self.pending), []
         publisher.send([(self.group, {"type": TOKENS, "task_id": self.task_id,
                                       "step_no": self.step_no, "attempt": self.attempt,
-                                      "deltas": [delta]})])
+                                      "deltas": deltas})])
 
 
 def step_of(event: dict[str, Any]) -> int:
