@@ -157,7 +157,7 @@ def _step_of(task_id: int) -> Any:
     def step(step_no: int) -> dict[str, Any]:
         row = Step.objects.filter(task_id=task_id, step_no=step_no).values(
             "args", "output").first()
-        return row or {}
+        return dict(row) if row else {}
     return step
 
 

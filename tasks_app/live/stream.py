@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,7 +80,7 @@ StreamItem = Recorded | Tokens | KeepAlive | End
 
 
 async def task_stream(task_id: int, *, after: int = 0, idle_s: float | None = None,
-                      keepalive_s: float | None = None) -> AsyncIterator[StreamItem]:
+                      keepalive_s: float | None = None) -> AsyncGenerator[StreamItem, None]:
     """The items of task `task_id` after event id `after` (see the module's doc)."""
     idle_s = settings.TETHER["STREAM_IDLE_S"] if idle_s is None else idle_s
     keepalive_s = settings.TETHER["STREAM_KEEPALIVE_S"] if keepalive_s is None else keepalive_s
