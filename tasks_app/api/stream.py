@@ -15,7 +15,8 @@ Plain SSE (the default)::
     data: {"id": 41, "type": "decision_recorded", "payload": {...}, ...}
 
     event: tokens
-    data: {"step_no": 3, "attempt": 2, "deltas": [{"kind": "text", "text": "..."}]}
+    data: {"step_no": 3, "attempt": 2, "deltas": [{"kind": "text", "text": "..."}],
+           "last": false}
 
     : keep-alive
 
@@ -120,7 +121,8 @@ def sse_message(item: StreamItem) -> str:
     if isinstance(item, Recorded):
         return f"id: {item.event['id']}\ndata: {_json(item.event)}\n\n"
     if isinstance(item, Tokens):
-        tokens = {"step_no": item.step_no, "attempt": item.attempt, "deltas": item.deltas}
+        tokens = {"step_no": item.step_no, "attempt": item.attempt, "deltas": item.deltas,
+                  "last": item.last}
         return f"event: tokens\ndata: {_json(tokens)}\n\n"
     if isinstance(item, End):
         return f"event: end\ndata: {_json({'status': item.status, 'reason': item.reason})}\n\n"

@@ -199,6 +199,7 @@ def coalesce(batch: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[st
         if message["type"] == TOKENS:
             if last is not None and last["type"] == TOKENS and _same_attempt(last, message):
                 last["deltas"].extend(message["deltas"])
+                last["last"] = message.get("last", False)
             else:
                 runs.append({**message, "deltas": list(message["deltas"])})
         elif last is not None and last["type"] == "tether.event":

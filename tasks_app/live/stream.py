@@ -21,9 +21,13 @@ from the database; a live push only says "read again", and a read happens at
 least every `POLL_S` seconds, so a lost push costs latency, never an event).
 `Tokens` carry no id and are never replayed: once an event of their step has
 been given (the recorded decision, or what became of it), later tokens of
-that step are dropped, so a preview never follows what replaced it. Tokens of
-a new `attempt` (a retry, the fallback) start the step's preview afresh;
-`Tokens.deltas` are as `live.tokens` describes.
+that step are dropped, so a preview never follows what replaced it. A
+preview is complete when it can be: the decision commits moments after its
+last tokens are handed to the publisher, so when the database shows the
+decision of a step whose preview is open, the tokens still on their way are
+awaited (up to `GRACE_S`, until the one marked `last`) before the event is
+given. Tokens of a new `attempt` (a retry, the fallback) start the step's
+preview afresh; `Tokens.deltas` are as `live.tokens` describes.
 
 The caller checks that the task is the requester's (tenant) before iterating;
 this module reads without asking. It holds a channel-layer subscription for
@@ -50,6 +54,7 @@ from .tokens import step_of, superseded
 
 PAGE = 500
 POLL_S = 1.0  # the database is read at least this often while nothing is pushed
+GRACE_S = 0.5  # the longest wait for the rest of a preview whose decision is recorded
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,7 @@ class Tokens:
     step_no: int
     attempt: int
     deltas: list[dict[str, Any]]
+    last: bool = False  # the attempt's last tokens: its preview is complete
 
 
 @dataclass(frozen=True)
@@ -91,11 +97,16 @@ async def task_stream(task_id: int, *, after: int = 0, idle_s: float | None = No
         channel = await layer.new_channel()
         await layer.group_add(task_group(task_id), channel)
     last_id, decided_step = after, 0
+    preview = 0  # the step whose tokens were given, their last one not yet
     now = time.monotonic()
     last_item = last_news = now
     try:
         while True:
             status, events = await _status_and_events(task_id, last_id)
+            if preview and any(step_of(event) >= preview for event in events):
+                async for tokens in _rest_of_preview(layer, channel, preview):
+                    yield tokens
+                preview = 0
             for event in events:
                 last_id = event["id"]
                 decided_step = max(decided_step, step_of(event))
@@ -121,11 +132,34 @@ async def task_stream(task_id: int, *, after: int = 0, idle_s: float | None = No
                     break  # an event was pushed, or it is time to look anyway
                 if not superseded(message, decided_step):
                     last_item = last_news = time.monotonic()
-                    yield Tokens(task_id=task_id, step_no=message["step_no"],
-                                 attempt=message["attempt"], deltas=message["deltas"])
+                    tokens = _tokens(message)
+                    preview = 0 if tokens.last else tokens.step_no
+                    yield tokens
     finally:
         if layer is not None:
             await layer.group_discard(task_group(task_id), channel)
+
+
+async def _rest_of_preview(layer: Any, channel: str,
+                           step_no: int) -> AsyncGenerator[Tokens, None]:
+    """The tokens of step `step_no` still on their way, until its last (or
+    `GRACE_S`); other messages are dropped (the caller reads the database next)."""
+    deadline = time.monotonic() + GRACE_S
+    while (left := deadline - time.monotonic()) > 0:
+        message = await _next_message(layer, channel, left)
+        if message is None:
+            return
+        if message.get("type") == TOKENS and message["step_no"] == step_no:
+            tokens = _tokens(message)
+            yield tokens
+            if tokens.last:
+                return
+
+
+def _tokens(message: dict[str, Any]) -> Tokens:
+    return Tokens(task_id=message["task_id"], step_no=message["step_no"],
+                  attempt=message["attempt"], deltas=message["deltas"],
+                  last=bool(message.get("last")))
 
 
 async def _next_message(layer: Any, channel: str, timeout_s: float) -> dict[str, Any] | None:

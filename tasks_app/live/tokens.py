@@ -10,7 +10,7 @@ piece would cost the worker more than the decision itself (the bench's
 streaming workload, docs/performance). The message, as the WebSocket
 consumer and `live.stream` receive it::
 
-    {"type": "tether.tokens", "task_id": 7, "step_no": 3, "attempt": 5,
+    {"type": "tether.tokens", "task_id": 7, "step_no": 3, "attempt": 5, "last": false,
      "deltas": [{"kind": "text", "text": "Looking the order up"},
                 {"kind": "tool_call", "index": 0, "name": "lookup_order",
                  "args": "{\\"order_id\\": \\"A-"}]}
@@ -18,7 +18,8 @@ consumer and `live.stream` receive it::
 `step_no` is the step the decision will be recorded as (a reply's `index`-th
 tool call becomes step `step_no + index`); `attempt` the task's model call
 that produced the tokens (a retry or the fallback is a new attempt: a reader
-starts the step's preview afresh). Tokens are never stored: once the decision
+starts the step's preview afresh); `last`, the attempt's last message (sent
+when the reply is complete or the call failed). Tokens are never stored: once the decision
 is recorded its event replaces them, and a lost message costs only a preview.
 """
 from __future__ import annotations
@@ -40,6 +41,7 @@ class LiveTokens:
         self.window_s = settings.TETHER["STREAM_TOKEN_WINDOW_MS"] / 1000
         self.pending: list[dict[str, Any]] = []
         self.timer: asyncio.TimerHandle | None = None
+        self.sent = False  # anything of this attempt handed to the publisher
 
     def call_started(self) -> None:
         self.finished()  # what the previous attempt said goes out under its number
@@ -52,9 +54,13 @@ class LiveTokens:
         self._hold({"kind": "tool_call", "index": index, "name": name, "args": args_delta})
 
     def finished(self) -> None:
+        """The attempt's last tokens, marked `last` (readers then know its preview
+        is complete); nothing when it streamed nothing."""
         if self.timer is not None:
             self.timer.cancel()
-        self._flush()
+        if self.sent or self.pending:
+            self._flush(last=True)
+        self.sent = False
 
     def _hold(self, delta: dict[str, Any]) -> None:
         self.pending.append(delta)
@@ -66,14 +72,15 @@ class LiveTokens:
                 return
             self.timer = loop.call_later(self.window_s, self._flush)
 
-    def _flush(self) -> None:
+    def _flush(self, *, last: bool = False) -> None:
         self.timer = None
-        if not self.pending:
+        if not self.pending and not last:
             return
         deltas, self.pending = merged_deltas(self.pending), []
+        self.sent = True
         publisher.send([(self.group, {"type": TOKENS, "task_id": self.task_id,
                                       "step_no": self.step_no, "attempt": self.attempt,
-                                      "deltas": deltas})])
+                                      "deltas": deltas, "last": last})])
 
 
 def step_of(event: dict[str, Any]) -> int:

@@ -3,8 +3,11 @@ header), over a real socket; every message is read back with the
 `ag-ui-protocol` package's own event types."""
 from __future__ import annotations
 
+import threading
+
 import pytest
 from ag_ui.core import Event, EventType
+from django.db import connection
 from pydantic import TypeAdapter
 
 from tasks_app.machine import TaskStatus
@@ -87,25 +90,42 @@ def test_a_run_that_waits_for_an_approval_finishes_with_an_interrupt(world, asgi
 
 
 def test_a_streamed_decision_is_told_as_it_forms(world, openai_server, asgi_server, key):
-    openai_agent(world.tenant, openai_server, name="llm", model={"stream": True})
+    openai_agent(world.tenant, openai_server, name="llm", model={"stream": True, "timeout_s": 120})
     openai_server.push(
         reply("Checking.", tool_calls=[("lookup_order", {"order_id": "A-1"})]),
         reply('{"answer": "with Ada"}'))
+    hold = openai_server.hold(after=6)  # the role, the text, the call's name, a piece of it
     task = submit(world.tenant, None, agent="llm", goal="Where is order A-1?")
     stream = asgi_server.stream(f"/api/v1/tasks/{task.pk}/stream?protocol=ag-ui", key=key)
     stream.wait(lambda seen: len(seen) >= 3, message="the run to start")  # subscribed
-    assert drive(task.pk).status == TaskStatus.SUCCEEDED
+    runner = threading.Thread(target=_drive_and_close, args=(task.pk,), daemon=True)
+    runner.start()
+    assert hold.reached.wait(30)
+    stream.wait(lambda seen: any('"TOOL_CALL_ARGS"' in m.data for m in seen),
+                message="the call's arguments as they form")
+    assert not Step.objects.filter(task=task).exists()  # told before it is recorded
+    hold.release()
     events = _agui(stream)
+    runner.join(timeout=30)
 
     types = [e.type for e in events]
     assert types[0] == E.RUN_STARTED and types[-1] == E.RUN_FINISHED
     text = "".join(e.delta for e in events if e.type == E.TEXT_MESSAGE_CONTENT)
-    assert text.startswith("Checking.") and "with Ada" in text
+    assert text.startswith("Checking.")
     (start,) = [e for e in events if e.type == E.TOOL_CALL_START]
     args = "".join(e.delta for e in events if e.type == E.TOOL_CALL_ARGS)
+    # the rest of the arguments arrived after the release, before the recorded decision
     assert start.tool_call_name == "lookup_order" and args == '{"order_id": "A-1"}'
     ends = [e for e in events if e.type == E.TOOL_CALL_END]
     result = next(e for e in events if e.type == E.TOOL_CALL_RESULT)
     assert [e.tool_call_id for e in ends] == [start.tool_call_id] == [result.tool_call_id]
+    assert types.index(E.TOOL_CALL_ARGS) < types.index(E.TOOL_CALL_END)
     assert Step.objects.get(task=task, step_no=1).decision["args"] == {"order_id": "A-1"}
     assert events[-1].result == {"answer": "with Ada"}
+
+
+def _drive_and_close(task_id: int) -> None:
+    try:
+        drive(task_id)
+    finally:
+        connection.close()  # this thread's: the test database is dropped after
