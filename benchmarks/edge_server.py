@@ -9,7 +9,12 @@ benchmarks.edge_server --port N`, for the benchmark):
   first tool it is offered, `tool_calls` times (arguments ``{"i": k}``, k =
   the number of tool results in the conversation), then answers the final
   ``{"done": true, "calls": k}``; `usage` in every answer. With `parallel`
-  N, each of those replies asks for N calls at once (N results a reply);
+  N, each of those replies asks for N calls at once (N results a reply).
+  Asked with ``"stream": true``, the reply comes as OpenAI-compatible SSE
+  chunks (chunked transfer encoding), a sentence of reasoning first and the
+  calls' arguments in pieces of `STREAM_PIECE` characters: half the latency
+  before the first chunk, the chunks spread over the other half (a model
+  speaking at a few dozen tokens a second);
 - ``POST /tool/<name>``: after `tool_latency_s` (or ``?latency=S``), answers
   ``{"ok": true, "i": ..}`` (and ``"echo"``, the argument of that name, when
   given) and counts one effect per ``Idempotency-Key``;
@@ -32,6 +37,17 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+STREAM_PIECE = 4  # characters a chunk: about a token
+REASONING = "Calling the tool for the next item, as the plan says; then the one after."
+
+
+@dataclass
+class Streamed:
+    """A model reply to send as SSE chunks."""
+
+    chunks: list[dict[str, Any]]
+    spread_s: float
 
 
 @dataclass
@@ -140,6 +156,9 @@ class EdgeServer:
                 length = int(headers.get("content-length") or 0)
                 body = await reader.readexactly(length) if length else b""
                 status, answer = await self._route(method, target, headers, body)
+                if isinstance(answer, Streamed):
+                    await _stream(writer, answer)
+                    continue
                 data = json.dumps(answer).encode()
                 writer.write(f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n"
                              f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
@@ -151,12 +170,15 @@ class EdgeServer:
                 writer.close()
 
     async def _route(self, method: str, target: str, headers: dict[str, str],
-                     body: bytes) -> tuple[int, Any]:
+                     body: bytes) -> tuple[int, Any]:  # Any: JSON, or a `Streamed` reply
         url = urlsplit(target)
         query = parse_qs(url.query)
         path = url.path
         if path.endswith("/chat/completions") and method == "POST":
-            return 200, await self._model(json.loads(body or b"{}"))
+            request = json.loads(body or b"{}")
+            if request.get("stream") is True:
+                return 200, await self._model_streamed(request)
+            return 200, await self._model(request)
         if path.startswith("/tool/") and method == "POST":
             latency = float(query.get("latency", [self.tool_latency_s])[0])
             return 200, await self._tool(json.loads(body or b"{}"),
@@ -176,13 +198,14 @@ class EdgeServer:
             return 200, {}
         return 404, {"error": "not found"}
 
-    async def _model(self, request: dict[str, Any]) -> dict[str, Any]:
+    async def _model(self, request: dict[str, Any], *,
+                     latency_s: float | None = None) -> dict[str, Any]:
         stats = self.stats
         stats.model_calls += 1
         stats.model_in_flight += 1
         stats.model_peak = max(stats.model_peak, stats.model_in_flight)
         try:
-            await asyncio.sleep(self.model_latency_s)
+            await asyncio.sleep(self.model_latency_s if latency_s is None else latency_s)
             await self._gates["model"].wait()
         finally:
             stats.model_in_flight -= 1
@@ -203,6 +226,12 @@ class EdgeServer:
                 "choices": [{"index": 0, "message": message, "finish_reason": finish}],
                 "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}}
 
+    async def _model_streamed(self, request: dict[str, Any]) -> Streamed:
+        """`_model`'s reply as chunks: half the latency before the first, the
+        rest spread over the other half (`_stream`)."""
+        body = await self._model(request, latency_s=self.model_latency_s / 2)
+        return Streamed(_chunks_of(body), spread_s=self.model_latency_s / 2)
+
     async def _tool(self, args: dict[str, Any], key: str, latency: float) -> dict[str, Any]:
         stats = self.stats
         stats.tool_calls += 1
@@ -218,6 +247,47 @@ class EdgeServer:
         if "echo" in args:
             answer["echo"] = args["echo"]
         return answer
+
+
+def _chunks_of(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """A completion as the chunks a streaming endpoint sends (`REASONING` first)."""
+    head = {k: body[k] for k in ("id", "created", "model")}
+    head["object"] = "chat.completion.chunk"
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    def pieces(text: str) -> list[str]:
+        return [text[i:i + STREAM_PIECE] for i in range(0, len(text), STREAM_PIECE)]
+
+    choice = body["choices"][0]
+    message = choice["message"]
+    text = message["content"] or REASONING
+    out = [chunk({"role": "assistant", "content": ""})]
+    out += [chunk({"content": piece}) for piece in pieces(text)]
+    for index, call in enumerate(message.get("tool_calls") or []):
+        out.append(chunk({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                                          "function": {"name": call["function"]["name"],
+                                                       "arguments": ""}}]}))
+        out += [chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+                for piece in pieces(call["function"]["arguments"])]
+    out.append(chunk({}, choice["finish_reason"]))
+    out.append({**head, "choices": [], "usage": body["usage"]})
+    return out
+
+
+async def _stream(writer: asyncio.StreamWriter, reply: Streamed) -> None:
+    """`reply`'s chunks as SSE, one HTTP chunk each, spread over `spread_s`."""
+    writer.write(b"HTTP/1.1 200 X\r\nContent-Type: text/event-stream\r\n"
+                 b"Transfer-Encoding: chunked\r\n\r\n")
+    pause = reply.spread_s / max(1, len(reply.chunks))
+    for chunk in [*(f"data: {json.dumps(c)}\n\n" for c in reply.chunks), "data: [DONE]\n\n"]:
+        data = chunk.encode()
+        writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        await writer.drain()
+        await asyncio.sleep(pause)  # the model's pace
+    writer.write(b"0\r\n\r\n")
+    await writer.drain()
 
 
 def _calls_made(messages: list[dict[str, Any]]) -> int:

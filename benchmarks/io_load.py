@@ -119,10 +119,16 @@ def io_world_ensure(world: World, edge_url: str) -> None:
             "kind": "http", "url": f"{edge_url}/tool/{IO_TOOL}", "target": "",
             "args_schema": {"type": "object"}, "side_effect": "read", "timeout_s": 10.0,
             "max_retries": 2, "description": "An HTTP call that takes 0.2 s."})
-        agent_seed(tenant_id=world.tenant_id, name=IO_AGENT, defaults={
+    io_agent_seed(world, edge_url, IO_AGENT)
+
+
+def io_agent_seed(world: World, edge_url: str, name: str, **model: Any) -> None:
+    """An agent of the I/O workload (`model`: settings besides the edge's, e.g. stream)."""
+    with transaction.atomic():
+        agent_seed(tenant_id=world.tenant_id, name=name, defaults={
             "description": "Benchmark agent: a model and an HTTP tool that take their time.",
             "model": {"backend": "openai", "name": "edge", "base_url": f"{edge_url}/v1",
-                      "timeout_s": 30, "max_retries": 2, "system_prompt": ""},
+                      "timeout_s": 30, "max_retries": 2, "system_prompt": "", **model},
             "tools": [IO_TOOL],
             "max_steps": BIG_BUDGET, "max_model_calls": BIG_BUDGET,
             "max_tool_calls": BIG_BUDGET, "max_tokens": 2_000_000_000,
@@ -259,6 +265,53 @@ def compare(world: World, *, first_io: dict[str, Any], rounds: int, edge_url: st
         "scripted_cpu_ms_per_step": scripted_runs[-1]["cpu_ms_per_step"],
         "ratio": round(io_rate / scripted_rate, 2) if io_rate and scripted_rate else None,
     }
+
+
+def alternated(world: World, agents: dict[str, str], *, tasks: int, rounds: int,
+               edge_url: str, edge_pid: int, workers: Workers, say: Any,
+               subject_of: Callable[[int], str] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """The I/O workload with each of `agents` (label -> agent) in turn, `rounds`
+    times on the same worker (one run of each can be luck on a shared machine):
+    each label's runs."""
+    runs: dict[str, list[dict[str, Any]]] = {label: [] for label in agents}
+    width = max(len(label) for label in agents)
+    for n in range(max(1, rounds)):
+        for label, agent in agents.items():
+            run = run_io(world, tasks=tasks, edge_url=edge_url, edge_pid=edge_pid,
+                         workers=workers, agent=agent, subject_of=subject_of)
+            runs[label].append(run)
+            cpu = run["cpu_ms_per_step"]
+            say(f"  round {n + 1}, {label.ljust(width)}: {run['steps_per_s']} steps/s "
+                f"({run['succeeded']}/{tasks} succeeded), worker pool CPU "
+                f"{cpu.get('worker_pool')} ms/step, PostgreSQL {cpu.get('postgres')} ms/step, "
+                f"Redis {cpu.get('redis')} ms/step")
+    return runs
+
+
+def pair_figures(runs: dict[str, list[dict[str, Any]]], *, tasks: int) -> dict[str, Any]:
+    """`alternated`'s two labels' runs (the first label against the second):
+    `<label>_steps_per_s` (each run), `<label>_median`, `<label>_cpu_ms_per_step`
+    (the last run's), the medians' `steps_ratio`, and tasks succeeded of submitted."""
+    (a, a_runs), (b, b_runs) = runs.items()
+    figures: dict[str, Any] = {}
+    for label, label_runs in ((a, a_runs), (b, b_runs)):
+        key = label.replace(" ", "_")
+        figures[f"{key}_steps_per_s"] = [r.get("steps_per_s") for r in label_runs]
+        figures[f"{key}_median"] = median(figures[f"{key}_steps_per_s"])
+        figures[f"{key}_cpu_ms_per_step"] = label_runs[-1]["cpu_ms_per_step"]
+    on, off = figures[f"{a.replace(' ', '_')}_median"], figures[f"{b.replace(' ', '_')}_median"]
+    figures["steps_ratio"] = round(on / off, 3) if on and off else None
+    figures["succeeded"] = sum(r["succeeded"] for r in a_runs + b_runs)
+    figures["submitted"] = tasks * (len(a_runs) + len(b_runs))
+    return figures
+
+
+def pair_table(rows: list[tuple[str, str]], doc: dict[str, Any]) -> str:
+    """A two-agent workload's table: `rows`, then its tasks and its verdict."""
+    rows = [*rows, ("tasks", f"{doc.get('succeeded')}/{doc.get('submitted')} succeeded"),
+            ("targets", "met" if doc.get("target_met") else "NOT met")]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
 
 
 def median(values: list[Any]) -> float | None:

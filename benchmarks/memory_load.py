@@ -33,9 +33,11 @@ from tasks_app.services.releases import agent_seed
 
 from .io_load import (
     IO_AGENT,
+    alternated,
     edge_process,
     io_world_ensure,
-    median,
+    pair_figures,
+    pair_table,
     readme_worker,
     roomy_admission,
     run_io,
@@ -183,28 +185,12 @@ def run_memory_phase(world: World, env: dict[str, str], *, tasks: int, rounds: i
         memory_world_ensure(world, edge_url)
         with readme_worker({**env, **roomy}, log_dir=log_dir) as workers:
             run_io(world, tasks=10, edge_url=edge_url, edge_pid=edge_pid, workers=workers)
-            on: list[dict[str, Any]] = []
-            off: list[dict[str, Any]] = []
-            for n in range(max(1, rounds)):
-                for agent, runs in ((MEMORY_AGENT, on), (IO_AGENT, off)):
-                    run = run_io(world, tasks=tasks, edge_url=edge_url, edge_pid=edge_pid,
-                                 workers=workers, agent=agent, subject_of=subject_of)
-                    runs.append(run)
-                    say(f"  round {n + 1}, memory {'on ' if agent == MEMORY_AGENT else 'off'}: "
-                        f"{run['steps_per_s']} steps/s ({run['succeeded']}/{tasks} succeeded), "
-                        f"worker pool CPU {run['cpu_ms_per_step'].get('worker_pool')} ms/step, "
-                        f"PostgreSQL {run['cpu_ms_per_step'].get('postgres')} ms/step")
-    on_rate = median([r.get("steps_per_s") for r in on])
-    off_rate = median([r.get("steps_per_s") for r in off])
-    ratio = round(on_rate / off_rate, 3) if on_rate and off_rate else None
-    doc.update(
-        memory_on_steps_per_s=[r.get("steps_per_s") for r in on],
-        memory_off_steps_per_s=[r.get("steps_per_s") for r in off],
-        memory_on_median=on_rate, memory_off_median=off_rate, steps_ratio=ratio,
-        memory_on_cpu_ms_per_step=on[-1]["cpu_ms_per_step"],
-        memory_off_cpu_ms_per_step=off[-1]["cpu_ms_per_step"],
-        succeeded=sum(r["succeeded"] for r in on + off), submitted=2 * tasks * len(on),
-    )
+            runs = alternated(world, {"memory on": MEMORY_AGENT, "memory off": IO_AGENT},
+                              tasks=tasks, rounds=rounds, edge_url=edge_url,
+                              edge_pid=edge_pid, workers=workers, say=say,
+                              subject_of=subject_of)
+    doc.update(pair_figures(runs, tasks=tasks))
+    ratio = doc["steps_ratio"]
     doc["target_met"] = bool(ratio is not None and ratio >= STEPS_RATIO_TARGET
                              and rec["p99_ms"] < RECALL_P99_TARGET_MS
                              and doc["succeeded"] == doc["submitted"])
@@ -230,8 +216,5 @@ def memory_table(doc: dict[str, Any]) -> str:
          f"(in the server: p50 {rec.get('server_p50_ms')} ms, p99 {rec.get('server_p99_ms')} ms) "
          f"({rec.get('calls')} calls, load average {rec.get('loadavg_1m')}; target p99 < "
          f"{RECALL_P99_TARGET_MS:g} ms)"),
-        ("tasks", f"{doc.get('succeeded')}/{doc.get('submitted')} succeeded"),
-        ("targets", "met" if doc.get("target_met") else "NOT met"),
     ]
-    width = max(len(k) for k, _ in rows)
-    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
+    return pair_table(rows, doc)

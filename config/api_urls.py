@@ -19,6 +19,7 @@ from notify_app.api import views as notify
 from retention_app import api as retention
 from schedules_app.api import views as schedules
 from tasks_app.api import agent_versions, agents, members, resource_leases, retries, secrets
+from tasks_app.api import stream as task_stream
 from tasks_app.api import views as tasks
 from tools_app.api import breakers
 from tools_app.api import mcp_views as mcp
@@ -45,6 +46,8 @@ urlpatterns = [
     path("leases", resource_leases.LeaseListView.as_view(), name="api-leases"),
     path("tasks/<id:task_id>/steps", tasks.TaskStepsView.as_view(), name="api-task-steps"),
     path("tasks/<id:task_id>/events", tasks.TaskEventsView.as_view(), name="api-task-events"),
+    path("tasks/<id:task_id>/stream", task_stream.TaskStreamView.as_view(),
+         name="api-task-stream"),
     path(
         "tasks/<id:task_id>/summaries", tasks.TaskSummariesView.as_view(), name="api-task-summaries"
     ),

@@ -306,6 +306,18 @@ class TetherSettings(BaseSettings):
         default=10.0, ge=0,
         description="Live events committed within this many milliseconds go to the browser "
                     "in one message (`0`: each at once).")
+    STREAM_TOKEN_WINDOW_MS: float = Field(
+        default=100.0, ge=0,
+        description="A streaming model's tokens are sent live at most this often per "
+                    "decision, joined (`0`: each piece at once).")
+    STREAM_KEEPALIVE_S: float = Field(
+        default=15.0, gt=0,
+        description="A task's event stream (`GET /api/v1/tasks/{id}/stream`) sends a keep-alive "
+                    "comment after this many quiet seconds, so proxies keep it open.")
+    STREAM_IDLE_S: float = Field(
+        default=600.0, gt=0,
+        description="A task's event stream ends after this many seconds without an event or a "
+                    "token (the client reconnects with `Last-Event-ID` when it still cares).")
     LIVE_RECHECK_S: float = Field(
         default=10.0, gt=0,
         description="How often an open live socket re-checks its user's membership (closed "
@@ -466,6 +478,7 @@ TETHER_DICT_KEYS = frozenset({
     "SUMMARY_MAX_CHARS", "READ_SOURCE_MAX_CHARS", "LEDGER_CLAIM_GRACE_S",
     "LEASE_WAIT_RECHECK_S", "PUBLISH_WINDOW_MS",
     "DEMO_NOTIFY_DELAY_S", "LIVE_RECHECK_S", "MEMORY_CONTEXT_TOKENS", "MEMORY_CONTEXT_ITEMS",
+    "STREAM_TOKEN_WINDOW_MS", "STREAM_KEEPALIVE_S", "STREAM_IDLE_S",
     "MEMORY_MAX_ITEMS_PER_SCOPE", "MEMORY_MAX_TEXT_CHARS", "MEMORY_MAX_VALUE_CHARS",
     "RETENTION_DAYS", "RETENTION_MAX_DAYS", "ARCHIVE_BATCH", "ARCHIVE_DELETE_BATCH",
     "EVALUATION_MAX_RUNNING", "EVALUATION_MAX_TASKS",

@@ -24,10 +24,11 @@ import pytest
 SYSTEM_DIRS = ("system/",)
 SYSTEM_MARKERS = ("worker", "browser")
 # The fixtures that start processes (tests/processes.py, tests/console/conftest.py,
-# tests/fakes/mcp_process.py); a fixture built on one of them is caught through it.
+# tests/fakes/mcp_process.py, tests/live/server.py); a fixture built on one of them is
+# caught through it.
 SYSTEM_FIXTURES = frozenset({
     "celery_workers", "embedded_server", "console_server", "browser", "mcp_process",
-    "pgbouncer",
+    "pgbouncer", "asgi_server",
 })
 # Audit events (https://docs.python.org/3/library/audit_events.html) that start a process.
 SPAWN_EVENTS = frozenset({

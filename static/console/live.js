@@ -5,6 +5,8 @@
  *   so a reconnect replays what was missed and nothing twice.
  * - Reconnects with capped exponential backoff; after a reconnect it fires
  *   `tether:resync` so pages refetch what tenant-wide events may have missed.
+ * - Hands a watched task's live tokens (its model streaming a decision) to
+ *   the page that watches it (`onTokens`).
  * - Turns events into DOM events on <body>: `tether:event` (every event),
  *   `tether:tasks` (a task's state or version moved), `tether:inbox` (a human
  *   request opened or closed). htmx elements listen with `hx-trigger=... from:body`.
@@ -24,7 +26,7 @@
     memory_proposed: 1, memory_accepted: 1, memory_rejected: 1
   };
   var statusEl = document.getElementById("live-status");
-  var watched = {};      // task id -> {after: fn() -> last id, onEvent: fn(event), onError: fn(msg)}
+  var watched = {};      // task id -> {after: fn() -> last id, onEvent, onError, onTokens}
   var ws = null;
   var attempt = 0;
   var everOpened = false;
@@ -81,6 +83,9 @@
         fire("tether:event", ev);
         if (ev.payload && ev.payload.to) { fire("tether:tasks", ev); }
         if (INBOX_TYPES[ev.type]) { fire("tether:inbox", ev); }
+      } else if (msg.type === "tokens") {
+        var t = watched[msg.task];
+        if (t && t.onTokens) { t.onTokens(msg); }
       } else if (msg.type === "error") {
         var target = msg.task && watched[msg.task];
         if (target && target.onError) { target.onError(msg); }
@@ -109,8 +114,8 @@
 
   window.TetherLive = {
     /* Watch one task: `after()` gives the last event id the page shows. */
-    watchTask: function (id, after, onEvent, onError) {
-      watched[id] = { after: after, onEvent: onEvent, onError: onError };
+    watchTask: function (id, after, onEvent, onError, onTokens) {
+      watched[id] = { after: after, onEvent: onEvent, onError: onError, onTokens: onTokens };
       subscribeTask(id);
     },
     isOpen: function () { return !!ws && ws.readyState === 1; }

@@ -8,6 +8,10 @@
  * events, a replay after a reconnect or two overlapping refreshes cannot show
  * an event twice or skip one.
  *
+ * While the model streams a decision, its tokens show under the timeline
+ * (`#live-tokens`: the text, and each tool call as it forms), as text only;
+ * the first event of that step (the recorded decision) replaces them.
+ *
  * Panels are replaced only when their `data-key` changed, keeping what a
  * person is doing (an open form, an expanded step) when nothing they see moved.
  */
@@ -155,7 +159,46 @@
     });
   }
 
+  // The decision being streamed: {step, attempt, text, calls: {index: {name, args}}}.
+  var preview = null;
+  var tokensBox = document.getElementById("live-tokens");
+
+  function showPreview() {
+    if (!tokensBox) { return; }
+    tokensBox.hidden = !preview;
+    if (!preview) { return; }
+    tokensBox.querySelector("[data-tokens-label]").textContent =
+      "Step " + preview.step + ": the model is answering…";
+    tokensBox.querySelector("[data-tokens-text]").textContent = preview.text;
+    var calls = Object.keys(preview.calls).sort().map(function (i) {
+      var c = preview.calls[i];
+      return c.name + "(" + c.args + ")";
+    });
+    tokensBox.querySelector("[data-tokens-calls]").textContent = calls.join("\n");
+  }
+
+  function onTokens(msg) {
+    if (!preview || preview.step !== msg.step_no || preview.attempt !== msg.attempt) {
+      if (preview && msg.step_no < preview.step) { return; }  // an older step's, late
+      preview = { step: msg.step_no, attempt: msg.attempt, text: "", calls: {} };
+    }
+    msg.deltas.forEach(function (d) {
+      if (d.kind === "text") { preview.text += d.text; }
+      else if (d.kind === "tool_call") {
+        var c = preview.calls[d.index] || (preview.calls[d.index] = { name: "", args: "" });
+        c.name = d.name || c.name;
+        c.args += d.args;
+      }
+    });
+    showPreview();
+  }
+
   function onEvent(ev) {
+    var step = ev.payload && ev.payload.step_no;
+    if (preview && typeof step === "number" && step >= preview.step) {
+      preview = null;  // the recorded decision replaces its preview
+      showPreview();
+    }
     if (ev.id > last) { refresh(); }
   }
 
@@ -163,7 +206,8 @@
   window.addEventListener("hashchange", openTarget);
   openTarget();
   if (window.TetherLive) {
-    window.TetherLive.watchTask(taskId, function () { return last; }, onEvent, function () {});
+    window.TetherLive.watchTask(taskId, function () { return last; }, onEvent, function () {},
+                                onTokens);
   }
   document.body.addEventListener("tether:resync", refresh);
   // If the socket is down for long, still catch up now and then.

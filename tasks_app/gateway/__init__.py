@@ -16,6 +16,7 @@ from .base import (
     parse_decision,
 )
 from .registry import get_backend, is_instant, register_backend
+from .streaming import TokenSink
 
 __all__ = [
     "CallGuard",
@@ -27,6 +28,7 @@ __all__ = [
     "ModelRefused",
     "ModelReply",
     "OpenSteps",
+    "TokenSink",
     "ToolSpecView",
     "get_backend",
     "is_instant",

@@ -10,8 +10,12 @@ Shape (JSON on the profile, frozen into `task.agent_snapshot` at submission)::
      "fallback": {"name": "...", "base_url": "...", "api_key_secret": "...",
                   "prices": {...}},
      "breaker": {"failures": 5, "cooldown_s": 10, "max_cooldown_s": 300},
-     "max_tokens": 1024,
+     "max_tokens": 1024, "stream": true,
      "rate_limit": {"requests_per_minute": 500, "tokens_per_minute": 90000}}
+
+`stream` asks the endpoint for the reply as Server-Sent Events: its tokens go
+live to the task page and the stream endpoint while they arrive
+(`gateway.streaming`); the decision is the same, recorded once it is complete.
 
 `rate_limit` (the primary's; the fallback may have its own) is applied before
 each call, shared by every agent calling the same endpoint and model with the
@@ -87,6 +91,7 @@ class ModelSettings:
     max_retries: int
     max_wait_s: float
     max_tokens: int | None = None
+    stream: bool = False
 
 
 def parse_model_settings(model: dict[str, Any]) -> ModelSettings:
@@ -117,6 +122,7 @@ def parse_model_settings(model: dict[str, Any]) -> ModelSettings:
         max_retries=int(model.get("max_retries", DEFAULT_MAX_RETRIES)),
         max_wait_s=float(model.get("max_wait_s", DEFAULT_MAX_WAIT_S)),
         max_tokens=int(model["max_tokens"]) if model.get("max_tokens") else None,
+        stream=model.get("stream") is True,
     )
 
 
@@ -164,6 +170,8 @@ def model_settings_errors(model: Any) -> dict[str, list[str]]:
         add("max_tokens", "an integer from 1 to 1000000")
     for problem in rate_limit_errors(model.get("rate_limit")):
         add("rate_limit", problem)
+    if "stream" in model and not isinstance(model["stream"], bool):
+        add("stream", "true or false")
     script = model.get("script")  # a scripted agent's tasks that come with none: child tasks
     if script is not None and (backend != "scripted" or not isinstance(script, list)
                                or len(script) > 5000):

@@ -17,6 +17,11 @@ are bounded, logged and deterministic:
   with no choices) are retried up to `max_retries` times with exponential
   backoff and full jitter; `Retry-After` / `retry-after-ms` is honoured;
 - other errors (400, 401, 403, 404, 422) are not retried on the same model;
+- with ``"stream": true`` in the model settings the reply is asked for as a
+  stream (`streaming`): each chunk is told to the caller's `TokenSink` (the
+  live tokens) and the chunks are assembled into the body the plain call
+  returns, so everything after the call (retries, refusals, the decision,
+  its price) is the same; a stream cut short is a failed attempt like any other;
 - when the primary model keeps failing (or asks to wait longer than
   `max_wait_s`), the profile's `fallback` model gets the same treatment;
 - a reply the provider's safety filter blocked (`finish_reason`
@@ -94,6 +99,7 @@ from .base import (
 from .messages import build_messages, input_summary, tool_catalogue, tool_names_back
 from .model_settings import NO_KEY, ModelSettings, ModelTarget, parse_model_settings
 from .replies import decisions_from_message, refusal_of
+from .streaming import Assembler, NoSink, TokenSink
 
 log = logging.getLogger(__name__)
 
@@ -135,11 +141,13 @@ class OpenAIBackend:
     name = "openai"
 
     def __init__(self, model: dict[str, Any], keys: Resolved | None = None,
-                 guard: CallGuard | None = None, limiter: CallLimiter | None = None) -> None:
+                 guard: CallGuard | None = None, limiter: CallLimiter | None = None,
+                 tokens: TokenSink | None = None) -> None:
         self.settings: ModelSettings = parse_model_settings(model)
         self.keys = keys or Resolved()
         self.guard = guard
         self.limiter = limiter
+        self.tokens: TokenSink = tokens or NoSink()
         if not self.settings.primary.name or not self.settings.primary.base_url:
             raise GatewayError("the openai backend needs a model name and a base_url",
                                retryable=False, calls=0)
@@ -155,7 +163,10 @@ class OpenAIBackend:
         tools = tool_catalogue(context.tools, context.offers)
         request: dict[str, Any] = {"messages": messages, "tools": tools}
         request.update(self._sampling())
-        done, refused = await self._answered(request)
+        try:
+            done, refused = await self._answered(request, stream=self.settings.stream)
+        finally:
+            self.tokens.finished()
         choice = _choice(done.body)
         decisions = decisions_from_message(choice.get("message") or {},
                                            finish_reason=choice.get("finish_reason"),
@@ -175,13 +186,14 @@ class OpenAIBackend:
             refusals=_refusals(refused, answered=done),
         )
 
-    async def _answered(self, request: dict[str, Any]) -> tuple[_Completed, list[_Completed]]:
+    async def _answered(self, request: dict[str, Any], *,
+                        stream: bool = False) -> tuple[_Completed, list[_Completed]]:
         """A reply that is not a refusal, and the refused ones before it. A
         refused reply (`refusal_of`: a safety filter, or the model's refusal) is
         asked once more of the same model, then of the fallback model; when
         every one refuses, `ModelRefused`: a person decides."""
         refused: list[_Completed] = []
-        done = await self._complete(request)
+        done = await self._complete(request, stream=stream)
         fallback = self.settings.fallback
         plan = [done.target]  # the model that answered, once more
         if fallback is not None and not done.used_fallback:
@@ -190,7 +202,7 @@ class OpenAIBackend:
             if refusal_of(_choice(done.body)) is None:
                 return done, refused
             refused.append(done)
-            again = await self._complete(request, targets=[target])
+            again = await self._complete(request, targets=[target], stream=stream)
             done = replace(again, used_fallback=again.used_fallback or target is fallback)
         if refusal_of(_choice(done.body)) is None:
             return done, refused
@@ -236,9 +248,11 @@ class OpenAIBackend:
         return out
 
     async def _complete(self, request: dict[str, Any],
-                        targets: list[ModelTarget] | None = None) -> _Completed:
+                        targets: list[ModelTarget] | None = None, *,
+                        stream: bool = False) -> _Completed:
         """`request` answered by the first of `targets` (default: the primary,
-        then the fallback) that does, with retries; raises `GatewayError`."""
+        then the fallback) that does, with retries (`stream`: asked for as a
+        stream, its tokens told to `self.tokens`); raises `GatewayError`."""
         s = self.settings
         if targets is None:
             targets = [s.primary] + ([s.fallback] if s.fallback else [])
@@ -261,7 +275,7 @@ class OpenAIBackend:
                     with model_call_span(provider=self.name, model=target.name,
                                          base_url=target.base_url, request=request) as traced:
                         body = self.keys.redact(
-                            await self._call_once(target, request, traced.headers))
+                            await self._call_once(target, request, traced.headers, stream))
                         traced.reply(body)
                 except _Failure as raw:
                     exc = last = _Failure(self.keys.redact(str(raw)), retryable=raw.retryable,
@@ -347,7 +361,7 @@ class OpenAIBackend:
                                 error=str(failure)[:500])
 
     async def _call_once(self, target: ModelTarget, request: dict[str, Any],
-                         headers: dict[str, str]) -> dict[str, Any]:
+                         headers: dict[str, str], stream: bool = False) -> dict[str, Any]:
         try:
             key = self.keys.get(target.key_ref) if target.key_ref else NO_KEY
         except Unresolved as exc:
@@ -366,8 +380,12 @@ class OpenAIBackend:
             # `headers`: the trace context of the call's span (`traceparent`).
             options = (make_request_options(security=_BEARER_AUTH, extra_headers=headers)
                        if headers else _BEARER)
-            body = await client.post("/chat/completions", body={"model": target.name, **request},
-                                     cast_to=object, options=options)
+            if stream:
+                body = await self._streamed(client, target, request, options)
+            else:
+                body = await client.post("/chat/completions",
+                                         body={"model": target.name, **request},
+                                         cast_to=object, options=options)
         except openai.APITimeoutError:
             raise _Failure(f"no reply within {self.settings.timeout_s:g}s", retryable=True,
                            kind="timeout")
@@ -392,6 +410,26 @@ class OpenAIBackend:
         if not body.get("choices"):
             raise _Failure("the reply has no choices", retryable=True)
         return body
+
+    async def _streamed(self, client: openai.AsyncOpenAI, target: ModelTarget,
+                        request: dict[str, Any], options: Any) -> Any:
+        """The reply asked for as a stream, its chunks told to `self.tokens` and
+        assembled (`streaming.Assembler`); the SDK's errors propagate as in a
+        plain call. The usage comes in a last chunk (`include_usage`)."""
+        self.tokens.call_started()
+        chunks = await client.post(
+            "/chat/completions",
+            body={"model": target.name, **request, "stream": True,
+                  "stream_options": {"include_usage": True}},
+            cast_to=object, options=options, stream=True,
+            stream_cls=openai.AsyncStream[object])
+        assembler = Assembler(self.tokens)
+        async with chunks:
+            async for chunk in chunks:
+                assembler.add(chunk)
+        if not assembler.chunks:
+            raise _Failure("the stream ended before its first chunk", retryable=True)
+        return assembler.body()
 
 
 _BEARER_AUTH: Any = {"bearer_auth": True}  # the key as a bearer token

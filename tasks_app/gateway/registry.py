@@ -14,6 +14,7 @@ from typing import Any
 from ..vault.values import Resolved
 from .base import CallGuard, CallLimiter, GatewayError, ModelBackend
 from .scripted import ScriptedBackend
+from .streaming import TokenSink
 
 BackendFactory = Callable[[dict[str, Any]], ModelBackend]
 _REGISTERED: dict[str, BackendFactory] = {}
@@ -33,10 +34,12 @@ def is_instant(backend: str) -> bool:
 
 def get_backend(model: dict[str, Any], keys: Resolved | None = None,
                 guard: CallGuard | None = None,
-                limiter: CallLimiter | None = None) -> ModelBackend:
+                limiter: CallLimiter | None = None,
+                tokens: TokenSink | None = None) -> ModelBackend:
     """The backend of a profile's `model`; `keys` are its API keys, resolved by
     the runner for the task's tenant (`tasks_app.vault.lookup.model_keys`);
-    `guard` the circuit breakers around its endpoints, `limiter` their rate limits."""
+    `guard` the circuit breakers around its endpoints, `limiter` their rate limits;
+    `tokens` where a streamed reply's tokens go (`streaming`)."""
     backend = model.get("backend", "scripted")
     if backend == "scripted":
         return ScriptedBackend()
@@ -44,7 +47,7 @@ def get_backend(model: dict[str, Any], keys: Resolved | None = None,
         # Imported on first use: the OpenAI SDK is heavy, and scripted agents never need it.
         from .openai_backend import OpenAIBackend
 
-        return OpenAIBackend(model, keys, guard, limiter)
+        return OpenAIBackend(model, keys, guard, limiter, tokens)
     factory = _REGISTERED.get(backend)
     if factory is not None:
         return factory(model)

@@ -5,6 +5,9 @@ Protocol (JSON):
   task's events after that id, then live ones; or ``{"type": "subscribe",
   "tenant": true}`` for every task of the tenant (lists, inbox, dashboard).
 - server → ``{"type": "event", "event": {...}}`` in id order, each once;
+  ``{"type": "tokens", "task": ID, "step_no": N, "attempt": A, "deltas": [...]}``
+  while a subscribed task's model streams its decision (`live.tokens`; dropped
+  once an event of that step was sent: the recorded decision replaces them);
   ``{"type": "error", "code": ...}`` for a refused subscription.
 
 Order and no duplicates across a reconnect: the consumer joins the group
@@ -34,6 +37,7 @@ from config.ids import parse_id
 from ..models import Membership
 from ..selectors import event_dict, events_after, task_of_tenant
 from .publish import task_group, tenant_group, user_group
+from .tokens import step_of, superseded
 
 BACKLOG_PAGE = 500
 
@@ -55,6 +59,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             return
         self.groups_joined: set[str] = set()
         self.last_sent: dict[int, int] = {}  # task id -> last event id sent
+        self.decided: dict[int, int] = {}  # task id -> latest step an event was sent of
         self.tenant_wide = False
         await self._join(user_group(user.pk))
         await self.accept()
@@ -148,7 +153,18 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             if event["id"] <= self.last_sent[task_id]:
                 return  # already sent (backlog and live overlap)
             self.last_sent[task_id] = event["id"]
+            self.decided[task_id] = max(self.decided.get(task_id, 0), step_of(event))
         await self.send_json({"type": "event", "event": event})
+
+    async def tether_tokens(self, message: dict[str, Any]) -> None:
+        """A decision's tokens, to a socket subscribed to its task (never tenant-wide)."""
+        task_id = message["task_id"]
+        if self.revoked or task_id not in self.last_sent:
+            return
+        if superseded(message, self.decided.get(task_id, 0)):
+            return
+        await self.send_json({"type": "tokens", "task": task_id, "step_no": message["step_no"],
+                              "attempt": message["attempt"], "deltas": message["deltas"]})
 
     async def tether_event(self, message: dict[str, Any]) -> None:
         event = message["event"]

@@ -36,6 +36,9 @@ from ..selectors import event_dict
 
 log = logging.getLogger(__name__)
 
+# A decision's token pieces (`live.tokens`): a preview, never stored.
+TOKENS = "tether.tokens"
+
 
 def task_group(task_id: int) -> str:
     return f"task.{task_id}"
@@ -184,17 +187,56 @@ class _Outbox:
 
 
 def coalesce(batch: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
-    """Events queued for the same group while the publisher was busy go out as
-    one `tether.events` message (in commit order): one send to the layer, not
-    one per event. A lone event stays a `tether.event`."""
+    """Messages queued for the same group while the publisher was busy go out
+    as few sends as their order allows: a run of events as one `tether.events`
+    message (in commit order; a lone event stays a `tether.event`), a run of one
+    decision's token pieces (`live.tokens`) as one `tether.tokens` message, its
+    pieces joined. Runs of different kinds keep their order."""
     by_group: dict[str, list[dict[str, Any]]] = {}
     for group, message in batch:
-        by_group.setdefault(group, []).append(message["event"])
-    return [
-        (group, {"type": "tether.event", "event": events[0], "task_id": events[0]["task_id"]}
-         if len(events) == 1 else {"type": "tether.events", "events": events})
-        for group, events in by_group.items()
-    ]
+        runs = by_group.setdefault(group, [])
+        last = runs[-1] if runs else None
+        if message["type"] == TOKENS:
+            if last is not None and last["type"] == TOKENS and _same_attempt(last, message):
+                last["deltas"].extend(message["deltas"])
+                last["last"] = message.get("last", False)
+            else:
+                runs.append({**message, "deltas": list(message["deltas"])})
+        elif last is not None and last["type"] == "tether.event":
+            last["events"].append(message["event"])
+        else:
+            runs.append({"type": "tether.event", "events": [message["event"]]})
+    return [(group, _sendable(run)) for group, runs in by_group.items() for run in runs]
+
+
+def _same_attempt(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return (a["task_id"], a["step_no"], a["attempt"]) == (b["task_id"], b["step_no"], b["attempt"])
+
+
+def _sendable(run: dict[str, Any]) -> dict[str, Any]:
+    if run["type"] == TOKENS:
+        return {**run, "deltas": merged_deltas(run["deltas"])}
+    events = run["events"]
+    if len(events) == 1:
+        return {"type": "tether.event", "event": events[0], "task_id": events[0]["task_id"]}
+    return {"type": "tether.events", "events": events}
+
+
+
+def merged_deltas(deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Consecutive pieces of the same text, or of the same tool call, joined into one."""
+    out: list[dict[str, Any]] = []
+    for delta in deltas:
+        last = out[-1] if out else None
+        if last is not None and last["kind"] == delta["kind"] == "text":
+            last["text"] += delta["text"]
+        elif (last is not None and last["kind"] == delta["kind"] == "tool_call"
+              and last["index"] == delta["index"]):
+            last["name"] = delta["name"]
+            last["args"] += delta["args"]
+        else:
+            out.append(dict(delta))
+    return out
 
 
 publisher = Publisher()

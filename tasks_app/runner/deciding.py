@@ -40,6 +40,7 @@ from ..gateway import (
     get_backend,
     is_instant,
 )
+from ..live.tokens import LiveTokens
 from ..machine import TaskStatus
 from ..models import Step, StepKind, StepStatus, Task
 from ..services.children import specs_for
@@ -205,10 +206,14 @@ async def ask_model(ask: Ask, guard: ModelGuard,
                     limits: ModelLimits | None = None) -> ModelReply | GatewayError:
     """Ask the task's model, awaited on the I/O loop (no database here but the
     breakers', which `guard` hands to a database thread; `limits`, the rate
-    limits, are kept in Redis)."""
+    limits, are kept in Redis). A streamed reply's tokens go live to the task's
+    watchers (`live.tokens`) as they arrive; the decision is recorded after."""
     started = time.monotonic()
+    tokens = LiveTokens(task_id=ask.snap.id, step_no=ask.snap.steps_count + 1,
+                        model_calls_so_far=ask.context.model_calls_so_far)
     try:
-        backend = get_backend(ask.snap.agent.get("model") or {}, ask.keys, guard, limits)
+        backend = get_backend(ask.snap.agent.get("model") or {}, ask.keys, guard, limits,
+                              tokens)
         reply = await backend.adecide(ask.context)
     except GatewayError as exc:
         return exc

@@ -35,6 +35,9 @@ from tasks_app.services.accounts import api_key_create
 from .conftest import Tenancy
 
 MAX_EXAMPLES = 12
+# A stream of a waiting task stays open until the task ends (or its idle
+# timeout): tested over a real ASGI server instead (tests/live/).
+OPEN_ENDED = frozenset({"/api/v1/tasks/{task_id}/stream"})
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
@@ -92,6 +95,8 @@ def test_the_api_conforms_to_its_schema_and_never_fails(seeded: dict[str, Any]) 
     for result in schema.get_all_operations():
         operation = result.ok()
         operations += 1
+        if operation.path in OPEN_ENDED:
+            continue
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
             try:
                 run_operation(operation, mode, token)

@@ -53,6 +53,15 @@ def wait_live(page: Any) -> None:
     page.wait_for_selector('#live-status[data-state="open"]')
 
 
+def watched_live(page_as: Any, user: Any, path: str) -> Any:
+    """`user`'s page at `path`, its live feed open, marked to catch a reload."""
+    console = page_as(user)
+    console.goto(path)
+    wait_live(console.page)
+    plant_marker(console.page)
+    return console
+
+
 def test_reviewer_approves_from_the_inbox_and_watches_the_task_succeed(world, page_as):
     reviewer = page_as(world.users[Role.REVIEWER])
     page = reviewer.page
@@ -440,11 +449,8 @@ def test_summaries_appear_live_and_an_operator_rolls_one_back(world, page_as, se
         for i, order in enumerate(("A-1", "A-2", "A-1", "A-2", "A-1", "A-2"), start=1)
     ]
     task = submit(world.tenant, [*lookups, {"final": {"ok": True}}], goal="Compare both orders")
-    operator = page_as(world.users[Role.OPERATOR])
+    operator = watched_live(page_as, world.users[Role.OPERATOR], f"/tasks/{task.pk}/")
     page = operator.page
-    operator.goto(f"/tasks/{task.pk}/")
-    wait_live(page)
-    plant_marker(page)
     assert page.locator("#summaries-empty").is_visible()
 
     for _ in range(4):  # admission, then three steps: v1 is written after step 3

@@ -11,6 +11,16 @@ name or for any model, and reads back every request it received::
 When nothing is queued for a request, `responder` (if set) answers it, else
 the server answers 500 "nothing scripted", so a test that runs out of script
 fails loudly.
+
+A request with ``"stream": true`` gets its completion as OpenAI-compatible
+Server-Sent Events: the scripted reply cut into chunks (`chunks_of`: the text
+a few characters at a time, each tool call's name, then its arguments in
+pieces), a usage chunk and ``[DONE]``. `hold` stops the next stream midway
+until the test releases it::
+
+    hold = server.hold(after=4)     # the first stream pauses after 4 chunks
+    hold.reached.wait(10)           # ... the test looks at what arrived so far
+    hold.release()
 """
 from __future__ import annotations
 
@@ -24,7 +34,9 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["FakeOpenAI", "Scripted", "encoded", "error", "reply", "slow"]
+__all__ = ["FakeOpenAI", "Hold", "Scripted", "chunks_of", "encoded", "error", "reply", "slow"]
+
+PIECE_CHARS = 4
 
 
 @dataclass(frozen=True)
@@ -79,6 +91,58 @@ def slow(delay_s: float, then: Scripted) -> Scripted:
     return Scripted(then.status, then.body, then.headers, delay_s=delay_s)
 
 
+def chunks_of(body: dict[str, Any], piece: int = PIECE_CHARS) -> list[dict[str, Any]]:
+    """A completion `body` as the chunks a streaming endpoint sends."""
+    head = {"id": body.get("id", "chatcmpl-fake"), "object": "chat.completion.chunk",
+            "created": body.get("created", 0), "model": body.get("model", "")}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    choice = body["choices"][0]
+    message = choice.get("message") or {}
+    out = [chunk({"role": "assistant", "content": ""})]
+    text = message.get("content") or ""
+    out += [chunk({"content": text[i:i + piece]}) for i in range(0, len(text), piece)]
+    for index, call in enumerate(message.get("tool_calls") or []):
+        out.append(chunk({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                                          "function": {"name": call["function"]["name"],
+                                                       "arguments": ""}}]}))
+        args = call["function"]["arguments"]
+        out += [chunk({"tool_calls": [{"index": index,
+                                       "function": {"arguments": args[i:i + piece]}}]})
+                for i in range(0, len(args), piece)]
+    out.append(chunk({}, choice.get("finish_reason") or "stop"))
+    if body.get("usage"):
+        out.append({**head, "choices": [], "usage": body["usage"]})
+    return out
+
+
+class Hold:
+    """Pauses the first stream that sends `after` chunks, until `release`."""
+
+    def __init__(self, after: int) -> None:
+        self.after = after
+        self.reached = threading.Event()  # set when a stream is held
+        self._released = threading.Event()
+        self._taken = False
+        self._lock = threading.Lock()
+
+    def take(self) -> bool:
+        """Whether the calling stream is the one held (the first to ask)."""
+        with self._lock:
+            taken, self._taken = self._taken, True
+            return not taken
+
+    def release(self) -> None:
+        self._released.set()
+
+    def wait(self, stopping: threading.Event) -> None:
+        self.reached.set()
+        while not self._released.wait(0.05) and not stopping.is_set():
+            pass
+
+
 @dataclass
 class Received:
     path: str
@@ -98,6 +162,7 @@ class FakeOpenAI:
         self._stopping = threading.Event()
         self.requests: list[Received] = []
         self.responder: Callable[[Received], Scripted] | None = None
+        self._hold: Hold | None = None
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="fake-openai",
@@ -112,6 +177,11 @@ class FakeOpenAI:
     def push(self, *items: Scripted, model: str | None = None) -> None:
         with self._lock:
             self._queues.setdefault(model, deque()).extend(items)
+
+    def hold(self, after: int) -> Hold:
+        """Hold the next stream after `after` chunks (see the module's doc)."""
+        self._hold = Hold(after)
+        return self._hold
 
     def pending(self, model: str | None = None) -> int:
         with self._lock:
@@ -158,7 +228,30 @@ class FakeOpenAI:
                 item = fake._next(received)
                 if item.delay_s and fake._stopping.wait(item.delay_s):
                     return
+                if body.get("stream") is True and item.status == 200 and not item.encoding:
+                    self._stream(item)
+                    return
                 self._send(item)
+
+            def _stream(self, item: Scripted) -> None:
+                """The reply as SSE chunks, the connection closed after `[DONE]`."""
+                hold = fake._hold
+                held = hold is not None and hold.take()
+                self.close_connection = True
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Connection", "close")
+                    self.end_headers()
+                    for sent, chunk in enumerate(chunks_of(item.body)):
+                        if held and sent == hold.after:  # type: ignore[union-attr]
+                            hold.wait(fake._stopping)  # type: ignore[union-attr]
+                        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                        self.wfile.flush()
+                    self.wfile.write(b"data: [DONE]\n\n")
+                    self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client went (a killed worker)
 
             def _send(self, item: Scripted) -> None:
                 data = json.dumps(item.body).encode()

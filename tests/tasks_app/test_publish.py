@@ -60,3 +60,28 @@ def test_events_sent_within_the_window_reach_a_group_as_one_message(settings):
 
     assert async_to_sync(subscribe_publish_receive)() == {
         "type": "tether.events", "events": [first["event"], second["event"]]}
+
+
+def _tokens(attempt: int, *deltas: dict, last: bool = False) -> tuple[str, dict]:
+    return "task.7", {"type": "tether.tokens", "task_id": 7, "step_no": 2, "attempt": attempt,
+                      "deltas": list(deltas), "last": last}
+
+
+def test_a_decisions_token_pieces_go_as_one_message_between_events_in_order():
+    text = {"kind": "text", "text": "Look"}
+    more = {"kind": "text", "text": "ing."}
+    call = {"kind": "tool_call", "index": 0, "name": "lookup_order", "args": '{"order'}
+    rest = {"kind": "tool_call", "index": 0, "name": "lookup_order", "args": '_id": 1}'}
+    batch = [_tokens(1, text), _tokens(1, more, call), _tokens(1, rest, last=True),
+             _queued("task.7", 9), _tokens(2, text)]
+
+    assert coalesce(batch) == [
+        ("task.7", {"type": "tether.tokens", "task_id": 7, "step_no": 2, "attempt": 1,
+                    "last": True, "deltas": [
+                        {"kind": "text", "text": "Looking."},
+                        {"kind": "tool_call", "index": 0, "name": "lookup_order",
+                         "args": '{"order_id": 1}'}]}),
+        ("task.7", {"type": "tether.event", "event": {"id": 9, "task_id": 7}, "task_id": 7}),
+        ("task.7", {"type": "tether.tokens", "task_id": 7, "step_no": 2, "attempt": 2,
+                    "last": False, "deltas": [text]}),
+    ]

@@ -17,6 +17,7 @@ import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from django.conf import settings
@@ -76,7 +77,7 @@ class Command(BaseCommand):
             "(500)")
         parser.add_argument(
             "--only", choices=["io", "parallel", "workflow", "breaker", "chaos", "memory",
-                               "rate_limit", "evaluation", "submit"],
+                               "rate_limit", "evaluation", "submit", "stream"],
             default="",
             help="one workload only: `io` (the I/O workload and its scripted comparison), "
             "`parallel` (the I/O workload with 5 parallel reads per reply: wall time against "
@@ -93,6 +94,8 @@ class Command(BaseCommand):
             "could serve, under a backlog; --tasks (1000), --period-s (60), --workers), "
             "`evaluation` (recorded I/O tasks replayed as shadow tasks: shadow against live "
             "tasks/s, and live tasks/s during an evaluation; --tasks (500)), "
+            "`stream` (the I/O workload with the model's replies streamed and their tokens "
+            "published live against plain replies, alternated; --tasks (200), --rounds), "
             "`submit` (API submission: a submission's anatomy, 16 concurrent clients while "
             "the I/O workload runs, 10,000 tasks through the batch endpoint; --submissions, "
             "--batch-tasks, --web-processes)")
@@ -135,6 +138,8 @@ class Command(BaseCommand):
             return self._breaker(opts, cfg)
         if opts["only"] == "memory":
             return self._memory(opts, cfg)
+        if opts["only"] == "stream":
+            return self._stream(opts, cfg)
         if opts["only"] == "rate_limit":
             return self._rate_limit(opts, cfg)
         if opts["only"] == "evaluation":
@@ -189,19 +194,31 @@ class Command(BaseCommand):
 
     def _memory(self, opts: dict, cfg: BenchConfig) -> None:
         from benchmarks.memory_load import memory_table, run_memory_phase
+
+        self._io_pair(opts, cfg, "memory", memory_table, lambda world, env, **kw: (
+            run_memory_phase(world, env, recall_items=5_000 if cfg.quick else 100_000, **kw)))
+
+    def _stream(self, opts: dict, cfg: BenchConfig) -> None:
+        from benchmarks.stream_load import run_stream_phase, stream_table
+
+        self._io_pair(opts, cfg, "stream", stream_table, run_stream_phase)
+
+    def _io_pair(self, opts: dict, cfg: BenchConfig, workload: str, table: Any,
+                 run_phase: Any) -> None:
+        """A workload that alternates two agents on the I/O workload (memory,
+        stream): --tasks (200; 20 with --quick), --rounds."""
         from benchmarks.procs import purge_queue
         from benchmarks.world import world_ensure
 
-        log_dir = Path(tempfile.mkdtemp(prefix="tether-bench-memory-"))
-        self.stdout.write(f"memory bench; logs in {log_dir}")
+        log_dir = Path(tempfile.mkdtemp(prefix=f"tether-bench-{workload}-"))
+        self.stdout.write(f"{workload} bench; logs in {log_dir}")
         world = world_ensure()
         purge_queue()
-        doc = run_memory_phase(
+        doc = run_phase(
             world, bench_env(database_url_of(connection.settings_dict)),
             tasks=opts["tasks"] or (20 if cfg.quick else 200), rounds=cfg.rounds,
-            recall_items=5_000 if cfg.quick else 100_000,
             log_dir=log_dir, say=lambda line: self.stdout.write(line))
-        self._figures(doc, cfg, memory_table(doc), "memory")
+        self._figures(doc, cfg, table(doc), workload)
 
     def _rate_limit(self, opts: dict, cfg: BenchConfig) -> None:
         from benchmarks.rate_limit import rate_limit_table, run_rate_limit
