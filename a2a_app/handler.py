@@ -18,8 +18,10 @@ another tenant or agent is not found.
 """
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import AsyncGenerator, Callable
+from contextlib import aclosing
 from datetime import UTC
 from typing import Any, TypeVar
 
@@ -60,6 +62,7 @@ from approvals_app.models import DecisionChannel
 from config.api_access import may, require_own_task
 from config.errors import DomainError, ErrorKind
 from tasks_app.api.serializers import IDEMPOTENCY_KEY_PATTERN
+from tasks_app.live.stream import End, Recorded, task_stream
 from tasks_app.machine import TERMINAL
 from tasks_app.models import Event
 from tasks_app.models import Task as TetherTask
@@ -70,7 +73,6 @@ from workflows_app.services.runs import submit_run
 
 from .caller import Door
 from .convert import a2a_task, answer_of, goal_and_input, result_artifact_of, status_of
-from .events import task_events
 from .states import FINAL_STATES, STATUSES_OF, a2a_state
 
 KEY_PREFIX = "a2a:"
@@ -197,19 +199,25 @@ async def follow(task_id: int, *, after: int, first: Task,
     shown = first.status.state
     if until_first_final and shown in FINAL_STATES:
         return
-    async for event in task_events(task_id, after=after):
-        moved_to = (event.payload or {}).get("to")
-        if not moved_to or a2a_state(moved_to) == shown:
-            continue
-        status, result = await _db(_moved, task_id)  # as it is now: it may have moved on
-        if status.status.state == shown:
-            continue
-        shown = status.status.state
-        if result is not None:
-            yield result
-        yield status
-        if shown in FINAL_STATES:
-            return
+    # the shared event source (`tasks_app.live.stream`), for as long as the
+    # subscriber stays: a task waiting on a reviewer may wait for days
+    async with aclosing(task_stream(task_id, after=after, idle_s=math.inf)) as items:
+        async for item in items:
+            ended = isinstance(item, End)
+            if not ended:
+                if not isinstance(item, Recorded):
+                    continue  # tokens and keep-alives: A2A streams states, not previews
+                moved_to = (item.event["payload"] or {}).get("to")
+                if not moved_to or a2a_state(moved_to) == shown:
+                    continue
+            status, result = await _db(_moved, task_id)  # as it is now: it may have moved on
+            if status.status.state != shown:
+                shown = status.status.state
+                if result is not None:
+                    yield result
+                yield status
+            if ended or shown in FINAL_STATES:
+                return
 
 
 def _listed(door: Door, params: ListTasksRequest) -> ListTasksResponse:
