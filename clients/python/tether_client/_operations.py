@@ -274,6 +274,8 @@ class Follower:
         return time.monotonic() - self._news_at > self.STREAM_IDLE_S
 
     def _item_of(self, message: SseMessage) -> m.Event | StreamDelta | None:
+        if message.event == "end":
+            return None  # the server closes the stream next; the task is then checked
         try:
             data: Any = json.loads(message.data)
         except ValueError:

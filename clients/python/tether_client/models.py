@@ -434,6 +434,7 @@ class Agent(Model):
     max_completion_attempts: int
     min_confidence: float | None
     enabled: bool
+    published: bool
     release_gate: dict[str, Any]
     created_at: datetime
     updated_at: datetime
