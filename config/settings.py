@@ -314,6 +314,8 @@ SPECTACULAR_SETTINGS = {
         "StepStatusEnum": "tasks_app.models.StepStatus",
         "MemoryKindEnum": "memory_app.models.Kind",
         "MemoryScopeEnum": "memory_app.models.Scope",
+        "ExportScopeEnum": "retention_app.models.ExportScope",
+        "ExportStatusEnum": "retention_app.models.ExportStatus",
         "ApprovalStatusEnum": "approvals_app.models.Decision",
         "ReconciliationStatusEnum": ["open", "resolved", "canceled"],
         "QuestionStatusEnum": ["open", "answered", "canceled"],

@@ -38,6 +38,8 @@ from django.db.models.deletion import ProtectedError, RestrictedError
 
 from audit_app.models import AuditEntry
 from audit_app.services import ERASED, audit_record
+from config.deployment_locks import deployment_lock
+from config.errors import conflict
 from tasks_app.actors import Actor
 from tasks_app.machine import NON_TERMINAL
 from tasks_app.models import LeaseWaiter, Membership, ResourceLease, Task, Tenant
@@ -45,7 +47,7 @@ from tasks_app.services.tasks import task_cancel_many
 from tools_app.models import Breaker, ToolExecution
 
 from ..models import ArchivedTask, ArchiveFile
-from .archive import archive_storage
+from .archive import ARCHIVE_LOCK_KEY, archive_storage
 from .export import export_storage, exports_erase
 
 # Tables that name a tenant by its id, without a foreign key (hot paths keep them lean).
@@ -53,7 +55,17 @@ KEYED_BY_TENANT_ID: list[type[Model]] = [Breaker, ResourceLease, LeaseWaiter, To
 
 
 def tenant_erasure(*, tenant: Tenant, actor: Actor) -> dict[str, Any]:
-    """Erase `tenant`'s data; the counts of what was erased."""
+    """Erase `tenant`'s data; the counts of what was erased. Never beside an
+    archive pass (the pass's lock): it could write a file of the tenant's tasks
+    while they are being deleted."""
+    with deployment_lock(ARCHIVE_LOCK_KEY) as taken:
+        if not taken:
+            raise conflict("archive_pass_running",
+                           "An archive pass is running; erase the tenant when it is done.")
+        return _erase(tenant, actor)
+
+
+def _erase(tenant: Tenant, actor: Actor) -> dict[str, Any]:
     tenant_id, slug = tenant.pk, tenant.name
     in_flight = list(Task.objects.filter(tenant_id=tenant_id, status__in=NON_TERMINAL)
                      .values_list("pk", flat=True))

@@ -9,6 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from config.errors import DomainError
 from tasks_app.actors import Actor
 from tasks_app.models import Tenant
 
@@ -37,5 +38,8 @@ class Command(BaseCommand):
             raise CommandError(f"no tenant named {slug!r}")
         actor = Actor(name=(options["actor"] or f"operator:{getpass.getuser()}")[:150],
                       role="operator")
-        counts = tenant_erasure(tenant=tenant, actor=actor)
+        try:
+            counts = tenant_erasure(tenant=tenant, actor=actor)
+        except DomainError as exc:
+            raise CommandError(exc.message) from exc
         self.stdout.write(json.dumps({"tenant": tenant.pk, **counts}))
