@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from audit_app.models import AuditEntry
 from notify_app.services.subscriptions import webhook_create
+from retention_app.export_jobs import MANUAL_EXPORTS
 from retention_app.models import Export, ExportStatus
 from retention_app.services.archive import archive_sweep
 from retention_app.services.export import exports_sweep
@@ -204,3 +205,23 @@ def test_an_expired_export_file_is_deleted_by_the_sweep(world, export_dirs):
     assert not (export_dirs[1] / export.name).exists()
     assert admin.get(f"/api/v1/exports/{export.pk}").json()["status"] == ExportStatus.EXPIRED
     assert admin.get(f"/api/v1/exports/{export.pk}/download").status_code == 410
+
+
+def test_the_sweep_hands_over_again_an_export_lost_on_the_way(world, export_dirs):
+    """A queued export no worker took (a lost broker message), and a running one
+    whose job stopped reporting (a killed worker), are handed over again."""
+    admin = client_for(world.users["admin"])
+    lost = admin.post("/api/v1/exports", {"scope": "tenant"}, format="json").json()["id"]
+    stalled = admin.post("/api/v1/exports", {"scope": "tenant"}, format="json").json()["id"]
+    MANUAL_EXPORTS.clear()  # neither message reached a worker
+    long_ago = timezone.now() - timedelta(minutes=11)
+    Export.objects.filter(pk=lost).update(created_at=long_ago)
+    Export.objects.filter(pk=stalled).update(status=ExportStatus.RUNNING, heartbeat_at=long_ago)
+    assert exports_sweep() == 0
+    assert list(MANUAL_EXPORTS) == [lost]  # the stalled one is queued again, handed next time
+    assert Export.objects.get(pk=stalled).status == ExportStatus.QUEUED
+    Export.objects.filter(pk=stalled).update(created_at=long_ago)
+    exports_sweep()
+    assert run_queued_exports() == ["done", "done"]
+    exports_sweep()
+    assert not MANUAL_EXPORTS  # nothing left to hand over
