@@ -102,7 +102,9 @@ class Export(models.Model):
     error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
-    # written with each progress update: a running export whose worker died stops beating
+    # Its last sign of life: queued or handed over to a worker, then each progress
+    # update. The sweep hands over again what stays queued, and queues again what
+    # stops beating while running (a worker killed).
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)

@@ -86,7 +86,7 @@ def export_start(*, tenant_id: int, scope: str, subject: str, actor: Who) -> Exp
             tenant_id=tenant_id, scope=scope, subject=subject,
             subject_ref=subject_reference(subject) if subject else "",
             requested_by_id=actor.user_id, actor=actor.name[:150],
-            actor_role=(actor.role or "")[:16])
+            actor_role=(actor.role or "")[:16], heartbeat_at=timezone.now())
         _audit(export, "requested", {"scope": scope, "subject": export.subject_ref})
         schedule_export(export.pk)
     return export
@@ -155,12 +155,13 @@ def exports_sweep() -> int:
     expired = list(Export.objects.filter(status=ExportStatus.DONE, expires_at__lte=now)[:100])
     _expire(expired)
     Export.objects.filter(status=ExportStatus.RUNNING, heartbeat_at__lt=now - STALLED_AFTER
-                          ).update(status=ExportStatus.QUEUED, created_at=now)
-    for export_id in Export.objects.filter(status=ExportStatus.QUEUED,
-                                           created_at__lt=now - REQUEUE_AFTER
-                                           ).values_list("pk", flat=True)[:20]:
-        # created_at moves on, so the next sweep waits another REQUEUE_AFTER
-        Export.objects.filter(pk=export_id).update(created_at=now)
+                          ).update(status=ExportStatus.QUEUED, heartbeat_at=now)
+    lost = list(Export.objects.filter(status=ExportStatus.QUEUED,
+                                      heartbeat_at__lt=now - REQUEUE_AFTER)
+                .values_list("pk", flat=True)[:20])
+    # handed over now: the next sweep waits another REQUEUE_AFTER before doing it again
+    Export.objects.filter(pk__in=lost).update(heartbeat_at=now)
+    for export_id in lost:
         hand_over(export_id)
     return len(expired)
 

@@ -215,12 +215,12 @@ def test_the_sweep_hands_over_again_an_export_lost_on_the_way(world, export_dirs
     stalled = admin.post("/api/v1/exports", {"scope": "tenant"}, format="json").json()["id"]
     MANUAL_EXPORTS.clear()  # neither message reached a worker
     long_ago = timezone.now() - timedelta(minutes=11)
-    Export.objects.filter(pk=lost).update(created_at=long_ago)
+    Export.objects.filter(pk=lost).update(heartbeat_at=long_ago)
     Export.objects.filter(pk=stalled).update(status=ExportStatus.RUNNING, heartbeat_at=long_ago)
     assert exports_sweep() == 0
     assert list(MANUAL_EXPORTS) == [lost]  # the stalled one is queued again, handed next time
     assert Export.objects.get(pk=stalled).status == ExportStatus.QUEUED
-    Export.objects.filter(pk=stalled).update(created_at=long_ago)
+    Export.objects.filter(pk=stalled).update(heartbeat_at=long_ago)
     exports_sweep()
     assert run_queued_exports() == ["done", "done"]
     exports_sweep()
