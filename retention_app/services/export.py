@@ -94,34 +94,37 @@ def export_start(*, tenant_id: int, scope: str, subject: str, actor: Who) -> Exp
 
 def export_run(export_id: int) -> str:
     """The job: write the export's file, then record it. Runs once per export
-    (a second delivery finds it no longer queued)."""
+    (a second delivery finds it no longer queued). Its `started_at` is the run's
+    token: a run the sweep gave up on (queued again, taken by another) finds its
+    row taken and discards its own file."""
     now = timezone.now()
     taken = Export.objects.filter(pk=export_id, status=ExportStatus.QUEUED).update(
         status=ExportStatus.RUNNING, started_at=now, heartbeat_at=now)
     if not taken:
         return "not queued"
     export = Export.objects.get(pk=export_id)
+    this_run = Export.objects.filter(pk=export_id, status=ExportStatus.RUNNING, started_at=now)
     try:
         name, size, sha256, counts = _write(export)
     except Exception as exc:  # noqa: BLE001 - any failure fails this export, not the worker
         log.exception("export %s failed", export_id)
         with transaction.atomic():
             # The error's type only: a message may quote the data being exported.
-            Export.objects.filter(pk=export_id).update(
+            this_run.update(
                 status=ExportStatus.FAILED, error=type(exc).__name__, subject="",
                 finished_at=timezone.now())
             _audit(export, "failed", {"scope": export.scope, "subject": export.subject_ref})
         return "failed"
     finished = timezone.now()
     with transaction.atomic():
-        recorded = Export.objects.filter(pk=export_id, status=ExportStatus.RUNNING).update(
+        recorded = this_run.update(
             status=ExportStatus.DONE, name=name, size_bytes=size, sha256=sha256, counts=counts,
             subject="", finished_at=finished, heartbeat_at=finished,
             expires_at=finished + timedelta(hours=float(settings.TETHER["EXPORT_EXPIRY_HOURS"])))
         if recorded:
             _audit(export, "exported", {"scope": export.scope, "subject": export.subject_ref,
                                         "counts": counts, "size_bytes": size})
-    if not recorded:  # erased meanwhile (its subject, or its tenant): keep nothing
+    if not recorded:  # erased meanwhile (its subject, or its tenant), or superseded
         export_storage().delete(name)
         return "discarded"
     return "done"
@@ -200,7 +203,7 @@ def _write(export: Export) -> tuple[str, int, str, dict[str, int]]:
     archived = {archive_id: ids - set(online)  # a restored task is read online
                 for archive_id, ids in archived_in_scope(export.tenant_id, subject).items()}
     total = len(online) + sum(len(ids) for ids in archived.values())
-    Export.objects.filter(pk=export.pk).update(tasks_total=total)
+    Export.objects.filter(pk=export.pk, started_at=export.started_at).update(tasks_total=total)
     counts: dict[str, int] = {}
     with tempfile.TemporaryFile() as spool:
         with zipfile.ZipFile(spool, "w", compression=zipfile.ZIP_DEFLATED) as archive:
@@ -232,11 +235,10 @@ def _write(export: Export) -> tuple[str, int, str, dict[str, int]]:
         for block in iter(lambda: spool.read(1 << 20), b""):
             digest.update(block)
         spool.seek(0)
-        name = f"{export.tenant.name}/export-{export.pk}-{export.scope}.zip"
-        storage = export_storage()
-        if storage.exists(name):
-            storage.delete(name)  # a run that died after saving
-        saved = storage.save(name, File(spool, name=name))
+        # one name per run: a superseded run deletes its own file, never the next one's
+        run = export.started_at.strftime("%Y%m%dT%H%M%S%f") if export.started_at else "0"
+        name = f"{export.tenant.name}/export-{export.pk}-{export.scope}-{run}.zip"
+        saved = export_storage().save(name, File(spool, name=name))
     return saved, size, digest.hexdigest(), counts
 
 
@@ -278,7 +280,8 @@ def _entry(archive: zipfile.ZipFile, name: str, lines: Iterable[bytes]) -> int:
 
 
 def _progress(export: Export, done: int) -> None:
-    Export.objects.filter(pk=export.pk).update(tasks_done=done, heartbeat_at=timezone.now())
+    Export.objects.filter(pk=export.pk, started_at=export.started_at).update(
+        tasks_done=done, heartbeat_at=timezone.now())
 
 
 def _expire(exports: list[Export]) -> None:

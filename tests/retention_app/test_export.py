@@ -225,3 +225,4 @@ def test_the_sweep_hands_over_again_an_export_lost_on_the_way(world, export_dirs
     assert run_queued_exports() == ["done", "done"]
     exports_sweep()
     assert not MANUAL_EXPORTS  # nothing left to hand over
+
