@@ -204,9 +204,9 @@ class ExportDownloadView(TenantAPIView):
 
     @extend_schema(operation_id="exports_download", tags=TAGS,
                    summary="Download a finished export (a zip of JSON Lines), streamed",
-                   responses={200: OpenApiResponse(OpenApiTypes.BINARY,
-                                                   description="application/zip"),
-                              **error_responses()})
+                   responses={(200, "application/zip"): OpenApiResponse(
+                       OpenApiTypes.BINARY, description="The export's zip file."),
+                       **error_responses(409, 410)})
     def get(self, request: Request, export_id: int) -> FileResponse:
         export, handle = export_download(tenant_id=self.access.tenant_id, export_id=export_id,
                                          actor=self.access.actor)
