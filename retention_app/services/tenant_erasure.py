@@ -18,7 +18,8 @@ In this order, each step safe to run again if a run dies:
    evaluations, quotas, ...; the tables keyed by its id without a foreign key:
    breakers, resource leases), its members' user accounts with their API keys
    (a user belongs to one tenant), its audit entries redacted (kind, action,
-   role and time kept; name, actor, object and diff blanked), the tenant row
+   role and time kept; name, actor, object and diff blanked; earlier erasures'
+   entries, which hold no content, as they were), the tenant row
    renamed `erased-<id>` (kept, so its audit entries and the new one keep a
    tenant to belong to, and its id is never reused), and one audit entry that
    says an erasure happened, by whom, with the counts.
@@ -90,9 +91,11 @@ def _erase(tenant: Tenant, actor: Actor) -> dict[str, Any]:
             for model in KEYED_BY_TENANT_ID)
         get_user_model().objects.filter(pk__in=users).delete()  # with their API keys
         counts["users"] = len(users)
-        counts["audit_entries_redacted"] = AuditEntry.objects.filter(tenant_id=tenant_id).update(
-            name="[erased]", actor="[erased]", object_id="", user=None, diff=ERASED,
-            request_id="")
+        # Earlier erasures' entries hold counts and digests only: they stay as they are.
+        counts["audit_entries_redacted"] = (
+            AuditEntry.objects.filter(tenant_id=tenant_id).exclude(kind="erasure")
+            .update(name="[erased]", actor="[erased]", object_id="", user=None, diff=ERASED,
+                    request_id=""))
         Tenant.objects.filter(pk=tenant_id).update(name=f"erased-{tenant_id}")
         audit_record(actor=actor, tenant_id=tenant_id, kind="erasure",
                      name=f"tenant:{tenant_id}", action="erased", after=counts)

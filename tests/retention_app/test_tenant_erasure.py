@@ -102,6 +102,13 @@ def test_an_erased_tenant_is_nowhere_and_the_other_is_untouched(world, export_di
     assert AuditEntry.objects.filter(tenant_id=tenant.pk).exclude(pk=erasure.pk).exclude(
         name="[erased]").count() == 0
 
+    # Run again (as after a crash part-way): nothing left to erase, the first entry kept.
+    again = io.StringIO()
+    call_command("erase_tenant", f"erased-{tenant.pk}", "--confirm", f"erased-{tenant.pk}",
+                 stdout=again)
+    assert json.loads(again.getvalue())["tasks"] == 0
+    assert AuditEntry.objects.get(pk=erasure.pk).actor == "ops-jo"
+
     # The other tenant: its tasks, memory and archive as they were.
     assert KEPT in database_dump() and KEPT in files_text(export_dirs[0])
     assert Task.objects.filter(pk=kept_online, tenant=world.tenant).exists()
