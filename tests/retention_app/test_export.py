@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 import zipfile
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import connection, transaction
 from django.utils import timezone
 
 from audit_app.models import AuditEntry
@@ -20,7 +22,7 @@ from notify_app.services.subscriptions import webhook_create
 from retention_app.export_jobs import MANUAL_EXPORTS
 from retention_app.models import Export, ExportStatus
 from retention_app.services.archive import archive_sweep
-from retention_app.services.export import exports_sweep
+from retention_app.services.export import export_run, exports_sweep
 from tasks_app.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Role, Task
@@ -28,7 +30,7 @@ from tasks_app.services.demo import demo_agent_ensure
 from tasks_app.services.secrets import secret_create
 from tests.api.conftest import client_for
 from tests.factories import TenantFactory, make_user, submit
-from tests.helpers import drive
+from tests.helpers import drive, wait_for
 from tests.retention_app.conftest import run_queued_exports
 from tests.retention_app.markers import database_dump
 
@@ -226,3 +228,42 @@ def test_the_sweep_hands_over_again_an_export_lost_on_the_way(world, export_dirs
     exports_sweep()
     assert not MANUAL_EXPORTS  # nothing left to hand over
 
+
+
+def test_a_run_given_up_on_discards_its_own_file(world, export_dirs):
+    """A run held up past its heartbeat is queued again by the sweep and taken by
+    another run; the first, when it finishes, records nothing and deletes its own file."""
+    admin = client_for(world.users["admin"])
+    export_id = admin.post("/api/v1/exports", {"scope": "tenant"}, format="json").json()["id"]
+    MANUAL_EXPORTS.clear()
+    outcome: list[str] = []
+
+    def run() -> None:
+        try:
+            outcome.append(export_run(export_id))
+        finally:
+            connection.close()  # this thread's own
+
+    first = threading.Thread(target=run)
+    with transaction.atomic(), connection.cursor() as cursor:
+        # The first run takes the export, then waits on the tasks table.
+        cursor.execute(f"LOCK TABLE {Task._meta.db_table} IN ACCESS EXCLUSIVE MODE")
+        first.start()
+        wait_for(lambda: Export.objects.get(pk=export_id).status == ExportStatus.RUNNING,
+                 timeout=10, message="the first run to take the export")
+        wait_for(lambda: _waiting_on_a_lock(cursor), timeout=10,
+                 message="the first run to wait on the tasks table")
+        # Meanwhile it was given up on and another run took the export.
+        Export.objects.filter(pk=export_id).update(started_at=timezone.now())
+    first.join(30)
+
+    assert outcome == ["discarded"]
+    assert not any(p.is_file() for p in export_dirs[1].rglob("*"))
+    export = Export.objects.get(pk=export_id)
+    assert export.status == ExportStatus.RUNNING and export.name == ""  # the other run's
+
+
+def _waiting_on_a_lock(cursor: Any) -> bool:
+    cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                   "AND datname = current_database()")
+    return cursor.fetchone()[0] > 0
