@@ -22,12 +22,11 @@ import json
 from typing import Any, Protocol
 
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db.models import Q, TextField
-from django.db.models.functions import Cast
 
 from .diffs import config_diff
 from .models import AuditEntry
 from .request_ids import current_request_id
+from .selectors import audit_entries_naming
 
 # Keys whose values are never written into an entry, wherever they appear.
 SENSITIVE_KEYS = frozenset({"value", "ciphertext", "secret", "signing_secret", "password",
@@ -72,10 +71,7 @@ def audit_redact(*, tenant_id: int, containing: str) -> int:
     """Erasure: blank the diff of every entry of the tenant whose diff or name
     holds `containing` (an erased subject), keeping who did what and when.
     The number of entries redacted."""
-    needle = json.dumps(containing)[1:-1]  # as it is spelled inside the JSON text
-    entries = (AuditEntry.objects.filter(tenant_id=tenant_id)
-               .annotate(diff_text=Cast("diff", TextField()))
-               .filter(Q(diff_text__contains=needle) | Q(name__contains=containing)))
+    entries = audit_entries_naming(tenant_id, containing)
     return AuditEntry.objects.filter(pk__in=list(entries.values_list("pk", flat=True))).update(
         diff=ERASED, name="[erased]")
 

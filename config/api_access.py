@@ -37,6 +37,10 @@ memory.read              operator, reviewer, admin             items, versions, 
 memory.write             operator, admin                       write, change, delete items
 memory.review            reviewer, admin                       accept or reject a proposal
 memory.erase             admin                                 erase a subject's memory
+retention.read           operator, admin                       retention period, archive files
+retention.write          admin                                 set the retention period
+retention.erase          admin                                 erase a subject
+retention.export         admin                                 export the tenant or a subject
 policy.read              operator, reviewer, admin             approval rules, groups, scopes
 policy.write             admin                                 change them (audited)
 =======================  ====================================  ============================
@@ -106,6 +110,7 @@ POLICY: dict[str, frozenset[str]] = {
     "retention.read": frozenset({R.OPERATOR, R.ADMIN}),
     "retention.write": frozenset({R.ADMIN}),
     "retention.erase": frozenset({R.ADMIN}),
+    "retention.export": frozenset({R.ADMIN}),
     "evaluation.read": frozenset({R.OPERATOR, R.ADMIN}),
     "evaluation.write": frozenset({R.OPERATOR, R.ADMIN}),
     "policy.read": frozenset({R.OPERATOR, R.REVIEWER, R.ADMIN}),

@@ -134,6 +134,7 @@ _ERROR_TEXT = {
     405: "Method not allowed.",
     406: "Not acceptable.",
     409: "Illegal transition, stale `expected_version`, already decided, or key reuse.",
+    410: "Gone: the object's data was archived, or its file expired.",
     413: "The request body is over the configured limit.",
     415: "Unsupported media type (send JSON).",
     429: "Throttled (too many requests for this token), or the tenant's spend limit is "

@@ -314,6 +314,8 @@ SPECTACULAR_SETTINGS = {
         "StepStatusEnum": "tasks_app.models.StepStatus",
         "MemoryKindEnum": "memory_app.models.Kind",
         "MemoryScopeEnum": "memory_app.models.Scope",
+        "ExportScopeEnum": "retention_app.models.ExportScope",
+        "ExportStatusEnum": "retention_app.models.ExportStatus",
         "ApprovalStatusEnum": "approvals_app.models.Decision",
         "ReconciliationStatusEnum": ["open", "resolved", "canceled"],
         "QuestionStatusEnum": ["open", "answered", "canceled"],
@@ -378,14 +380,17 @@ STATIC_ROOT = BASE_DIR / "staticfiles"
 # The console's CSS/JS are served by WhiteNoise straight from the app and static/
 # dirs, so every run mode (embedded, daphne, uvicorn) works without collectstatic.
 WHITENOISE_USE_FINDERS = True
-# Django's defaults, and the archive files of retention_app (a local directory;
-# any storage backend, django-storages' S3 one included, can replace it).
+# Django's defaults, and the archive and export files of retention_app (local
+# directories; any storage backend, django-storages' S3 one included, can replace them).
 TETHER_ARCHIVE_DIR = _tether.ARCHIVE_DIR
+TETHER_EXPORT_DIR = _tether.EXPORT_DIR
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
     "archive": {"BACKEND": "django.core.files.storage.FileSystemStorage",
                 "OPTIONS": {"location": TETHER_ARCHIVE_DIR}},
+    "exports": {"BACKEND": "django.core.files.storage.FileSystemStorage",
+                "OPTIONS": {"location": TETHER_EXPORT_DIR}},
 }
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

@@ -282,6 +282,15 @@ class TetherSettings(BaseSettings):
         default=50, ge=1, le=1_000,
         description="Archived tasks deleted online per transaction: short transactions "
                     "that never hold the runner up.")
+    EXPORT_DIR: str = Field(
+        default=str(Path(__file__).resolve().parent.parent / ".tether" / "exports"),
+        description="Where export files are written (the `exports` storage's directory) "
+                    "unless `STORAGES['exports']` names another backend.",
+        json_schema_extra=_default("`.tether/exports` in the checkout"))
+    EXPORT_EXPIRY_HOURS: float = Field(
+        default=72.0, gt=0, le=24 * 90,
+        description="An export's file can be downloaded for this long after it is written; "
+                    "then the sweep deletes it (a download after that answers 410).")
 
     # --- evaluations ---------------------------------------------------------------
     EVALUATION_MAX_RUNNING: int = Field(
@@ -481,6 +490,7 @@ TETHER_DICT_KEYS = frozenset({
     "STREAM_TOKEN_WINDOW_MS", "STREAM_KEEPALIVE_S", "STREAM_IDLE_S",
     "MEMORY_MAX_ITEMS_PER_SCOPE", "MEMORY_MAX_TEXT_CHARS", "MEMORY_MAX_VALUE_CHARS",
     "RETENTION_DAYS", "RETENTION_MAX_DAYS", "ARCHIVE_BATCH", "ARCHIVE_DELETE_BATCH",
+    "EXPORT_EXPIRY_HOURS",
     "EVALUATION_MAX_RUNNING", "EVALUATION_MAX_TASKS",
 })
 

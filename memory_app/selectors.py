@@ -93,6 +93,19 @@ def items_matching(*, tenant_id: int, scope: str | None = None, subject: str | N
     return qs.order_by("-id")
 
 
+def memory_of(tenant_id: int, subject: str | None = None) -> list[QuerySet]:
+    """What memory holds of a subject (its scope's items, their versions, the
+    proposals naming it), or with no subject of the whole tenant: what an
+    erasure deletes and an export writes, one matcher for both."""
+    items = MemoryItem.objects.filter(tenant_id=tenant_id)
+    proposals = MemoryProposal.objects.filter(tenant_id=tenant_id)
+    if subject is not None:
+        items = items.filter(scope_key=scope_key(Scope.SUBJECT, subject=subject))
+        proposals = proposals.filter(subject=subject, scope=Scope.SUBJECT)
+    versions = MemoryVersion.objects.filter(item__in=items.values("pk"))
+    return [items.order_by("pk"), versions.order_by("pk"), proposals.order_by("pk")]
+
+
 def versions_of(item_id: int) -> QuerySet[MemoryVersion]:
     return MemoryVersion.objects.filter(item_id=item_id).order_by("-version")
 

@@ -49,7 +49,7 @@ from .models import (
     Scope,
     scope_key,
 )
-from .selectors import recall, scope_count, version_in_scopes
+from .selectors import memory_of, recall, scope_count, version_in_scopes
 
 MAX_SUBJECT = 200
 MAX_URI = 2000
@@ -290,16 +290,13 @@ def subject_erase(*, tenant_id: int, subject: str, actor: Actor) -> dict[str, in
     deleted; one audit entry says who erased what, and how much."""
     errors, _ = scope_errors(tenant_id=tenant_id, scope=Scope.SUBJECT, subject=subject, agent="")
     _refuse(errors)
-    key = scope_key(Scope.SUBJECT, subject=subject)
+    items, versions, proposals = memory_of(tenant_id, subject)
     with transaction.atomic():
-        items = MemoryItem.objects.filter(tenant_id=tenant_id, scope_key=key)
         ids = list(items.values_list("id", flat=True))
-        versions = MemoryVersion.objects.filter(item_id__in=ids).count()
-        MemoryVersion.objects.filter(item_id__in=ids).delete()
-        items.delete()
-        proposals, _ = MemoryProposal.objects.filter(tenant_id=tenant_id, subject=subject,
-                                                     scope=Scope.SUBJECT).delete()
-        erased = {"items": len(ids), "versions": versions, "proposals": proposals}
+        version_count, _ = MemoryVersion.objects.filter(item_id__in=ids).delete()
+        MemoryItem.objects.filter(pk__in=ids).delete()
+        proposal_count, _ = proposals.delete()
+        erased = {"items": len(ids), "versions": version_count, "proposals": proposal_count}
         # Named by a digest: the entry outlives the erasure, the subject's name must not.
         audit_record(actor=actor, tenant_id=tenant_id, kind="memory",
                      name=subject_reference(subject),

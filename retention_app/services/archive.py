@@ -29,6 +29,7 @@ import gzip
 import hashlib
 import io
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -106,7 +107,7 @@ def _write(tenant: Tenant, batch: list[Task]) -> ArchiveFile:
     """Moves 1 and 2 for one batch: the file, then its index."""
     period = batch[0].finished_at.strftime("%Y-%m") if batch[0].finished_at else "unknown"
     name = f"{tenant.name}/{period}/tasks-{batch[0].pk}-{batch[-1].pk}.jsonl.gz"
-    lines = [line for task in batch for line in _lines_of(task)]
+    lines = [line for task in batch for line in task_lines(task)]
     content = gzip_lines(lines)
     storage = archive_storage()
     if storage.exists(name):
@@ -122,7 +123,7 @@ def _write(tenant: Tenant, batch: list[Task]) -> ArchiveFile:
     return archive
 
 
-def _lines_of(task: Task) -> list[bytes]:
+def task_lines(task: Task) -> list[bytes]:
     """Every row that goes with `task`, in an order they can be inserted back in."""
     collector = NestedObjects(using="default")
     collector.collect([task])
@@ -130,8 +131,15 @@ def _lines_of(task: Task) -> list[bytes]:
     instances: list[Model] = [obj for _model, objs in reversed(collector.data.items())
                               for obj in objs]
     instances += list(ToolExecution.objects.filter(task_id=task.pk).order_by("pk"))
-    payload = json.loads(serializers.serialize("json", instances))
-    return [encode_line({"task_id": task.pk, **row}) for row in payload]
+    return row_lines(instances, tag={"task_id": task.pk})
+
+
+def row_lines(instances: Iterable[Model], *, tag: dict[str, Any] | None = None,
+              **options: Any) -> list[bytes]:
+    """Rows as lines, in Django's serialization format (`model`, `pk`, `fields`;
+    `options` as `serializers.serialize` takes them), each with `tag`'s keys first."""
+    payload = json.loads(serializers.serialize("json", instances, **options))
+    return [encode_line({**(tag or {}), **row}) for row in payload]
 
 
 def encode_line(row: dict[str, Any]) -> bytes:

@@ -11,6 +11,8 @@ customer (a task's `subject`), online and in the archive.
 - Its archived tasks are removed from their archive files: each file that
   holds one is rewritten without their lines, its index row updated (counts,
   size, checksum), the tasks' index rows deleted.
+- The export files that may hold it are deleted: its own exports, and every
+  export of the whole tenant.
 - Audit entries that hold the subject (memory writes name it) keep who did
   what and when, and lose their diff. One new entry says that an erasure
   happened, by whom, with the counts; it names the subject by a digest, never
@@ -19,34 +21,28 @@ customer (a task's `subject`), online and in the archive.
 from __future__ import annotations
 
 import hashlib
-from collections import defaultdict
 from typing import Any
 
 from django.core.files.base import ContentFile
 from django.db import transaction
 
 from audit_app.services import audit_record, audit_redact
-from config.errors import invalid
 from tasks_app.actors import Actor
 from tasks_app.machine import NON_TERMINAL
-from tasks_app.models import Task
 from tasks_app.services.tasks import task_cancel_many
 from tools_app.models import ToolExecution
 
 from ..erasure_parts import erasure_parts, subject_reference
 from ..models import ArchivedTask, ArchiveFile
 from .archive import archive_storage, encode_line, gzip_lines
+from .export import exports_erase
 from .restore import archive_lines
-
-MAX_SUBJECT = 200
+from .scope import archived_in_scope, checked_subject, tasks_in_scope
 
 
 def subject_erasure(*, tenant_id: int, subject: str, actor: Actor) -> dict[str, Any]:
     """Erase `subject` in the tenant; the counts of what was erased."""
-    if not subject or len(subject) > MAX_SUBJECT:
-        raise invalid("invalid_subject", "Name the subject to erase.",
-                      subject=[f"1 to {MAX_SUBJECT} characters."])
-    tasks = Task.objects.filter(tenant_id=tenant_id, subject=subject)
+    tasks = tasks_in_scope(tenant_id, checked_subject(subject))
     in_flight = list(tasks.filter(status__in=NON_TERMINAL).values_list("pk", flat=True))
     if in_flight:
         task_cancel_many(task_ids=in_flight, actor=actor)
@@ -60,6 +56,7 @@ def subject_erasure(*, tenant_id: int, subject: str, actor: Actor) -> dict[str, 
         for name, part in erasure_parts().items():
             counts[name] = part(tenant_id, subject, actor)
         counts["archived_tasks"] = _erase_archived(tenant_id, subject)
+        counts["exports"] = exports_erase(tenant_id=tenant_id, subject=subject)
         counts["audit_entries_redacted"] = audit_redact(tenant_id=tenant_id, containing=subject)
         audit_record(actor=actor, tenant_id=tenant_id, kind="erasure",
                      name=subject_reference(subject), action="erased", after=counts)
@@ -68,14 +65,9 @@ def subject_erasure(*, tenant_id: int, subject: str, actor: Actor) -> dict[str, 
 
 def _erase_archived(tenant_id: int, subject: str) -> int:
     """Rewrite every archive file holding one of the subject's tasks without them."""
-    doomed: dict[int, set[int]] = defaultdict(set)
-    for archive in ArchiveFile.objects.filter(tenant_id=tenant_id):
-        for line in archive_lines(archive):
-            if line["model"] == "tasks_app.task" and line["fields"].get("subject") == subject:
-                doomed[archive.pk].add(line["task_id"])
     erased = 0
     storage = archive_storage()
-    for archive_id, task_ids in doomed.items():
+    for archive_id, task_ids in archived_in_scope(tenant_id, subject).items():
         archive = ArchiveFile.objects.select_for_update().get(pk=archive_id)
         kept = [line for line in archive_lines(archive) if line["task_id"] not in task_ids]
         content = gzip_lines([encode_line(line) for line in kept])

@@ -27,6 +27,8 @@ from memory_app.models import MemoryItem, MemoryProposal
 from memory_app.services import item_create
 from notify_app.models import NotificationSettings, WebhookSubscription
 from notify_app.services.subscriptions import webhook_create
+from retention_app.models import Export
+from retention_app.services.export import export_run, export_start
 from schedules_app.models import Schedule
 from schedules_app.services.schedules import schedule_create
 from tasks_app.actors import SYSTEM
@@ -190,6 +192,16 @@ def _evaluation_start(t: Tenancy, role: str) -> tuple[str, str, Any]:
     return "post", "/api/v1/evaluations", {
         "agent": "support", "candidate_version": _recorded(t), "scorer": "exact",
         "tasks": {"filter": {}}}
+
+
+def _export(suffix: str = "") -> Setup:
+    def setup(t: Tenancy, role: str) -> tuple[str, str, Any]:
+        export = export_start(tenant_id=t.tenant.pk, scope="tenant", subject="", actor=SYSTEM)
+        if suffix:  # the download: the job has run
+            export_run(export.pk)
+        return "get", f"/api/v1/exports/{export.pk}{suffix}", None
+
+    return setup
 
 
 def _evaluation(suffix: str = "") -> Setup:
@@ -388,6 +400,10 @@ MATRIX: dict[str, tuple[set[str], Setup, int]] = {
     "retention_update": ({ADM}, _const("put", "/api/v1/retention", {"days": 30}), 200),
     "archives_list": ({OP, ADM}, _const("get", "/api/v1/archives"), 200),
     "erasures_create": ({ADM}, _const("post", "/api/v1/erasures", {"subject": "cust-9"}), 200),
+    "exports_list": ({ADM}, _const("get", "/api/v1/exports"), 200),
+    "exports_create": ({ADM}, _const("post", "/api/v1/exports", {"scope": "tenant"}), 202),
+    "exports_retrieve": ({ADM}, _export(), 200),
+    "exports_download": ({ADM}, _export("/download"), 200),
     "memory_retrieve": ({OP, REV, ADM}, _memory(), 200),
     "memory_update": ({OP, ADM}, _memory("", "patch", {"text": "Lives in Lisbon"}), 200),
     "memory_delete": ({OP, ADM}, _memory("", "delete"), 204),
@@ -441,6 +457,7 @@ def fingerprint() -> tuple[Any, ...]:
         sorted(ReviewerGroup.objects.values_list("id", "agents")),
         sorted(RequesterScope.objects.values_list("id", "tools")),
         sorted(Approval.objects.values_list("id", "group_id", "assignee_id")),
+        sorted(Export.objects.values_list("id", "status")),
     )
 
 

@@ -38,6 +38,8 @@ DEFAULTS = {
     "DB_POOLER": "none", "RETENTION_DAYS": 365, "RETENTION_MAX_DAYS": 1825,
     "ARCHIVE_DIR": str(Path(__file__).resolve().parents[2] / ".tether" / "archive"),
     "ARCHIVE_BATCH": 500, "ARCHIVE_DELETE_BATCH": 50,
+    "EXPORT_DIR": str(Path(__file__).resolve().parents[2] / ".tether" / "exports"),
+    "EXPORT_EXPIRY_HOURS": 72.0,
     "LEASE_TTL_S": 10.0, "SLICE_S": 2.0, "SLICE_MAX_STEPS": 50, "DRIVER_MAX_TASKS": 500,
     "DRIVER_DB_THREADS": 8, "DRIVER_DRAIN_S": 10.0, "TOOL_THREADS": 64,
     "PARALLEL_TOOL_CALLS": 8,

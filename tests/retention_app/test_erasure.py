@@ -5,14 +5,11 @@ entry says what happened, with counts, and names the subject by a digest."""
 from __future__ import annotations
 
 import gzip
-import os
-import subprocess
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from audit_app.models import AuditEntry
@@ -24,6 +21,7 @@ from tasks_app.models import Task
 from tests.api.conftest import client_for
 from tests.factories import submit
 from tests.helpers import drive
+from tests.retention_app.markers import database_dump
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 
@@ -46,15 +44,6 @@ def _task(world: Any, subject: str, *, final: dict[str, Any]) -> int:
                                  {"final": final}],
                   goal=f"help {subject}", input={"note": subject}, subject=subject)
     return drive(task.pk).pk
-
-
-def _dump() -> str:
-    settings = connection.settings_dict
-    env = {**os.environ, "PGPASSWORD": settings.get("PASSWORD") or ""}
-    return subprocess.run(
-        ["pg_dump", "--data-only", "-h", settings.get("HOST") or "127.0.0.1",
-         "-p", str(settings.get("PORT") or 5432), "-U", settings.get("USER") or "postgres",
-         settings["NAME"]], env=env, check=True, capture_output=True, text=True).stdout
 
 
 def _archive_text(archive_dir: Path) -> str:
@@ -80,7 +69,7 @@ def test_an_erased_subject_is_nowhere(world, archive_dir):
     assert admin.post("/api/v1/memory", {"scope": "subject", "subject": "someone-else",
                                           "kind": "fact", "text": "kept"},
                       format="json").status_code == 201
-    assert MARK in _dump() and MARK in _archive_text(archive_dir)
+    assert MARK in database_dump() and MARK in _archive_text(archive_dir)
 
     answer = admin.post("/api/v1/erasures", {"subject": SUBJECT}, format="json")
 
@@ -88,7 +77,7 @@ def test_an_erased_subject_is_nowhere(world, archive_dir):
     counts = answer.json()
     assert counts["canceled"] == 1 and counts["tasks"] == 2 and counts["archived_tasks"] == 1
     assert counts["memory"]["items"] == 1
-    assert MARK not in _dump()
+    assert MARK not in database_dump()
     assert MARK not in _archive_text(archive_dir)
     for task_id in (archived, online, waiting.pk):
         assert admin.get(f"/api/v1/tasks/{task_id}").status_code == 404
