@@ -62,8 +62,9 @@ class AdmissionReads:
         return Task.objects.filter(status=TaskStatus.CREATED).exists()
 
     def lock(self) -> None:
-        """Serialize admitters (the backend's own way; see `sqlite`, `postgres`)."""
-        raise NotImplementedError
+        """Serialize admitters: nothing to take with the ORM alone (SQLite's
+        IMMEDIATE transactions already serialize writers; PostgreSQL's backend
+        takes an advisory lock)."""
 
     def running_counts(self) -> tuple[Counter[int], Counter[int], int]:
         """One read of what runs, by (tenant, agent, evaluation run or not): both
