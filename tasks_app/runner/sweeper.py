@@ -13,8 +13,8 @@ advisory lock lets at most one sweep run at a time across the deployment.
   knock at once. Celery starts one per pool process after the fork
   (`config.celery`); beat is optional, its entry calls `locked_sweep` too.
 
-On SQLite (the embedded mode's single process) there is no advisory lock and
-no second sweeper: the sweep simply runs.
+On SQLite (the embedded mode's single process: its backend's `one_process`)
+there is no advisory lock and no second sweeper: the sweep simply runs.
 """
 from __future__ import annotations
 
@@ -25,12 +25,13 @@ import socket
 import threading
 
 from django.conf import settings
-from django.db import connection, connections
+from django.db import connections
 from django.db.models import DateTimeField, Func
 
 from config.deployment_locks import deployment_lock
 
 from ..models import SweepRun
+from ..store.backends import backend
 from .recovery import SweepReport, recovery_sweep
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ def sweeper_owner() -> str:
 
 def locked_sweep() -> SweepReport | None:
     """Run one recovery sweep unless another process is sweeping (then None)."""
-    if connection.vendor != "postgresql":
+    if backend().one_process:  # no other sweeper: nothing to lock out, nobody to tell
         return recovery_sweep()
     with deployment_lock(SWEEP_LOCK_KEY) as taken:
         if not taken:
