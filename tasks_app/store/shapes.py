@@ -49,7 +49,9 @@ class LedgerRecord:
 @dataclass(frozen=True)
 class Commit:
     task: TaskAt
-    event: str  # the event's type; with `transition`, the state machine's event
+    # the event's type; with `transition`, the state machine's event. None: no
+    # event (a step the task records without telling anybody: a source read back)
+    event: str | None
     actor: Actor
     payload: dict[str, Any]  # a transition's also gets "from" and "to"
     transition: bool = False
@@ -70,7 +72,7 @@ class Commit:
 @dataclass(frozen=True)
 class Committed:
     version: int
-    event_id: int
+    event_id: int | None  # None: the commit wrote no event
     target: str  # the task's status now
     step: Step | None  # the new step as written
     recorded: bool  # the ledger record was written (the claim held)

@@ -73,6 +73,7 @@ def write(c: Commit, *, statement: bool = True, savepoint: bool = True) -> Commi
     payload = c.payload
     set_ = {**c.set, "updated_at": now}
     if c.transition:
+        assert c.event is not None, "a transition is its event"
         target = fire_guard(c.task.status, c.event, version=c.task.version)
         payload = {"from": c.task.status, "to": target, **payload}
         set_.update(ending_fields(target, now))

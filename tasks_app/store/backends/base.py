@@ -168,16 +168,17 @@ class Backend:
             if c.payload_key and step is not None:
                 payload = {**payload, "idempotency_key": step.idempotency_key}
             if c.transition and ends(target):
+                assert c.event is not None  # a transition's event
                 self.close_open_work(t.id, event=c.event, payload=c.payload, now=now)
             if c.bill is not None:
                 bill_rollup(c.bill)
             if c.then is not None:
                 c.then(step, version)
-            event = event_append(task_id=t.id, tenant_id=t.tenant_id, trace_id=t.trace_id,
-                                 task_version=version, type=c.event, actor=c.actor,
-                                 payload=payload)
-        return Committed(version=version, event_id=event.pk, target=target, step=step,
-                         recorded=recorded)
+            event = None if c.event is None else event_append(
+                task_id=t.id, tenant_id=t.tenant_id, trace_id=t.trace_id, task_version=version,
+                type=c.event, actor=c.actor, payload=payload)
+        return Committed(version=version, event_id=None if event is None else event.pk,
+                         target=target, step=step, recorded=recorded)
 
     def close_open_work(self, task_id: int, *, event: str, payload: dict[str, Any],
                         now: datetime) -> None:

@@ -126,7 +126,7 @@ class PostgresBackend(Backend):
 
     def commit(self, c: Commit, *, target: str, set_: dict[str, Any], payload: dict[str, Any],
                now: datetime, savepoint: bool) -> Committed | None:
-        if c.then is None and not event_hooked(c.event):
+        if c.then is None and (c.event is None or not event_hooked(c.event)):
             done = _statement(c, target=target, set_=set_, payload=payload, now=now,
                               savepoint=savepoint)
             return None if done is None else done[0]
@@ -138,7 +138,8 @@ class PostgresBackend(Backend):
             committed, event = done
             if c.then is not None:
                 c.then(committed.step, committed.version)
-            run_event_hooks(event)
+            if event is not None:
+                run_event_hooks(event)
         return committed
 
     def close_open_work(self, task_id: int, *, event: str, payload: dict[str, Any],
@@ -204,7 +205,7 @@ def run_one(sql: str, params: dict[str, Any], *, savepoint: bool = True) -> tupl
 
 
 def _statement(c: Commit, *, target: str, set_: dict[str, Any], payload: dict[str, Any],
-               now: datetime, savepoint: bool) -> tuple[Committed, Event] | None:
+               now: datetime, savepoint: bool) -> tuple[Committed, Event | None] | None:
     t = c.task
     ending = c.transition and ends(target)
     new, move, record = c.new_step, c.move, c.record
@@ -213,7 +214,7 @@ def _statement(c: Commit, *, target: str, set_: dict[str, Any], payload: dict[st
              None if move is None else tuple(move.fields),
              None if c.claim is None else tuple(c.claim),
              None if record is None else tuple(record.fields), c.payload_key,
-             c.bill is not None)
+             c.bill is not None, c.event is not None)
     params: dict[str, Any] = {
         "task_id": t.id, "tenant_id": t.tenant_id, "trace_id": t.trace_id, "version": t.version,
         "from": t.status, "to": target, "now": now, "event_type": c.event,
@@ -242,6 +243,7 @@ def _statement(c: Commit, *, target: str, set_: dict[str, Any], payload: dict[st
         params.update({f"r_ne_{k}": v for k, v in differ.items()})
     sql, fixed = statement_of(shape)
     if ending:
+        assert c.event is not None  # a transition's event
         params.update(fixed, **closing_params(task_id=t.id, event=c.event, payload=c.payload,
                                               now=now))
     row = run_one(sql, params, savepoint=savepoint)
@@ -253,11 +255,11 @@ def _statement(c: Commit, *, target: str, set_: dict[str, Any], payload: dict[st
         step = Step(pk=step_id, task_id=t.id, **{**new.fields, "idempotency_key": key})
         if c.payload_key:
             payload = {**payload, "idempotency_key": key}
-    event = written_event(event_id=event_id, task_id=t.id, tenant_id=t.tenant_id,
-                          trace_id=t.trace_id, task_version=version, type=c.event,
-                          payload=payload, actor=c.actor, at=now)
-    return Committed(version=int(version), event_id=int(event_id), target=target, step=step,
-                     recorded=recorded == 1), event
+    event = None if c.event is None else written_event(
+        event_id=event_id, task_id=t.id, tenant_id=t.tenant_id, trace_id=t.trace_id,
+        task_version=version, type=c.event, payload=payload, actor=c.actor, at=now)
+    return Committed(version=int(version), event_id=None if event is None else int(event_id),
+                     target=target, step=step, recorded=recorded == 1), event
 
 
 def _step_row(new: NewStep, now: datetime) -> dict[str, Any]:
@@ -290,7 +292,7 @@ def db_value(model: type[models.Model], name: str, value: Any) -> Any:
 def statement_of(shape: tuple[Any, ...]) -> tuple[str, dict[str, Any]]:
     """The one statement of every commit of this shape, and its fixed parameters."""
     (transition, ending, set_cols, add_cols, new, move_cols, claim_cols, record_cols, keyed_event,
-     billed) = shape
+     billed, has_event) = shape
     sets = [f"{column(Task, k)} = %(t_{k})s" for k in set_cols]
     sets += [f"{column(Task, k)} = {column(Task, k)} + %(a_{k})s" for k in add_cols]
     if transition:
@@ -340,17 +342,19 @@ def statement_of(shape: tuple[Any, ...]) -> tuple[str, dict[str, Any]]:
                     "task_version": "task.version", "type": "%(event_type)s", "payload": payload,
                     "actor": "%(actor)s", "actor_role": "%(actor_role)s",
                     "trace_id": "%(trace_id)s", "created_at": "%(now)s"}
-    parts.append(f"event AS ({EVENT_INSERT} SELECT "
-                 f"{', '.join(event_values[c] for c in EVENT_COLUMNS)} "
-                 f"FROM task{', step' if keyed_event else ''} RETURNING id)")
+    if has_event:
+        parts.append(f"event AS ({EVENT_INSERT} SELECT "
+                     f"{', '.join(event_values[c] for c in EVENT_COLUMNS)} "
+                     f"FROM task{', step' if keyed_event else ''} RETURNING id)")
     fixed: dict[str, Any] = {}
     if ending:
         closing, fixed = closing_ctes(after_task)
         parts.extend(closing)
     step_cols = "step.id, step.idempotency_key" if new is not None else "NULL, NULL"
     recorded_n = "(SELECT count(*) FROM ledger)" if record_cols is not None else "0"
-    sql = (f"WITH {', '.join(parts)} SELECT task.version, event.id, {step_cols}, {recorded_n} "
-           f"FROM task, event{', step' if new is not None else ''}")
+    event_id = "event.id" if has_event else "NULL"
+    sql = (f"WITH {', '.join(parts)} SELECT task.version, {event_id}, {step_cols}, {recorded_n} "
+           f"FROM task{', event' if has_event else ''}{', step' if new is not None else ''}")
     return sql, fixed
 
 
