@@ -41,7 +41,7 @@ from ..actors import Actor
 from ..machine import TaskStatus
 from ..models import LeaseWaiter, ResourceLease, Task
 from ..services.dispatch import schedule_advance
-from ..store.events import event_append
+from ..store.events import event_now
 from .takeover import Holder, settle_dead_holder
 
 
@@ -176,8 +176,4 @@ def lease_release(hold: ResourceHold) -> bool:
 
 
 def _event(task_id: int, type: str, actor: Actor, payload: dict[str, object]) -> None:
-    task = Task.objects.filter(pk=task_id).only("tenant_id", "trace_id", "version").first()
-    if task is None:
-        return
-    event_append(task_id=task_id, tenant_id=task.tenant_id, trace_id=task.trace_id,
-                 task_version=task.version, type=type, actor=actor, payload=payload)
+    event_now(task_id, type, actor, dict(payload))

@@ -55,7 +55,7 @@ from ..machine import TaskStatus
 from ..models import Task
 from ..services.dispatch import schedule_advance_on_commit
 from ..snapshot import TaskSnapshot
-from ..store.events import event_append
+from ..store.events import event_append, event_now
 from .hops import Hop
 
 T = TypeVar("T")
@@ -256,17 +256,9 @@ def _wake(task_ids: list[int], payload: dict[str, Any]) -> None:
 
 def _info_event(task_id: int, type: str, payload: dict[str, Any], *,
                 actor: Actor = BREAKER_ACTOR) -> bool:
-    """An event on a RUNNING task at its current version (no transition). The
-    row is locked for the instant of the insert, so the event's version is never
-    older than a transition committed before it. (The rate limits' waits too.)"""
-    with transaction.atomic():
-        row = (Task.objects.select_for_update().filter(pk=task_id)
-               .values_list("status", "version", "tenant_id", "trace_id").first())
-        if row is None or row[0] != TaskStatus.RUNNING:
-            return False
-        event_append(task_id=task_id, tenant_id=row[2], trace_id=row[3], task_version=row[1],
-                     type=type, actor=actor, payload=payload)
-    return True
+    """An event on a RUNNING task at its current version (no transition;
+    `store.events.event_now`). (The rate limits' waits too.)"""
+    return event_now(task_id, type, actor, payload, while_status=TaskStatus.RUNNING)
 
 
 info_event = _info_event

@@ -11,7 +11,10 @@ writes it):
 - `after_transition`: a RUNNING slot freed schedules admission after commit,
   and a FAILED task schedules its compensation after commit (and is marked
   `compensation_due_at` by `ending_fields`, for the sweep should that be lost);
-  any task that ends runs the `on_task_ended` hooks after commit.
+  any task that ends runs the `on_task_ended` hooks after commit;
+- the compensation marks: `ending_fields` marks a FAILED task due,
+  `compensation_settled` clears the mark when a run ends, `compensations_due`
+  hands the due ones out again (the recovery sweep).
 """
 from __future__ import annotations
 
@@ -20,8 +23,10 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from ..machine import TERMINAL, TaskStatus
+from ..models import Task
 from .hooks import run_slot_freed, run_task_ended, run_task_failed
 
 
@@ -45,6 +50,25 @@ def ending_fields(target: str, now: datetime) -> dict[str, Any]:
 def compensation_resweep() -> timedelta:
     """How long a compensation may take before the sweep hands it out again."""
     return timedelta(seconds=float(settings.TETHER["COMPENSATION_RESWEEP_S"]))
+
+
+def compensation_settled(task_id: int) -> None:
+    """The task's compensation run ended (or there is nothing to undo): no longer due."""
+    Task.objects.filter(pk=task_id).update(compensation_due_at=None)
+
+
+def compensations_due(*, batch: int) -> list[int]:
+    """The FAILED tasks whose compensation is due (its message lost, its worker
+    killed), at most `batch`, each due again one `compensation_resweep` later
+    unless a run settles it first. In the caller's transaction: the rows are
+    locked (others' skipped) until it commits."""
+    now = timezone.now()
+    due = list(Task.objects.select_for_update(skip_locked=True)
+               .filter(compensation_due_at__lte=now).order_by("compensation_due_at")
+               .values_list("id", flat=True)[:batch])
+    if due:
+        Task.objects.filter(pk__in=due).update(compensation_due_at=now + compensation_resweep())
+    return due
 
 
 def after_transition(task_id: int, source: str, target: str) -> None:

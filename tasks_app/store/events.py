@@ -2,6 +2,8 @@
 
 `event_append` writes one with the ORM, runs the event hooks other apps
 registered (`store.hooks`, same transaction) and schedules its publication;
+`event_now` is the one way to append an informational event at the task's
+current version (its one locking rule);
 PostgreSQL's one-statement commits (`backends.postgres`) insert theirs with
 `EVENT_INSERT` and publish it with `written_event`, from the row as written
 (their backend runs the hooks, in the same transaction).
@@ -19,7 +21,7 @@ from typing import Any
 from django.db import transaction
 
 from ..actors import Actor
-from ..models import Event
+from ..models import Event, Task
 from .hooks import run_event_hooks, run_publishers
 from .sql import table
 
@@ -52,6 +54,29 @@ def event_append(
     run_event_hooks(event)  # same transaction: what a hook writes commits with the event
     event_announce(event)
     return event
+
+
+def event_now(task_id: int, type: str, actor: Actor, payload: dict[str, Any], *,
+              while_status: str | None = None) -> bool:
+    """An informational event on the task at its current version (no
+    transition): a wait, a lease, a compensation's step. False, writing
+    nothing, when the task is gone or, with `while_status`, no longer in it.
+
+    The task's row is locked for the instant of the insert (FOR UPDATE; on
+    SQLite the transaction's write lock): a transition committing meanwhile is
+    waited for and its version read, so an event is never written at a
+    version older than a transition committed before it (the timeline is read
+    in id order, and replay by version). Unlocked, a read of the version and
+    then the insert let a transition slip in between."""
+    with transaction.atomic():
+        row = (Task.objects.select_for_update().filter(pk=task_id)
+               .values_list("status", "version", "tenant_id", "trace_id").first())
+        if row is None or (while_status is not None and row[0] != while_status):
+            return False
+        status, version, tenant_id, trace_id = row
+        event_append(task_id=task_id, tenant_id=tenant_id, trace_id=trace_id,
+                     task_version=version, type=type, actor=actor, payload=payload)
+    return True
 
 
 def event_announce(event: Event) -> None:
