@@ -31,7 +31,7 @@ from django_fsm import can_proceed
 from config.errors import conflict
 
 from ..models import Task
-from .backends import ORM, backend
+from .backends import backend
 from .effects import after_transition, ending_fields
 from .shapes import Commit, Committed, LedgerRecord, NewStep, StepMove, TaskAt
 from .steps import BORN_AS, step_guard
@@ -83,9 +83,10 @@ def write(c: Commit, *, statement: bool = True, savepoint: bool = True) -> Commi
         step_guard("(new)", c.new_step.fields["status"])
     if c.bill is not None:
         c = replace(c, add={**c.add, **c.bill.task})
-    writer = backend() if statement else ORM
-    done = writer.commit(c, target=target, set_=set_, payload=payload, now=now,
-                         savepoint=savepoint)
+    writer = backend()
+    done = (writer.commit(c, target=target, set_=set_, payload=payload, now=now,
+                          savepoint=savepoint) if statement
+            else writer.commit_orm(c, target=target, set_=set_, payload=payload, now=now))
     if done is not None and c.transition:
         after_transition(c.task.id, c.task.status, target)
     return done

@@ -28,7 +28,7 @@ __all__ = ["ADMISSION_PAGE", "BREAKER_ADMISSION_COLUMNS", "ORM", "AdmissionReads
 
 _POSTGRES = PostgresBackend()
 _SQLITE = SqliteBackend()
-ORM = Backend()  # the ORM's way on any database (a commit whose fields are expressions)
+ORM = Backend()  # the ORM's way alone, on any database (tests compare it with the others)
 
 
 def backend() -> Backend:

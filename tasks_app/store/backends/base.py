@@ -136,7 +136,14 @@ class Backend:
 
     def commit(self, c: Commit, *, target: str, set_: dict[str, Any], payload: dict[str, Any],
                now: datetime, savepoint: bool) -> Committed | None:
-        """Write `c` in one transaction; None, writing nothing, when the task moved on."""
+        """Write `c`; None, writing nothing, when the task moved on."""
+        return self.commit_orm(c, target=target, set_=set_, payload=payload, now=now)
+
+    def commit_orm(self, c: Commit, *, target: str, set_: dict[str, Any],
+                   payload: dict[str, Any], now: datetime) -> Committed | None:
+        """`c` with the ORM, in one transaction (any database: a commit whose
+        fields are expressions; what else it writes, closing open work, is
+        still this backend's)."""
         t = c.task
         version = t.version + 1 if c.transition else t.version
         fields = {**set_, **{col: F(col) + n for col, n in c.add.items() if n}}
