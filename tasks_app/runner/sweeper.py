@@ -26,7 +26,6 @@ import threading
 
 from django.conf import settings
 from django.db import connections
-from django.db.models import DateTimeField, Func
 
 from config.deployment_locks import deployment_lock
 
@@ -37,14 +36,6 @@ from .recovery import SweepReport, recovery_sweep
 log = logging.getLogger(__name__)
 
 SWEEP_LOCK_KEY = 0x7E7E_0002  # admission holds 0x7E7E_0001
-
-
-class _ClockTimestamp(Func):
-    """The database's wall clock now (not the transaction's start)."""
-
-    function = "clock_timestamp"
-    template = "clock_timestamp()"
-    output_field = DateTimeField()
 
 
 def sweeper_owner() -> str:
@@ -58,10 +49,11 @@ def locked_sweep() -> SweepReport | None:
     with deployment_lock(SWEEP_LOCK_KEY) as taken:
         if not taken:
             return None
-        run = SweepRun.objects.create(owner=sweeper_owner()[:200], started_at=_ClockTimestamp())
+        run = SweepRun.objects.create(owner=sweeper_owner()[:200],
+                                      started_at=backend().wall_clock())
         report = recovery_sweep()
         SweepRun.objects.filter(pk=run.pk).update(
-            finished_at=_ClockTimestamp(), requeued=report.requeued, admitted=report.admitted,
+            finished_at=backend().wall_clock(), requeued=report.requeued, admitted=report.admitted,
             approvals_expired=report.approvals_expired, deadlines_failed=report.deadlines_failed)
         SweepRun.objects.filter(pk__lte=run.pk - SweepRun.KEEP).delete()
         return report

@@ -16,8 +16,9 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from django.db import connection, transaction
-from django.db.models import BooleanField, Count, ExpressionWrapper, F, Min, Q
+from django.db.models import BooleanField, Count, Expression, ExpressionWrapper, F, Min, Q
 from django.db.models.fields.json import KT
+from django.db.models.functions import Now
 
 from tools_app.executor.ledger import recordable
 from tools_app.models import Breaker, ToolExecution
@@ -220,6 +221,11 @@ class Backend:
     def lease_release(self, *, task_id: int, owner: str, next_run_at: datetime | None) -> None:
         Task.objects.filter(pk=task_id, lease_owner=owner).update(
             lease_owner="", lease_expires_at=None, next_run_at=next_run_at)
+
+    def wall_clock(self) -> Expression:
+        """The database's clock now, as an expression to write (the recovery
+        sweep's `SweepRun` times)."""
+        return Now()
 
     # --- reads -----------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from functools import cache
 from typing import Any
 
 from django.db import connection, models, transaction
+from django.db.models import DateTimeField, Expression, Func
 
 from tools_app.executor.ledger import record_while
 from tools_app.models import Breaker, ToolExecution
@@ -175,6 +176,10 @@ class PostgresBackend(Backend):
         fetch_one_prepared(RELEASE_SQL, {"next_run_at": next_run_at, "task_id": task_id,
                                          "owner": owner})
 
+    def wall_clock(self) -> Expression:
+        """The wall clock (`clock_timestamp()`), not the transaction's start."""
+        return _ClockTimestamp()
+
     # --- reads -----------------------------------------------------------------------
 
     def fetch_one(self, sql: str, params: Any) -> tuple[Any, ...] | None:
@@ -189,6 +194,12 @@ class PostgresBackend(Backend):
         worker's CPU."""
         row = fetch_one_prepared(_breaker_sql(), [key])
         return dict(zip(BREAKER_ADMISSION_COLUMNS, row, strict=True)) if row is not None else None
+
+
+class _ClockTimestamp(Func):
+    function = "clock_timestamp"
+    template = "clock_timestamp()"
+    output_field = DateTimeField()
 
 
 # --- a commit in one statement --------------------------------------------------------
