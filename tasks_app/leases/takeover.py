@@ -20,7 +20,7 @@ from tools_app.registry import tool_specs
 from ..actors import Actor
 from ..models import Task
 from ..services.dispatch import schedule_advance
-from ..store.events import event_append
+from ..store.events import event_now
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ def settle_dead_holder(dead: Holder, *, owner: str, actor: Actor) -> str:
     row = ledger.interrupted_call(dead.key)
     if row is None:
         return "settled"
-    task = Task.objects.filter(pk=row.task_id).only("trace_id", "version", "tenant_id").first()
+    task = Task.objects.filter(pk=row.task_id).only("trace_id", "tenant_id").first()
     spec = tool_specs(tenant_id=dead.tenant_id, names=[row.tool]).get(row.tool)
     if spec is not None and spec.honours_keys and task is not None:
         call = ToolCall(spec=spec, args=dict(row.args or {}), context=ToolContext(
@@ -51,9 +51,7 @@ def settle_dead_holder(dead: Holder, *, owner: str, actor: Actor) -> str:
         ledger.mark_interrupted(dead.key)
         decision, detail = "reconciliation", {}
         schedule_advance(row.task_id)  # its status query or reconciliation comes sooner
-    if task is not None:
-        event_append(task_id=row.task_id, tenant_id=task.tenant_id, trace_id=task.trace_id,
-                     task_version=task.version, type="lease_settled", actor=actor,
-                     payload={"resource": dead.resource, "step_no": dead.step_no,
-                              "decision": decision, **detail})
+    # at the version the task has now: the rerun may have taken a while
+    event_now(row.task_id, "lease_settled", actor,
+              {"resource": dead.resource, "step_no": dead.step_no, "decision": decision, **detail})
     return decision
