@@ -6,7 +6,8 @@ settings (`Tool.review`), it is a plain `write` that needs approval, whatever
 the server's annotations suggested. A disabled server's tools are not offered.
 
 The runner reads an agent's tools at every slice's start, so `tool_specs` is
-one statement built once from the models' `_meta` (prepared on PostgreSQL),
+one statement built once from the models' `_meta` (the store's backend
+runs it: prepared on PostgreSQL),
 not a query the ORM compiles on every call: with its join, compiling it was
 a tenth of a busy worker's CPU. It is read fresh every time: a tool an admin
 fixes applies to the very next slice, in whichever process.
@@ -20,7 +21,7 @@ from typing import Any
 
 from django.db import connection, models
 
-from tasks_app.prepared import fetch_all_prepared
+from tasks_app.store.backends import backend
 from tasks_app.store.sql import column
 
 from .executor.types import ToolSpec
@@ -49,14 +50,6 @@ def _specs_sql(names: int | None) -> str:
     if names is not None:
         sql += f" AND t.{column(t, 'name')} IN ({', '.join(['%s'] * names)})"
     return sql
-
-
-def _rows(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
-    if connection.vendor == "postgresql":
-        return fetch_all_prepared(sql, params)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return list(cursor.fetchall())
 
 
 def _values(model: type[models.Model], fields: tuple[str, ...],
@@ -105,5 +98,5 @@ def tool_specs(*, tenant_id: int, names: list[str] | None = None) -> dict[str, T
     if names is not None and not names:
         return {}
     sql = _specs_sql(None if names is None else len(names))
-    rows = _rows(sql, [tenant_id, *(names or [])])
+    rows = backend().fetch_all(sql, [tenant_id, *(names or [])])
     return {spec.name: spec for spec in map(_spec_of, rows)}

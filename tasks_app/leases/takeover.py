@@ -38,7 +38,7 @@ def settle_dead_holder(dead: Holder, *, owner: str, actor: Actor) -> str:
     row = ledger.interrupted_call(dead.key)
     if row is None:
         return "settled"
-    task = Task.objects.filter(pk=row.task_id).only("trace_id", "version", "tenant_id").first()
+    task = Task.objects.filter(pk=row.task_id).only("trace_id", "tenant_id").first()
     spec = tool_specs(tenant_id=dead.tenant_id, names=[row.tool]).get(row.tool)
     if spec is not None and spec.honours_keys and task is not None:
         call = ToolCall(spec=spec, args=dict(row.args or {}), context=ToolContext(

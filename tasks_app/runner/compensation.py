@@ -43,7 +43,6 @@ from typing import Any
 
 from django.conf import settings
 from django.db import close_old_connections, connection, transaction
-from django.utils import timezone
 
 from config.logs import log_scope
 from tools_app.executor import OutcomeKind, ToolCall, ToolContext, execute_through_ledger
@@ -55,8 +54,8 @@ from ..keys import compensation_key
 from ..machine import TaskStatus
 from ..models import Event, Step, StepKind, StepStatus, Task
 from ..services.dispatch import schedule_compensation
-from ..store.effects import compensation_resweep
-from ..store.events import event_append
+from ..store.effects import compensation_settled, compensations_due
+from ..store.events import event_note
 
 log = logging.getLogger(__name__)
 
@@ -95,12 +94,12 @@ def compensate_task(task_id: int) -> int:
     if task.shadow_of is not None:
         # an evaluation run did nothing real (`shadow`): there is nothing to undo,
         # and a compensation tool would be a real effect
-        Task.objects.filter(pk=task_id).update(compensation_due_at=None)
+        compensation_settled(task_id)
         return 0
     made, elsewhere = _compensate(task)
     if not elsewhere:  # else the run that holds a call clears it when it ends
         # This run ended: whatever failed in it is on the timeline, for a person.
-        Task.objects.filter(pk=task_id).update(compensation_due_at=None)
+        compensation_settled(task_id)
     return made
 
 
@@ -160,14 +159,8 @@ def resweep_compensations(*, batch: int = 100) -> int:
     """Hand out again the compensations of FAILED tasks still due (their message
     lost, their worker killed); each comes back once more after another
     `TETHER_COMPENSATION_RESWEEP_S` unless a run ends first. Returns how many."""
-    now = timezone.now()
     with transaction.atomic():
-        due = list(Task.objects.select_for_update(skip_locked=True)
-                   .filter(compensation_due_at__lte=now).order_by("compensation_due_at")
-                   .values_list("id", flat=True)[:batch])
-        if due:
-            Task.objects.filter(pk__in=due).update(
-                compensation_due_at=now + compensation_resweep())
+        due = compensations_due(batch=batch)
         for task_id in due:
             transaction.on_commit(functools.partial(schedule_compensation, task_id))
     return len(due)
@@ -267,13 +260,4 @@ def _undoable(task: Task, step: Step, specs: dict[str, ToolSpec]) -> bool:
 
 
 def _event(task: Task, type: str, payload: dict) -> None:  # type: ignore[type-arg]
-    version = Task.objects.filter(pk=task.pk).values_list("version", flat=True).get()
-    event_append(
-        task_id=task.pk,
-        tenant_id=task.tenant_id,
-        trace_id=task.trace_id,
-        task_version=version,
-        type=type,
-        actor=SYSTEM,
-        payload=payload,
-    )
+    event_note(task_id=task.pk, type=type, actor=SYSTEM, payload=payload)

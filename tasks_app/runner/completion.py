@@ -40,11 +40,11 @@ from ..gateway import Decision
 from ..models import Step, StepKind, StepStatus
 from ..services.completion_checks import DEFAULT_ATTEMPTS, check_args, verdict_of
 from ..snapshot import TaskSnapshot
+from ..store.commits import commit_recorded
 from ..store.events import event_append
-from ..store.steps import step_create
 from .recording import Decided, Deferred, final_errors, record_decision, record_invalid
-from .results import Spent, StepResult
-from .stopping import exhaust
+from .results import STOP, Spent, Stale, StepResult
+from .stopping import exhaustion
 
 NOT_ACCEPTED = "completion_check_failed"  # the error type of a refused answer's step
 
@@ -144,15 +144,16 @@ def _not_accepted(snap: TaskSnapshot, answer: Decision, *, tool: str, reason: st
              "check": tool, "reason": reason, "attempt": attempt, "max_attempts": most}
     if attempt < most:
         return record_invalid(snap, answer, model_log, spent, actor, error)
-    step_no = snap.steps_count + 1
-    with transaction.atomic():
-        step_create(task_id=snap.id, step_no=step_no, kind=StepKind.INVALID,
-                    status=StepStatus.FAILED, decision=answer.as_dict(), model_log=model_log,
-                    error=error, finished_at=timezone.now())
-        stopped = exhaust(snap, "completion_checks", actor, counters=spent.fields(),
-                          detail=error, step_no=step_no)
-        spent.roll_up()
-    return stopped
+    stop = exhaustion(snap, "completion_checks", detail=error, step_no=snap.steps_count + 1)
+    if commit_recorded(
+            snap, step={"kind": StepKind.INVALID, "status": StepStatus.FAILED,
+                        "decision": answer.as_dict(), "model_log": model_log, "error": error,
+                        "finished_at": timezone.now()},
+            event=stop.event, transition=True, payload=stop.payload, set=stop.fields,
+            actor=actor, model_calls=spent.model_calls, tokens=spent.tokens,
+            bill=spent.bill) is None:
+        raise Stale()
+    return STOP
 
 
 def _answers_refused(snap: TaskSnapshot) -> int:

@@ -26,8 +26,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import connection
-
 from approvals_app.policy import PolicyReads
 from tools_app.executor.types import ToolSpec
 
@@ -35,18 +33,17 @@ from ..context.builder import ContextSources
 from ..gateway import is_instant
 from ..models import Step, Task
 from ..models.tasks import OPEN_STEP_STATUSES
-from ..prepared import fetch_one_prepared
 from ..snapshot import TaskSnapshot
+from ..store.backends import backend
 from ..vault.lookup import Resolved
 
 PROBE_SQL = f"SELECT version, status FROM {Task._meta.db_table} WHERE id = %s"
 
 
 def probe(task_id: int) -> tuple[Any, ...] | None:
-    """The task's (version, status): the runner's most frequent read, without the ORM."""
-    if connection.vendor != "postgresql":
-        return Task.objects.filter(pk=task_id).values_list("version", "status").first()
-    return fetch_one_prepared(PROBE_SQL, [task_id])
+    """The task's (version, status): the runner's most frequent read, without
+    the ORM (prepared on PostgreSQL)."""
+    return backend().fetch_one(PROBE_SQL, [task_id])
 
 
 @dataclass

@@ -42,35 +42,40 @@ from ..keys import call_fingerprint, canonical_json, sha256_hex
 from ..models import Step, StepKind, StepStatus
 from ..retries.lineage import lineage_key
 from ..snapshot import TaskSnapshot
-from ..store.commits import commit_decision, commit_final
-from ..store.events import event_append
-from ..store.steps import step_create, step_keyed
-from ..store.tasks import task_transition, task_update_guarded
+from ..store.commits import commit_decision, commit_final, commit_recorded
+from ..store.writes import Committed
 from . import shadow
 from .memo import SliceMemo
 from .policy import below_confidence, check_tool_call
 from .progress import repeats_too_often
 from .results import CONTINUE, STOP, Spent, Stale, StepResult
-from .stopping import exhaust, failure_snapshot, known
+from .stopping import exhaustion, failure_snapshot
 
 
-def _new_step(snap: TaskSnapshot, *, kind: str, status: str, decision: Decision,
-              model_log: dict[str, Any], **fields: Any) -> Step:
-    return step_create(
-        task_id=snap.id, step_no=snap.steps_count + 1, kind=kind, status=status,
-        decision=decision.as_dict(), model_log=model_log, **fields,
-    )
-
-
-def _guard(snap: TaskSnapshot, **fields: Any) -> None:
-    if not task_update_guarded(task_id=snap.id, version=snap.version, updated_at=timezone.now(),
-                               **fields):
+def _record(snap: TaskSnapshot, spent: Spent, actor: Actor, *, kind: str, status: str,
+            decision: Decision, model_log: dict[str, Any], event: str | None,
+            payload: dict[str, Any] | None = None, transition: bool = False,
+            set: dict[str, Any] | None = None, key: tuple[str, dict[str, Any]] | str | None = None,
+            then: Callable[[Step | None, int], None] | None = None,
+            **step: Any) -> Committed:
+    """The decision's commit (`store.commits.commit_recorded`): its step of
+    `kind` and `status`, the counters and spend of `spent`, the event and, with
+    `transition`, the task's move. Stale when the task moved on."""
+    done = commit_recorded(
+        snap, step={"kind": kind, "status": status, "decision": decision.as_dict(),
+                    "model_log": model_log, **step},
+        event=event, actor=actor, payload=payload, transition=transition, set=set,
+        model_calls=spent.model_calls, tokens=spent.tokens, bill=spent.bill, key=key, then=then)
+    if done is None:
         raise Stale()
+    return done
 
 
-def _event(snap: TaskSnapshot, type: str, actor: Actor, payload: dict[str, Any]) -> None:
-    event_append(task_id=snap.id, tenant_id=snap.tenant_id, trace_id=snap.trace_id,
-                 task_version=snap.version, type=type, actor=actor, payload=payload)
+def _stale_steps(snap: TaskSnapshot, output_hash: str) -> dict[str, int]:
+    """The no-progress count after a step whose output hashes to `output_hash`:
+    the same output again within the window is no new observation."""
+    is_new = not seen_recently(snap, snap.steps_count + 1, output_hash)
+    return {"stale_steps": 0 if is_new else snap.stale_steps + 1}
 
 
 def call_spec(spec: ToolSpec | None, decision: dict[str, Any]) -> ToolSpec | None:
@@ -178,20 +183,18 @@ def _ask(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any], spen
     """A question: the task waits for input (the question may expire)."""
     if snap.shadow_of is not None:
         return _ask_in_evaluation(snap, decision, model_log, spent, actor)
-    with transaction.atomic():
-        step = _new_step(snap, kind=StepKind.ASK, status=StepStatus.RUNNING, decision=decision,
-                         model_log=model_log)
-        done = task_transition(task_id=snap.id, event="need_input", actor=actor,
-                               expected_version=snap.version, known=known(snap),
-                               fields=spent.fields(),
-                               payload={"step_no": snap.steps_count + 1,
-                                        "question": decision.question})
-        spent.roll_up()  # last: the rollup row's lock is held until the commit
-        expires = (timezone.now() + timedelta(seconds=decision.expires_in_s)
-                   if decision.expires_in_s else None)
+    expires = (timezone.now() + timedelta(seconds=decision.expires_in_s)
+               if decision.expires_in_s else None)
+
+    def question(step: Step | None, version: int) -> None:
+        assert step is not None
         opening.question_open(task_id=snap.id, tenant_id=snap.tenant_id, step_id=step.pk,
-                              question=decision.question, task_version=done.version,
+                              question=decision.question, task_version=version,
                               expires_at=expires, on_expiry=decision.on_expiry)
+
+    _record(snap, spent, actor, kind=StepKind.ASK, status=StepStatus.RUNNING, decision=decision,
+            model_log=model_log, event="need_input", transition=True, then=question,
+            payload={"step_no": snap.steps_count + 1, "question": decision.question})
     return STOP
 
 
@@ -202,26 +205,21 @@ def _ask_in_evaluation(snap: TaskSnapshot, decision: Decision, model_log: dict[s
     would have been needed."""
     answer = shadow.recorded_answer(snap, decision.question)
     now = timezone.now()
-    with transaction.atomic():
-        if answer is None:
-            error = {"type": shadow.NEEDS_A_PERSON, "question": decision.question,
-                     "message": "the recorded task has no answer to this question"}
-            _new_step(snap, kind=StepKind.ASK, status=StepStatus.FAILED, decision=decision,
-                      model_log=model_log, error=error, finished_at=now)
-            task_transition(task_id=snap.id, event="fatal_error", actor=actor,
-                            expected_version=snap.version, known=known(snap),
-                            payload={"reason": shadow.NEEDS_A_PERSON,
-                                     "step_no": snap.steps_count + 1},
-                            fields={**spent.fields(), "failure_reason": shadow.NEEDS_A_PERSON,
-                                    "failure_detail": failure_snapshot(snap, error)})
-            spent.roll_up()
-            return STOP
-        output = {"answer": answer, "from_record": True}
-        _new_step(snap, kind=StepKind.ASK, status=StepStatus.SUCCEEDED, decision=decision,
-                  model_log=model_log, output=output,
-                  output_hash=sha256_hex(canonical_json(output)), finished_at=now)
-        _guard(snap, **spent.fields(), stale_steps=0)
-        spent.roll_up()
+    if answer is None:
+        error = {"type": shadow.NEEDS_A_PERSON, "question": decision.question,
+                 "message": "the recorded task has no answer to this question"}
+        _record(snap, spent, actor, kind=StepKind.ASK, status=StepStatus.FAILED,
+                decision=decision, model_log=model_log, error=error, finished_at=now,
+                event="fatal_error", transition=True,
+                payload={"reason": shadow.NEEDS_A_PERSON, "step_no": snap.steps_count + 1},
+                set={"failure_reason": shadow.NEEDS_A_PERSON,
+                     "failure_detail": failure_snapshot(snap, error)})
+        return STOP
+    output = {"answer": answer, "from_record": True}
+    _record(snap, spent, actor, kind=StepKind.ASK, status=StepStatus.SUCCEEDED,
+            decision=decision, model_log=model_log, output=output,
+            output_hash=sha256_hex(canonical_json(output)), finished_at=now, event=None,
+            set={"stale_steps": 0})
     return CONTINUE
 
 
@@ -313,26 +311,24 @@ def _needs_approval(snap: TaskSnapshot, decision: Decision, model_log: dict[str,
     """A call that needs a person's approval (or, outside its requester's scope,
     an authorization): its step waits, and so does the task. `held`: why, when
     not a rule or the tool's own (the model's low confidence)."""
-    with transaction.atomic():
-        step = _new_step(snap, kind=StepKind.TOOL, status=StepStatus.PENDING_APPROVAL,
-                         decision=decision, model_log=model_log, tool=decision.tool,
-                         args=decision.args)
-        step_keyed(step, reused)
-        # Opened before the transition (at the version it makes): the event's hooks
-        # (notifications) find the request, and whom it is routed to.
+    def approval(step: Step | None, version: int) -> None:
+        # Opened before the event's hooks run (at the version the transition
+        # made): they (notifications) find the request, and whom it is routed to.
+        assert step is not None
         opening.approval_open(task_id=snap.id, tenant_id=snap.tenant_id, step_id=step.pk,
                               tool=decision.tool, args=decision.args, risk=spec.risk,
                               reason=decision.reason, cites=list(decision.cites),
-                              task_version=snap.version + 1,
+                              task_version=version,
                               sla_s=int(snap.agent.get("approval_sla_s") or 0),
                               gate=gate, agent=str(snap.agent.get("name") or ""),
                               confidence=decision.confidence,
                               min_confidence=(held or {}).get("min_confidence"))
-        task_transition(task_id=snap.id, event="need_approval", actor=actor,
-                        expected_version=snap.version, known=known(snap),
-                        fields=spent.fields(),
-                        payload={"step_no": snap.steps_count + 1, "tool": decision.tool})
-        spent.roll_up()
+
+    _record(snap, spent, actor, kind=StepKind.TOOL, status=StepStatus.PENDING_APPROVAL,
+            decision=decision, model_log=model_log, tool=decision.tool, args=decision.args,
+            key=reused or (decision.tool, decision.args), event="need_approval",
+            transition=True, then=approval,
+            payload={"step_no": snap.steps_count + 1, "tool": decision.tool})
     return STOP
 
 
@@ -347,24 +343,23 @@ def _final_for_review(snap: TaskSnapshot, decision: Decision, model_log: dict[st
     result = decision.result
     shown = result if isinstance(result, dict) else {"answer": result}
     threshold = snap.agent.get("min_confidence")
-    with transaction.atomic():
-        step = _new_step(snap, kind=StepKind.FINAL, status=StepStatus.PENDING_APPROVAL,
-                         decision=decision, model_log=model_log, args=shown)
-        done = task_transition(task_id=snap.id, event="need_approval", actor=actor,
-                               expected_version=snap.version, known=known(snap),
-                               fields=spent.fields(),
-                               payload={"step_no": snap.steps_count + 1, "tool": FINAL_REVIEW,
-                                        "confidence": decision.confidence})
+    def approval(step: Step | None, version: int) -> None:
+        assert step is not None
         opening.approval_open(task_id=snap.id, tenant_id=snap.tenant_id, step_id=step.pk,
                               tool=FINAL_REVIEW, args=shown, risk="medium",
                               reason=f"The model's confidence in this final answer "
                                      f"({decision.confidence:g}) is below the agent's "
                                      f"threshold ({threshold:g}).",
-                              cites=list(decision.cites), task_version=done.version,
+                              cites=list(decision.cites), task_version=version,
                               sla_s=int(snap.agent.get("approval_sla_s") or 0),
                               confidence=decision.confidence, min_confidence=threshold,
                               final=True)
-        spent.roll_up()
+
+    _record(snap, spent, actor, kind=StepKind.FINAL, status=StepStatus.PENDING_APPROVAL,
+            decision=decision, model_log=model_log, args=shown, event="need_approval",
+            transition=True, then=approval,
+            payload={"step_no": snap.steps_count + 1, "tool": FINAL_REVIEW,
+                     "confidence": decision.confidence})
     return STOP
 
 
@@ -375,38 +370,36 @@ def _approval_deferred(snap: TaskSnapshot, decision: Decision, model_log: dict[s
     task does not (yet): the reply's other calls run meanwhile, and the task
     waits for the cards once they are settled (`runner.replies`). The card is
     bound to its step and arguments: its siblings move the task's version."""
-    with transaction.atomic():
-        step = _new_step(snap, kind=StepKind.TOOL, status=StepStatus.PENDING_APPROVAL,
-                         decision=decision, model_log={**model_log, "parallel": True},
-                         tool=decision.tool, args=decision.args)
-        step_keyed(step, reused)
-        _guard(snap, **spent.fields())
-        spent.roll_up()
-        _event(snap, "approval_requested", actor,
-               {"step_no": step.step_no, "tool": decision.tool})
+    def approval(step: Step | None, version: int) -> None:
+        assert step is not None
         opening.approval_open(task_id=snap.id, tenant_id=snap.tenant_id, step_id=step.pk,
                               tool=decision.tool, args=decision.args, risk=spec.risk,
                               reason=decision.reason, cites=list(decision.cites),
-                              task_version=snap.version,
+                              task_version=version,
                               sla_s=int(snap.agent.get("approval_sla_s") or 0))
-    return Deferred(spent.applied_to(snap), step)
+
+    done = _record(snap, spent, actor, kind=StepKind.TOOL, status=StepStatus.PENDING_APPROVAL,
+                   decision=decision, model_log={**model_log, "parallel": True},
+                   tool=decision.tool, args=decision.args,
+                   key=reused or (decision.tool, decision.args), event="approval_requested",
+                   then=approval,
+                   payload={"step_no": snap.steps_count + 1, "tool": decision.tool})
+    assert done.step is not None
+    return Deferred(spent.applied_to(snap), done.step)
 
 
 def record_invalid(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
              spent: Spent, actor: Actor, error: dict[str, Any]) -> StepResult:
     """An invalid decision is recorded and fed back to the model as the step's error.
     The same error again within the window is no new observation (no progress)."""
-    step_no = snap.steps_count + 1
     error = storable(error)
     output_hash = sha256_hex(canonical_json(error))
-    with transaction.atomic():
-        _new_step(snap, kind=StepKind.INVALID, status=StepStatus.FAILED, decision=decision,
-                  model_log=model_log, tool=decision.tool[:100], args=decision.args or None,
-                  error=error, output_hash=output_hash, finished_at=timezone.now())
-        is_new = not seen_recently(snap, step_no, output_hash)
-        _guard(snap, **spent.fields(), stale_steps=0 if is_new else snap.stale_steps + 1)
-        spent.roll_up()
-        _event(snap, "invalid_decision", actor, {"step_no": step_no, "error": error})
+    _record(snap, spent, actor, kind=StepKind.INVALID, status=StepStatus.FAILED,
+            decision=decision, model_log=model_log, tool=decision.tool[:100],
+            args=decision.args or None, error=error, output_hash=output_hash,
+            finished_at=timezone.now(), event="invalid_decision",
+            payload={"step_no": snap.steps_count + 1, "error": error},
+            set=_stale_steps(snap, output_hash))
     return CONTINUE
 
 
@@ -426,16 +419,14 @@ def _handled(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
     assert handler is not None
     step_no = snap.steps_count + 1
     output_hash = sha256_hex(canonical_json(decision.as_dict()))
-    with transaction.atomic():
+    with transaction.atomic():  # the handler's writes roll back with a stale commit
         # an evaluation run writes nothing a live task would see (`shadow`)
         output = (storable(handler.record(snap, step_no, decision, actor))
                   if snap.shadow_of is None else shadow.not_written(decision.kind))
-        _new_step(snap, kind=StepKind.MEMORY, status=StepStatus.SUCCEEDED, decision=decision,
-                  model_log=model_log, output=output, output_hash=output_hash,
-                  finished_at=timezone.now())
-        is_new = not seen_recently(snap, step_no, output_hash)
-        _guard(snap, **spent.fields(), stale_steps=0 if is_new else snap.stale_steps + 1)
-        spent.roll_up()
+        _record(snap, spent, actor, kind=StepKind.MEMORY, status=StepStatus.SUCCEEDED,
+                decision=decision, model_log=model_log, output=output,
+                output_hash=output_hash, finished_at=timezone.now(), event=None,
+                set=_stale_steps(snap, output_hash))
     return CONTINUE
 
 
@@ -448,16 +439,12 @@ def _read_source(snap: TaskSnapshot, decision: Decision, model_log: dict[str, An
     reference again within the window is no progress."""
     read = read_source(snap, decision.args.get("ref"))
     output_hash = sha256_hex(canonical_json(decision.as_dict()))
-    step_no = snap.steps_count + 1
-    with transaction.atomic():
-        _new_step(snap, kind=StepKind.READ, decision=decision, model_log=model_log,
-                  status=StepStatus.SUCCEEDED if read.error is None else StepStatus.FAILED,
-                  tool="read_source", args={"ref": decision.args.get("ref")},
-                  output=storable(read.output) if read.output is not None else None,
-                  error=read.error, output_hash=output_hash, finished_at=timezone.now())
-        is_new = not seen_recently(snap, step_no, output_hash)
-        _guard(snap, **spent.fields(), stale_steps=0 if is_new else snap.stale_steps + 1)
-        spent.roll_up()
+    _record(snap, spent, actor, kind=StepKind.READ, decision=decision, model_log=model_log,
+            status=StepStatus.SUCCEEDED if read.error is None else StepStatus.FAILED,
+            tool="read_source", args={"ref": decision.args.get("ref")},
+            output=storable(read.output) if read.output is not None else None,
+            error=read.error, output_hash=output_hash, finished_at=timezone.now(), event=None,
+            set=_stale_steps(snap, output_hash))
     return CONTINUE
 
 
@@ -466,15 +453,11 @@ def _fail(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
     """The decision maker says the task cannot succeed (a workflow's critical node
     failed): the step records why, the task fails (and its compensations run)."""
     error = storable({"type": "failed", "message": decision.error, "detail": decision.result})
-    with transaction.atomic():
-        _new_step(snap, kind=StepKind.FINAL, status=StepStatus.FAILED, decision=decision,
-                  model_log=model_log, error=error, finished_at=timezone.now())
-        task_transition(task_id=snap.id, event="fatal_error", actor=actor,
-                        expected_version=snap.version, known=known(snap),
-                        payload={"reason": "workflow_failed", "detail": error},
-                        fields={**spent.fields(), "failure_reason": "workflow_failed",
-                                "failure_detail": failure_snapshot(snap, error)})
-        spent.roll_up()
+    _record(snap, spent, actor, kind=StepKind.FINAL, status=StepStatus.FAILED, decision=decision,
+            model_log=model_log, error=error, finished_at=timezone.now(), event="fatal_error",
+            transition=True, payload={"reason": "workflow_failed", "detail": error},
+            set={"failure_reason": "workflow_failed",
+                 "failure_detail": failure_snapshot(snap, error)})
     return STOP
 
 
@@ -500,11 +483,9 @@ def _refuse(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any],
     the decision is queued again, so a resume that extends the budget runs it."""
     if offer_again and snap.on_exhaustion == "escalate":
         model_log = {**model_log, "queued": [decision.as_dict(), *(model_log.get("queued") or [])]}
-    with transaction.atomic():
-        _new_step(snap, kind=StepKind.TOOL, status=StepStatus.FAILED, decision=decision,
-                  model_log=model_log, tool=decision.tool, args=decision.args, error=error,
-                  finished_at=timezone.now())
-        stopped = exhaust(snap, reason, actor, counters=spent.fields(), detail=error,
-                          step_no=snap.steps_count + 1)
-        spent.roll_up()
-        return stopped
+    stop = exhaustion(snap, reason, detail=error, step_no=snap.steps_count + 1)
+    _record(snap, spent, actor, kind=StepKind.TOOL, status=StepStatus.FAILED, decision=decision,
+            model_log=model_log, tool=decision.tool, args=decision.args, error=error,
+            finished_at=timezone.now(), event=stop.event, transition=True,
+            payload=stop.payload, set=stop.fields)
+    return STOP

@@ -14,8 +14,8 @@ from typing import Any
 from django.db.models import F
 
 from ..snapshot import TaskSnapshot
-from ..store.counters import task_charge
-from ..store.spend import Bill, bill_rollup, bill_write
+from ..store.counters import bill_write, task_charge
+from ..store.spend import Bill, bill_rollup
 
 
 class Next(StrEnum):

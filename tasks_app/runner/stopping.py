@@ -3,6 +3,7 @@ a step's error attempts used up (`exhaust`: fail or escalate, as the profile
 says), or an error that ends it (`fail`). Each is one guarded transition."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from django.utils import timezone
@@ -27,9 +28,18 @@ def failure_snapshot(snap: TaskSnapshot, detail: Any = None) -> dict[str, Any]:
     }
 
 
-def exhaust(snap: TaskSnapshot, reason: str, actor: Actor, *,
-            counters: dict[str, Any] | None = None,
-            detail: Any = None, step_no: int | None = None) -> StepResult:
+@dataclass(frozen=True)
+class Exhaustion:
+    """How a task stops when something is used up: the transition's event, its
+    payload and the task's fields it sets."""
+
+    event: str
+    payload: dict[str, Any]
+    fields: dict[str, Any]
+
+
+def exhaustion(snap: TaskSnapshot, reason: str, *, detail: Any = None,
+               step_no: int | None = None) -> Exhaustion:
     """Budget, deadline, no progress, retries or a step's error attempts used up:
     fail or escalate, as the profile says."""
     if snap.on_exhaustion == "escalate":
@@ -42,8 +52,17 @@ def exhaust(snap: TaskSnapshot, reason: str, actor: Actor, *,
                  }.get(reason, "budget_exhausted")
         fields = {"failure_reason": reason, "failure_detail": failure_snapshot(snap, detail)}
     payload = {"reason": reason, "detail": detail, **({"step_no": step_no} if step_no else {})}
-    task_transition(task_id=snap.id, event=event, actor=actor, expected_version=snap.version,
-                    known=known(snap), payload=payload, fields={**(counters or {}), **fields})
+    return Exhaustion(event, payload, fields)
+
+
+def exhaust(snap: TaskSnapshot, reason: str, actor: Actor, *,
+            counters: dict[str, Any] | None = None,
+            detail: Any = None, step_no: int | None = None) -> StepResult:
+    """`exhaustion`'s transition, on its own (a step's decision records its own with it)."""
+    stop = exhaustion(snap, reason, detail=detail, step_no=step_no)
+    task_transition(task_id=snap.id, event=stop.event, actor=actor, expected_version=snap.version,
+                    known=known(snap), payload=stop.payload,
+                    fields={**(counters or {}), **stop.fields})
     return STOP
 
 

@@ -13,8 +13,8 @@ advisory lock lets at most one sweep run at a time across the deployment.
   knock at once. Celery starts one per pool process after the fork
   (`config.celery`); beat is optional, its entry calls `locked_sweep` too.
 
-On SQLite (the embedded mode's single process) there is no advisory lock and
-no second sweeper: the sweep simply runs.
+On SQLite (the embedded mode's single process: its backend's `one_process`)
+there is no advisory lock and no second sweeper: the sweep simply runs.
 """
 from __future__ import annotations
 
@@ -24,25 +24,17 @@ import random
 import threading
 
 from django.conf import settings
-from django.db import connection, connections
-from django.db.models import DateTimeField, Func
+from django.db import connections
 
 from config.deployment_locks import deployment_lock
 
 from ..models import SweepRun
+from ..store.backends import backend
 from .recovery import SweepReport, recovery_sweep
 
 log = logging.getLogger(__name__)
 
 SWEEP_LOCK_KEY = 0x7E7E_0002  # admission holds 0x7E7E_0001
-
-
-class _ClockTimestamp(Func):
-    """The database's wall clock now (not the transaction's start)."""
-
-    function = "clock_timestamp"
-    template = "clock_timestamp()"
-    output_field = DateTimeField()
 
 
 def sweeper_owner() -> str:
@@ -51,15 +43,16 @@ def sweeper_owner() -> str:
 
 def locked_sweep() -> SweepReport | None:
     """Run one recovery sweep unless another process is sweeping (then None)."""
-    if connection.vendor != "postgresql":
+    if backend().one_process:  # no other sweeper: nothing to lock out, nobody to tell
         return recovery_sweep()
     with deployment_lock(SWEEP_LOCK_KEY) as taken:
         if not taken:
             return None
-        run = SweepRun.objects.create(owner=sweeper_owner()[:200], started_at=_ClockTimestamp())
+        run = SweepRun.objects.create(owner=sweeper_owner()[:200],
+                                      started_at=backend().wall_clock())
         report = recovery_sweep()
         SweepRun.objects.filter(pk=run.pk).update(
-            finished_at=_ClockTimestamp(), requeued=report.requeued, admitted=report.admitted,
+            finished_at=backend().wall_clock(), requeued=report.requeued, admitted=report.admitted,
             approvals_expired=report.approvals_expired, deadlines_failed=report.deadlines_failed)
         SweepRun.objects.filter(pk__lte=run.pk - SweepRun.KEEP).delete()
         return report

@@ -19,34 +19,29 @@ the slots live tasks submitted meanwhile will need.
 Admission decisions are serialized (a PostgreSQL transaction-scoped advisory
 lock; SQLite's IMMEDIATE transactions already serialize writers) so two
 admitters cannot both take the last slot. It runs after every transaction that
-submits or ends a task, so on PostgreSQL its reads are prepared SQL; each start
-is written by the store (`store.commits.commit_start`).
+submits or ends a task, so on PostgreSQL its reads are prepared SQL; its reads
+and its lock are the store's backend's (`store.backends`: `AdmissionReads`),
+and each start is written by the store (`store.commits.commit_start`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
 from django.db import connection, transaction
-from django.db.models import BooleanField, Count, ExpressionWrapper, Min, Q
-from django.db.models.fields.json import KT
 from django.utils import timezone
 
-from ..machine import TaskStatus
-from ..models import Task
-from ..prepared import fetch_all_prepared, fetch_one_prepared
+from ..store.backends import ADMISSION_PAGE, AdmissionReads, Candidate, backend
 from ..store.commits import commit_start
 from .dispatch import schedule_admission, schedule_advance_on_commit
 from .quotas import admission_terms
-
-ADMISSION_LOCK_KEY = 0x7E7E_0001
 
 
 def admission_after_commit() -> None:
@@ -104,13 +99,12 @@ def admit_handed_over() -> list[int]:
 # tenant chosen, a page of its own queue. At most `limit * SCAN_FACTOR`
 # candidates are looked at per call (tasks held back by their agent's limit
 # are skipped one by one).
-PAGE = 20
-SCAN_FACTOR = 4
+SCAN_FACTOR = 4  # the page: `backends.ADMISSION_PAGE`
 
 
 def admit_created_tasks(*, limit: int = 100) -> list[int]:
     """Start as many CREATED tasks as the limits allow; returns their ids."""
-    db: _Statements = _SQL if connection.vendor == "postgresql" else _ORM
+    db = backend().admission
     if not db.any_created():
         return []
     with transaction.atomic():
@@ -129,7 +123,7 @@ def admit_created_tasks(*, limit: int = 100) -> list[int]:
 class _Round:
     """One admission pass, inside the lock."""
 
-    def __init__(self, db: _Statements, per_tenant: Counter[int], per_agent: Counter[int], *,
+    def __init__(self, db: AdmissionReads, per_tenant: Counter[int], per_agent: Counter[int], *,
                  wanted: int, budget: int) -> None:
         self.db, self.per_tenant, self.per_agent = db, per_tenant, per_agent
         self.wanted, self.budget = wanted, budget
@@ -140,7 +134,7 @@ class _Round:
         return len(self.admitted) < self.wanted and self.budget > 0
 
     def start(self, cand: Candidate) -> None:
-        if self.db.start(cand, self.now):
+        if candidate_start(cand, self.now):
             _dispatch(cand.id)
             self.per_tenant[cand.tenant_id] += 1
             self.per_agent[cand.agent_id] += 1
@@ -155,7 +149,7 @@ class _Round:
                 if not self.more():
                     return
                 self.start(cand)
-            if len(page) < PAGE:
+            if len(page) < ADMISSION_PAGE:
                 return
             after = page[-1].id
 
@@ -196,7 +190,7 @@ class _Round:
                 self.start(cand)
                 room -= len(self.admitted) - started
                 started = len(self.admitted)
-            if len(page) < PAGE:
+            if len(page) < ADMISSION_PAGE:
                 return
             after = page[-1].id
 
@@ -214,7 +208,7 @@ class _Queue:
         if not self.page and not self.done:
             self.page = round_.db.tenant_page(tenant, after=self.after)
             round_.budget -= len(self.page)
-            self.done = len(self.page) < PAGE
+            self.done = len(self.page) < ADMISSION_PAGE
         if not self.page:
             return None
         cand = self.page.pop(0)
@@ -255,165 +249,12 @@ def _dispatch(task_id: int) -> None:
         schedule_advance_on_commit(task_id)
 
 
-class Candidate(NamedTuple):
-    id: int
-    tenant_id: int
-    agent_id: int
-    version: int
-    trace_id: str
-    agent_cap: str | None  # the two budget figures of its agent, as text out of the JSON
-    duration: str | None
-    # A child task (a workflow's agent node, an agent called as a tool) is started
-    # whatever its tenant's and agent's limits: its parent holds a slot and waits
-    # for it, so holding the child back until a slot frees could wait forever.
-    # The global limit still holds.
-    parent_id: int | None = None
-
-
-class _Statements:
-    """What admission reads and writes. Two implementations: the ORM (any
-    database; SQLite in the embedded mode) and prepared SQL on PostgreSQL,
-    where admission runs once for every task that ends."""
-
-    def any_created(self) -> bool:
-        return Task.objects.filter(status=TaskStatus.CREATED).exists()
-
-    def lock(self) -> None:
-        """Serialize admitters (SQLite's IMMEDIATE transactions already do)."""
-
-    def running_counts(self) -> tuple[Counter[int], Counter[int], int]:
-        """One read of what runs, by (tenant, agent, evaluation run or not): both
-        limits' counts, and the evaluation runs'."""
-        return _counts(
-            Task.objects.filter(status=TaskStatus.RUNNING)
-            .annotate(shadow=ExpressionWrapper(Q(shadow_of__isnull=False),
-                                               output_field=BooleanField()))
-            .values_list("tenant_id", "agent_id", "shadow")
-            .annotate(n=Count("id"))
-            .values_list("tenant_id", "agent_id", "shadow", "n")
-        )
-
-    def children(self, *, after: int) -> list[Candidate]:
-        """The next page of waiting child tasks, in submission order."""
-        return self._page(Task.objects.filter(parent__isnull=False, shadow_of__isnull=True), after)
-
-    def waiting_tenants(self) -> dict[int, int]:
-        """The tenants with top-level tasks waiting, each with its oldest one's id."""
-        return dict(Task.objects.filter(status=TaskStatus.CREATED, parent__isnull=True,
-                                        shadow_of__isnull=True)
-                    .order_by().values("tenant_id").annotate(head=Min("id"))
-                    .values_list("tenant_id", "head"))
-
-    def tenant_page(self, tenant_id: int, *, after: int) -> list[Candidate]:
-        """The next page of a tenant's waiting top-level tasks, in submission order."""
-        return self._page(Task.objects.filter(tenant_id=tenant_id, parent__isnull=True,
-                                              shadow_of__isnull=True), after)
-
-    def evaluation_page(self, *, after: int) -> list[Candidate]:
-        """The next page of waiting evaluation runs, in submission order."""
-        return self._page(Task.objects.filter(shadow_of__isnull=False), after)
-
-    def _page(self, tasks: Any, after: int) -> list[Candidate]:
-        rows = (
-            tasks.filter(status=TaskStatus.CREATED, id__gt=after)
-            .order_by("id")
-            .annotate(
-                agent_cap=KT("agent_snapshot__budget__max_concurrent_tasks"),
-                duration=KT("agent_snapshot__budget__max_duration_s"),
-            )
-            .values_list("id", "tenant_id", "agent_id", "version", "trace_id", "agent_cap",
-                         "duration", "parent_id")[:PAGE]
-        )
-        return [Candidate(*row) for row in rows]
-
-    def start(self, cand: Candidate, now: datetime) -> bool:
-        """`task_started` from the row just read; False when the task moved on
-        meanwhile (canceled while it waited: admission goes on with the next).
-        The store writes it: one statement on PostgreSQL, the ORM elsewhere."""
-        return commit_start(task_id=cand.id, tenant_id=cand.tenant_id, trace_id=cand.trace_id,
-                            version=cand.version, **_started(cand, now))
-
-
-_TASKS, _CREATED, _RUNNING = Task._meta.db_table, TaskStatus.CREATED.value, TaskStatus.RUNNING.value
-ANY_CREATED_SQL = f"SELECT EXISTS (SELECT 1 FROM {_TASKS} WHERE status = '{_CREATED}')"
-LOCK_SQL = "SELECT pg_advisory_xact_lock(%s)"
-RUNNING_SQL = f"""
-SELECT tenant_id, agent_id, shadow_of IS NOT NULL, count(*) FROM {_TASKS}
- WHERE status = '{_RUNNING}' GROUP BY 1, 2, 3
-"""
-_CANDIDATE = f"""
-SELECT id, tenant_id, agent_id, version, trace_id,
-       agent_snapshot -> 'budget' ->> 'max_concurrent_tasks',
-       agent_snapshot -> 'budget' ->> 'max_duration_s', parent_id
-  FROM {_TASKS}
- WHERE status = '{_CREATED}' AND id > %(after)s"""
-CHILDREN_SQL = (f"{_CANDIDATE} AND parent_id IS NOT NULL AND shadow_of IS NULL"
-                " ORDER BY id LIMIT %(page)s")
-TENANT_PAGE_SQL = (f"{_CANDIDATE} AND tenant_id = %(tenant)s AND parent_id IS NULL"
-                   " AND shadow_of IS NULL ORDER BY id LIMIT %(page)s")
-EVALUATION_PAGE_SQL = f"{_CANDIDATE} AND shadow_of IS NOT NULL ORDER BY id LIMIT %(page)s"
-# A skip scan of the waiting tasks' index (task_waiting_by_tenant): one probe
-# per waiting tenant, however long its queue; then each one's oldest top-level task.
-WAITING_TENANTS_SQL = f"""
-WITH RECURSIVE waiting(tenant_id) AS (
-    (SELECT tenant_id FROM {_TASKS} WHERE status = '{_CREATED}' ORDER BY tenant_id LIMIT 1)
-  UNION ALL
-    SELECT (SELECT t.tenant_id FROM {_TASKS} t
-             WHERE t.status = '{_CREATED}' AND t.tenant_id > w.tenant_id
-             ORDER BY t.tenant_id LIMIT 1)
-      FROM waiting w WHERE w.tenant_id IS NOT NULL
-)
-SELECT w.tenant_id, h.id FROM waiting w CROSS JOIN LATERAL (
-    SELECT t.id FROM {_TASKS} t
-     WHERE t.status = '{_CREATED}' AND t.tenant_id = w.tenant_id AND t.parent_id IS NULL
-       AND t.shadow_of IS NULL
-     ORDER BY t.id LIMIT 1) h
- WHERE w.tenant_id IS NOT NULL
-"""
-
-
-class _PreparedStatements(_Statements):
-    def any_created(self) -> bool:
-        row = fetch_one_prepared(ANY_CREATED_SQL, ())
-        return bool(row and row[0])
-
-    def lock(self) -> None:
-        fetch_one_prepared(LOCK_SQL, (ADMISSION_LOCK_KEY,))
-
-    def running_counts(self) -> tuple[Counter[int], Counter[int], int]:
-        return _counts(fetch_all_prepared(RUNNING_SQL, ()))
-
-    def children(self, *, after: int) -> list[Candidate]:
-        rows = fetch_all_prepared(CHILDREN_SQL, {"after": after, "page": PAGE})
-        return [Candidate(*row) for row in rows]
-
-    def waiting_tenants(self) -> dict[int, int]:
-        return dict(fetch_all_prepared(WAITING_TENANTS_SQL, ()))
-
-    def tenant_page(self, tenant_id: int, *, after: int) -> list[Candidate]:
-        rows = fetch_all_prepared(
-            TENANT_PAGE_SQL, {"after": after, "tenant": tenant_id, "page": PAGE})
-        return [Candidate(*row) for row in rows]
-
-    def evaluation_page(self, *, after: int) -> list[Candidate]:
-        rows = fetch_all_prepared(EVALUATION_PAGE_SQL, {"after": after, "page": PAGE})
-        return [Candidate(*row) for row in rows]
-
-
-_ORM = _Statements()
-_SQL = _PreparedStatements()
-
-
-def _counts(rows: Iterable[tuple[int, int, bool, int]]
-            ) -> tuple[Counter[int], Counter[int], int]:
-    per_tenant: Counter[int] = Counter()
-    per_agent: Counter[int] = Counter()
-    shadows = 0
-    for tenant_id, agent_id, shadow, n in rows:
-        per_tenant[tenant_id] += n
-        per_agent[agent_id] += n
-        shadows += n if shadow else 0
-    return per_tenant, per_agent, shadows
+def candidate_start(cand: Candidate, now: datetime) -> bool:
+    """`task_started` from the row just read; False when the task moved on
+    meanwhile (canceled while it waited: admission goes on with the next).
+    The store writes it (`store.commits.commit_start`)."""
+    return commit_start(task_id=cand.id, tenant_id=cand.tenant_id, trace_id=cand.trace_id,
+                        version=cand.version, **_started(cand, now))
 
 
 def _started(cand: Candidate, now: datetime) -> dict[str, Any]:

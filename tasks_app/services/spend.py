@@ -26,7 +26,8 @@ from config.metrics import count_spend
 from ..gateway.base import ModelReply
 from ..models.spend import EVALUATION_AGENT_PREFIX, SPEND_SHARDS
 from ..pricing import PICO, TokenUsage, pico_text, prices_of
-from ..store.spend import Bill, bill_write
+from ..store.counters import bill_write
+from ..store.spend import Bill
 
 
 @dataclass(frozen=True)

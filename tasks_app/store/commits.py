@@ -19,28 +19,33 @@ written (None or False), when it holds everything is written at once.
    `final_accepted` transition with the result, the counters and the spend, the final
    step, the event, and what every task that ends does (`effects`).
 4. `commit_start`: admission's `task_started`, with the start and deadline.
+5. `commit_recorded`: a decision of every other kind (`runner.recording`): an
+   invalid decision, a source read back, a question, a call that needs
+   approval, a refusal, a failure, another app's kind: its step, the
+   counters and spend, the event (or none) and, when the decision moves the
+   task, its transition; what the caller opens for the step (a question, an
+   approval) in the same transaction (`Commit.then`).
 
-Everything else the runner commits (questions, approvals, invalid results,
-failures, retries) goes through `tasks.task_transition` and `steps`; those
-are rare next to tool steps.
+Retries and the rarer writes of a person's decision go through
+`tasks.task_transition` and `steps`.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Protocol
 
 from django.utils import timezone
 
-from tools_app.executor.ledger import Claim, claim_s, recorded_fields
+from tools_app.executor.ledger import Claim, claim_row, recorded_fields
 from tools_app.executor.types import OutcomeKind, ToolCall, ToolContext, ToolOutcome, ToolSpec
-from tools_app.models import LedgerStatus
 
 from ..actors import SYSTEM, Actor
 from ..machine import TaskStatus
 from ..models import Step, StepKind, StepStatus
 from .spend import Bill
-from .writes import Commit, LedgerRecord, NewStep, StepMove, TaskAt, write
+from .writes import Commit, Committed, LedgerRecord, NewStep, StepMove, TaskAt, write
 
 
 class TaskView(Protocol):
@@ -93,12 +98,9 @@ def commit_decision(snap: TaskView, *, decision: dict[str, Any], model_log: dict
     fields = {"step_no": step_no, "kind": StepKind.TOOL.value, "status": StepStatus.RUNNING.value,
               "decision": decision, "model_log": model_log, "tool": tool, "args": args,
               "attempt": 0, "output_hash": "", "started_at": now}
-    attempts = [{"started_at": now.isoformat(), "owner": owner}]
-    claim = None if reused_key else {
-        "tenant_id": snap.tenant_id, "task_id": snap.id, "tool": tool, "args": args or {},
-        "status": LedgerStatus.IN_PROGRESS.value, "attempts": attempts, "claimed_by": owner,
-        "claimed_until": now + timedelta(seconds=claim_s(spec.timeout_s)),
-        "created_at": now, "updated_at": now}
+    claim = None if reused_key else claim_row(
+        tenant_id=snap.tenant_id, task_id=snap.id, tool=tool, args=args or {}, owner=owner,
+        timeout_s=spec.timeout_s, now=now)
     done = write(Commit(
         task=_at(snap), event="decision_recorded", actor=actor,
         payload={"step_no": step_no, "tool": tool, "args": args, "reason": reason},
@@ -111,8 +113,8 @@ def commit_decision(snap: TaskView, *, decision: dict[str, Any], model_log: dict
     call = ToolCall(spec=spec, args=dict(args), context=ToolContext(
         idempotency_key=step.idempotency_key, task_id=snap.id, step_id=step.pk,
         tenant_id=snap.tenant_id, trace_id=snap.trace_id))
-    return DecisionCommitted(step=step, claim=None if reused_key else Claim(
-        call=call, owner=owner, attempts=attempts))
+    return DecisionCommitted(step=step, claim=None if claim is None else Claim(
+        call=call, owner=owner, attempts=claim["attempts"]))
 
 
 # --- the outcome -------------------------------------------------------------------
@@ -190,3 +192,25 @@ def commit_start(*, task_id: int, tenant_id: int, trace_id: str, version: int,
                     status=TaskStatus.CREATED), event="task_started", actor=SYSTEM,
         transition=True, payload={}, set={"started_at": started_at, "deadline_at": deadline_at},
     ), savepoint=False) is not None
+
+
+# --- every other kind of decision -----------------------------------------------------
+
+
+def commit_recorded(snap: TaskView, *, step: dict[str, Any], event: str | None, actor: Actor,
+                    payload: dict[str, Any] | None = None, transition: bool = False,
+                    set: dict[str, Any] | None = None, model_calls: int, tokens: int,
+                    bill: Bill | None = None, key: tuple[str, dict[str, Any]] | str | None = None,
+                    then: Callable[[Step | None, int], None] | None = None) -> Committed | None:
+    """A decision recorded with its step (`step`: its columns but its number),
+    the counters and spend of the model call that made it, the event (None:
+    none), and with `transition` the task's move by `event`. `key`: the step's
+    idempotency key, made from its new id for (tool, args), or a retried
+    task's key. `then(step, version)`: written in the same transaction before
+    the event's hooks run. None when the task moved on (nothing written)."""
+    fields = {"step_no": snap.steps_count + 1, **step}
+    return write(Commit(
+        task=_at(snap), event=event, actor=actor, payload=payload or {}, transition=transition,
+        set=set or {}, add=_spent(model_calls, tokens), bill=bill, then=then,
+        new_step=(NewStep(fields, keyed=key) if isinstance(key, tuple)
+                  else NewStep({**fields, "idempotency_key": key} if key else fields))))

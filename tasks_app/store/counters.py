@@ -1,21 +1,18 @@
 """The task's plain counters: writes that count and never move the version.
 
 A model call is counted whether or not its decision commits (`task_charge`,
-`task_usage_add`, `task_model_call_count`); the failures of a step or a model
+`bill_write`, `task_model_call_count`); the failures of a step or a model
 while the task stands still are counted on the row, so the count holds across
 slices, workers and restarts (`task_fault_count`, `task_model_failure_count`).
 Each is one UPDATE with the increments as expressions (no read, no lock).
 """
 from __future__ import annotations
 
-from functools import cache
-from typing import Any
-
-from django.db import connection, transaction
 from django.db.models import Case, F, Value, When
 
 from ..models import Task
-from .sql import column, one_statement, run_one, table
+from .backends import backend
+from .spend import Bill, rollup_params, rollup_sql
 
 
 def task_charge(task_id: int, *, model_calls: int, tokens: int) -> None:
@@ -32,30 +29,14 @@ def task_model_call_count(task_id: int, *, calls: int = 1, tokens: int) -> None:
                                            tokens=F("tokens") + tokens)
 
 
-def task_usage_add(task_id: int, amounts: dict[str, int], *,
-                   with_statement: tuple[str, dict[str, Any]] | None = None) -> None:
-    """Add one call's usage and cost (`amounts`: counter name -> increment).
-
-    `with_statement`: SQL (named parameters, returning a row) that must commit
-    with it (the spend rollup's upsert). On PostgreSQL the two are one statement,
-    the UPDATE as a CTE before it: one round trip, not BEGIN, two statements and
-    COMMIT. Elsewhere they share a transaction."""
-    if with_statement is not None and one_statement():
-        sql, params = with_statement
-        run_one(_usage_cte(tuple(amounts)) + sql,
-                {**params, "u_task_id": task_id, **{f"u_{k}": v for k, v in amounts.items()}})
-        return
-    with transaction.atomic():
-        Task.objects.filter(pk=task_id).update(**{k: F(k) + v for k, v in amounts.items()})
-        if with_statement is not None:
-            with connection.cursor() as cursor:
-                cursor.execute(*with_statement)
-
-
-@cache
-def _usage_cte(names: tuple[str, ...]) -> str:
-    sets = ", ".join(f"{column(Task, k)} = {column(Task, k)} + %(u_{k})s" for k in names)
-    return f"WITH usage AS (UPDATE {table(Task)} SET {sets} WHERE id = %(u_task_id)s) "
+def bill_write(task_id: int, bill: Bill) -> None:
+    """A model call's bill on its own (`spend`: its decision did not commit, or
+    the call is not a decision's): the task's usage counters and the day's
+    rollup at once, as the backend writes them (on PostgreSQL one statement,
+    the UPDATE as a CTE before the upsert)."""
+    backend().usage_add(task_id, bill.task,
+                        with_statement=(rollup_sql(from_task=False) + " RETURNING 1",
+                                        rollup_params(bill)))
 
 
 def task_model_failure_count(task_id: int, *, at: str) -> int:

@@ -2,8 +2,11 @@
 
 `event_append` writes one with the ORM, runs the event hooks other apps
 registered (`store.hooks`, same transaction) and schedules its publication;
-the one-statement commits (`store.commits`) insert theirs with `EVENT_INSERT`
-and schedule it with `announce_written`, from the row as written.
+`event_note` is the one way to append an informational event at the task's
+current version (its one locking rule);
+PostgreSQL's one-statement commits (`backends.postgres`) insert theirs with
+`EVENT_INSERT` and publish it with `written_event`, from the row as written
+(their backend runs the hooks, in the same transaction).
 
 Publication happens in `transaction.on_commit`, so a rolled-back event is
 never shown to anybody, and a subscriber never sees an event the database
@@ -76,11 +79,13 @@ def event_announce(event: Event) -> None:
     transaction.on_commit(lambda: run_publishers(event))
 
 
-def announce_written(*, event_id: int, task_id: int, tenant_id: int, trace_id: str,
-                     task_version: int, type: str, payload: dict[str, Any], actor: Actor,
-                     at: datetime) -> None:
-    """Publish, once committed, an event a one-statement commit wrote in SQL:
-    the row as written, without reading it."""
-    event_announce(Event(id=event_id, task_id=task_id, tenant_id=tenant_id, trace_id=trace_id,
-                         task_version=task_version, type=type, payload=payload,
-                         actor=actor.name, actor_role=actor.role, created_at=at))
+def written_event(*, event_id: int, task_id: int, tenant_id: int, trace_id: str,
+                  task_version: int, type: str, payload: dict[str, Any], actor: Actor,
+                  at: datetime) -> Event:
+    """An event a backend wrote in SQL, as written (without reading it back),
+    published once committed."""
+    event = Event(id=event_id, task_id=task_id, tenant_id=tenant_id, trace_id=trace_id,
+                  task_version=task_version, type=type, payload=payload, actor=actor.name,
+                  actor_role=actor.role, created_at=at)
+    event_announce(event)
+    return event

@@ -3,11 +3,11 @@ importing them (the layers point one way: the registering app does it from its
 `AppConfig.ready`).
 
 - `on_event_appended(types, hook)`: `hook(event)` runs inside the transaction
-  that appends an event of one of `types` with the ORM (`store.events.event_append`:
-  every transition `task_transition` fires, and the other ORM-appended events),
-  so what the hook writes commits or rolls back with the event. The store's
-  one-statement commits (`ONE_STATEMENT_TYPES`) write their events in SQL on
-  PostgreSQL and call no hook: registering for those types is refused.
+  that appends an event of one of `types`, whichever backend writes it (the
+  ORM's `store.events.event_append`, or PostgreSQL's one-statement commit,
+  which then runs in a transaction with the hooks after its statement), so
+  what the hook writes commits or rolls back with the event. A commit of a
+  type nobody hooks stays one statement on PostgreSQL.
 - `on_event_committed(hook)`: `hook(event)` publishes every event once its
   transaction has committed (metrics, the task's trace, the live feed). A
   publisher that raises is logged: the write it publishes has committed, and
@@ -42,10 +42,6 @@ log = logging.getLogger(__name__)
 EventHook = Callable[["Event"], None]
 SweepHook = Callable[[], object]
 
-# Written by `store.commits` in one SQL statement each on PostgreSQL, without `event_append`.
-ONE_STATEMENT_TYPES = frozenset(
-    {"decision_recorded", "step_succeeded", "final_accepted", "task_started"})
-
 _event_hooks: dict[str, list[EventHook]] = {}
 _sweep_hooks: list[SweepHook] = []
 _publishers: list[EventHook] = []
@@ -62,11 +58,7 @@ def _add(hooks: list, hook: object) -> None:  # type: ignore[type-arg]
 
 
 def on_event_appended(types: Iterable[str], hook: EventHook) -> None:
-    types = frozenset(types)
-    if types & ONE_STATEMENT_TYPES:
-        raise ValueError(f"no hook sees {sorted(types & ONE_STATEMENT_TYPES)}: "
-                         "they are written in one statement, without event_append")
-    for type_ in types:
+    for type_ in frozenset(types):
         _add(_event_hooks.setdefault(type_, []), hook)
 
 
@@ -95,8 +87,14 @@ def on_sweep(hook: SweepHook) -> None:
     _add(_sweep_hooks, hook)
 
 
+def event_hooked(type_: str) -> bool:
+    """Has any app registered a hook for events of `type_`?"""
+    return bool(_event_hooks.get(type_))
+
+
 def run_event_hooks(event: Event) -> None:
-    """Called by `event_append`, in its transaction: a hook's failure rolls the event back."""
+    """Called by the backend that wrote `event`, in its transaction: a hook's
+    failure rolls the event back."""
     for hook in _event_hooks.get(event.type, ()):
         hook(event)
 

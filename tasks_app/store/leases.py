@@ -7,48 +7,20 @@ released at the end of a slice. The lease keeps executors from wasting work on
 the same task; correctness does not rest on it, the version check at commit is
 the fence.
 
-Taking and releasing are one statement each, once per slice; on PostgreSQL
-they are prepared, like the step's own hot statements, and taking returns the
-task's row, which the slice's first step would otherwise read. Table and
-column names come from the model's `_meta`, the status from the enum.
+Taking and releasing are one statement each, once per slice, written by the
+backend (`backends`): on PostgreSQL prepared, like the step's own hot
+statements, and taking returns the task's row, which the slice's first step
+would otherwise read.
 """
 from __future__ import annotations
 
 from datetime import timedelta
-from functools import cache
-from typing import Any
 
 from django.conf import settings
-from django.db import connection
-from django.db.models import Q
 from django.utils import timezone
 
-from ..machine import TaskStatus
 from ..models import Task
-from ..prepared import fetch_one_prepared
-from .sql import column, table
-
-
-def _col(name: str) -> str:
-    return column(Task, name)
-
-
-TAKE_SQL = f"""
-UPDATE {table(Task)}
-   SET {_col("lease_owner")} = %(owner)s, {_col("lease_expires_at")} = %(until)s,
-       {_col("heartbeat_at")} = %(now)s, {_col("next_run_at")} = NULL
- WHERE {_col("id")} = %(task_id)s AND {_col("status")} = %(running)s
-   AND ({_col("lease_owner")} = '' OR {_col("lease_expires_at")} < %(now)s
-        OR {_col("lease_owner")} = %(owner)s)
-RETURNING {", ".join(f'"{f.column}"' for f in Task._meta.concrete_fields)}
-"""
-RELEASE_SQL = f"""
-UPDATE {table(Task)}
-   SET {_col("lease_owner")} = '', {_col("lease_expires_at")} = NULL,
-       {_col("next_run_at")} = %(next_run_at)s
- WHERE {_col("id")} = %(task_id)s AND {_col("lease_owner")} = %(owner)s
-RETURNING {_col("id")}
-"""
+from .backends import backend
 
 
 def lease_ttl() -> timedelta:
@@ -60,42 +32,7 @@ def lease_take(*, task_id: int, owner: str) -> Task | None:
     ours; the task's row as the lease left it (the slice's first step reads no
     other), or None."""
     now = timezone.now()
-    if connection.vendor == "postgresql":
-        row = fetch_one_prepared(TAKE_SQL, {
-            "owner": owner, "until": now + lease_ttl(), "now": now, "task_id": task_id,
-            "running": TaskStatus.RUNNING.value})
-        return _task_of(row) if row is not None else None
-    taken = (
-        Task.objects.filter(pk=task_id, status=TaskStatus.RUNNING)
-        .filter(Q(lease_owner="") | Q(lease_expires_at__lt=now) | Q(lease_owner=owner))
-        .update(lease_owner=owner, lease_expires_at=now + lease_ttl(), heartbeat_at=now,
-                next_run_at=None)
-    )
-    return Task.objects.filter(pk=task_id).first() if taken == 1 else None
-
-
-def _task_of(row: tuple[Any, ...]) -> Task:
-    """A Task from the raw row `TAKE_SQL` returns, converted as the ORM would."""
-    attnames, converters = _row_converters(connection.alias)
-    values = []
-    for value, (col, converts) in zip(row, converters, strict=True):
-        for convert in converts:
-            value = convert(value, col, connection)
-        values.append(value)
-    return Task.from_db(connection.alias, attnames, values)
-
-
-@cache
-def _row_converters(alias: str) -> tuple[list[str], list[tuple[Any, list[Any]]]]:
-    """The task's attribute names and, per column, the converters the ORM applies
-    to what the database returns (JSON text to Python, for one)."""
-    fields = Task._meta.concrete_fields
-    converters = []
-    for field in fields:
-        col = field.get_col(Task._meta.db_table)
-        converters.append((col, connection.ops.get_db_converters(col)
-                           + col.get_db_converters(connection)))
-    return [f.attname for f in fields], converters
+    return backend().lease_take(task_id=task_id, owner=owner, now=now, until=now + lease_ttl())
 
 
 def lease_extend(*, task_id: int, owner: str) -> bool:
@@ -121,10 +58,4 @@ def leases_extend(pairs: list[tuple[int, str]]) -> int:
 
 def lease_release(*, task_id: int, owner: str, next_run_at=None) -> None:  # type: ignore[no-untyped-def]
     """Hand the task back (if the lease is still ours); `next_run_at`: when it is due again."""
-    if connection.vendor == "postgresql":
-        fetch_one_prepared(RELEASE_SQL, {"next_run_at": next_run_at, "task_id": task_id,
-                                         "owner": owner})
-        return
-    Task.objects.filter(pk=task_id, lease_owner=owner).update(
-        lease_owner="", lease_expires_at=None, next_run_at=next_run_at
-    )
+    backend().lease_release(task_id=task_id, owner=owner, next_run_at=next_run_at)

@@ -10,8 +10,8 @@ one call, to the rollup row named by `key`. It is written
   statement hanging off the task's version-checked UPDATE (`rollup_sql`
   `from_task`), or, with the ORM, a statement of its transaction
   (`bill_rollup`);
-- or on its own (`bill_write`), when its decision did not commit, or for a
-  call that is not a decision's (a context summary's): on PostgreSQL one
+- or on its own (`counters.bill_write`), when its decision did not commit, or
+  for a call that is not a decision's (a context summary's): on PostgreSQL one
   statement, the task's UPDATE as a CTE before the upsert.
 """
 from __future__ import annotations
@@ -23,7 +23,6 @@ from typing import Any
 from django.db import connection
 
 from ..models import DailySpend
-from .counters import task_usage_add
 
 ROLLUP_KEYS = ("tenant", "day", "agent", "model", "shard")
 ROLLUP_ADDED = ("calls", "input_tokens", "output_tokens", "cached_input_tokens", "cost_pico")
@@ -33,13 +32,6 @@ ROLLUP_ADDED = ("calls", "input_tokens", "output_tokens", "cached_input_tokens",
 class Bill:
     task: dict[str, int]  # task counter -> increment (the rollup's too)
     key: dict[str, Any]  # `ROLLUP_KEYS`: the day's rollup row
-
-
-def bill_write(task_id: int, bill: Bill) -> None:
-    """The bill on its own: one statement on PostgreSQL, one transaction elsewhere."""
-    task_usage_add(task_id, bill.task,
-                   with_statement=(rollup_sql(from_task=False) + " RETURNING 1",
-                                   rollup_params(bill)))
 
 
 def bill_rollup(bill: Bill) -> None:

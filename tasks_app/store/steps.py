@@ -13,6 +13,7 @@ SQL the same way (`sources_of`).
 """
 from __future__ import annotations
 
+from datetime import datetime
 from functools import cache
 from typing import Any, cast
 
@@ -114,9 +115,10 @@ def open_steps_end_as(event: str, payload: dict[str, Any]) -> tuple[StepStatus, 
     return S.FAILED, {"type": "task_ended", "message": f"the task ended ({event})"}
 
 
-def close_open_steps(task_id: int, *, event: str, payload: dict[str, Any]) -> None:
+def close_open_steps(task_id: int, *, event: str, payload: dict[str, Any],
+                     now: datetime | None = None) -> None:
     """A task that ended leaves no step open (a late tool result is then
     discarded at commit). Every open status may reach both endings."""
     status, error = open_steps_end_as(event, payload)
     Step.objects.filter(task_id=task_id, status__in=OPEN_STEP_STATUSES).update(
-        status=status, error=error, finished_at=timezone.now())
+        status=status, error=error, finished_at=now or timezone.now())

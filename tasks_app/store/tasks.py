@@ -91,6 +91,7 @@ def task_transition(
                                        expected_version=expected_version, payload=payload,
                                        fields=fields)
             raise conflict("stale_version", "another writer committed first", current_version=None)
+    assert done.event_id is not None  # a transition writes its event
     return Transitioned(task_id=task_id, version=done.version, status=done.target,
                         event_id=done.event_id)
 

@@ -10,7 +10,7 @@ from django.db import connection, transaction
 
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Task
-from tasks_app.services.admission import ADMISSION_LOCK_KEY, LOCK_SQL
+from tasks_app.store.backends.postgres import ADMISSION_LOCK_KEY, LOCK_SQL
 from tests.factories import submit
 from tests.helpers import wait_for
 

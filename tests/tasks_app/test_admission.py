@@ -12,9 +12,11 @@ from tasks_app.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Task
 from tasks_app.services import admission
-from tasks_app.services.admission import PAGE, Candidate, admit_created_tasks
+from tasks_app.services.admission import admit_created_tasks
 from tasks_app.services.demo import demo_agent_ensure, demo_tools_ensure
 from tasks_app.services.tasks import task_cancel
+from tasks_app.store.backends import ADMISSION_PAGE as PAGE
+from tasks_app.store.backends import ORM, Candidate
 from tests.factories import TenantFactory, submit
 
 SCRIPT = [{"final": {}}]
@@ -38,10 +40,10 @@ def limits(settings):  # type: ignore[no-untyped-def]
     "orm",
 ], autouse=True)
 def statements(request, monkeypatch):  # type: ignore[no-untyped-def]
-    """Admission's statements: prepared SQL on PostgreSQL, or the ORM (SQLite's)."""
+    """Admission's reads: the backend's (prepared SQL on PostgreSQL), or the ORM's (SQLite's)."""
     if request.param == "orm":
-        monkeypatch.setattr(admission, "_SQL", admission._ORM)
-    return admission._SQL if request.param != "orm" else admission._ORM
+        monkeypatch.setattr(admission, "backend", lambda: ORM)
+    return admission.backend().admission
 
 
 @pytest.mark.django_db(transaction=True)
@@ -147,7 +149,7 @@ def test_a_task_canceled_while_waiting_is_passed_over_and_admission_goes_on(
     task_cancel(task_id=waiting.pk, actor=SYSTEM, reason="changed my mind")
 
     with transaction.atomic():
-        assert statements.start(stale, timezone.now()) is False
+        assert admission.candidate_start(stale, timezone.now()) is False
         assert Task.objects.filter(pk=waiting.pk).values_list("status", flat=True).get() == (
             TaskStatus.CANCELED)  # the transaction still answers
 

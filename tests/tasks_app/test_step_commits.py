@@ -17,6 +17,7 @@ from tasks_app.services.admission import admit_created_tasks
 from tasks_app.services.tasks import task_cancel
 from tasks_app.snapshot import TaskSnapshot
 from tasks_app.store import commits, writes
+from tasks_app.store.backends import ORM
 from tests.factories import submit
 from tests.helpers import drive
 from tools_app.executor.ledger import call_claimed
@@ -32,7 +33,7 @@ SCRIPT = [
 
 
 def _orm_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(writes, "_one_statement", lambda: False)
+    monkeypatch.setattr(writes, "backend", lambda: ORM)
 
 
 def _written(task_id: int) -> dict[str, Any]:

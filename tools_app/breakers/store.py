@@ -36,16 +36,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import cache
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
 from config.metrics import count_breaker_change
-from tasks_app.prepared import fetch_one_prepared
+from tasks_app.store.backends import backend
 
 from ..models import Breaker, BreakerState, BreakerWaiter
 from .policy import BreakerPolicy
@@ -148,32 +147,12 @@ def on_change(listener: Listener) -> None:
         _listeners.append(listener)
 
 
-ADMISSION_COLUMNS = ("state", "failures", "open_until", "probe_owner", "probe_until")
-
-
-def _admission_row(key: str) -> dict[str, Any] | None:
-    """What `admit` reads, before every call to a downstream (two per step of a
-    model and a tool): on PostgreSQL a prepared statement, without the ORM's
-    compiling of the query each time (about a tenth of a busy worker's CPU)."""
-    if connection.vendor != "postgresql":
-        return Breaker.objects.filter(key=key).values(*ADMISSION_COLUMNS).first()
-    row = fetch_one_prepared(_admission_sql(), [key])
-    return dict(zip(ADMISSION_COLUMNS, row, strict=True)) if row is not None else None
-
-
-@cache
-def _admission_sql() -> str:
-    meta = Breaker._meta
-    columns = ", ".join(str(meta.get_field(name).column) for name in ADMISSION_COLUMNS)  # type: ignore[union-attr]
-    return (f"SELECT {columns} FROM {meta.db_table} "
-            f"WHERE {meta.get_field('key').column} = %s")  # type: ignore[union-attr]
-
-
 def admit(target: Target, *, owner: str, probe_ttl_s: float) -> Admission:
     """May `owner` call `target` now? Never raises for a closed breaker's row."""
     if _healthy.fresh(target.key):
         return OPEN
-    row = _admission_row(target.key)
+    # read before every call to a downstream: the backend's (prepared on PostgreSQL)
+    row = backend().breaker_row(target.key)
     if row is None or row["state"] == BreakerState.CLOSED:
         failures = row["failures"] if row else 0
         if not failures:

@@ -78,21 +78,23 @@ def claim_new(call: ToolCall, *, owner: str) -> Claim:
 
     Raises IntegrityError when the key exists (only a step that was never
     attempted may be claimed this way)."""
-    now = timezone.now()
-    attempts = [{"started_at": now.isoformat(), "owner": owner}]
-    ToolExecution.objects.create(
-        idempotency_key=call.context.idempotency_key,
-        tenant_id=call.context.tenant_id,
-        task_id=call.context.task_id,
-        step_id=call.context.step_id,
-        tool=call.spec.name,
-        args=call.args,
-        status=LedgerStatus.IN_PROGRESS,
-        attempts=attempts,
-        claimed_by=owner,
-        claimed_until=_claim_until(call, now),
-    )
-    return Claim(call=call, owner=owner, attempts=attempts)
+    row = claim_row(tenant_id=call.context.tenant_id, task_id=call.context.task_id,
+                    tool=call.spec.name, args=call.args, owner=owner,
+                    timeout_s=call.spec.timeout_s, now=timezone.now())
+    ToolExecution.objects.create(idempotency_key=call.context.idempotency_key,
+                                 step_id=call.context.step_id, **row)
+    return Claim(call=call, owner=owner, attempts=row["attempts"])
+
+
+def claim_row(*, tenant_id: int, task_id: int, tool: str, args: dict[str, Any], owner: str,
+              timeout_s: float, now: datetime) -> dict[str, Any]:
+    """A new key's ledger row claimed by `owner`, but its key and step (the one
+    spelling of the claim: `claim_new` here, the decision's commit in the store)."""
+    return {"tenant_id": tenant_id, "task_id": task_id, "tool": tool, "args": args,
+            "status": LedgerStatus.IN_PROGRESS.value,
+            "attempts": [{"started_at": now.isoformat(), "owner": owner}],
+            "claimed_by": owner, "claimed_until": now + timedelta(seconds=claim_s(timeout_s)),
+            "created_at": now, "updated_at": now}
 
 
 def call_claimed(claim: Claim) -> ToolOutcome:
