@@ -41,6 +41,7 @@ from a2a.types.a2a_pb2 import (
     Task,
     TaskArtifactUpdateEvent,
     TaskState,
+    TaskStatus,
     TaskStatusUpdateEvent,
 )
 from a2a.utils.constants import DEFAULT_LIST_TASKS_PAGE_SIZE, MAX_LIST_TASKS_PAGE_SIZE
@@ -207,8 +208,20 @@ async def follow(task_id: int, *, after: int, first: Task,
             if not ended:
                 if not isinstance(item, Recorded):
                     continue  # tokens and keep-alives: A2A streams states, not previews
-                moved_to = (item.event["payload"] or {}).get("to")
+                payload = item.event["payload"] or {}
+                moved_to, came_from = payload.get("to"), payload.get("from")
                 if not moved_to or a2a_state(moved_to) == shown:
+                    continue
+                if (came_from and a2a_state(came_from) == shown
+                        and a2a_state(moved_to) not in FINAL_STATES):
+                    # the next state from the one shown, passed through (working):
+                    # said as the event says it, though the task may be further on
+                    # by now (an event replayed from before what was shown is not
+                    # taken at its word: the task is read instead, below)
+                    shown = a2a_state(moved_to)
+                    ref = str(task_id)
+                    yield TaskStatusUpdateEvent(task_id=ref, context_id=ref,
+                                                status=TaskStatus(state=shown))
                     continue
             status, result = await _db(_moved, task_id)  # as it is now: it may have moved on
             if status.status.state != shown:

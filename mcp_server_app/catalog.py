@@ -19,18 +19,21 @@ request id is no key (each client numbers its requests from 1).
 from __future__ import annotations
 
 import asyncio
-import time
+import math
+from contextlib import aclosing, suppress
 from dataclasses import dataclass
 from typing import Any
 
 from channels.db import database_sync_to_async
+from django.db.models import Max
 
 from approvals_app.models import DecisionChannel, Question, RequesterScope
 from approvals_app.selectors import open_request_of
 from config.errors import invalid, not_found
 from tasks_app.actors import Actor
+from tasks_app.live.stream import End, Recorded, task_stream
 from tasks_app.machine import TERMINAL
-from tasks_app.models import AgentProfile, Task
+from tasks_app.models import AgentProfile, Event, Task
 from tasks_app.selectors import task_of_tenant, tasks_of_tenant
 from tasks_app.services.tasks import task_provide_input, task_submit
 from tools_app.schemas import schema_errors
@@ -42,7 +45,6 @@ AGENT_PREFIX = "run_"
 WORKFLOW_PREFIX = "run_workflow."
 DEFAULT_WAIT_S = 20.0
 MAX_WAIT_S = 120.0
-POLL_INTERVAL_S = 0.25
 RECENT_TASKS = 50
 IDEMPOTENCY_KEY = r"^[\x21-\x7e]{1,200}$"  # as the REST API's Idempotency-Key header
 
@@ -268,16 +270,32 @@ def question_answer(caller: Caller, *, task_id: int, question_id: int, answer: s
 
 
 @database_sync_to_async
-def _view_of(caller: Caller, task_id: int) -> dict[str, Any]:
-    return task_view(task_seen(caller, task_id))
+def _view_of(caller: Caller, task_id: int) -> tuple[dict[str, Any], int]:
+    """The task's view, and the id of its last event when it was read."""
+    task = task_seen(caller, task_id)
+    last = Event.objects.filter(task_id=task_id).aggregate(m=Max("id"))["m"] or 0
+    return task_view(task), last
+
+
+def _settled(view: dict[str, Any]) -> bool:
+    return view["status"] in TERMINAL or bool(view.get("waiting_for"))
 
 
 async def view_when_settled(caller: Caller, task_id: int, wait_s: float) -> dict[str, Any]:
     """The task once it ends or waits for a person, or as it is after `wait_s`:
-    the database polled with a deadline, off the event loop."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        view = await _view_of(caller, task_id)
-        if view["status"] in TERMINAL or view.get("waiting_for") or time.monotonic() >= deadline:
-            return view
-        await asyncio.sleep(min(POLL_INTERVAL_S, max(deadline - time.monotonic(), 0.0)))
+    read again at each of its transitions, which the task's event source
+    (`tasks_app.live.stream`, shared with the SSE endpoint and A2A) announces."""
+    view, last = await _view_of(caller, task_id)
+    if _settled(view) or wait_s <= 0:
+        return view
+    with suppress(TimeoutError):
+        async with asyncio.timeout(wait_s), aclosing(
+                task_stream(task_id, after=last, idle_s=math.inf)) as items:
+            async for item in items:
+                if isinstance(item, Recorded) and "to" not in (item.event["payload"] or {}):
+                    continue  # not a transition: the view has not changed
+                if isinstance(item, Recorded | End):
+                    view, _ = await _view_of(caller, task_id)
+                    if _settled(view) or isinstance(item, End):
+                        return view
+    return (await _view_of(caller, task_id))[0]

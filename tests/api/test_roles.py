@@ -269,6 +269,9 @@ MATRIX: dict[str, tuple[set[str], Setup, int]] = {
     "tasks_retrieve": (ALL, _task(), 200),
     "tasks_steps": (ALL, _task("/steps"), 200),
     "tasks_events": (ALL, _task("/events"), 200),
+    # a finished task's stream: its events, then the end (one that runs would not end)
+    "tasks_stream": (ALL, lambda t, role: ("get", f"/api/v1/tasks/{t.finished_task().pk}/stream",
+                                           None), 200),
     "tasks_summaries": (ALL, _task("/summaries"), 200),
     "tasks_summary_rollback": ({OP, ADM}, _summary_rollback, 200),
     "tasks_cancel": ({REQ, OP, ADM}, _task("/cancel", "post", {"reason": "no longer needed"}), 200),
