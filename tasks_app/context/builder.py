@@ -35,6 +35,7 @@ from tools_app.executor.types import ToolSpec
 
 from ..gateway.base import ContextItem, ContextSnapshot, ToolSpecView
 from ..models import ContextSummary, Step
+from ..payloads import resolve_steps
 from ..snapshot import TaskSnapshot
 from .facts import pinned_text
 from .sources import extra_items
@@ -137,6 +138,7 @@ def recent_steps(task_id: int, *, after_step: int, limit: int) -> list[Step]:
         .order_by("-step_no")[:limit]
     )
     rows.reverse()
+    resolve_steps(task_id, rows)  # the model sees a large output as any other, truncated
     return rows
 
 
