@@ -64,9 +64,7 @@ def task_submit(
     if earlier is not None:
         return earlier
     spend_refusal(tenant_id)
-    too_large = refusal(None, input)
-    if too_large is not None:
-        raise invalid("invalid", "The request is not valid.", input=[too_large["message"]])
+    input_check(input)
     profile = submitted_profile(AgentProfile.objects.filter(tenant_id=tenant_id, name=agent)
                                 .first(), agent, tenant_id=tenant_id, requester_id=requester_id)
     # The version this task runs with (a release sends a share to its candidate): a pure
@@ -117,6 +115,13 @@ def submitted_profile(profile: AgentProfile | None, agent: str, *, tenant_id: in
         raise DomainError("outside_scope", message, kind=ErrorKind.FORBIDDEN,
                           details={"agent": [message]})
     return profile
+
+
+def input_check(input: dict[str, Any] | None) -> None:
+    """An input larger than a task may store (`TETHER_TASK_PAYLOAD_MAX_BYTES`) is refused."""
+    too_large = refusal(None, input)
+    if too_large is not None:
+        raise invalid("invalid", "The request is not valid.", input=[too_large["message"]])
 
 
 def script_check(config: dict[str, Any], agent: str, script: list[Any] | None) -> None:

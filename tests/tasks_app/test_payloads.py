@@ -207,3 +207,54 @@ def test_erasure_removes_the_subjects_blobs(bulky, archive_dir):
     assert not Task.objects.filter(pk=mine.pk).exists()
     # what another subject's task also holds stays, with it
     assert [b.sha256 for b in PayloadBlob.objects.all()] == [_raw_outputs(other.pk)[0][REF]]
+
+
+def test_a_batch_stores_a_large_input_out_of_row_and_refuses_one_past_the_limit(
+        bulky, settings):
+    settings.TETHER = {**settings.TETHER, "TASK_PAYLOAD_MAX_BYTES": 100_000}
+    client = client_for(bulky.users["requester"])
+
+    def item(key: str, size: int) -> dict[str, Any]:
+        return {"agent": "bulky", "goal": f"batch {key}", "input": {"text": key * size},
+                "script": [{"final": {}}], "idempotency_key": key}
+
+    refused = client.post("/api/v1/tasks/batch", {"tasks": [item("a", 10), item("b", 150_000)]},
+                          format="json")
+    assert refused.status_code == 400, refused.content
+    assert refused.json()["error"]["details"]["tasks"][0]["index"] == 1
+    assert "input" in refused.json()["error"]["details"]["tasks"][0]["errors"]
+    assert not Task.objects.filter(goal__startswith="batch").exists()
+
+    created = client.post("/api/v1/tasks/batch", {"tasks": [item("c", 10), item("d", 80_000)]},
+                          format="json")
+    assert created.status_code == 201, created.content
+    small, large = (entry["task_id"] for entry in created.json()["tasks"])
+    assert not is_reference(Task.objects.values_list("input", flat=True).get(pk=small))
+    assert is_reference(Task.objects.values_list("input", flat=True).get(pk=large))
+    assert client.get(f"/api/v1/tasks/{large}").json()["input"] == {"text": "d" * 80_000}
+
+
+def test_a_retry_inherits_the_blobs_of_its_steps_and_input(bulky):
+    from tasks_app.retries.services import task_retry
+    from tasks_app.services.admission import admit_created_tasks
+    from tasks_app.services.tasks import task_cancel
+    from tests.fakes.runtime import advance
+
+    data = {"text": "z" * 80_000}
+    original = submit(bulky.tenant, _script("kept", "later"), agent="bulky", input=data)
+    admit_created_tasks()
+    advance(original.pk)  # the first call, then the task is canceled
+    task_cancel(task_id=original.pk, actor=SYSTEM)
+
+    retry = task_retry(tenant_id=bulky.tenant.pk, task_id=original.pk, actor=SYSTEM,
+                       from_step=2).task
+    # the retry's own uses: the inherited step's blob, and its input's
+    assert PayloadUse.objects.filter(task=retry).count() == 2
+    assert PayloadBlob.objects.count() == 2
+    done = drive(retry.pk)
+    assert done.status == TaskStatus.SUCCEEDED
+    steps = client_for(bulky.users["operator"]).get(f"/api/v1/tasks/{retry.pk}/steps").json()
+    outputs = [s["output"] for s in steps["results"] if s["kind"] == "tool"]
+    assert outputs == [python_tools.big({"size": SIZE, "marker": m}, None)  # type: ignore[arg-type]
+                       for m in ("kept", "later")]
+    assert TaskSnapshot.of(Task.objects.get(pk=retry.pk)).input == data
