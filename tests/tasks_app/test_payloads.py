@@ -258,3 +258,14 @@ def test_a_retry_inherits_the_blobs_of_its_steps_and_input(bulky):
     assert outputs == [python_tools.big({"size": SIZE, "marker": m}, None)  # type: ignore[arg-type]
                        for m in ("kept", "later")]
     assert TaskSnapshot.of(Task.objects.get(pk=retry.pk)).input == data
+
+
+def test_a_large_final_answer_is_stored_out_of_row_and_read_back(bulky):
+    answer = {"report": "r" * 90_000}
+    task = _run(bulky, [{"final": answer}])
+    assert task.status == TaskStatus.SUCCEEDED
+    assert is_reference(Task.objects.values_list("result", flat=True).get(pk=task.pk))
+    # the final step's output and the task's result: one blob, two uses
+    assert PayloadBlob.objects.count() == 1 and PayloadUse.objects.filter(task=task).count() == 2
+    detail = client_for(bulky.users["operator"]).get(f"/api/v1/tasks/{task.pk}").json()
+    assert detail["result"] == answer
