@@ -269,3 +269,15 @@ def test_a_large_final_answer_is_stored_out_of_row_and_read_back(bulky):
     assert PayloadBlob.objects.count() == 1 and PayloadUse.objects.filter(task=task).count() == 2
     detail = client_for(bulky.users["operator"]).get(f"/api/v1/tasks/{task.pk}").json()
     assert detail["result"] == answer
+
+
+def test_the_console_shows_a_large_output_not_its_reference(bulky):
+    from django.test import Client
+
+    task = _run(bulky, _script("console-marker"))
+    [ref] = _raw_outputs(task.pk)
+    console = Client()
+    console.force_login(bulky.users["operator"])
+    html = console.get(f"/tasks/{task.pk}/").content.decode()
+    assert "console-marker line of a large tool output" in html
+    assert ref[REF] not in html
