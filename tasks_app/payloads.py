@@ -94,13 +94,13 @@ def refusal(task_id: int | None, value: Any) -> dict[str, Any] | None:
 
 
 def resolve(task_id: int, rows: Iterable[Any], fields: Iterable[str]) -> None:
-    """Put back, in place, the values `rows` (a task's steps, or the task) hold
-    as references in `fields`: one query for them all, none when no row holds
-    one. The one way any reader gets a payload stored out of row."""
+    """Put back, in place, the values `rows` (a task's steps, or the task, as
+    instances or as `values()` dicts) hold as references in `fields`: one
+    query for them all, none when no row holds one. The one way any reader
+    gets a payload stored out of row."""
     rows, fields = list(rows), tuple(fields)
-    # (a row's __dict__: a column its query deferred is not loaded for this)
-    wanted = {vars(row)[name][REF] for row in rows for name in fields
-              if is_reference(vars(row).get(name))}
+    wanted = {_column(row, name)[REF] for row in rows for name in fields
+              if is_reference(_column(row, name))}
     if not wanted:
         return
     values = {sha: json.loads(zlib.decompress(bytes(data)))
@@ -109,9 +109,18 @@ def resolve(task_id: int, rows: Iterable[Any], fields: Iterable[str]) -> None:
               .distinct()}
     for row in rows:
         for name in fields:
-            value = vars(row).get(name)
+            value = _column(row, name)
             if is_reference(value) and value[REF] in values:
-                setattr(row, name, values[value[REF]])
+                if isinstance(row, dict):
+                    row[name] = values[value[REF]]
+                else:
+                    setattr(row, name, values[value[REF]])
+
+
+def _column(row: Any, name: str) -> Any:
+    """A row's column as loaded: a model instance's (its __dict__: a column its
+    query deferred is not loaded for this), or a `values()` dict's."""
+    return row.get(name) if isinstance(row, dict) else vars(row).get(name)
 
 
 def resolve_steps(task_id: int, steps: Iterable[Any]) -> None:
