@@ -281,3 +281,15 @@ def test_the_console_shows_a_large_output_not_its_reference(bulky):
     html = console.get(f"/tasks/{task.pk}/").content.decode()
     assert "console-marker line of a large tool output" in html
     assert ref[REF] not in html
+
+
+def test_a_large_output_counts_whole_toward_the_summary_threshold(bulky):
+    from tasks_app.context.builder import recent_steps
+
+    task = _run(bulky, _script("counted"))
+    small = _run(bulky, [{"tool": "big", "args": {"size": 100}}, {"final": {"ok": True}}])
+    [large_step] = [s for s in recent_steps(task.pk, after_step=0, limit=10) if s.kind == "tool"]
+    [small_step] = [s for s in recent_steps(small.pk, after_step=0, limit=10)
+                    if s.kind == "tool"]
+    assert large_step.chars >= SIZE  # as the output's text would count inline
+    assert small_step.chars < 1000
