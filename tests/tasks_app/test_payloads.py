@@ -293,3 +293,19 @@ def test_a_large_output_counts_whole_toward_the_summary_threshold(bulky):
                     if s.kind == "tool"]
     assert large_step.chars >= SIZE  # as the output's text would count inline
     assert small_step.chars < 1000
+
+
+def test_a_tasks_archive_and_export_lines_hold_its_blobs_before_its_rows(bulky):
+    import base64
+    import zlib
+
+    from retention_app.services.archive import task_lines
+
+    task = _run(bulky, _script("exported"))
+    rows = [json.loads(line) for line in task_lines(task)]
+    models = [row["model"] for row in rows]
+    assert models[0] == "tasks_app.payloadblob" and models.count("tasks_app.payloadblob") == 1
+    assert "tasks_app.payloaduse" in models[1:]  # after the blob: a restore maps its id
+    data = base64.b64decode(rows[0]["fields"]["data"])
+    assert json.loads(zlib.decompress(data)) == python_tools.big(  # type: ignore[arg-type]
+        {"size": SIZE, "marker": "exported"}, None)
