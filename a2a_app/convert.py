@@ -24,6 +24,7 @@ from a2a.utils.errors import InvalidParamsError
 from approvals_app.selectors import open_request_of
 from tasks_app.machine import TaskStatus as S
 from tasks_app.models import Task as TetherTask
+from tasks_app.payloads import resolve_task
 
 from .states import a2a_state
 
@@ -115,10 +116,12 @@ def status_of(task: TetherTask) -> TaskStatus:
 
 
 def result_artifact_of(task: TetherTask) -> Artifact | None:
+    resolve_task(task)  # a result stored out of row (no query for any other)
     return _result_artifact(task.result) if task.status == S.SUCCEEDED else None
 
 
 def a2a_task(task: TetherTask, *, history_length: int | None = None) -> Task:
+    resolve_task(task)  # its input and result, when stored out of row
     asked = Message(message_id=f"tether-{task.pk}-asked", role=Role.ROLE_USER,
                     task_id=str(task.pk), context_id=str(task.pk),
                     parts=[new_text_part(task.goal),

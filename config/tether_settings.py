@@ -206,6 +206,16 @@ class TetherSettings(BaseSettings):
     # --- sizes and the model's context -------------------------------------------
     MAX_TOOL_RESULT_BYTES: int = Field(
         default=256 * 1024, ge=1, description="A larger tool result is a business error.")
+    PAYLOAD_INLINE_MAX_BYTES: int = Field(
+        default=64 * 1024, ge=1024,
+        description="A tool output, model log, decision, result or task input larger than this, "
+                    "in bytes of JSON, is stored once, content-addressed, in the payload blob "
+                    "table, and the row holds a reference to it.")
+    TASK_PAYLOAD_MAX_BYTES: int = Field(
+        default=16 * 1024 * 1024, ge=1024,
+        description="The payloads one task stores out of row add up to this at most, in bytes "
+                    "of JSON: a larger tool output is a business error (`payload_too_large`), "
+                    "a larger input is refused (400).")
     MAX_RESPONSE_BYTES: int = Field(
         default=8 * 1024 * 1024, ge=1,
         description="No response to the runner's outbound calls is read past this (at least "
@@ -483,6 +493,7 @@ TETHER_DICT_KEYS = frozenset({
     "BREAKER_FAILURES", "BREAKER_COOLDOWN_S", "BREAKER_MAX_COOLDOWN_S", "BREAKER_RECHECK_S",
     "RATE_LIMIT_URL", "RATE_LIMIT_PERIOD_S",
     "MAX_TOOL_RESULT_BYTES", "MAX_RESPONSE_BYTES", "CONTEXT_WINDOW_STEPS",
+    "PAYLOAD_INLINE_MAX_BYTES", "TASK_PAYLOAD_MAX_BYTES",
     "CONTEXT_RESULT_CHARS", "SUMMARY_THRESHOLD_STEPS", "SUMMARY_THRESHOLD_CHARS",
     "SUMMARY_MAX_CHARS", "READ_SOURCE_MAX_CHARS", "LEDGER_CLAIM_GRACE_S",
     "LEASE_WAIT_RECHECK_S", "PUBLISH_WINDOW_MS",

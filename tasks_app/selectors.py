@@ -16,6 +16,7 @@ from .models import (
     Task,
     TenantSecret,
 )
+from .payloads import resolve_steps, resolve_task
 
 
 def event_dict(event: Event) -> dict[str, Any]:
@@ -37,7 +38,11 @@ def tasks_of_tenant(tenant_id: int) -> QuerySet[Task]:
 
 
 def task_of_tenant(tenant_id: int, task_id: int) -> Task | None:
-    return tasks_of_tenant(tenant_id).filter(pk=task_id).first()
+    """The tenant's task, its payloads stored out of row read back (`payloads`)."""
+    task = tasks_of_tenant(tenant_id).filter(pk=task_id).first()
+    if task is not None:
+        resolve_task(task)
+    return task
 
 
 def latest_task_id(tenant_id: int) -> int | None:
@@ -116,7 +121,9 @@ def steps_of_task(task_id: int) -> QuerySet[Step]:
 
 def steps_after(*, task_id: int, after_step_no: int = 0, limit: int = 100) -> list[Step]:
     """Steps of a task with step_no > after_step_no, in order (bounded page)."""
-    return list(steps_of_task(task_id).filter(step_no__gt=after_step_no)[:limit])
+    steps = list(steps_of_task(task_id).filter(step_no__gt=after_step_no)[:limit])
+    resolve_steps(task_id, steps)
+    return steps
 
 
 def events_after(*, task_id: int, after_id: int = 0, limit: int = 200) -> list[Event]:

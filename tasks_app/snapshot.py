@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from .models import Task
+from .payloads import resolve_task
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class TaskSnapshot:
 
     @classmethod
     def of(cls, task: Task) -> TaskSnapshot:
+        resolve_task(task)  # an input stored out of row, read back (no query for any other)
         return cls(
             id=task.pk,
             tenant_id=task.tenant_id,

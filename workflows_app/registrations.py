@@ -8,6 +8,7 @@ from typing import Any
 from schedules_app.starters import ScheduledStart, register_target_kind
 from tasks_app.gateway import register_backend
 from tasks_app.models import Step, Task
+from tasks_app.payloads import resolve_steps, resolve_task
 from tasks_app.runner.compensation import register_compensation_planner
 
 from .expressions import ExpressionError, render
@@ -37,6 +38,8 @@ def node_compensation(task: Task, step: Step) -> tuple[str, dict[str, Any]] | No
     compensate = tag.get("compensate")
     if not compensate:
         return None
+    resolve_task(task)
+    resolve_steps(task.pk, [step])
     activation = {"inputs": dict(task.input or {}), "output": step.output, "nodes": {},
                   "item": tag.get("item_value"), "index": tag.get("item")}
     try:

@@ -6,6 +6,7 @@ from typing import Any
 from django.db.models import QuerySet
 
 from tasks_app.models import Step, Task
+from tasks_app.payloads import resolve
 
 from .models import Workflow, WorkflowRun, WorkflowVersion
 
@@ -39,9 +40,10 @@ def versions_of(workflow: Workflow) -> QuerySet[WorkflowVersion]:
 
 def run_steps(task_id: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """A run's input and its steps, oldest first: what the orchestrator decides from."""
-    inputs = Task.objects.filter(pk=task_id).values_list("input", flat=True).get()
+    run = {"input": Task.objects.filter(pk=task_id).values_list("input", flat=True).get()}
     rows = list(Step.objects.filter(task_id=task_id).order_by("step_no").values(*STEP_FIELDS))
-    return dict(inputs or {}), rows
+    resolve(task_id, [run, *rows], ("input", "output"))  # payloads stored out of row
+    return dict(run["input"] or {}), rows
 
 
 def run_children(task_id: int) -> dict[int, int]:

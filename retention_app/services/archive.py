@@ -10,14 +10,16 @@ One pass, per tenant, per batch of at most `TETHER_ARCHIVE_BATCH` due tasks
    events, decisions, approvals, questions, reconciliations, summaries,
    notifications, memory citations, its workflow run) and its ledger rows,
    one JSON object per line in Django's serialization format, tagged with the
-   task's id. A file of the same name left by a crash is replaced.
+   task's id, after the payloads its rows store out of row (`PayloadBlob`).
+   A file of the same name left by a crash is replaced.
 2. **Index** it: the `ArchiveFile` row (counts, size, SHA-256) and an
    `ArchivedTask` row per task, in one transaction. A task is indexed once
    (the row's key is the task id), and a task already indexed is never
    selected again.
 3. **Delete** the indexed tasks online, `TETHER_ARCHIVE_DELETE_BATCH` tasks per
    transaction: short transactions, so no lock is held long and the runner
-   never waits on the sweep. A pass starts by finishing the deletions a
+   never waits on the sweep. A payload blob no task uses any more goes with
+   the last task that used it. A pass starts by finishing the deletions a
    crash left (tasks indexed but still online), and by removing files in the
    storage that no index row names (written by a pass that died before step 2).
 
@@ -45,7 +47,8 @@ from django.utils import timezone
 
 from config.deployment_locks import deployment_lock
 from tasks_app.machine import TERMINAL
-from tasks_app.models import Task, Tenant
+from tasks_app.models import PayloadBlob, Task, Tenant
+from tasks_app.payloads import tasks_delete
 from tools_app.models import ToolExecution
 
 from ..models import ArchivedTask, ArchiveFile
@@ -128,8 +131,10 @@ def task_lines(task: Task) -> list[bytes]:
     collector = NestedObjects(using="default")
     collector.collect([task])
     collector.sort()  # deletion order: dependents first
-    instances: list[Model] = [obj for _model, objs in reversed(collector.data.items())
-                              for obj in objs]
+    # its payloads stored out of row first: its rows' uses of them follow
+    instances: list[Model] = list(PayloadBlob.objects.filter(uses__task_id=task.pk)
+                                  .distinct().order_by("pk"))
+    instances += [obj for _model, objs in reversed(collector.data.items()) for obj in objs]
     instances += list(ToolExecution.objects.filter(task_id=task.pk).order_by("pk"))
     return row_lines(instances, tag={"task_id": task.pk})
 
@@ -166,7 +171,7 @@ def _delete_indexed_online() -> int:
             return deleted
         with transaction.atomic():
             ToolExecution.objects.filter(task_id__in=ids).delete()
-            Task.objects.filter(pk__in=ids).delete()
+            tasks_delete(Task.objects.filter(pk__in=ids))
         deleted += len(ids)
 
 

@@ -6,6 +6,7 @@ customer (a task's `subject`), online and in the archive.
 - Its tasks are deleted with every row that goes with them (steps, events,
   decisions, approvals, questions, reconciliations, summaries, notifications
   and their deliveries, memory citations, workflow runs) and their ledger rows,
+  and the payloads they stored out of row that no other task uses,
   in one transaction with the registered parts (memory: the subject's items,
   their versions, its proposals).
 - Its archived tasks are removed from their archive files: each file that
@@ -29,6 +30,8 @@ from django.db import transaction
 from audit_app.services import audit_record, audit_redact
 from tasks_app.actors import Actor
 from tasks_app.machine import NON_TERMINAL
+from tasks_app.models import PayloadBlob
+from tasks_app.payloads import tasks_delete
 from tasks_app.services.tasks import task_cancel_many
 from tools_app.models import ToolExecution
 
@@ -50,7 +53,8 @@ def subject_erasure(*, tenant_id: int, subject: str, actor: Actor) -> dict[str, 
     with transaction.atomic():
         ids = list(tasks.values_list("pk", flat=True))
         counts["ledger_rows"], _ = ToolExecution.objects.filter(task_id__in=ids).delete()
-        deleted, by_model = tasks.delete()
+        deleted, by_model = tasks_delete(tasks)
+        counts["payload_blobs"] = by_model[PayloadBlob._meta.label]
         counts["tasks"] = by_model.get("tasks_app.Task", 0)
         counts["rows"] = deleted + counts["ledger_rows"]
         for name, part in erasure_parts().items():

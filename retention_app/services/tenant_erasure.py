@@ -44,6 +44,7 @@ from config.errors import conflict
 from tasks_app.actors import Actor
 from tasks_app.machine import NON_TERMINAL
 from tasks_app.models import LeaseWaiter, Membership, ResourceLease, Task, Tenant
+from tasks_app.payloads import tasks_delete
 from tasks_app.services.tasks import task_cancel_many
 from tools_app.models import Breaker, ToolExecution
 
@@ -109,7 +110,7 @@ def _delete_tasks(tenant_id: int) -> tuple[int, int]:
                       .values_list("pk", flat=True)[:size]):
         with transaction.atomic():
             ledger, _ = ToolExecution.objects.filter(task_id__in=ids).delete()
-            deleted, _ = Task.objects.filter(pk__in=ids).delete()
+            deleted, _ = tasks_delete(Task.objects.filter(pk__in=ids))
         tasks += len(ids)
         rows += deleted + ledger
     return tasks, rows

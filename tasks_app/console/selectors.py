@@ -21,6 +21,7 @@ from ..context.summaries import summary_list
 from ..machine import NON_TERMINAL, TERMINAL, WAITING, TaskStatus
 from ..models import AgentProfile, ContextSummary, DailySpend, Event, Step, Task
 from ..models.spend import EVALUATION_AGENT_PREFIX
+from ..payloads import resolve_steps
 from ..pricing import pico_text
 from ..selectors import tasks_of_tenant
 from ..services.quotas import quota_summary
@@ -294,6 +295,7 @@ def step_views(task_id: int, *, limit: int = STEPS_SHOWN) -> tuple[list[StepView
     total = Step.objects.filter(task_id=task_id).count()
     steps = list(Step.objects.filter(task_id=task_id).order_by("-step_no")[:limit])
     steps.reverse()
+    resolve_steps(task_id, steps)
     keys = [s.idempotency_key for s in steps if s.idempotency_key]
     ledger = {
         row.idempotency_key: row

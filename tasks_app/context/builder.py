@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from django.conf import settings
-from django.db.models import TextField
+from django.db.models import Case, IntegerField, TextField, When
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce, Length
 
@@ -35,6 +35,7 @@ from tools_app.executor.types import ToolSpec
 
 from ..gateway.base import ContextItem, ContextSnapshot, ToolSpecView
 from ..models import ContextSummary, Step
+from ..payloads import REF, resolve_steps
 from ..snapshot import TaskSnapshot
 from .facts import pinned_text
 from .sources import extra_items
@@ -120,8 +121,11 @@ def recent_limit() -> int:
 
 
 def step_chars() -> Any:
-    """A step's size for the summary threshold: its output, error and arguments as text."""
-    return (Coalesce(Length(Cast("output", TextField())), 0)
+    """A step's size for the summary threshold: its output, error and arguments as
+    text (an output stored out of row: its size, as the reference says)."""
+    output = Case(When(output__has_key=REF, then=Cast(KT("output__size"), IntegerField())),
+                  default=Length(Cast("output", TextField())))
+    return (Coalesce(output, 0)
             + Coalesce(Length(Cast("error", TextField())), 0)
             + Coalesce(Length(Cast("args", TextField())), 0))
 
@@ -137,6 +141,7 @@ def recent_steps(task_id: int, *, after_step: int, limit: int) -> list[Step]:
         .order_by("-step_no")[:limit]
     )
     rows.reverse()
+    resolve_steps(task_id, rows)  # the model sees a large output as any other, truncated
     return rows
 
 

@@ -31,6 +31,7 @@ from django.conf import settings
 from config.ids import parse_id
 
 from ..models import ContextSummary, Event, Step
+from ..payloads import resolve_steps
 from ..snapshot import TaskSnapshot
 from .refs import Cite, parse_cite
 
@@ -105,6 +106,7 @@ def _step(snap: TaskSnapshot, step_no: int) -> dict[str, Any] | None:
            .first())
     if row is None:
         return None
+    resolve_steps(snap.id, [row])
     decision = row.decision or {}
     original: dict[str, Any] = {"step_no": row.step_no, "kind": row.kind, "status": row.status}
     if row.tool:

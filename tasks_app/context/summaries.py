@@ -43,6 +43,7 @@ from ..gateway import GatewayError, get_backend
 from ..gateway.base import CallGuard, CallLimiter
 from ..machine import TERMINAL
 from ..models import ContextSummary, Event, Role, Step, Task
+from ..payloads import resolve_steps
 from ..services.spend import spend_of_call
 from ..store.counters import task_model_call_count
 from ..store.events import event_append
@@ -118,9 +119,10 @@ def _maybe_create(task_id: int, guard: CallGuard | None = None,
             "threshold_chars"]:
         return None
 
-    rows = (Step.objects.filter(task_id=task_id, step_no__gt=covered,
-                                step_no__lte=covered + min(older, MAX_BATCH_STEPS))
-            .defer("model_log", "late_output").order_by("step_no"))
+    rows = list(Step.objects.filter(task_id=task_id, step_no__gt=covered,
+                                    step_no__lte=covered + min(older, MAX_BATCH_STEPS))
+                .defer("model_log", "late_output").order_by("step_no"))
+    resolve_steps(task_id, rows)
     views, settled = [], []
     for row in rows:
         if row.is_open:  # not settled yet: it stays verbatim until it is

@@ -6,6 +6,7 @@ from .agents import AgentProfile, MemoryPolicy, OnExhaustion
 from .context import ContextSummary
 from .events import Event
 from .leases import LeaseWaiter, ResourceLease
+from .payloads import PayloadBlob, PayloadUse
 from .quotas import OverSpend, TenantQuota
 from .secrets import TenantSecret
 from .spend import DailySpend
@@ -27,6 +28,8 @@ __all__ = [
     "Membership",
     "OnExhaustion",
     "OverSpend",
+    "PayloadBlob",
+    "PayloadUse",
     "ReleaseAction",
     "ResourceLease",
     "Role",

@@ -35,6 +35,7 @@ from config.errors import DomainError, conflict, invalid, not_found
 from ..actors import Actor
 from ..machine import TaskStatus
 from ..models import Event, Step, StepKind, StepStatus, Task
+from ..payloads import resolve_task
 from ..services.admission import admission_after_commit
 from ..services.tasks import budget_extension_checked, budget_extension_merged
 from ..store.creation import task_create
@@ -119,6 +120,7 @@ def _create(original: Task, inherited: list[Step], *, extend: dict[str, Any],
     per_tool: dict[str, int] = {}
     for step in called:
         per_tool[step.tool] = per_tool.get(step.tool, 0) + 1
+    resolve_task(original)  # its input anew: stored out of row again, as one more use
     return task_create(
         actor=Actor(name="system", role="system"),
         agent_name=(original.agent_snapshot or {}).get("name", ""),

@@ -53,6 +53,7 @@ from ..actors import SYSTEM
 from ..keys import compensation_key
 from ..machine import TaskStatus
 from ..models import Event, Step, StepKind, StepStatus, Task
+from ..payloads import resolve_steps
 from ..services.dispatch import schedule_compensation
 from ..store.effects import compensation_settled, compensations_due
 from ..store.events import event_note
@@ -81,6 +82,7 @@ def compensation_call(task: Task, step: Step,
     spec = specs.get(step.tool)
     if spec is None or not spec.compensation_tool or spec.side_effect == "read":
         return None
+    resolve_steps(step.task_id, [step])  # an output stored out of row
     return spec.compensation_tool, {"original_args": step.args, "original_result": step.output,
                                     "original_key": step.idempotency_key}
 

@@ -38,6 +38,7 @@ from workflows_app.expressions import ExpressionError
 from ..actors import Actor
 from ..gateway import Decision
 from ..models import Step, StepKind, StepStatus
+from ..payloads import resolve_steps
 from ..services.completion_checks import DEFAULT_ATTEMPTS, check_args, verdict_of
 from ..snapshot import TaskSnapshot
 from ..store.commits import commit_recorded
@@ -83,6 +84,7 @@ def after_check(snap: TaskSnapshot, step: Step, specs: dict[str, ToolSpec], *, o
     marker = dict(step.decision["check"])
     index, attempt = int(marker["index"]), int(marker["attempt"])
     checks = checks_of(snap)
+    resolve_steps(snap.id, [step])  # an output stored out of row
     verdict = verdict_of(step.output, step.error)
     answer = Decision(kind="final", result=marker.get("answer"),
                       confidence=marker.get("confidence"))

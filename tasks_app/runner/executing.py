@@ -52,6 +52,7 @@ from ..gateway.messages import call_id
 from ..keys import call_fingerprint, canonical_json, sha256_hex
 from ..leases import ResourceHold, lease_for_call
 from ..models import Step, StepStatus, Task
+from ..payloads import refusal
 from ..snapshot import TaskSnapshot
 from ..store.commits import commit_outcome
 from ..store.events import event_append
@@ -331,6 +332,10 @@ def commit_outcome_of(snap: TaskSnapshot, step: Step, spec: ToolSpec | None, out
             if exc.kind != ErrorKind.CONFLICT:
                 raise
             return _discard(snap, step, outcome, actor, claim, reason=exc.code)
+    if outcome.kind is OutcomeKind.OK:  # the task's stored payloads have a limit
+        too_large = refusal(snap.id, outcome.result)
+        if too_large is not None:
+            outcome = replace(outcome, kind=OutcomeKind.BUSINESS, result=None, error=too_large)
     observed = outcome.result if outcome.kind is OutcomeKind.OK else outcome.error
     output_hash = sha256_hex(canonical_json(observed))
     is_new = not seen_recently(snap, step.step_no, output_hash, memo)

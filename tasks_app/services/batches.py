@@ -29,7 +29,7 @@ from ..store.creation import tasks_create_many
 from .admission import admission_after_submission
 from .agent_versions import version_number_for, versions_ensure
 from .quotas import spend_refusal
-from .tasks import script_check, submission_body, submitted_profile
+from .tasks import input_check, script_check, submission_body, submitted_profile
 
 MAX_BATCH = 1000
 BATCH_REFUSED = "Some tasks of the batch are not valid; none was submitted."
@@ -96,6 +96,7 @@ def _submit(tenant_id: int, requester_id: int | None, items: list[dict[str, Any]
             try:
                 profile, version = version_of(item["agent"], item["idempotency_key"])
                 script_check(version.config, item["agent"], item["script"])
+                input_check(item["input"])
             except DomainError as refused:
                 errors[index] = refused.details
                 continue

@@ -43,6 +43,7 @@ from ..actors import Actor
 from ..keys import canonical_json, sha256_hex
 from ..machine import NON_TERMINAL, TERMINAL, TaskStatus
 from ..models import AgentProfile, Task
+from ..payloads import resolve_task
 from ..store.creation import task_create
 from ..store.events import event_append
 from .admission import admission_after_commit
@@ -229,6 +230,7 @@ def outcome_of(child: Task) -> ToolOutcome | None:
     if child.status not in TERMINAL:
         return None
     if child.status == TaskStatus.SUCCEEDED:
+        resolve_task(child)  # a result stored out of row
         return ToolOutcome(kind=OutcomeKind.OK, result=child.result)
     reason = child.failure_reason or str(child.status).lower()
     return _refused("child_failed", f"the child task {child.pk} ended {child.status}: {reason}",

@@ -21,6 +21,7 @@ from ..actors import Actor
 from ..keys import canonical_json, sha256_hex
 from ..machine import NON_TERMINAL
 from ..models import AgentProfile, Step, StepStatus, Task
+from ..payloads import refusal
 from ..pricing import MAX_BUDGET, money, money_problem, money_text
 from ..store.creation import task_create
 from ..store.steps import step_move
@@ -63,6 +64,7 @@ def task_submit(
     if earlier is not None:
         return earlier
     spend_refusal(tenant_id)
+    input_check(input)
     profile = submitted_profile(AgentProfile.objects.filter(tenant_id=tenant_id, name=agent)
                                 .first(), agent, tenant_id=tenant_id, requester_id=requester_id)
     # The version this task runs with (a release sends a share to its candidate): a pure
@@ -113,6 +115,13 @@ def submitted_profile(profile: AgentProfile | None, agent: str, *, tenant_id: in
         raise DomainError("outside_scope", message, kind=ErrorKind.FORBIDDEN,
                           details={"agent": [message]})
     return profile
+
+
+def input_check(input: dict[str, Any] | None) -> None:
+    """An input larger than a task may store (`TETHER_TASK_PAYLOAD_MAX_BYTES`) is refused."""
+    too_large = refusal(None, input)
+    if too_large is not None:
+        raise invalid("invalid", "The request is not valid.", input=[too_large["message"]])
 
 
 def script_check(config: dict[str, Any], agent: str, script: list[Any] | None) -> None:

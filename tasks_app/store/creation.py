@@ -13,6 +13,8 @@ from typing import Any
 from ..actors import Actor
 from ..machine import TaskStatus
 from ..models import Event, Step, Task
+from ..payloads import TASK_FIELDS, Blob
+from .blobs import copy_uses, swapped, write_blobs
 from .events import event_announce, event_append
 from .hooks import run_event_hooks
 
@@ -26,7 +28,11 @@ def tasks_create_many(*, actor: Actor, rows: list[tuple[str, dict[str, Any]]]) -
     name, its fields): the rows and their `task_created` events in two bulk
     inserts, the same rows and events `task_create` writes one at a time; call
     inside a transaction."""
-    tasks = Task.objects.bulk_create([Task(**fields) for _, fields in rows])
+    blobs: list[list[Blob]] = [[] for _ in rows]
+    tasks = Task.objects.bulk_create([Task(**swapped(fields, TASK_FIELDS, out))
+                                      for (_, fields), out in zip(rows, blobs, strict=True)])
+    for task, (_, fields), out in zip(tasks, rows, blobs, strict=True):
+        _stored_out_of_row(task, fields, out)
     events = Event.objects.bulk_create([
         Event(task_id=task.pk, tenant_id=task.tenant_id, trace_id=task.trace_id, task_version=0,
               type=CREATED_EVENT, actor=actor.name, actor_role=actor.role,
@@ -41,6 +47,16 @@ def tasks_create_many(*, actor: Actor, rows: list[tuple[str, dict[str, Any]]]) -
 CREATED_EVENT = "task_created"
 
 
+def _stored_out_of_row(task: Task, fields: dict[str, Any], blobs: list[Blob]) -> None:
+    """The blobs of the task's large input, in the creation's transaction; the
+    instance keeps the caller's values."""
+    if blobs:
+        write_blobs(tenant_id=task.tenant_id, task_id=task.pk, blobs=blobs)
+        for name in TASK_FIELDS:
+            if name in fields:
+                setattr(task, name, fields[name])
+
+
 def _created_payload(agent_name: str, task: Task) -> dict[str, Any]:
     return {"agent": agent_name, "agent_version": task.agent_version,
             "goal": task.goal[:500], "to": TaskStatus.CREATED}
@@ -50,8 +66,11 @@ def task_create(*, actor: Actor, agent_name: str, inherited: list[Step] | None =
                 **fields: Any) -> Task:
     """Create the task with `fields`, copy the `inherited` steps onto it, and
     append its `task_created` event; call inside a transaction."""
-    task = Task.objects.create(**fields)
+    blobs: list[Blob] = []
+    task = Task.objects.create(**swapped(fields, TASK_FIELDS, blobs))
+    _stored_out_of_row(task, fields, blobs)
     if inherited:
+        copy_uses(task_id=task.pk, rows=inherited)
         Step.objects.bulk_create([
             Step(task=task, inherited_from=s, started_at=s.started_at,
                  **{name: getattr(s, name) for name in COPIED})

@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 from dataclasses import replace
 
+from django.db import transaction
 from django.utils import timezone
 from django_fsm import can_proceed
 
@@ -32,6 +33,7 @@ from config.errors import conflict
 
 from ..models import Task
 from .backends import backend
+from .blobs import out_of_row, write_blobs
 from .effects import after_transition, ending_fields
 from .shapes import Commit, Committed, LedgerRecord, NewStep, StepMove, TaskAt
 from .steps import BORN_AS, step_guard
@@ -71,7 +73,10 @@ def write(c: Commit, *, statement: bool = True, savepoint: bool = True) -> Commi
     now = timezone.now()
     target = c.task.status
     payload = c.payload
-    set_ = {**c.set, "updated_at": now}
+    if c.bill is not None:
+        c = replace(c, add={**c.add, **c.bill.task})
+    stored, blobs = out_of_row(c)  # its large values as references, and their blobs
+    set_ = {**stored.set, "updated_at": now}
     if c.transition:
         assert c.event is not None, "a transition is its event"
         target = fire_guard(c.task.status, c.event, version=c.task.version)
@@ -81,12 +86,24 @@ def write(c: Commit, *, statement: bool = True, savepoint: bool = True) -> Commi
         step_guard(c.move.source, c.move.fields["status"], step_id=c.move.step_id)
     if c.new_step is not None and c.new_step.fields["status"] not in BORN_AS:
         step_guard("(new)", c.new_step.fields["status"])
-    if c.bill is not None:
-        c = replace(c, add={**c.add, **c.bill.task})
     writer = backend()
-    done = (writer.commit(c, target=target, set_=set_, payload=payload, now=now,
-                          savepoint=savepoint) if statement
-            else writer.commit_orm(c, target=target, set_=set_, payload=payload, now=now))
+
+    def commit(c: Commit) -> Committed | None:
+        return (writer.commit(c, target=target, set_=set_, payload=payload, now=now,
+                              savepoint=savepoint) if statement
+                else writer.commit_orm(c, target=target, set_=set_, payload=payload, now=now))
+
+    if not blobs:
+        done = commit(stored)
+    else:  # the blobs and the commit in one transaction: no reference without its blob
+        with transaction.atomic():
+            write_blobs(tenant_id=c.task.tenant_id, task_id=c.task.id, blobs=blobs)
+            done = commit(stored)
+            if done is None:
+                transaction.set_rollback(True)  # the task moved on: no blob either
+        if done is not None and done.step is not None and c.new_step is not None:
+            for name, value in c.new_step.fields.items():  # the caller's values, not references
+                setattr(done.step, name, value)
     if done is not None and c.transition:
         after_transition(c.task.id, c.task.status, target)
     return done

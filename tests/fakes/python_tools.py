@@ -170,3 +170,17 @@ def undo_note(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
                                     message=str(args["original_key"]))
     original = args.get("original_result") or {}
     return {"undone": args["original_key"], "note_id": original.get("note_id")}
+
+
+def big(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    """A read answering `size` characters of text (the same for the same `size`
+    and `marker`, whatever else its arguments say)."""
+    marker = str(args.get("marker", "big"))
+    line = f"{marker} line of a large tool output. "
+    size = int(args.get("size", 100_000))
+    return {"marker": marker, "text": (line * (size // len(line) + 1))[:size]}
+
+
+def mirror(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    """A read answering its arguments as they are."""
+    return dict(args)

@@ -1,0 +1,143 @@
+"""Payloads stored out of row, and the one way to read them back.
+
+A value (a tool output, a model log, a decision, a result, a task input)
+whose JSON is larger than `PAYLOAD_INLINE_MAX_BYTES` is stored once per tenant
+and content in `PayloadBlob` (the store writes it in the commit's transaction:
+`store.blobs`); its row holds a reference instead:
+
+    {"$blob": "<sha256>", "size": <bytes>, "preview": "<the first 500 characters>"}
+
+`resolve` is the one function that puts the values back, for every reader
+(the API, the console, the context builder, the runner): a caller never sees
+a reference unless it reads the column raw. It reads a blob only through a
+`PayloadUse` of the task asking, so one tenant's task can never read another
+tenant's blob, nor a task a blob it does not reference. A value that merely
+looks like a reference (a dict with a "$blob" key) is stored out of row too,
+whatever its size, so nothing written inline is ever taken for one.
+"""
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db.models import QuerySet, Sum
+
+from .keys import canonical_json, sha256_hex
+from .models import PayloadBlob, PayloadUse, Task
+
+REF = "$blob"
+PREVIEW_CHARS = 500
+# The step columns that may hold a reference, and the task's.
+# (A decision and its arguments stay in the row: the runner reads them raw, and
+# they are bounded by the model's reply, whose log is here.)
+STEP_FIELDS = ("output", "model_log")
+TASK_FIELDS = ("input", "result")
+
+
+@dataclass(frozen=True)
+class Blob:
+    sha256: str
+    size: int
+    data: bytes  # compressed JSON
+    ref: dict[str, Any]  # what the row holds instead
+
+
+def inline_max() -> int:
+    return int(settings.TETHER.get("PAYLOAD_INLINE_MAX_BYTES", 64 * 1024))
+
+
+def task_max() -> int:
+    return int(settings.TETHER.get("TASK_PAYLOAD_MAX_BYTES", 16 * 1024 * 1024))
+
+
+def is_reference(value: Any) -> bool:
+    return isinstance(value, dict) and REF in value
+
+
+def size_of(value: Any) -> int:
+    """Bytes of the value's JSON (as its column stores it)."""
+    return len(json.dumps(value, default=str).encode())
+
+
+def blob_of(value: Any) -> Blob | None:
+    """The blob `value` is stored as, or None: it stays in its row."""
+    if value is None or isinstance(value, bool | int | float):
+        return None
+    size = size_of(value)
+    if size <= inline_max() and not is_reference(value):
+        return None
+    text = canonical_json(value)
+    sha = sha256_hex(text)
+    return Blob(sha256=sha, size=size, data=zlib.compress(text.encode()),
+                ref={REF: sha, "size": size, "preview": text[:PREVIEW_CHARS]})
+
+
+def refusal(task_id: int | None, value: Any) -> dict[str, Any] | None:
+    """The business error when storing `value` would take the task past
+    `TASK_PAYLOAD_MAX_BYTES` (None: it fits). A value kept inline always fits:
+    no query for it."""
+    size = size_of(value) if value is not None else 0
+    if size <= inline_max():
+        return None
+    used = 0 if task_id is None else (
+        PayloadUse.objects.filter(task_id=task_id).aggregate(n=Sum("size"))["n"] or 0)
+    if used + size <= task_max():
+        return None
+    return {"type": "payload_too_large",
+            "message": f"this payload ({size} bytes) would take the task's stored payloads past "
+                       f"their limit of {task_max()} bytes ({used} used)",
+            "size": size, "used": used, "limit": task_max()}
+
+
+def resolve(task_id: int, rows: Iterable[Any], fields: Iterable[str]) -> None:
+    """Put back, in place, the values `rows` (a task's steps, or the task, as
+    instances or as `values()` dicts) hold as references in `fields`: one
+    query for them all, none when no row holds one. The one way any reader
+    gets a payload stored out of row."""
+    rows, fields = list(rows), tuple(fields)
+    wanted = {_column(row, name)[REF] for row in rows for name in fields
+              if is_reference(_column(row, name))}
+    if not wanted:
+        return
+    values = {sha: json.loads(zlib.decompress(bytes(data)))
+              for sha, data in PayloadBlob.objects.filter(
+                  sha256__in=wanted, uses__task_id=task_id).values_list("sha256", "data")
+              .distinct()}
+    for row in rows:
+        for name in fields:
+            value = _column(row, name)
+            if is_reference(value) and value[REF] in values:
+                if isinstance(row, dict):
+                    row[name] = values[value[REF]]
+                else:
+                    setattr(row, name, values[value[REF]])
+
+
+def _column(row: Any, name: str) -> Any:
+    """A row's column as loaded: a model instance's (its __dict__: a column its
+    query deferred is not loaded for this), or a `values()` dict's."""
+    return row.get(name) if isinstance(row, dict) else vars(row).get(name)
+
+
+def resolve_steps(task_id: int, steps: Iterable[Any]) -> None:
+    resolve(task_id, steps, STEP_FIELDS)
+
+
+def resolve_task(task: Any) -> None:
+    resolve(task.pk, [task], TASK_FIELDS)
+
+
+def tasks_delete(tasks: QuerySet[Task]) -> tuple[int, dict[str, int]]:
+    """Delete `tasks` (with what cascades from them) and the blobs no task uses
+    any more after them, as `QuerySet.delete` answers (the blobs counted as
+    `tasks_app.PayloadBlob`). Inside the caller's transaction: the archive's
+    deletions, a subject's or a tenant's erasure."""
+    blob_ids = list(PayloadUse.objects.filter(task__in=tasks)
+                    .values_list("blob_id", flat=True).distinct())
+    deleted, by_model = tasks.delete()
+    dropped, _ = PayloadBlob.objects.filter(pk__in=blob_ids, uses__isnull=True).delete()
+    return deleted + dropped, {**by_model, PayloadBlob._meta.label: dropped}
