@@ -363,3 +363,38 @@ def test_the_judge_scores_each_replay_in_a_task_of_its_own(refunds):
     assert judged.agent.name == "judge" and judged.shadow_of is None
     assert judged.input["candidate"]["result"] == judged.input["baseline"]["result"]
     assert client.get(f"/api/v1/evaluations/{evaluation.pk}").json()["status"] == "finished"
+
+
+def test_the_compare_endpoint_aligns_both_timelines_for_operators_and_admins_only(refunds):
+    (recorded,) = refunds.record("A-1")
+    refunds.plans["candidate"] = refunding(amount=7)
+    evaluation = evaluate(refunds)
+    (replay,) = evaluation["replays"]
+    url = f"/api/v1/evaluations/{evaluation['id']}/tasks/{recorded.pk}/compare"
+
+    for role in ("operator", "admin"):
+        response = refunds.client(getattr(refunds, role)).get(url)
+        assert response.status_code == 200, (role, response.content)
+    body = response.json()
+    assert (body["recorded_task"], body["shadow_task"]) == (recorded.pk, replay["shadow_task"])
+    assert body["first_divergence"] == 2 == replay["comparison"]["first_divergence"]["position"]
+    # the same lookup, another refund, and so another final answer
+    assert [(r["step_no"], r["same"]) for r in body["steps"]] == [(1, True), (2, False),
+                                                                  (3, False)]
+    diverged = body["steps"][1]
+    assert (diverged["baseline"]["args"]["amount"], diverged["candidate"]["args"]["amount"]) \
+        == (5, 7)
+    assert diverged["candidate"]["error"]["type"] == "not_executed_in_evaluation"
+    assert [body["steps"][2][side]["result"]["amount"] for side in ("baseline", "candidate")] \
+        == [5, 7]
+    assert body["passed"] is False
+
+    requester = refunds.client(make_user(refunds.tenant, "requester", "req-compare"))
+    assert requester.get(url).status_code == 403
+    operator = refunds.client(refunds.operator)
+    # the shadow task's id, or a task the evaluation did not replay: no such row
+    assert operator.get(url.replace(str(recorded.pk), str(replay["shadow_task"]))
+                        ).status_code == 404
+    stranger = refunds.client(make_user(TenantFactory(name="t-compare"), "admin", "compare-x"))
+    response = stranger.get(url)
+    assert response.status_code == 404 and b"A-1" not in response.content
