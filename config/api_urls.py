@@ -179,6 +179,8 @@ urlpatterns = [
          name="api-evaluation"),
     path("evaluations/<id:evaluation_id>/tasks", evaluations.EvaluationTasksView.as_view(),
          name="api-evaluation-tasks"),
+    path("evaluations/<id:evaluation_id>/tasks/<id:task_id>/compare",
+         evaluations.EvaluationCompareView.as_view(), name="api-evaluation-task-compare"),
     path("memory", memory.MemoryListView.as_view(), name="api-memory"),
     path("memory/proposals", memory.ProposalListView.as_view(), name="api-memory-proposals"),
     path("memory/proposals/<id:proposal_id>/accept", memory.ProposalAcceptView.as_view(),

@@ -2,8 +2,10 @@
 start one (an agent, the candidate version, the recorded tasks chosen with the
 task list's filters), and one evaluation: its progress (polled while it runs),
 its summary and a per-task table with baseline and candidate side by side and
-where they first diverged, each task linked to its timeline. Starting goes
-through the same service as the API."""
+where they first diverged; and one replay: the recorded task's and the shadow
+task's timelines on rows by step number (`comparing.align`, as the API's
+compare), the rows before the first divergence folded, the divergence marked
+and scrolled to. Starting goes through the same service as the API."""
 from __future__ import annotations
 
 from typing import Any
@@ -15,13 +17,17 @@ from django.shortcuts import redirect, render
 from tasks_app.console.access import OPERATORS, ConsoleUser, console_view
 from tasks_app.console.actions import ServiceErrorsForm, save_form, succeeded
 from tasks_app.console.paging import cursor, keyset_page
+from tasks_app.console.selectors import step_views
 from tasks_app.machine import TERMINAL
+from tasks_app.selectors import task_of_tenant
 
 from .models import Evaluation, EvaluationStatus, Scorer
-from .selectors import evaluation_of, evaluation_tasks, evaluations_of, progress_of
+from .selectors import evaluation_of, evaluation_tasks, evaluations_of, progress_of, replay_of
+from .services.comparing import align
 from .services.starting import Selection, evaluation_start
 
 PAGE_SIZE = 50
+COMPARED_STEPS = 200  # steps of each run on the comparison page, the latest
 
 
 def _cu(request: HttpRequest) -> ConsoleUser:
@@ -103,3 +109,29 @@ def evaluation_detail(request: HttpRequest, evaluation_id: int) -> HttpResponse:
     template = ("evaluations/_body.html" if request.headers.get("HX-Request")
                 else "evaluations/detail.html")
     return render(request, template, context)
+
+
+def _aligned_context(cu: ConsoleUser, evaluation_id: int, task_id: int) -> dict[str, Any] | None:
+    evaluation = evaluation_of(cu.tenant_id, evaluation_id)
+    replay = replay_of(evaluation, task_id) if evaluation else None
+    if replay is None:
+        return None
+    baseline, baseline_total = step_views(replay.recorded_task_id, limit=COMPARED_STEPS)
+    candidate, candidate_total = step_views(replay.shadow_task_id, limit=COMPARED_STEPS)
+    alignment = align(baseline, candidate, lambda v: v.step)
+    split = next((i for i, r in enumerate(alignment.rows) if not r.same), len(alignment.rows))
+    return {"nav": "evaluations", "evaluation": evaluation, "replay": replay,
+            "recorded": task_of_tenant(cu.tenant_id, replay.recorded_task_id),
+            "shadow": task_of_tenant(cu.tenant_id, replay.shadow_task_id),
+            "c": replay.comparison, "divergence": alignment.divergence,
+            "same_before": alignment.rows[:split], "from_divergence": alignment.rows[split:],
+            "cut": max(baseline_total, candidate_total) > COMPARED_STEPS,
+            "compared_steps": COMPARED_STEPS}
+
+
+@console_view(roles=OPERATORS)
+def replay_compare(request: HttpRequest, evaluation_id: int, task_id: int) -> HttpResponse:
+    context = _aligned_context(_cu(request), evaluation_id, task_id)
+    if context is None:
+        return render(request, "404.html", status=404)
+    return render(request, "evaluations/compare.html", context)

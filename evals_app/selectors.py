@@ -23,3 +23,8 @@ def progress_of(evaluation: Evaluation) -> dict[str, int]:
     total = evaluation.tasks.count()
     done = evaluation.tasks.filter(done=True).count()
     return {"tasks": total, "done": done}
+
+
+def replay_of(evaluation: Evaluation, recorded_task_id: int) -> EvaluationTask | None:
+    """The evaluation's replay of one recorded task (None: it replayed no such task)."""
+    return evaluation.tasks.filter(recorded_task_id=recorded_task_id).first()

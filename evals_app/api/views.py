@@ -16,9 +16,11 @@ from config.api_errors import error_responses
 from config.errors import not_found
 from tasks_app.api.serializers import subject_field
 from tasks_app.machine import TERMINAL
+from tasks_app.models import Step
 
 from ..models import Evaluation, EvaluationStatus, Scorer
-from ..selectors import evaluation_of, evaluation_tasks, evaluations_of, progress_of
+from ..selectors import evaluation_of, evaluation_tasks, evaluations_of, progress_of, replay_of
+from ..services.comparing import AlignedRow, replay_aligned, shown
 from ..services.starting import Selection, evaluation_start
 
 TAGS = ["evaluations"]
@@ -119,6 +121,33 @@ class EvaluationTaskSerializer(serializers.Serializer):
     comparison = serializers.JSONField(help_text="Baseline and candidate side by side.")
 
 
+class AlignedRowSerializer(serializers.Serializer):
+    step_no = serializers.IntegerField()
+    same = serializers.BooleanField(help_text="Both runs have the step, with the same decision.")
+    baseline = serializers.SerializerMethodField(
+        help_text="The recorded task's step (null: it has none): step_no, kind, tool and "
+                  "args, question or result; its status and error.")
+    candidate = serializers.SerializerMethodField(help_text="The shadow task's step, the same.")
+
+    @staticmethod
+    def _side(step: Step | None) -> dict[str, Any] | None:
+        if step is None:
+            return None
+        return {**(shown(step) or {}), "status": step.status, "error": step.error}
+
+    def get_baseline(self, row: AlignedRow[Step]) -> dict[str, Any] | None:
+        return self._side(row.baseline)
+
+    def get_candidate(self, row: AlignedRow[Step]) -> dict[str, Any] | None:
+        return self._side(row.candidate)
+
+
+class EvaluationCompareSerializer(EvaluationTaskSerializer):
+    first_divergence = serializers.IntegerField(
+        allow_null=True, help_text="The step_no of the first row whose decisions differ.")
+    steps = AlignedRowSerializer(many=True, help_text="Both timelines, one row per step_no.")
+
+
 EvaluationPage = cursor_page(EvaluationSerializer, "EvaluationPage")
 EvaluationTaskPage = cursor_page(EvaluationTaskSerializer, "EvaluationTaskPage")
 
@@ -194,3 +223,22 @@ class EvaluationTasksView(EvaluationView):
         rows: Any = evaluation_tasks(self.evaluation(evaluation_id))
         return self.paginate(rows, lambda page: EvaluationTaskSerializer(page, many=True).data)
 
+
+
+class EvaluationCompareView(EvaluationView):
+    policy = {"GET": "evaluation.read"}
+
+    @extend_schema(operation_id="evaluations_task_compare", tags=TAGS,
+                   summary="A replay's two timelines aligned at the first divergence",
+                   description="The recorded task (`task_id`) and its shadow task, step by "
+                   "step: the same step_no on one row, each row marked whether both decided "
+                   "the same, and the step_no where they first differ.",
+                   responses={200: EvaluationCompareSerializer, **error_responses()})
+    def get(self, request: Request, evaluation_id: int, task_id: int) -> Response:
+        replay = replay_of(self.evaluation(evaluation_id), task_id)
+        if replay is None:
+            raise not_found("Task of this evaluation")
+        alignment = replay_aligned(replay)
+        return Response({**EvaluationTaskSerializer(replay).data,
+                         "first_divergence": alignment.divergence,
+                         "steps": AlignedRowSerializer(alignment.rows, many=True).data})

@@ -1,16 +1,20 @@
 """Comparing a recorded task (the baseline) with its shadow task (the candidate),
 and scoring the candidate's result.
 
-The decisions of a task are its steps in order, each as (kind, tool,
-canonical arguments) for a call, (ask, question) for a question, and (final)
-for a final answer; invalid decisions and memory writes are left out (the
-model's noise, not what it did). The first divergence is the first position
-where the two lists differ.
+The two runs are aligned step by step, the same `step_no` on one row (`align`),
+and each step compared by its decision: the tool and its canonical arguments
+for a call, the question for a question, the result for a final answer (the
+kind and what it chose for the others). The first divergence is the first
+row where they differ, a step one run has and the other has not included.
+The console's and the API's side-by-side timelines and each replay's
+comparison all come from `align`.
 """
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from approvals_app.models import Approval, Decision, Question, QuestionStatus
 from tasks_app.keys import canonical_json
@@ -26,56 +30,108 @@ from tasks_app.shadow_kinds import (
 )
 from tools_app.schemas import SchemaRefused, schema_errors
 
-from ..models import Scorer
+from ..models import EvaluationTask, Scorer
 
 COMPARED_KINDS = (StepKind.TOOL, StepKind.ASK, StepKind.FINAL)
+S = TypeVar("S")
 
 
-def decisions_of(task_id: int) -> list[dict[str, Any]]:
-    """The task's decisions, in order (`step_no`, `kind`, and `tool` and `args`, or
-    `question`), with what the step got back in an evaluation (`error`, `evaluation`)."""
-    steps = (Step.objects.filter(task_id=task_id, kind__in=COMPARED_KINDS).order_by("step_no")
-             .values_list("step_no", "kind", "tool", "args", "decision", "error", "output",
-                          "model_log"))
+def steps_of(task_id: int) -> list[Step]:
+    return list(Step.objects.filter(task_id=task_id).order_by("step_no"))
+
+
+def decision_key(step: Step) -> str:
+    """What a step decided, as canonical JSON: equal keys, the same decision."""
+    if step.kind == StepKind.TOOL:
+        return canonical_json(["tool", step.tool, step.args or {}])
+    if step.kind == StepKind.ASK:
+        return canonical_json(["ask", (step.decision or {}).get("question", "")])
+    if step.kind == StepKind.FINAL:
+        return canonical_json(["final", step.output])
+    if step.kind == StepKind.MEMORY:
+        return canonical_json(["memory", (step.decision or {}).get("memory")])
+    if step.kind == StepKind.READ:
+        return canonical_json(["read", step.args or {}])
+    return canonical_json([step.kind, step.tool])  # invalid: that it was, not its noise
+
+
+@dataclass(frozen=True)
+class AlignedRow(Generic[S]):
+    step_no: int
+    baseline: S | None  # None: the baseline has no such step
+    candidate: S | None
+    same: bool  # both have the step and decided the same
+
+
+@dataclass(frozen=True)
+class Alignment(Generic[S]):
+    rows: list[AlignedRow[S]]
+    divergence: int | None  # the step_no of the first row that is not the same
+
+    @property
+    def diverged_row(self) -> AlignedRow[S] | None:
+        return next((r for r in self.rows if r.step_no == self.divergence), None)
+
+
+def _itself(step: Any) -> Step:
+    return step  # type: ignore[no-any-return]
+
+
+def align(baseline: Sequence[S], candidate: Sequence[S],
+          step_of: Callable[[S], Step] = _itself) -> Alignment[S]:
+    """Two runs' steps (or anything `step_of` maps to a step) on rows by `step_no`,
+    and where they first diverge (None: every step the same, as many of them)."""
+    by_b = {step_of(s).step_no: s for s in baseline}
+    by_c = {step_of(s).step_no: s for s in candidate}
+    rows = []
+    for no in sorted(by_b.keys() | by_c.keys()):
+        b, c = by_b.get(no), by_c.get(no)
+        same = (b is not None and c is not None
+                and decision_key(step_of(b)) == decision_key(step_of(c)))
+        rows.append(AlignedRow(no, b, c, same))
+    return Alignment(rows, next((r.step_no for r in rows if not r.same), None))
+
+
+def shown(step: Step | None) -> dict[str, Any] | None:
+    """A step's decision as the comparison shows it."""
+    if step is None:
+        return None
+    out: dict[str, Any] = {"step_no": step.step_no, "kind": step.kind}
+    if step.kind == StepKind.TOOL:
+        out.update(tool=step.tool, args=step.args or {})
+    elif step.kind == StepKind.ASK:
+        out["question"] = (step.decision or {}).get("question", "")
+    elif step.kind == StepKind.FINAL:
+        out["result"] = step.output
+    return out
+
+
+def decisions_of(steps: Sequence[Step]) -> list[dict[str, Any]]:
+    """The calls, questions and final answers among the steps, in order (`shown`),
+    with what each got back in an evaluation (`error_type`, `evaluation`)."""
     out = []
-    for step_no, kind, tool, args, decision, error, output, model_log in steps:
-        entry: dict[str, Any] = {"step_no": step_no, "kind": kind}
-        if kind == StepKind.TOOL:
-            entry.update(tool=tool, args=args or {})
-        elif kind == StepKind.ASK:
-            entry["question"] = (decision or {}).get("question", "")
-            entry["answer_from_record"] = bool((output or {}).get("from_record"))
-        entry["error_type"] = (error or {}).get("type") if isinstance(error, dict) else None
+    for step in steps:
+        if step.kind not in COMPARED_KINDS:
+            continue
+        error = step.error if isinstance(step.error, dict) else {}
+        entry: dict[str, Any] = {**(shown(step) or {}), "error_type": error.get("type"),
+                                 "evaluation": (step.model_log or {}).get("evaluation")}
+        if step.kind == StepKind.ASK:
+            entry["answer_from_record"] = bool((step.output or {}).get("from_record"))
         if entry["error_type"] == NOT_EXECUTED:
-            entry["would_call"] = (error or {}).get("would_call")
-        entry["evaluation"] = (model_log or {}).get("evaluation")
+            entry["would_call"] = error.get("would_call")
         out.append(entry)
     return out
 
 
-def _key(entry: dict[str, Any]) -> str:
-    if entry["kind"] == StepKind.TOOL:
-        return canonical_json(["tool", entry["tool"], entry["args"]])
-    if entry["kind"] == StepKind.ASK:
-        return canonical_json(["ask", entry["question"]])
-    return canonical_json([entry["kind"]])
-
-
-def _shown(entry: dict[str, Any] | None) -> dict[str, Any] | None:
-    if entry is None:
+def first_divergence(alignment: Alignment[Step]) -> dict[str, Any] | None:
+    """Where the candidate first decided differently (None: the same decisions);
+    `position` is the step number."""
+    row = alignment.diverged_row
+    if row is None:
         return None
-    return {k: entry[k] for k in ("step_no", "kind", "tool", "args", "question") if k in entry}
-
-
-def first_divergence(baseline: list[dict[str, Any]],
-                     candidate: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Where the candidate first decided differently (None: the same decisions)."""
-    for i in range(max(len(baseline), len(candidate))):
-        b = baseline[i] if i < len(baseline) else None
-        c = candidate[i] if i < len(candidate) else None
-        if b is None or c is None or _key(b) != _key(c):
-            return {"position": i + 1, "baseline": _shown(b), "candidate": _shown(c)}
-    return None
+    return {"position": row.step_no, "baseline": shown(row.baseline),
+            "candidate": shown(row.candidate)}
 
 
 def _figures(task: Task) -> dict[str, Any]:
@@ -96,17 +152,18 @@ def _recorded_interventions(task_id: int) -> int:
 
 def compare(recorded: Task, shadow: Task) -> dict[str, Any]:
     """Baseline and candidate side by side (see the module's docstring)."""
-    baseline, candidate = decisions_of(recorded.pk), decisions_of(shadow.pk)
-    calls = Counter(_key(e) for e in baseline if e["kind"] == StepKind.TOOL)
+    baseline_steps, candidate_steps = steps_of(recorded.pk), steps_of(shadow.pk)
+    candidate = decisions_of(candidate_steps)
+    calls = Counter(decision_key(s) for s in baseline_steps if s.kind == StepKind.TOOL)
     new_calls = []
-    for entry in candidate:
-        if entry["kind"] != StepKind.TOOL:
+    for step in candidate_steps:
+        if step.kind != StepKind.TOOL:
             continue
-        if calls[_key(entry)] > 0:
-            calls[_key(entry)] -= 1
+        if calls[decision_key(step)] > 0:
+            calls[decision_key(step)] -= 1
         else:
-            new_calls.append({"step_no": entry["step_no"], "tool": entry["tool"],
-                              "args": entry["args"]})
+            new_calls.append({"step_no": step.step_no, "tool": step.tool,
+                              "args": step.args or {}})
     would_call = [e["would_call"] for e in candidate if e["error_type"] == NOT_EXECUTED]
     reused = sum(1 for e in candidate if e.get("answer_from_record"))
     as_recorded = sum(1 for e in candidate if e["evaluation"] == APPROVAL_AS_RECORDED)
@@ -117,7 +174,7 @@ def compare(recorded: Task, shadow: Task) -> dict[str, Any]:
         "candidate": {**_figures(shadow), "interventions": reused + as_recorded + would_need,
                       "answers_reused": reused, "approvals_as_recorded": as_recorded},
         "same_outcome": same_outcome(recorded, shadow),
-        "first_divergence": first_divergence(baseline, candidate),
+        "first_divergence": first_divergence(align(baseline_steps, candidate_steps)),
         "new_calls": new_calls,
         "unmatched_writes": would_call,
         "not_recorded_reads": sum(1 for e in candidate if e["error_type"] == NOT_RECORDED),
@@ -162,3 +219,8 @@ def score(scorer: str, recorded: Task, shadow: Task,
     if errors:
         return 0.0, "; ".join(str(e) for e in errors[:5])
     return 1.0, "the result matches the agent's result schema"
+
+
+def replay_aligned(replay: EvaluationTask) -> Alignment[Step]:
+    """A replay's recorded task and shadow task, aligned (see `align`)."""
+    return align(steps_of(replay.recorded_task_id), steps_of(replay.shadow_task_id))

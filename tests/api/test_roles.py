@@ -209,7 +209,8 @@ def _evaluation(suffix: str = "") -> Setup:
         evaluation = evaluation_start(tenant_id=t.tenant.pk, agent="support",
                                       candidate_version=_recorded(t), selection=Selection(),
                                       scorer="exact", actor=SYSTEM)
-        return "get", f"/api/v1/evaluations/{evaluation.pk}{suffix}", None
+        task = evaluation.tasks.get().recorded_task_id  # its one replay's recorded task
+        return "get", f"/api/v1/evaluations/{evaluation.pk}{suffix.format(task=task)}", None
 
     return setup
 
@@ -419,6 +420,7 @@ MATRIX: dict[str, tuple[set[str], Setup, int]] = {
     "evaluations_create": ({OP, ADM}, _evaluation_start, 201),
     "evaluations_retrieve": ({OP, ADM}, _evaluation(), 200),
     "evaluations_tasks": ({OP, ADM}, _evaluation("/tasks"), 200),
+    "evaluations_task_compare": ({OP, ADM}, _evaluation("/tasks/{task}/compare"), 200),
     "approvals_reassign": ({REV, ADM}, _reassign, 200),
     "approval_rules_list": ({OP, REV, ADM}, _const("get", "/api/v1/approval-rules"), 200),
     "approval_rules_create": ({ADM}, _const("post", "/api/v1/approval-rules", {

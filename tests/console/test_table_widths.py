@@ -15,6 +15,8 @@ from notify_app.services.subscriptions import webhook_create
 from tasks_app.models import Role
 from tasks_app.services.agents import agent_update
 from tasks_app.services.secrets import secret_create
+from tests.evals_app.conftest import evaluate, refunding
+from tests.evals_app.conftest import refunds as refunds  # noqa: F401,PLC0414 (the fixture)
 from tests.factories import actor_of, make_user, submit
 from tests.fakes.runtime import add_agent
 from tests.helpers import drive
@@ -159,3 +161,27 @@ def test_the_other_console_tables_fit_1280_px(world, page_as, tmp_path: Path, pa
     page.wait_for_selector("main table tbody tr")
     page.screenshot(path=str(tmp_path / "page-1280.png"), full_page=True, animations="disabled")
     _assert_fits(page.evaluate(MEASURE), path)
+
+
+def test_the_evaluation_tables_fit_1280_px(refunds, page_as, tmp_path: Path):
+    """The evaluations list, an evaluation's per-task table (baseline and candidate
+    side by side) and a replay's comparison, with diverging replays."""
+    orders = [f"ORDER-2026-12-{n:04d}-DAMAGED-KETTLE-RETURN" for n in range(8)]
+    recorded = refunds.record(*orders)
+
+    def candidate(done: int, order: str) -> Any:
+        return refunding(amount=7 if order in orders[:4] else 5)(done, order)
+    refunds.plans["candidate"] = candidate
+    evaluation = evaluate(refunds, scorer="subset")
+    operator = page_as(refunds.operator)
+    page = operator.page
+    page.set_viewport_size({"width": 1280, "height": 900})
+    pages = {"list": "/evaluations/", "detail": f"/evaluations/{evaluation['id']}/",
+             "compare": f"/evaluations/{evaluation['id']}/tasks/{recorded[0].pk}/"}
+    for name, path in pages.items():
+        operator.goto(path)
+        page.wait_for_selector("main table tbody tr")
+        page.screenshot(path=str(tmp_path / f"{name}-1280.png"), full_page=True,
+                        animations="disabled")
+        _assert_fits(page.evaluate(MEASURE), path)
+    assert page.locator(".align-row").count() == 3  # the comparison's rows were measured

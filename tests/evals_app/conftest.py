@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from django.test import TestCase
 from rest_framework.test import APIClient
 
+from evals_app.models import EvaluationTask
 from tasks_app.actors import SYSTEM
 from tasks_app.models import AgentProfile, Task
 from tasks_app.services.accounts import api_key_create
@@ -73,6 +75,29 @@ class Refunds:
 
     def downstream_calls(self) -> int:
         return len(self.downstream.requests)
+
+
+def evaluate(refunds: Refunds, *, scorer: str = "exact", live_reads: bool = False,
+             tasks: dict[str, Any] | None = None, expect: int = 201) -> dict[str, Any]:
+    """Start an evaluation of version 2 through the API, run its shadow tasks to
+    their end in this process, and read it back."""
+    client = refunds.client(refunds.operator)
+    response = client.post("/api/v1/evaluations", {
+        "agent": "refunder", "candidate_version": 2, "scorer": scorer,
+        "live_reads": live_reads, "tasks": tasks or {"filter": {"status": ["SUCCEEDED"]}},
+    }, format="json")
+    assert response.status_code == expect, response.content
+    if expect != 201:
+        return response.json()
+    evaluation_id = response.json()["id"]
+    # the test's transaction never commits: run what would follow each commit
+    # (the task-end hook that settles a replay) as it is registered
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        for row in EvaluationTask.objects.filter(evaluation_id=evaluation_id):
+            drive(row.shadow_task_id)
+    body = client.get(f"/api/v1/evaluations/{evaluation_id}").json()
+    body["replays"] = client.get(f"/api/v1/evaluations/{evaluation_id}/tasks").json()["results"]
+    return body
 
 
 @pytest.fixture(autouse=True)

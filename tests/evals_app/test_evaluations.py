@@ -12,7 +12,7 @@ from django.test import TestCase
 from approvals_app.models import Question
 from audit_app.models import AuditEntry
 from config.errors import DomainError
-from evals_app.models import Evaluation, EvaluationTask
+from evals_app.models import Evaluation
 from evals_app.services.settling import evaluation_settle
 from notify_app.models import Notification, WebhookSubscription
 from tasks_app.actors import SYSTEM
@@ -26,32 +26,9 @@ from tests.factories import TenantFactory, make_user
 from tests.fakes.openai_server import Scripted, reply
 from tests.helpers import drive, slices_until_waiting
 
-from .conftest import Refunds, refunding
+from .conftest import Refunds, evaluate, refunding
 
 pytestmark = pytest.mark.django_db
-
-
-def evaluate(refunds: Refunds, *, scorer: str = "exact", live_reads: bool = False,
-             tasks: dict[str, Any] | None = None, expect: int = 201) -> dict[str, Any]:
-    """Start an evaluation of version 2 through the API, run its shadow tasks to
-    their end in this process, and read it back."""
-    client = refunds.client(refunds.operator)
-    response = client.post("/api/v1/evaluations", {
-        "agent": "refunder", "candidate_version": 2, "scorer": scorer,
-        "live_reads": live_reads, "tasks": tasks or {"filter": {"status": ["SUCCEEDED"]}},
-    }, format="json")
-    assert response.status_code == expect, response.content
-    if expect != 201:
-        return response.json()
-    evaluation_id = response.json()["id"]
-    # the test's transaction never commits: run what would follow each commit
-    # (the task-end hook that settles a replay) as it is registered
-    with TestCase.captureOnCommitCallbacks(execute=True):
-        for row in EvaluationTask.objects.filter(evaluation_id=evaluation_id):
-            drive(row.shadow_task_id)
-    body = client.get(f"/api/v1/evaluations/{evaluation_id}").json()
-    body["replays"] = client.get(f"/api/v1/evaluations/{evaluation_id}/tasks").json()["results"]
-    return body
 
 
 def test_the_same_calls_get_every_result_from_the_ledger_and_the_downstream_nothing(refunds):
@@ -363,3 +340,67 @@ def test_the_judge_scores_each_replay_in_a_task_of_its_own(refunds):
     assert judged.agent.name == "judge" and judged.shadow_of is None
     assert judged.input["candidate"]["result"] == judged.input["baseline"]["result"]
     assert client.get(f"/api/v1/evaluations/{evaluation.pk}").json()["status"] == "finished"
+
+
+def test_the_compare_endpoint_aligns_both_timelines_for_operators_and_admins_only(refunds):
+    (recorded,) = refunds.record("A-1")
+    refunds.plans["candidate"] = refunding(amount=7)
+    evaluation = evaluate(refunds)
+    (replay,) = evaluation["replays"]
+    url = f"/api/v1/evaluations/{evaluation['id']}/tasks/{recorded.pk}/compare"
+
+    for role in ("operator", "admin"):
+        response = refunds.client(getattr(refunds, role)).get(url)
+        assert response.status_code == 200, (role, response.content)
+    body = response.json()
+    assert (body["recorded_task"], body["shadow_task"]) == (recorded.pk, replay["shadow_task"])
+    assert body["first_divergence"] == 2 == replay["comparison"]["first_divergence"]["position"]
+    # the same lookup, another refund, and so another final answer
+    assert [(r["step_no"], r["same"]) for r in body["steps"]] == [(1, True), (2, False),
+                                                                  (3, False)]
+    diverged = body["steps"][1]
+    assert (diverged["baseline"]["args"]["amount"], diverged["candidate"]["args"]["amount"]) \
+        == (5, 7)
+    assert diverged["candidate"]["error"]["type"] == "not_executed_in_evaluation"
+    assert [body["steps"][2][side]["result"]["amount"] for side in ("baseline", "candidate")] \
+        == [5, 7]
+    assert body["passed"] is False
+
+    requester = refunds.client(make_user(refunds.tenant, "requester", "req-compare"))
+    assert requester.get(url).status_code == 403
+    operator = refunds.client(refunds.operator)
+    # the shadow task's id, or a task the evaluation did not replay: no such row
+    assert operator.get(url.replace(str(recorded.pk), str(replay["shadow_task"]))
+                        ).status_code == 404
+    stranger = refunds.client(make_user(TenantFactory(name="t-compare"), "admin", "compare-x"))
+    response = stranger.get(url)
+    assert response.status_code == 404 and b"A-1" not in response.content
+
+
+def test_the_console_compares_a_replays_two_timelines_aligned_at_the_divergence(refunds, client):
+    (recorded,) = refunds.record("A-1")
+    refunds.plans["candidate"] = refunding(amount=7)
+    evaluation = evaluate(refunds)
+    (replay,) = evaluation["replays"]
+    client.force_login(refunds.operator)
+
+    detail = client.get(f"/evaluations/{evaluation['id']}/").content.decode()
+    compare = f"/evaluations/{evaluation['id']}/tasks/{recorded.pk}/"
+    assert f'href="{compare}#divergence"' in detail
+    assert "step 2: <code>refund</code> → <code>refund</code>" in detail
+
+    page = client.get(compare).content.decode()
+    assert "first decided differently at step 2" in page
+    assert 'data-same-steps="1"' in page  # step 1 folded: the same on both sides
+    assert page.count('id="divergence"') == 1
+    assert 'id="baseline-step-2"' in page and 'id="candidate-step-2"' in page
+    assert page.index('id="divergence"') < page.index('id="baseline-step-2"') \
+        < page.index('id="candidate-step-2"') < page.index('data-step-no="3"')
+    assert f"task {replay['shadow_task']}" in page and "not_executed_in_evaluation" in page
+
+    assert client.get(f"/evaluations/{evaluation['id']}/tasks/{replay['shadow_task']}/"
+                      ).status_code == 404
+    client.force_login(make_user(TenantFactory(name="t-cmp"), "admin", "cmp-admin"))
+    assert client.get(compare).status_code == 404
+    client.force_login(make_user(refunds.tenant, "requester", "cmp-req"))
+    assert client.get(compare).status_code == 403
