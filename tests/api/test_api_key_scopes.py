@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.test import Client
 from rest_framework.test import APIClient
 
 from approvals_app.models import Approval, Decision
@@ -75,6 +76,10 @@ def test_a_key_scoped_to_one_agent_cannot_submit_another_while_an_unscoped_key_c
     assert created.status_code == 201, created.content
     detail = unscoped.get(f"/api/v1/tasks/{created.json()['id']}").json()
     assert detail["api_key"] == plain.prefix  # the task says which key submitted it
+    console = Client()
+    console.force_login(main.requester)
+    page = console.get(f"/tasks/{created.json()['id']}/")
+    assert page.status_code == 200 and f"{plain.prefix}…".encode() in page.content
 
     batch = one_agent.post("/api/v1/tasks/batch", {"tasks": [
         {"agent": "triage", "goal": "g", "script": [FINAL], "idempotency_key": "b-1"},
