@@ -133,16 +133,16 @@ def scope_of(*, tenant_id: int, requester_id: int | None, api_key_id: int | None
     key with its user's scope, or the user's scope alone)."""
     if requester_id is None:
         return UNLIMITED
-    if api_key_id is None:
+    key = (ApiKey.objects.select_related("user__requester_scope")
+           .filter(pk=api_key_id, user_id=requester_id).first()
+           if api_key_id is not None else None)
+    if key is not None:
+        user_scope = getattr(key.user, "requester_scope", None)
+        key_agents, key_tools = key.agents, key.tools
+    else:  # no key, or one gone: the user's own scope still holds
         user_scope = RequesterScope.objects.filter(user_id=requester_id,
                                                    tenant_id=tenant_id).first()
-        key_agents: list[str] = []
-        key_tools: list[str] = []
-    else:
-        key = (ApiKey.objects.select_related("user__requester_scope")
-               .filter(pk=api_key_id, user_id=requester_id).first())
-        user_scope = getattr(key.user, "requester_scope", None) if key is not None else None
-        key_agents, key_tools = (key.agents, key.tools) if key is not None else ([], [])
+        key_agents, key_tools = [], []
     if user_scope is not None and user_scope.tenant_id != tenant_id:
         user_scope = None
     return Scope(

@@ -325,3 +325,16 @@ def test_a_tasks_key_narrows_the_gate_in_the_same_two_reads(
         gate = gate_for(**call, api_key_id=key.pk)
         assert gate_for(**call, api_key_id=key.pk).action == "authorize"
     assert gate.action == "authorize" and gate.group_id is None
+
+
+def test_a_key_that_is_not_the_requesters_never_lifts_their_scope(team):  # type: ignore[no-untyped-def]
+    from approvals_app.policy import scope_of
+    from tasks_app.models import ApiKey
+    from tasks_app.services.accounts import api_key_create
+
+    scope_set(tenant_id=team.tenant.pk, username=team.requester.username,
+              data={"agents": ["support"], "tools": ["lookup_order"]}, actor=team.boss)
+    others = ApiKey.objects.get(prefix=api_key_create(user=team.ana)[:12])
+    scope = scope_of(tenant_id=team.tenant.pk, requester_id=team.requester.pk,
+                     api_key_id=others.pk)
+    assert (scope.agents, scope.tools) == (frozenset({"support"}), frozenset({"lookup_order"}))
