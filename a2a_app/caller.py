@@ -4,7 +4,8 @@ its path names.
 
 A key acts as its user (`config.api_access.Access`): the tenant's role policy
 decides what it may do, and the user's scope (`RequesterScope.agents`, empty:
-no limit) which agents it sees (workflows are not in scopes, as on the REST
+no limit) narrowed by the key's (`ApiKey.agents`; `approvals_app.policy`) which
+agents it sees (workflows are not in scopes, as on the REST
 API). One that is not published, is another tenant's or is outside the scope
 is not found, as an unknown one is.
 """
@@ -61,7 +62,8 @@ def access_of_bearer(authorization: str | None) -> Access | None:
         return None
     user = key.user
     return Access(tenant_id=membership.tenant_id, role=membership.role, user_id=user.pk,
-                  actor=Actor(name=user.get_username(), role=membership.role, user_id=user.pk))
+                  actor=Actor(name=user.get_username(), role=membership.role, user_id=user.pk),
+                  api_key_id=key.pk)
 
 
 def door_of(authorization: str | None, *, tenant: str, kind: str, name: str) -> Door:
@@ -73,6 +75,7 @@ def door_of(authorization: str | None, *, tenant: str, kind: str, name: str) -> 
     target = published_at(tenant, kind, name)
     if (target is None or target.tenant_id != access.tenant_id
             or (isinstance(target, AgentProfile) and not agent_allowed(
-                tenant_id=access.tenant_id, requester_id=access.user_id, agent=target.name))):
+                tenant_id=access.tenant_id, requester_id=access.user_id, agent=target.name,
+                api_key_id=access.api_key_id))):
         raise Refused(404, f"no {kind} {name!r} here")
     return Door(access=access, target=target)

@@ -82,6 +82,9 @@ POLICY: dict[str, frozenset[str]] = {
     "inbox.read": ALL_ROLES,
     "member.read": frozenset({R.ADMIN}),
     "member.write": frozenset({R.ADMIN}),
+    # every member manages their own keys; an admin, the tenant's (`services.accounts`)
+    "api_key.read": ALL_ROLES,
+    "api_key.write": ALL_ROLES,
     "approval.read": frozenset({R.OPERATOR, R.REVIEWER, R.ADMIN}),
     "approval.decide": frozenset({R.REVIEWER, R.ADMIN}),
     "reconciliation.read": frozenset({R.OPERATOR, R.REVIEWER, R.ADMIN}),
@@ -131,6 +134,7 @@ class Access:
     role: str
     user_id: int
     actor: Actor
+    api_key_id: int | None = None  # the key it authenticated with (None: a session)
 
 
 def access_of(request: Request) -> Access:
@@ -147,7 +151,8 @@ def access_of(request: Request) -> Access:
         raise forbidden("no_tenant", "this user belongs to no tenant")
     actor = Actor(name=request.user.get_username(), role=membership.role, user_id=user_id)
     return Access(
-        tenant_id=membership.tenant_id, role=membership.role, user_id=user_id, actor=actor
+        tenant_id=membership.tenant_id, role=membership.role, user_id=user_id, actor=actor,
+        api_key_id=request.auth.pk if isinstance(request.auth, ApiKey) else None,
     )
 
 

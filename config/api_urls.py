@@ -18,7 +18,15 @@ from notify_app.api import slack
 from notify_app.api import views as notify
 from retention_app import api as retention
 from schedules_app.api import views as schedules
-from tasks_app.api import agent_versions, agents, members, resource_leases, retries, secrets
+from tasks_app.api import (
+    agent_versions,
+    agents,
+    api_keys,
+    members,
+    resource_leases,
+    retries,
+    secrets,
+)
 from tasks_app.api import stream as task_stream
 from tasks_app.api import views as tasks
 from tools_app.api import breakers
@@ -173,6 +181,8 @@ urlpatterns = [
     path("inbox", inbox.InboxView.as_view(), name="api-inbox"),
     path("members", members.MemberListView.as_view(), name="api-members"),
     path("members/<id:user_id>", members.MemberDetailView.as_view(), name="api-member"),
+    path("api-keys", api_keys.ApiKeyListView.as_view(), name="api-keys"),
+    path("api-keys/<id:key_id>", api_keys.ApiKeyDetailView.as_view(), name="api-key"),
     path("audit", AuditListView.as_view(), name="api-audit"),
     path("evaluations", evaluations.EvaluationListView.as_view(), name="api-evaluations"),
     path("evaluations/<id:evaluation_id>", evaluations.EvaluationDetailView.as_view(),

@@ -5,10 +5,10 @@ access layer decides that, `config.api_access`). It sees the tenant's
 *published* agents and workflows (an admin's choice, audited), as tools named
 `run_<agent>` and `run_workflow.<workflow>` (an agent's name is a slug, so it
 never holds a dot: the two never collide; both are names MCP allows, SEP-986),
-and only when its role may submit tasks. Its scope
-(`approvals_app.models.RequesterScope`) narrows the agents to those it
-names; a scope names agents, not workflows, so a scoped caller sees no
-workflow. What is listed is what may be called: a call checks the same rules
+and only when its role may submit tasks. Its scope (its user's
+`RequesterScope`, narrowed by its key's: `approvals_app.policy.agents_in_scope`)
+narrows the agents to those it names; a scope names agents, not workflows, so
+a scoped caller sees no workflow. What is listed is what may be called: a call checks the same rules
 again (`tool_of`), and the task services check the scope once more.
 
 A call starts a task through the submission services (`task_submit`,
@@ -27,7 +27,8 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.db.models import Max
 
-from approvals_app.models import DecisionChannel, Question, RequesterScope
+from approvals_app.models import DecisionChannel, Question
+from approvals_app.policy import agents_in_scope
 from approvals_app.selectors import open_request_of
 from config.errors import invalid, not_found
 from tasks_app.actors import Actor
@@ -88,6 +89,7 @@ class Caller:
     actor: Actor
     may_submit: bool
     may_answer: bool
+    api_key_id: int | None = None  # the key it called with: its scope narrows the user's
 
 
 @dataclass(frozen=True)
@@ -105,9 +107,8 @@ def run_tools(caller: Caller) -> list[RunTool]:
     """The tools this caller may call, by name."""
     if not caller.may_submit:
         return []
-    scope = RequesterScope.objects.filter(user_id=caller.user_id,
-                                          tenant_id=caller.tenant_id).first()
-    allowed = set(scope.agents) if scope is not None and scope.agents else None
+    allowed = agents_in_scope(tenant_id=caller.tenant_id, requester_id=caller.user_id,
+                              api_key_id=caller.api_key_id)
     agents = AgentProfile.objects.filter(tenant_id=caller.tenant_id, published=True,
                                          enabled=True).order_by("name")
     tools = [_agent_tool(agent) for agent in agents if allowed is None or agent.name in allowed]
@@ -184,7 +185,8 @@ def run_start(caller: Caller, tool: RunTool, arguments: dict[str, Any]) -> Task:
         submitted = task_submit(
             tenant_id=caller.tenant_id, requester_id=caller.user_id, agent=tool.target,
             goal=arguments["goal"], input=arguments.get("input") or {},
-            script=arguments.get("script"), idempotency_key=key, actor=caller.actor)
+            script=arguments.get("script"), idempotency_key=key, actor=caller.actor,
+            api_key_id=caller.api_key_id)
     return submitted.task
 
 

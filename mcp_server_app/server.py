@@ -66,7 +66,7 @@ def caller_of_key(key: ApiKey) -> Caller | None:
     actor = Actor(name=key.user.get_username(), role=membership.role, user_id=key.user.pk)
     return Caller(tenant_id=membership.tenant_id, user_id=key.user.pk, actor=actor,
                   may_submit=may(membership.role, "task.submit"),
-                  may_answer=may(membership.role, "task.input"))
+                  may_answer=may(membership.role, "task.input"), api_key_id=key.pk)
 
 
 def _caller(ctx: ServerRequestContext[Any, Any]) -> Caller:

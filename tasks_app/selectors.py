@@ -10,6 +10,7 @@ from .models import (
     AgentProfile,
     AgentReleaseEntry,
     AgentVersion,
+    ApiKey,
     Event,
     Membership,
     Step,
@@ -153,6 +154,12 @@ def missing_secret_names(tenant_id: int, names: set[str]) -> list[str]:
         return []
     found = set(secrets_of_tenant(tenant_id).filter(name__in=names).values_list("name", flat=True))
     return sorted(names - found)
+
+
+def api_keys_visible(*, tenant_id: int, user_id: int, admin: bool) -> QuerySet[ApiKey]:
+    """The API keys a member may see and scope: their own; an admin, the tenant's."""
+    keys = ApiKey.objects.filter(user__membership__tenant_id=tenant_id).select_related("user")
+    return (keys if admin else keys.filter(user_id=user_id)).order_by("id")
 
 
 def members_of_tenant(tenant_id: int) -> QuerySet[Membership]:

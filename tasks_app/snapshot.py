@@ -40,6 +40,7 @@ class TaskSnapshot:
     agent_id: int | None = None  # its profile (None: a workflow run)
     shadow_of: int | None = None  # an evaluation run: the recorded task it replays
     shadow_live_reads: bool = False
+    api_key_id: int | None = None  # the key that submitted it: its scope narrows the requester's
 
     @classmethod
     def of(cls, task: Task) -> TaskSnapshot:
@@ -72,6 +73,7 @@ class TaskSnapshot:
             agent_id=task.agent_id,
             shadow_of=task.shadow_of,
             shadow_live_reads=task.shadow_live_reads,
+            api_key_id=task.api_key_id,
         )
 
     @property

@@ -42,6 +42,8 @@ SLACK_SIGNING_SECRET = "slack-signing-secret"
 TIMEOUT_S = 10
 ARGS_CHARS = 2500  # a section's text is at most 3000 characters
 APPROVE, REJECT, OPEN = "tether_approve", "tether_reject", "tether_open"
+REJECT_VIEW, REASON = "tether_reject_reason", "reason"  # the reject modal, its one field
+REASON_CHARS = 3000
 SHOWN = {Decision.APPROVED: ":white_check_mark: Approved", Decision.REJECTED: ":x: Rejected",
          Decision.RESPONDED: ":memo: Answered instead of run",
          Decision.EXPIRED: ":hourglass: Expired", Decision.CANCELED: ":no_entry_sign: Canceled"}
@@ -169,14 +171,9 @@ def approval_blocks(approval: Approval) -> list[dict[str, Any]]:
         blocks.append({"type": "actions", "block_id": f"approval-{approval.pk}", "elements": [
             {"type": "button", "action_id": APPROVE, "style": "primary", "value": value,
              "text": {"type": "plain_text", "text": "Approve"}},
+            # opens the reject modal, which asks why (`reject_modal`)
             {"type": "button", "action_id": REJECT, "style": "danger", "value": value,
-             "text": {"type": "plain_text", "text": "Reject"},
-             "confirm": {"title": {"type": "plain_text", "text": "Reject this call?"},
-                         "text": {"type": "plain_text",
-                                  "text": "The agent is told a reviewer rejected it. To say "
-                                          "why, open the card instead."},
-                         "confirm": {"type": "plain_text", "text": "Reject"},
-                         "deny": {"type": "plain_text", "text": "Back"}}},
+             "text": {"type": "plain_text", "text": "Reject…"}},
             {"type": "button", "action_id": OPEN, "url": url,
              "text": {"type": "plain_text", "text": "Open"}},
         ]})
@@ -184,6 +181,24 @@ def approval_blocks(approval: Approval) -> list[dict[str, Any]]:
         blocks.append({"type": "context", "elements": [
             {"type": "mrkdwn", "text": _escape(decided_line(approval))}]})
     return blocks
+
+
+def reject_modal(*, approval_id: int, version: int, channel: str) -> dict[str, Any]:
+    """The modal a Reject press opens (`views.open`): the reason the agent is told.
+    What it rejects rides in `private_metadata`, which Slack returns on submission."""
+    metadata = json.dumps({"approval": approval_id, "version": version, "channel": channel})
+    return {
+        "type": "modal", "callback_id": REJECT_VIEW, "private_metadata": metadata,
+        "title": {"type": "plain_text", "text": "Reject this call"},
+        "submit": {"type": "plain_text", "text": "Reject"},
+        "close": {"type": "plain_text", "text": "Back"},
+        "blocks": [{
+            "type": "input", "block_id": REASON,
+            "label": {"type": "plain_text", "text": "Why? The agent is told, to do better"},
+            "element": {"type": "plain_text_input", "action_id": REASON, "multiline": True,
+                        "max_length": REASON_CHARS},
+        }],
+    }
 
 
 def decided_line(approval: Approval) -> str:

@@ -177,6 +177,13 @@ class TaskDetailSerializer(TaskSerializer):
     workflow = serializers.SerializerMethodField()
     workflow_version = serializers.SerializerMethodField()
     nodes = serializers.SerializerMethodField()
+    api_key = serializers.SerializerMethodField()
+
+    @extend_schema_field(serializers.CharField(
+        allow_null=True, help_text="The prefix of the API key that submitted the task "
+        "(its scope narrows the requester's); null: submitted otherwise."))
+    def get_api_key(self, task: Task) -> str | None:
+        return task.api_key.prefix if task.api_key_id and task.api_key else None
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_workflow(self, task: Task) -> str | None:

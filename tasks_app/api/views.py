@@ -174,6 +174,7 @@ class TaskListView(TaskViewBase):
                 subject=data["subject"],
                 idempotency_key=key,
                 actor=self.access.actor,
+                api_key_id=self.access.api_key_id,
             )
         task = submitted.task
         if task.requester_id == request.user.pk and isinstance(request.user, User):
@@ -211,7 +212,8 @@ class TaskBatchView(TaskViewBase):
             raise _batch_refused(serializer.errors)
         entries = tasks_submit_batch(
             tenant_id=self.access.tenant_id, requester_id=self.access.user_id,
-            items=serializer.validated_data["tasks"], actor=self.access.actor)
+            items=serializer.validated_data["tasks"], actor=self.access.actor,
+            api_key_id=self.access.api_key_id)
         body = BatchResultSerializer({"tasks": entries}).data
         created = any(entry.created for entry in entries)
         return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from . import agents, members, secrets, views
+from . import agents, api_keys, members, secrets, views
 
 app_name = "console"
 urlpatterns = [
@@ -29,6 +29,8 @@ urlpatterns = [
     path("secrets/", secrets.secret_list, name="secret-list"),
     path("members/", members.member_list, name="member-list"),
     path("members/<int:user_id>/email/", members.member_email_view, name="member-email"),
+    path("api-keys/", api_keys.api_key_list, name="api-key-list"),
+    path("api-keys/<int:key_id>/scope/", api_keys.api_key_scope_view, name="api-key-scope"),
     path("secrets/<slug:name>/rotate/", secrets.secret_rotate_view, name="secret-rotate"),
     path("secrets/<slug:name>/delete/", secrets.secret_delete_view, name="secret-delete"),
     path("agents/<slug:name>/release/", agents.agent_release_view, name="agent-release"),

@@ -34,6 +34,11 @@ class Task(models.Model):
     requester = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # The API key that submitted it (null: the console, a schedule, a key since
+    # deleted): its scope narrows the requester's. Keys are revoked, not deleted,
+    # so no index for SET_NULL's lookups (each index costs every task write).
+    api_key = models.ForeignKey("tasks_app.ApiKey", null=True, blank=True,
+                                on_delete=models.SET_NULL, related_name="+", db_index=False)
     # null: a workflow run (workflows_app), whose snapshot is its workflow's
     agent = models.ForeignKey(AgentProfile, on_delete=models.PROTECT, related_name="tasks",
                               null=True, blank=True)

@@ -35,7 +35,11 @@ class Membership(models.Model):
 
 
 class ApiKey(models.Model):
-    """An API key; only its SHA-256 is stored, the key itself is shown once."""
+    """An API key; only its SHA-256 is stored, the key itself is shown once.
+
+    Its scope (`agents`, `tools`; an empty list: no limit of its own) narrows
+    its user's (`approvals_app.models.RequesterScope`), never widens it: a task
+    submitted with the key runs within both (`approvals_app.policy`)."""
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_keys"
@@ -45,6 +49,8 @@ class ApiKey(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked = models.BooleanField(default=False)
+    agents = models.JSONField(default=list, blank=True, db_default=[])
+    tools = models.JSONField(default=list, blank=True, db_default=[])
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user})"

@@ -68,7 +68,8 @@ def child_step(snap: TaskSnapshot, step: Step, *, owner: str) -> StepResult | Ch
     started = child_for_step(ParentStep(
         task_id=snap.id, tenant_id=snap.tenant_id, requester_id=snap.requester_id,
         trace_id=snap.trace_id, version=snap.version, step_no=step.step_no,
-        step_key=step.idempotency_key, tool=step.tool, args=dict(step.args or {})))
+        step_key=step.idempotency_key, tool=step.tool, args=dict(step.args or {}),
+        api_key_id=snap.api_key_id))
     if isinstance(started, ToolOutcome):
         outcome: ToolOutcome = started
     else:

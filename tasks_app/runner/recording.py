@@ -267,7 +267,7 @@ def _tool_call(snap: TaskSnapshot, decision: Decision, model_log: dict[str, Any]
     gate = (approval_policy.gate_for(
         tenant_id=snap.tenant_id, task_id=snap.id, requester_id=snap.requester_id,
         agent=str(snap.agent.get("name") or ""), tool=decision.tool, risk=spec.risk,
-        args=decision.args) if spec is not None else DEFAULT)
+        args=decision.args, api_key_id=snap.api_key_id) if spec is not None else DEFAULT)
     verdict = check_tool_call(decision, spec=spec, snap=snap, always_allowed=always, gate=gate)
     if verdict.verdict in ("invalid", "denied"):
         return record_invalid(snap, decision, model_log, spent, actor, verdict.error or {})

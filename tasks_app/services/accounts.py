@@ -18,8 +18,9 @@ from django.core.validators import validate_email
 from django.db import transaction
 from django.utils import timezone
 
+from approvals_app.models import RequesterScope
 from audit_app.services import audit_record
-from config.errors import invalid, not_found
+from config.errors import forbidden, invalid, not_found
 
 from ..actors import SYSTEM, Actor
 from ..live.publish import end_user_sockets
@@ -141,6 +142,41 @@ def api_key_create(*, user, actor: Actor = SYSTEM) -> str:  # type: ignore[no-un
                          name=user.get_username(), action="created",
                          after={"prefix": key.prefix}, object_id=key.pk)
     return raw
+
+
+def api_key_scope_set(*, tenant_id: int, key_id: int, agents: list[str], tools: list[str],
+                      actor: Actor, via_key_id: int | None = None) -> ApiKey:
+    """Give a key its scope (the agents it may run, the tools its tasks may call;
+    an empty list: its user's). Only the key's owner or an admin of its tenant;
+    a key narrows its user's scope and never widens it; a request made with a
+    key that has a scope of its own may not change one (it could lift its own)."""
+    if via_key_id is not None and ApiKey.objects.filter(pk=via_key_id).exclude(
+            agents=[], tools=[]).exists():
+        raise forbidden("scoped_key", "a key with a scope may not change the scope of keys")
+    with transaction.atomic():
+        key = (ApiKey.objects.select_for_update(of=("self",)).select_related("user")
+               .filter(pk=key_id, user__membership__tenant_id=tenant_id).first())
+        if key is None or (actor.role != Role.ADMIN and key.user_id != actor.user_id):
+            raise not_found("API key")
+        agents, tools = sorted(set(agents)), sorted(set(tools))
+        user_scope = RequesterScope.objects.filter(user_id=key.user_id,
+                                                   tenant_id=tenant_id).first()
+        problems = {name: [f"outside its user's scope: {', '.join(wider)}"]
+                    for name, asked, allowed in (
+                        ("agents", agents, user_scope.agents if user_scope else []),
+                        ("tools", tools, user_scope.tools if user_scope else []))
+                    if allowed and (wider := sorted(set(asked) - set(allowed)))}
+        if problems:
+            raise invalid("invalid", "A key may only narrow its user's scope.", **problems)
+        before = {"agents": key.agents, "tools": key.tools}
+        after = {"agents": agents, "tools": tools}
+        if before != after:
+            key.agents, key.tools = agents, tools
+            key.save(update_fields=["agents", "tools"])
+            audit_record(actor=actor, tenant_id=tenant_id, kind="api_key",
+                         name=f"{key.prefix} ({key.user.get_username()})", action="updated",
+                         before=before, after=after, object_id=key.pk)
+    return key
 
 
 def membership_revoke(*, user_id: int, actor: Actor = SYSTEM) -> bool:

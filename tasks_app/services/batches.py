@@ -43,19 +43,21 @@ class BatchEntry:
 
 
 def tasks_submit_batch(*, tenant_id: int, requester_id: int | None,
-                       items: list[dict[str, Any]], actor: Actor) -> list[BatchEntry]:
+                       items: list[dict[str, Any]], actor: Actor,
+                       api_key_id: int | None = None) -> list[BatchEntry]:
     """Submit `items` (each: agent, goal, input, script, subject, idempotency_key),
-    all or none; returns each one's task in the order given."""
+    all or none; returns each one's task in the order given. `api_key_id`: the
+    request's key, recorded on each task (its scope narrows the requester's)."""
     try:
-        return _submit(tenant_id, requester_id, items, actor)
+        return _submit(tenant_id, requester_id, items, actor, api_key_id)
     except IntegrityError:
         # A concurrent submission took one of the keys first: nothing of this
         # batch was written; once more, that key reads as an earlier submission.
-        return _submit(tenant_id, requester_id, items, actor)
+        return _submit(tenant_id, requester_id, items, actor, api_key_id)
 
 
 def _submit(tenant_id: int, requester_id: int | None, items: list[dict[str, Any]],
-            actor: Actor) -> list[BatchEntry]:
+            actor: Actor, api_key_id: int | None) -> list[BatchEntry]:
     errors: dict[int, dict[str, Any]] = {}
     hashes = [sha256_hex(canonical_json(submission_body(
         agent=it["agent"], goal=it["goal"], input=it["input"], script=it["script"],
@@ -89,7 +91,8 @@ def _submit(tenant_id: int, requester_id: int | None, items: list[dict[str, Any]
     rows: list[tuple[str, dict[str, Any]]] = []
     if new:
         spend_refusal(tenant_id)
-        version_of = _versions(tenant_id, requester_id, {items[i]["agent"] for i in new})
+        version_of = _versions(tenant_id, requester_id, api_key_id,
+                               {items[i]["agent"] for i in new})
         for index in new:
             item = items[index]
             trace_id = secrets.token_hex(16)
@@ -101,7 +104,8 @@ def _submit(tenant_id: int, requester_id: int | None, items: list[dict[str, Any]
                 errors[index] = refused.details
                 continue
             rows.append((item["agent"], {
-                "tenant_id": tenant_id, "requester_id": requester_id, "agent": profile,
+                "tenant_id": tenant_id, "requester_id": requester_id,
+                "api_key_id": api_key_id, "agent": profile,
                 "agent_snapshot": version.config, "agent_version": version.number,
                 "goal": item["goal"], "input": item["input"] or {}, "subject": item["subject"],
                 "script": item["script"], "trace_id": trace_id,
@@ -118,7 +122,7 @@ def _submit(tenant_id: int, requester_id: int | None, items: list[dict[str, Any]
     return [entries[i] for i in range(len(items))]
 
 
-def _versions(tenant_id: int, requester_id: int | None, names: set[str]
+def _versions(tenant_id: int, requester_id: int | None, api_key_id: int | None, names: set[str]
               ) -> Callable[[str, str], tuple[AgentProfile, AgentVersion]]:
     """(profile, version) of a batch's task, by agent name and key: the profiles
     read once, each version once."""
@@ -130,7 +134,8 @@ def _versions(tenant_id: int, requester_id: int | None, names: set[str]
     def version_of(name: str, key: str) -> tuple[AgentProfile, AgentVersion]:
         if name not in ensured:
             ensured[name] = versions_ensure(submitted_profile(
-                profiles.get(name), name, tenant_id=tenant_id, requester_id=requester_id))
+                profiles.get(name), name, tenant_id=tenant_id, requester_id=requester_id,
+                api_key_id=api_key_id))
         profile = ensured[name]
         number = version_number_for(profile, salt=key)
         if (profile.pk, number) not in versions:

@@ -136,6 +136,7 @@ class ParentStep:
     step_key: str
     tool: str
     args: dict[str, Any]
+    api_key_id: int | None = None  # the parent's key: the child runs within its scope too
 
 
 def child_for_step(parent: ParentStep) -> Task | ToolOutcome:
@@ -178,7 +179,7 @@ def child_for_step(parent: ParentStep) -> Task | ToolOutcome:
         with transaction.atomic():
             child = task_create(
                 actor=ACTOR, agent_name=agent, tenant_id=parent.tenant_id,
-                requester_id=parent.requester_id, agent=profile,
+                requester_id=parent.requester_id, api_key_id=parent.api_key_id, agent=profile,
                 agent_snapshot=version.config, agent_version=version.number, goal=goal,
                 input=input_, script=script, trace_id=trace_id, idempotency_key=key,
                 request_hash=sha256_hex(canonical_json({"agent": agent, "goal": goal,

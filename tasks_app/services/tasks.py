@@ -51,13 +51,15 @@ def task_submit(
     idempotency_key: str | None = None,
     subject: str = "",
     actor: Actor,
+    api_key_id: int | None = None,
 ) -> Submitted:
     """Create a task in CREATED; admission starts it when a slot is free.
 
     With an `idempotency_key`, resubmitting the same body returns the same
     task; the same key with a different body is a conflict. The task's
     snapshot is the configuration of the profile version it gets
-    (`agent_versions.version_for_submission`).
+    (`agent_versions.version_for_submission`). `api_key_id`: the key the
+    request came with, recorded on the task; its scope narrows the requester's.
     """
     body = submission_body(agent=agent, goal=goal, input=input, script=script, subject=subject)
     request_hash, earlier = earlier_submission(tenant_id, idempotency_key, body)
@@ -66,7 +68,8 @@ def task_submit(
     spend_refusal(tenant_id)
     input_check(input)
     profile = submitted_profile(AgentProfile.objects.filter(tenant_id=tenant_id, name=agent)
-                                .first(), agent, tenant_id=tenant_id, requester_id=requester_id)
+                                .first(), agent, tenant_id=tenant_id, requester_id=requester_id,
+                                api_key_id=api_key_id)
     # The version this task runs with (a release sends a share to its candidate): a pure
     # function of the Idempotency-Key when given, else of the task's random trace id.
     trace_id = secrets.token_hex(16)
@@ -80,6 +83,7 @@ def task_submit(
                 agent_name=agent,
                 tenant_id=tenant_id,
                 requester_id=requester_id,
+                api_key_id=api_key_id,
                 agent=profile,
                 agent_snapshot=version.config,
                 agent_version=version.number,
@@ -102,15 +106,16 @@ def task_submit(
 
 
 def submitted_profile(profile: AgentProfile | None, agent: str, *, tenant_id: int,
-                      requester_id: int | None) -> AgentProfile:
+                      requester_id: int | None, api_key_id: int | None = None) -> AgentProfile:
     """The profile a submission names, if it may take tasks, and the requester
-    may run it (its scope, `approvals_app.policy`)."""
+    may run it (its scope, narrowed by its key's: `approvals_app.policy`)."""
     if profile is None:
         raise invalid("invalid", "The request is not valid.", agent=[f"no agent named {agent!r}"])
     if not profile.enabled:
         raise invalid("invalid", "The request is not valid.",
                       agent=[f"agent {agent!r} is disabled"])
-    if not agent_allowed(tenant_id=tenant_id, requester_id=requester_id, agent=agent):
+    if not agent_allowed(tenant_id=tenant_id, requester_id=requester_id, agent=agent,
+                         api_key_id=api_key_id):
         message = f"your scope does not let you run the agent {agent!r}"
         raise DomainError("outside_scope", message, kind=ErrorKind.FORBIDDEN,
                           details={"agent": [message]})

@@ -194,3 +194,26 @@ def test_the_body_limit_stands_in_front_of_a2a(published, settings) -> None:
 
     assert asyncio.run(post()).status_code == 413
     assert not Task.objects.exists()
+
+
+def test_a_key_scoped_to_another_agent_does_not_find_this_one(published) -> None:
+    from approvals_app.policy import agents_in_scope
+    from tasks_app.models import ApiKey
+
+    requester = published.users[TetherRole.REQUESTER]
+    scoped_raw, plain_raw = api_key_create(user=requester), api_key_create(user=requester)
+    ApiKey.objects.filter(prefix=scoped_raw[:12]).update(agents=["triage"])
+    scoped = ApiKey.objects.get(prefix=scoped_raw[:12])
+    assert agents_in_scope(tenant_id=published.tenant.pk, requester_id=requester.pk,
+                           api_key_id=scoped.pk) == frozenset({"triage"})
+
+    async def rpc(raw: str) -> httpx.Response:
+        transport = httpx.ASGITransport(app=application)
+        async with httpx.AsyncClient(transport=transport) as http:
+            return await http.post(URL, json={"jsonrpc": "2.0", "id": 1, "method": "GetTask",
+                                              "params": {"id": "1"}},
+                                   headers={"Authorization": f"Bearer {raw}"})
+
+    refused = asyncio.run(rpc(scoped_raw))
+    assert refused.status_code == 404 and "no agent 'support' here" in refused.text
+    assert asyncio.run(rpc(plain_raw)).status_code != 404  # the same user's unscoped key

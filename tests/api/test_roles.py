@@ -164,6 +164,15 @@ def _member_email(t: Tenancy, role: str) -> tuple[str, str, Any]:
     return "patch", f"/api/v1/members/{t.users[REV].pk}", {"email": "rev@corp.example"}
 
 
+def _own_key_scope(t: Tenancy, role: str) -> tuple[str, str, Any]:
+    """Any member narrows their own key (an admin, any of the tenant's)."""
+    from tasks_app.models import ApiKey
+    from tasks_app.services.accounts import api_key_create
+
+    key = ApiKey.objects.get(prefix=api_key_create(user=t.users[role])[:12])
+    return "patch", f"/api/v1/api-keys/{key.pk}", {"agents": ["support"]}
+
+
 def _workflow(suffix: str = "", method: str = "get", body: Any = None) -> Setup:
     def setup(t: Tenancy, role: str) -> tuple[str, str, Any]:
         workflow_create(tenant_id=t.tenant.pk, name="flow", actor=SYSTEM,
@@ -381,6 +390,8 @@ MATRIX: dict[str, tuple[set[str], Setup, int]] = {
     "inbox_list": (ALL, _const("get", "/api/v1/inbox"), 200),
     "members_list": ({ADM}, _const("get", "/api/v1/members"), 200),
     "members_update": ({ADM}, _member_email, 200),
+    "api_keys_list": (ALL, _const("get", "/api/v1/api-keys"), 200),
+    "api_keys_update": (ALL, _own_key_scope, 200),
     "audit_list": ({ADM}, _const("get", "/api/v1/audit"), 200),
     "mcp_servers_list": ({ADM}, _const("get", "/api/v1/mcp-servers"), 200),
     "mcp_servers_create": ({ADM}, _mcp_create, 201),

@@ -302,3 +302,39 @@ def test_a_slice_reads_the_rules_once_a_second_and_sees_an_edit_after_it(
             inputs.read_at -= FRESH_S  # a second later
         assert gate_for(**call).action == "deny"
     assert gate_for(**call).action == "deny"  # outside a slice: read every time
+
+
+def test_a_tasks_key_narrows_the_gate_in_the_same_two_reads(
+        team, django_assert_num_queries):  # type: ignore[no-untyped-def]
+    from approvals_app.policy import PolicyReads, gate_for, reads_kept_in
+    from tasks_app.models import ApiKey
+    from tasks_app.services.accounts import api_key_create
+
+    scope_set(tenant_id=team.tenant.pk, username=team.requester.username,
+              data={"tools": ["lookup_order", "issue_refund"]}, actor=team.boss)
+    key = ApiKey.objects.get(prefix=api_key_create(user=team.requester)[:12])
+    ApiKey.objects.filter(pk=key.pk).update(tools=["lookup_order"])
+    task = submit(team.tenant, [FINAL], requester=team.requester)
+    call = {"tenant_id": team.tenant.pk, "task_id": task.pk, "requester_id": team.requester.pk,
+            "agent": "support", "tool": "issue_refund", "risk": "high",
+            "args": {"order_id": "B-1", "amount_cents": 100}}
+    assert gate_for(**call).action == "default"  # the user's scope allows the refund
+    # the key with its user's scope in one read, the rules in the other, once;
+    # whether this task was granted the tool, at each call
+    with reads_kept_in(PolicyReads()), django_assert_num_queries(2 + 2):
+        gate = gate_for(**call, api_key_id=key.pk)
+        assert gate_for(**call, api_key_id=key.pk).action == "authorize"
+    assert gate.action == "authorize" and gate.group_id is None
+
+
+def test_a_key_that_is_not_the_requesters_never_lifts_their_scope(team):  # type: ignore[no-untyped-def]
+    from approvals_app.policy import scope_of
+    from tasks_app.models import ApiKey
+    from tasks_app.services.accounts import api_key_create
+
+    scope_set(tenant_id=team.tenant.pk, username=team.requester.username,
+              data={"agents": ["support"], "tools": ["lookup_order"]}, actor=team.boss)
+    others = ApiKey.objects.get(prefix=api_key_create(user=team.ana)[:12])
+    scope = scope_of(tenant_id=team.tenant.pk, requester_id=team.requester.pk,
+                     api_key_id=others.pk)
+    assert (scope.agents, scope.tools) == (frozenset({"support"}), frozenset({"lookup_order"}))

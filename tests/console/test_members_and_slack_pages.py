@@ -50,3 +50,40 @@ def test_an_admin_connects_slack_on_the_webhooks_page(world) -> None:
     bad = admin.post("/webhooks/slack/", {"channel": "no spaces allowed"})
     assert bad.status_code == 400 and b"a Slack channel id" in bad.content
     assert notification_settings_of(world.tenant.pk).slack_channel == "C0APPROVALS"
+
+
+def test_a_member_narrows_their_own_keys_scope_on_the_api_keys_page(world) -> None:
+    from approvals_app.services.rules import scope_set
+    from audit_app.models import AuditEntry
+    from tasks_app.models import ApiKey
+    from tasks_app.services.accounts import api_key_create
+    from tests.factories import actor_of
+
+    requester = world.users[Role.REQUESTER]
+    raw = api_key_create(user=requester)
+    key = ApiKey.objects.get(prefix=raw[:12])
+    admins_key = ApiKey.objects.get(prefix=api_key_create(user=world.users[Role.ADMIN])[:12])
+    scope_set(tenant_id=world.tenant.pk, username=requester.username,
+              data={"tools": ["lookup_order", "notify_customer"]},
+              actor=actor_of(world.users[Role.ADMIN]))
+    page = _as(requester).get("/api-keys/")
+    assert page.status_code == 200 and key.prefix.encode() in page.content
+    assert raw.encode() not in page.content and admins_key.prefix.encode() not in page.content
+
+    done = _as(requester).post(f"/api-keys/{key.pk}/scope/",
+                               {"agents": "support", "tools": "lookup_order"}, follow=True)
+    assert done.status_code == 200 and b"saved" in done.content
+    key.refresh_from_db()
+    assert (key.agents, key.tools) == (["support"], ["lookup_order"])
+    assert AuditEntry.objects.filter(kind="api_key", action="updated").count() == 1
+
+    wider = _as(requester).post(f"/api-keys/{key.pk}/scope/",
+                                {"agents": "", "tools": "lookup_order, issue_refund"})
+    assert wider.status_code == 400 and b"issue_refund" in wider.content
+    key.refresh_from_db()
+    assert key.tools == ["lookup_order"]
+
+    # another member's key is not found; an admin sees and scopes the tenant's
+    assert _as(world.users[Role.REVIEWER]).post(f"/api-keys/{key.pk}/scope/",
+                                                {"agents": "", "tools": ""}).status_code == 404
+    assert key.prefix.encode() in _as(world.users[Role.ADMIN]).get("/api-keys/").content

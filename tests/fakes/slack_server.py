@@ -4,6 +4,8 @@ Tether uses the way Slack does (HTTP 200, `{"ok": ...}`):
 
 - `chat.postMessage`: a message id (`ts`) per post, in the channel it was given;
 - `chat.update`, `chat.postEphemeral`: ok;
+- `views.open`: a view id (the modal a Reject press opens; its `trigger_id`
+  and `view` are recorded like any call's arguments);
 - `users.info`: the e-mail of a user added with `add_user`, `user_not_found` else;
 - any call with another token than `token`: `invalid_auth`.
 
@@ -74,6 +76,10 @@ class FakeSlack:
                     "ts": f"1700000000.{next(self._ts):06d}"}
         if method in ("chat.update", "chat.postEphemeral"):
             return {"ok": True, "channel": args.get("channel"), "ts": args.get("ts")}
+        if method == "views.open":
+            if not args.get("trigger_id"):
+                return {"ok": False, "error": "invalid_trigger_id"}
+            return {"ok": True, "view": {"id": f"V{next(self._ts):08d}"}}
         if method == "users.info":
             email = self.users.get(str(args.get("user")))
             if email is None:

@@ -4,7 +4,9 @@ message; a button press signed with the tenant's signing secret decides through
 the same service as the console, recorded as taken from Slack, and the message
 is rewritten to say who decided; a decision taken elsewhere rewrites it too. A
 bad signature or an old timestamp is a 401, an unmapped Slack user gets an
-ephemeral refusal, and neither changes anything."""
+ephemeral refusal, and neither changes anything. Reject opens a modal asking
+why (`views.open`); its submission rejects with the reason, and an empty one is
+the field's error with nothing decided."""
 from __future__ import annotations
 
 import json
@@ -71,6 +73,22 @@ def _press(tenancy: Tenancy, approval: Approval, *, action: str = "tether_approv
     return Client().post(f"/api/v1/slack/{tenancy.tenant.name}/interactions", body,
                          content_type="application/x-www-form-urlencoded",
                          headers=headers)
+
+
+def _post(tenancy: Tenancy, payload: dict[str, Any]) -> Any:
+    body = urlencode({"payload": json.dumps(payload)}).encode()
+    return Client().post(f"/api/v1/slack/{tenancy.tenant.name}/interactions", body,
+                         content_type="application/x-www-form-urlencoded",
+                         headers=signed(body))
+
+
+def _submit_reason(tenancy: Tenancy, view: dict[str, Any], reason: str, *,
+                   user: str = "U_REVIEWER") -> Any:
+    """The modal `view` (as opened) submitted with `reason`, as Slack posts it."""
+    submitted = {**view, "id": "V1", "state": {"values": {
+        "reason": {"reason": {"type": "plain_text_input", "value": reason}}}}}
+    return _post(tenancy, {"type": "view_submission", "user": {"id": user},
+                           "view": submitted})
 
 
 def _state(approval: Approval) -> tuple[str, int, int]:
@@ -193,3 +211,46 @@ def test_the_outbound_policy_applies_to_slack(main: Tenancy, fake_slack: FakeSla
     delivery = Delivery.objects.get(channel="slack")
     assert delivery.status == "refused"
     assert not fake_slack.calls and not SlackMessage.objects.exists()
+
+
+def test_reject_asks_why_in_a_modal_and_rejects_with_the_reason(
+        main: Tenancy, posted, fake_slack: FakeSlack,
+        django_capture_on_commit_callbacks) -> None:
+    approval, _ = posted
+    before = _state(approval)
+    value = json.dumps({"approval": approval.pk, "version": approval.task_version})
+    pressed = _post(main, {"type": "block_actions", "user": {"id": "U_REVIEWER"},
+                           "trigger_id": "trigger-1", "channel": {"id": CHANNEL},
+                           "actions": [{"action_id": "tether_reject", "value": value}]})
+    assert pressed.status_code == 200
+    assert _state(approval) == before  # a press only asks: nothing decided yet
+    [opened] = fake_slack.of("views.open")
+    assert opened.args["trigger_id"] == "trigger-1"
+    view = opened.args["view"]
+    view = json.loads(view) if isinstance(view, str) else view
+    assert view["callback_id"] == "tether_reject_reason"
+    assert [b["block_id"] for b in view["blocks"]] == ["reason"]
+
+    empty = _submit_reason(main, view, "   ")
+    assert empty.status_code == 200
+    assert empty.json() == {"response_action": "errors",
+                            "errors": {"reason": "Say why, so the agent can do better."}}
+    assert _state(approval) == before
+
+    stranger = _submit_reason(main, view, "no", user="U_STRANGER")
+    assert "does not know you" in stranger.json()["errors"]["reason"]
+    assert _state(approval) == before
+
+    with django_capture_on_commit_callbacks(execute=True):
+        done = _submit_reason(main, view, "Refund the shipping only, not the item.")
+    assert done.status_code == 200 and done.content == b""  # closes the modal
+    approval.refresh_from_db()
+    assert (approval.status, approval.channel, approval.decided_by_id, approval.comment) == (
+        "rejected", "slack", main.users[REV].pk, "Refund the shipping only, not the item.")
+    [rejected] = Event.objects.filter(task_id=approval.task_id, type="approval_rejected")
+    assert rejected.payload["comment"] == "Refund the shipping only, not the item."
+    [update] = fake_slack.of("chat.update")
+    assert "Refund the shipping only" in _texts(update.args["blocks"])
+
+    again = _submit_reason(main, view, "twice")  # the same modal once more: decided already
+    assert again.json()["errors"]["reason"].startswith("Not applied:")

@@ -272,3 +272,20 @@ def test_a_retry_keeps_pinned_what_a_person_answered_the_task_it_continues(shop)
     notified = Step.objects.get(task=done, step_no=2)
     # the model was shown the goal and the answer (the scripted backend counts them)
     assert notified.model_log["input_summary"].endswith("2 pinned facts")
+
+
+def test_a_retry_keeps_the_key_that_submitted_the_original(shop) -> None:
+    from tasks_app.models import ApiKey
+    from tasks_app.services.accounts import api_key_create
+
+    key = ApiKey.objects.get(prefix=api_key_create(user=shop.requester)[:12])
+    task = drive(submit(shop.tenant, [NOTIFY, {"final": {}}], agent="shop",
+                        requester=shop.requester, api_key_id=key.pk).pk)
+    assert task.status == TaskStatus.FAILED and task.api_key_id == key.pk
+    response = shop.client("operator").post(f"/api/v1/tasks/{task.pk}/retry", {},
+                                            format="json")
+    assert response.status_code == 201, response.json()
+    retry_id = response.json()["id"]
+    assert Task.objects.get(pk=retry_id).api_key_id == key.pk  # within the same key's scope
+    detail = shop.client("operator").get(f"/api/v1/tasks/{retry_id}").json()
+    assert detail["api_key"] == key.prefix

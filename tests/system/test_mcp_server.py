@@ -158,6 +158,27 @@ def test_tools_are_the_published_agents_of_the_callers_tenant_within_its_scope(
     assert [t.name for t in run(live, reviewer, lambda s: s.list_tools()).tools] == ["get_task"]
 
 
+def test_a_scoped_key_lists_and_runs_only_its_agents_and_its_task_names_the_key(
+        world, published, live):
+    from tasks_app.models import ApiKey
+
+    scoped_raw = api_key_create(user=world.users[Role.REQUESTER])
+    scoped = ApiKey.objects.get(prefix=scoped_raw[:12])
+    ApiKey.objects.filter(pk=scoped.pk).update(agents=["triage"])
+    listed = run(live, scoped_raw, lambda s: s.list_tools())
+    assert sorted(t.name for t in listed.tools) == ["get_task", "run_triage"]
+    # the same user's other key is not narrowed
+    assert "run_support" in [t.name for t in run(live, published["key"],
+                                                 lambda s: s.list_tools()).tools]
+    refused = run(live, scoped_raw, lambda s: refusal(s.call_tool(
+        "run_support", {"goal": "hi", "script": [{"final": {}}]})))
+    assert refused.message == "Unknown tool: run_support"
+    ran = run(live, scoped_raw, lambda s: s.call_tool(
+        "run_triage", {"goal": "hi", "script": [{"final": {"ok": True}}]}))
+    assert not ran.is_error, ran
+    assert Task.objects.get(pk=ran.structured_content["task_id"]).api_key_id == scoped.pk
+
+
 def test_a_call_that_finishes_returns_the_tasks_result(world, published, live):
     arguments = {"goal": "Where is A-1?", "idempotency_key": "mcp-finish-1",
                  "script": [{"tool": "lookup_order", "args": {"order_id": "A-1"}},

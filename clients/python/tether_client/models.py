@@ -174,6 +174,7 @@ class TaskDetail(Task):
     workflow: str | None
     workflow_version: int | None
     nodes: list[WorkflowNode] | None
+    api_key: str | None
 
 
 class TaskPage(Model):
