@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('tasks_app', '0022_agent_published'),
+        ('tasks_app', '0023_payload_blobs'),
     ]
 
     operations = [
