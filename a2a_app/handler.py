@@ -167,7 +167,8 @@ def _send(door: Door, message: Message) -> tuple[int, int]:
     if is_workflow:
         submitted = submit_run(tenant_id=access.tenant_id, requester_id=access.user_id,
                                workflow=door.target.name, goal=goal, input=input,
-                               idempotency_key=key, actor=access.actor)
+                               idempotency_key=key, actor=access.actor,
+                               api_key_id=access.api_key_id)
     else:
         submitted = task_submit(tenant_id=access.tenant_id, requester_id=access.user_id,
                                 agent=door.target.name, goal=goal, input=input,

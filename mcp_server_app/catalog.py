@@ -180,7 +180,7 @@ def run_start(caller: Caller, tool: RunTool, arguments: dict[str, Any]) -> Task:
         submitted = submit_run(
             tenant_id=caller.tenant_id, requester_id=caller.user_id, workflow=tool.target,
             goal=arguments.get("goal", ""), input=arguments.get("input") or {},
-            idempotency_key=key, actor=caller.actor)
+            idempotency_key=key, actor=caller.actor, api_key_id=caller.api_key_id)
     else:
         submitted = task_submit(
             tenant_id=caller.tenant_id, requester_id=caller.user_id, agent=tool.target,

@@ -162,7 +162,7 @@ class TaskListView(TaskViewBase):
             submitted = submit_run(
                 tenant_id=self.access.tenant_id, requester_id=self.access.user_id,
                 workflow=data["workflow"], goal=data["goal"], input=data["input"],
-                idempotency_key=key, actor=self.access.actor)
+                idempotency_key=key, actor=self.access.actor, api_key_id=self.access.api_key_id)
         else:
             submitted = task_submit(
                 tenant_id=self.access.tenant_id,

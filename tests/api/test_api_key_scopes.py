@@ -187,3 +187,23 @@ def test_mcp_lists_only_the_agents_in_the_keys_scope(main: Tenancy) -> None:
     assert listed(None) == ["run_support", "run_triage"]
     assert listed(ApiKey.objects.select_related("user__membership").get(pk=key.pk)) == \
         ["run_triage"]
+
+
+def test_a_workflow_run_records_its_key_and_its_tool_nodes_keep_to_the_keys_scope(
+        main: Tenancy) -> None:
+    from workflows_app.services.workflows import workflow_create
+
+    workflow_create(tenant_id=main.tenant.pk, name="refund-flow", actor=actor_of(
+        main.users[Role.ADMIN]), definition={"nodes": [
+            {"id": "refund", "tool": "issue_refund",
+             "args": {"order_id": "A-1", "amount_cents": 1000, "reason": "lost"}}]})
+    client, key = scoped(main, main.requester, tools=["lookup_order"])
+    created = client.post("/api/v1/tasks", {"workflow": "refund-flow", "goal": "refund"},
+                          format="json")
+    assert created.status_code == 201, created.content
+    task = drive(created.json()["id"])
+    assert task.api_key_id == key.pk
+    assert task.status == TaskStatus.WAITING_FOR_APPROVAL
+    authz = Approval.objects.get(task=task, status=Decision.PENDING)
+    assert authz.kind == "authorization" and authz.tool == "issue_refund"
+    assert not DemoRefund.objects.exists()

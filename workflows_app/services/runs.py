@@ -73,10 +73,11 @@ def run_snapshot(workflow: Workflow, version: WorkflowVersion,
 
 def submit_run(*, tenant_id: int, requester_id: int | None, workflow: str,
                input: dict[str, Any] | None, actor: Actor, goal: str = "",
-               idempotency_key: str | None = None) -> Submitted:
+               idempotency_key: str | None = None, api_key_id: int | None = None) -> Submitted:
     """Create the run's task in CREATED (admission starts it). With an
     `idempotency_key`, the same body returns the same run; another body under
-    the same key is a conflict."""
+    the same key is a conflict. `api_key_id`: the key that submitted it, whose
+    scope narrows what the run's tool nodes may call, as for an agent's task."""
     input = input if input is not None else {}
     body = {"workflow": workflow, "goal": goal, "input": input}
     request_hash, earlier = earlier_submission(tenant_id, idempotency_key, body)
@@ -101,7 +102,7 @@ def submit_run(*, tenant_id: int, requester_id: int | None, workflow: str,
         with transaction.atomic():
             task = task_create(
                 actor=actor, agent_name=f"workflow:{workflow}", tenant_id=tenant_id,
-                requester_id=requester_id, agent=None,
+                requester_id=requester_id, api_key_id=api_key_id, agent=None,
                 agent_snapshot=run_snapshot(found, version, definition), agent_version=None,
                 goal=goal or f"Run workflow {workflow} (version {version.number})",
                 input=input, script=None, trace_id=trace_id,
