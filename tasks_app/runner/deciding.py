@@ -52,7 +52,7 @@ from .backoff import backoff_s, model_failure_count
 from .breaker_waits import ModelGuard, model_admit_ahead, model_wait, summary_guard
 from .budgets import exhausted_budget, past_deadline
 from .completion import after_check, finished_check, record_checked
-from .executing import Admitted, ready_call
+from .executing import Admitted, Answered, ready_call
 from .memo import SliceMemo
 from .progress import stalled
 from .rate_waits import ModelLimits
@@ -102,7 +102,7 @@ class Recorded:
     what the summary check after the step needs."""
 
     result: StepResult | Decided | Deferred
-    admitted: StepResult | Admitted | None
+    admitted: StepResult | Admitted | Answered | None
     snap: TaskSnapshot
     sources: ContextSources | None
 
@@ -176,7 +176,8 @@ def plan_step(*, task_id: int, owner: str,
         if isinstance(verdict, StepResult | Deferred):  # a check's call needs no approval
             return verdict if isinstance(verdict, StepResult) else Recorded(
                 verdict, None, snap, None)
-        return Recorded(verdict, ready_call(verdict, owner=owner, actor=actor), snap, None)
+        return Recorded(verdict, ready_call(verdict, owner=owner, actor=actor, memo=memo),
+                        snap, None)
     sources = memo.sources or gather(task_id, human_facts=memo.human_facts,
                                      steps_count=snap.steps_count, retry=snap.is_retry)
     memo.sources, memo.human_facts = sources, sources.human_facts
@@ -297,8 +298,8 @@ def record_reply(snap: TaskSnapshot, decision: Decision, model_log: dict[str, An
     if isinstance(recorded, StepResult | Deferred):
         after_step(snap, sources, memo, owner=owner)
         return Recorded(recorded, None, snap, sources)
-    return Recorded(recorded, ready_call(recorded, owner=owner, actor=Actor.worker(owner)),
-                    snap, sources)
+    admitted = ready_call(recorded, owner=owner, actor=Actor.worker(owner), memo=memo)
+    return Recorded(recorded, admitted, snap, sources)
 
 
 def after_step(snap: TaskSnapshot, sources: ContextSources | None, memo: SliceMemo, *,

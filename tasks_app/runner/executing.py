@@ -77,13 +77,17 @@ def call_of(snap: TaskSnapshot, step: Step, spec: ToolSpec) -> ToolCall:
         tenant_id=snap.tenant_id, trace_id=snap.trace_id))
 
 
-def ready_call(decided: Decided, *, owner: str, actor: Actor) -> StepResult | Admitted | None:
+def ready_call(decided: Decided, *, owner: str, actor: Actor,
+               memo: SliceMemo) -> StepResult | Admitted | Answered | None:
     """In the phase that decided the call: its database part (its secrets) and
     its admission (resource lease, breaker: `admit_call`), so that the call goes
-    out with no database phase of its own first. None when the ledger must be
-    asked first (a retried task's call that reuses an earlier key: no claim)."""
-    if decided.claim is None or is_child_step(decided.step) or decided.snap.shadow_of:
-        return None  # a child task, or an evaluation run's call (`shadow`): `execute`
+    out with no database phase of its own first; an evaluation run's call, its
+    answer from the record (`Answered`). None when the ledger must be asked
+    first (a retried task's call that reuses an earlier key: no claim)."""
+    if decided.claim is None or is_child_step(decided.step):
+        return None  # a child task: `execute`
+    if decided.snap.shadow_of is not None:
+        return _answered(decided, memo)
     prepared = prepare(call_of(decided.snap, decided.step, decided.spec))
     return admit_call(decided.snap, decided.step, decided.spec, decided.claim, prepared,
                       owner=owner, actor=actor)
@@ -94,6 +98,26 @@ class _Open:
     spec: ToolSpec
     claim: ledger.Claim | None  # None: the ledger says UNCERTAIN, ask the status query
     prepared: Prepared | ToolOutcome
+
+
+@dataclass(frozen=True)
+class Answered:
+    """An evaluation run's call, answered from the recorded task's ledger in the
+    phase that decided it, under the claim that phase took: nothing is sent."""
+
+    spec: ToolSpec
+    claim: ledger.Claim
+    outcome: ToolOutcome
+
+
+def _answered(decided: Decided, memo: SliceMemo) -> Answered | None:
+    """None: an unmatched read the evaluation lets through (`_shadow_call` says so
+    again and it goes out)."""
+    if memo.record is None:
+        memo.record = shadow.recorded_calls(decided.snap)
+    assert decided.claim is not None
+    outcome = shadow.recorded_outcome(decided.snap, decided.step, decided.spec, memo.record)
+    return None if outcome is None else Answered(decided.spec, decided.claim, outcome)
 
 
 @dataclass(frozen=True)
@@ -133,7 +157,7 @@ ALONE = _Alone()
 
 
 async def execute(snap: TaskSnapshot, step: Step, *, owner: str, actor: Actor, memo: SliceMemo,
-                  hop: Hop, admitted: StepResult | Admitted | None = None,
+                  hop: Hop, admitted: StepResult | Admitted | Answered | None = None,
                   after: After = None, wave: Committer = ALONE) -> StepResult:
     """Run a decided tool step. With `admitted` (`ready_call`: its claim taken
     in the decision's commit, its admission in the same phase) the call goes
@@ -141,6 +165,9 @@ async def execute(snap: TaskSnapshot, step: Step, *, owner: str, actor: Actor, m
     outcome; without (a resumed or retried step, or a retried task's call that
     reuses an earlier key: no claim was taken), the ledger is asked first.
     In a wave, its commits take their turn (`wave`)."""
+    if isinstance(admitted, Answered):  # an evaluation run's call, answered from the record
+        return await wave.commit(hop, commit_then, snap, step, admitted.spec, admitted.outcome,
+                                 actor, memo=memo, claim=admitted.claim, after=after)
     if snap.shadow_of is not None:  # an evaluation run: answered from the record
         answered = await wave.commit(hop, _shadow_call, snap, step, owner=owner, actor=actor,
                                      memo=memo, after=after)
@@ -222,7 +249,9 @@ def _shadow_call(snap: TaskSnapshot, step: Step, *, owner: str, actor: Actor, me
         return commit_outcome_of(snap, step, None, ToolOutcome(kind=OutcomeKind.BUSINESS, error={
             "type": "tool_unavailable", "message": f"tool {step.tool!r} was disabled or removed"}),
             actor, memo=memo)
-    outcome = shadow.recorded_outcome(snap, step, spec)
+    if memo.record is None:
+        memo.record = shadow.recorded_calls(snap)
+    outcome = shadow.recorded_outcome(snap, step, spec, memo.record)
     if outcome is None:
         return None
     taken = ledger.claim_without_effect(call_of(snap, step, spec), owner=owner)

@@ -36,6 +36,7 @@ from ..models.tasks import OPEN_STEP_STATUSES
 from ..snapshot import TaskSnapshot
 from ..store.backends import backend
 from ..vault.lookup import Resolved
+from .shadow import RecordedCall
 
 PROBE_SQL = f"SELECT version, status FROM {Task._meta.db_table} WHERE id = %s"
 
@@ -57,6 +58,7 @@ class SliceMemo:
     sources: ContextSources | None = None  # what the last context was built from
     output_hashes: dict[int, str] = field(default_factory=dict)  # step_no -> hash, recent steps
     policy_reads: PolicyReads = field(default_factory=PolicyReads)  # rules, scope: for a second
+    record: list[RecordedCall] | None = None  # an evaluation run's recorded ledger (`shadow`)
 
     def still_valid(self, task_id: int) -> bool:
         """Does the task still stand where this slice left it? (Else forget it all.)

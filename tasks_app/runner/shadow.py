@@ -39,7 +39,7 @@ from ..snapshot import TaskSnapshot
 
 __all__ = ["APPROVAL_AS_RECORDED", "NEEDS_A_PERSON", "NOT_EXECUTED", "NOT_RECORDED",
            "WOULD_NEED_APPROVAL", "not_made", "not_written", "recorded_answer", "recorded_approval",
-           "recorded_outcome"]
+           "recorded_calls", "recorded_outcome"]
 
 
 def _recorded(snap: TaskSnapshot) -> int:
@@ -59,16 +59,28 @@ def _earlier_identical(snap: TaskSnapshot, step_no: int, kind: str, tool: str,
     return sum(1 for args in earlier if _same(args, canonical))
 
 
-def recorded_outcome(snap: TaskSnapshot, step: Step, spec: ToolSpec) -> ToolOutcome | None:
-    """What the shadow task's call `step` gets; None: call the tool for real (an
-    unmatched read in an evaluation with live reads)."""
+RecordedCall = tuple[str, str, str, Any, Any]  # tool, canonical args, status, result, error
+
+
+def recorded_calls(snap: TaskSnapshot) -> list[RecordedCall]:
+    """The recorded task's ledger, in the order its calls were made. It ended
+    before the evaluation started, so a slice reads it once (`SliceMemo`)."""
+    rows = (ToolExecution.objects.filter(task_id=_recorded(snap)).order_by("id")
+            .values_list("tool", "args", "status", "result", "error"))
+    return [(tool, canonical_json(args or {}), status, result, error)
+            for tool, args, status, result, error in rows]
+
+
+def recorded_outcome(snap: TaskSnapshot, step: Step, spec: ToolSpec,
+                     record: list[RecordedCall]) -> ToolOutcome | None:
+    """What the shadow task's call `step` gets from `record` (`recorded_calls`);
+    None: call the tool for real (an unmatched read in an evaluation with live
+    reads)."""
     canonical = canonical_json(step.args or {})
     k = _earlier_identical(snap, step.step_no, StepKind.TOOL, step.tool, canonical)
-    rows = (ToolExecution.objects.filter(task_id=_recorded(snap), tool=step.tool)
-            .order_by("id").values_list("args", "status", "result", "error"))
-    same = [row for row in rows if _same(row[0], canonical)]
+    same = [row for row in record if row[0] == step.tool and row[1] == canonical]
     if k < len(same):
-        _, status, result, error = same[k]
+        _, _, status, result, error = same[k]
         if status == LedgerStatus.SUCCEEDED:
             return ToolOutcome(kind=OutcomeKind.OK, result=result, from_ledger=True)
         if status == LedgerStatus.FAILED_FINAL:

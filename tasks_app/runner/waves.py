@@ -39,7 +39,7 @@ from ..machine import TaskStatus
 from ..models import Step, StepStatus, Task
 from ..snapshot import TaskSnapshot
 from .deciding import record_reply
-from .executing import Admitted, execute
+from .executing import Admitted, Answered, execute
 from .hops import Hop
 from .memo import SliceMemo, probe
 from .recording import Decided, Deferred
@@ -100,10 +100,10 @@ def parallel(snap: TaskSnapshot) -> bool:
     return bool(snap.agent.get("parallel_calls")) or agent_runs_together(snap)
 
 
-async def run_wave(first: Decided, admitted: StepResult | Admitted | None, *, owner: str,
+async def run_wave(first: Decided, admitted: StepResult | Admitted | Answered | None, *, owner: str,
                    memo: SliceMemo, hop: Hop) -> StepResult:
     """Record the decisions queued behind `first` and run all their calls at once."""
-    calls: list[tuple[Decided, StepResult | Admitted | None]] = [(first, admitted)]
+    calls: list[tuple[Decided, StepResult | Admitted | Answered | None]] = [(first, admitted)]
     snap, holder = first.snap, first.step
     queued = list((holder.model_log or {}).get("queued") or [])
     specs = memo.specs or {}
