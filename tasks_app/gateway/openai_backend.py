@@ -62,6 +62,7 @@ import json
 import logging
 import random
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -69,6 +70,7 @@ import httpx2
 import openai
 from django.conf import settings
 from openai._base_client import make_request_options
+from openai._httpx2 import request_exceptions, timeout_exceptions
 
 from config.metrics import observe_model_call
 from config.tracing import model_call_span
@@ -99,7 +101,7 @@ from .base import (
 from .messages import build_messages, input_summary, tool_catalogue, tool_names_back
 from .model_settings import NO_KEY, ModelSettings, ModelTarget, parse_model_settings
 from .replies import decisions_from_message, refusal_of
-from .streaming import Assembler, NoSink, TokenSink
+from .streaming import Assembler, NoSink, TokenSink, sse_data
 
 log = logging.getLogger(__name__)
 
@@ -421,8 +423,7 @@ class OpenAIBackend:
             "/chat/completions",
             body={"model": target.name, **request, "stream": True,
                   "stream_options": {"include_usage": True}},
-            cast_to=object, options=options, stream=True,
-            stream_cls=openai.AsyncStream[object])
+            cast_to=object, options=options, stream=True, stream_cls=_Chunks)
         assembler = Assembler(self.tokens)
         async with chunks:
             async for chunk in chunks:
@@ -430,6 +431,33 @@ class OpenAIBackend:
         if not assembler.chunks:
             raise _Failure("the stream ended before its first chunk", retryable=True)
         return assembler.body()
+
+
+class _Chunks(openai.AsyncStream[object]):
+    """The SDK's stream of a chat completion, its events read by `sse_data` (the
+    SDK's errors as the SDK raises them: an `error` object in an event, a
+    timeout or a broken connection mid-stream)."""
+
+    async def __stream__(self) -> AsyncIterator[object]:  # type: ignore[override]
+        response = self.response
+        try:
+            async for data in sse_data(response.aiter_bytes()):
+                if isinstance(data, dict) and data.get("error"):
+                    error = data["error"]
+                    message = error.get("message") if isinstance(error, dict) else None
+                    raise openai.APIError(message=message if isinstance(message, str) else
+                                          "An error occurred during streaming",
+                                          request=response.request, body=error)
+                yield data
+        except ValueError as exc:
+            raise openai.APIError(message=f"bad event in the stream: {exc}",
+                                  request=response.request, body=None) from exc
+        except timeout_exceptions() as exc:
+            raise openai.APITimeoutError(request=response.request) from exc
+        except request_exceptions() as exc:
+            raise openai.APIConnectionError(request=response.request) from exc
+        finally:
+            await response.aclose()
 
 
 _BEARER_AUTH: Any = {"bearer_auth": True}  # the key as a bearer token
