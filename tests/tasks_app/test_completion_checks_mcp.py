@@ -100,9 +100,9 @@ def test_an_mcp_check_that_fails_once_then_passes_ends_succeeded_after_two_answe
 
 
 def test_an_mcp_error_answer_is_never_a_pass(world, mcp_server):
-    """`isError` (the tool raised), then a tool the server no longer lists: both
-    are failed checks, and with no answers left the task fails."""
-    _register(world, mcp_server, {"error": "order A-1 is unknown", "pass": True})
+    """`isError` (even with a text saying it passes), then a tool the server no
+    longer lists: both are failed checks, and with no answers left the task fails."""
+    _register(world, mcp_server, {"error": json.dumps({"pass": True, "reason": "A-1 unknown"})})
     mcp_server.reset()  # `verify` is gone from the server: its next call is answered an error
     task = _run_scripted(world, 3, max_completion_attempts=2)
 
