@@ -10,7 +10,7 @@ import pytest
 from audit_app.models import AuditEntry
 from memory_app.models import MemoryItem, MemoryProposal, MemoryVersion
 from retention_app.erasure_parts import subject_reference
-from tasks_app.models import Role
+from tasks_app.models import Role, Task
 from tests.api.conftest import Tenancy, make_tenancy
 from tests.factories import AgentFactory, submit
 
@@ -186,6 +186,14 @@ def test_a_task_takes_a_subject_and_is_found_by_it(main):
         response = client.post("/api/v1/tasks", {"agent": "support", "goal": "g",
                                                  "subject": bad, "script": []}, format="json")
         assert "subject" in _errors(response), bad
+        assert "subject" in str(_errors(client.post("/api/v1/tasks/batch", {"tasks": [
+            {"agent": "support", "goal": "g", "subject": bad, "script": [],
+             "idempotency_key": "k-1"}]}, format="json"))), bad
+        assert "subject" in _errors(client.get("/api/v1/tasks", {"subject": bad})), bad
+    workflow_run = client.post("/api/v1/tasks", {"workflow": "any", "subject": "cust-9"},
+                               format="json")
+    assert "subject" in _errors(workflow_run)
+    assert Task.objects.filter(tenant=main.tenant).count() == 2  # the two good ones
 
 
 def test_a_retry_keeps_the_subject_of_the_task_it_retries(main):
