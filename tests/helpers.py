@@ -9,7 +9,7 @@ from typing import Any
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Task
 
-__all__ = ["drive", "slices_until_waiting", "wait_for"]
+__all__ = ["drive", "slices_until_waiting", "task_page", "wait_for"]
 
 
 def wait_for(
@@ -80,3 +80,14 @@ def slices_until_waiting(task_id: int, *, max_slices: int = 20) -> Task:
         if task.status != TaskStatus.RUNNING or run_slice(task_id).ended == "later":
             return Task.objects.get(pk=task_id)
     raise AssertionError(f"task {task_id} neither waited nor stopped")
+
+
+def task_page(user: Any, task_id: int) -> str:
+    """The console's page of a task, as `user` sees it."""
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    response = client.get(f"/tasks/{task_id}/")
+    assert response.status_code == 200, response.status_code
+    return response.content.decode()

@@ -19,8 +19,12 @@ the model:
 
 A check that cannot be reached is retried like any read (its tool's
 `max_retries`); when those run out the task ends as `on_exhaustion` says
-(`retries_exhausted`): a check nobody could ask is never a pass. Every verdict
-is a `completion_check` event on the task's timeline.
+(`retries_exhausted`): a check nobody could ask is never a pass. A check whose
+tool is no longer a read Tether may call on its own (disabled, made a write,
+an MCP tool waiting for an admin's confirmation again) is not called: the task
+ends as `on_exhaustion` says (`completion_checks`), since another answer of
+the model cannot change that. Every verdict is a `completion_check` event on
+the task's timeline.
 """
 from __future__ import annotations
 
@@ -39,7 +43,7 @@ from ..actors import Actor
 from ..gateway import Decision
 from ..models import Step, StepKind, StepStatus
 from ..payloads import resolve_steps
-from ..services.completion_checks import DEFAULT_ATTEMPTS, check_args, verdict_of
+from ..services.completion_checks import DEFAULT_ATTEMPTS, check_args, unaskable, verdict_of
 from ..snapshot import TaskSnapshot
 from ..store.commits import commit_recorded
 from ..store.events import event_append
@@ -48,6 +52,7 @@ from .results import STOP, Spent, Stale, StepResult
 from .stopping import exhaustion
 
 NOT_ACCEPTED = "completion_check_failed"  # the error type of a refused answer's step
+UNASKABLE = "completion_check_unavailable"  # a check that could not be called at all
 
 
 def checks_of(snap: TaskSnapshot) -> list[dict[str, Any]]:
@@ -131,6 +136,12 @@ def _check(snap: TaskSnapshot, answer: Decision, *, index: int, attempt: int,
         check=storable({"index": index, "attempt": attempt, "answer": answer.result,
                         "confidence": answer.confidence, "passed": passed}))
     with_checks = {**specs, **tool_specs(tenant_id=snap.tenant_id, names=[tool])}
+    why = unaskable(with_checks.get(tool))
+    if why is not None:
+        return _refused_for_good(snap, answer, model_log=model_log, spent=spent, actor=actor,
+                                 error={"type": UNASKABLE, "check": tool, "attempt": attempt,
+                                        "message": f"the completion check {tool} cannot be "
+                                                   f"asked: {why}"})
     return record_decision(snap, call, model_log, spent, with_checks, owner=owner, actor=actor)
 
 
@@ -146,6 +157,14 @@ def _not_accepted(snap: TaskSnapshot, answer: Decision, *, tool: str, reason: st
              "check": tool, "reason": reason, "attempt": attempt, "max_attempts": most}
     if attempt < most:
         return record_invalid(snap, answer, model_log, spent, actor, error)
+    return _refused_for_good(snap, answer, error=error, model_log=model_log, spent=spent,
+                             actor=actor)
+
+
+def _refused_for_good(snap: TaskSnapshot, answer: Decision, *, error: dict[str, Any],
+                      model_log: dict[str, Any], spent: Spent, actor: Actor) -> StepResult:
+    """The answer is not accepted and the model is not asked again: its step, and
+    the task's end as `on_exhaustion` says."""
     stop = exhaustion(snap, "completion_checks", detail=error, step_no=snap.steps_count + 1)
     if commit_recorded(
             snap, step={"kind": StepKind.INVALID, "status": StepStatus.FAILED,

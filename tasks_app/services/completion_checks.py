@@ -12,14 +12,18 @@ saved, so a typo is a field error then, not a failed task later.
 
 A check answers `{"pass": true | false, "reason": "..."}`. Only `"pass": true`
 passes; anything else (false, a missing or non-boolean `pass`, an error
-answer) is a failed check, whose reason goes back to the model. The runner's
-side is `tasks_app.runner.completion`.
+answer) is a failed check, whose reason goes back to the model. An MCP tool
+answers it as structured content, or as the JSON text of its one text block
+(a server without structured output: `answer_of`). The runner's side is
+`tasks_app.runner.completion`.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
+from tools_app.executor.types import ToolSpec
 from tools_app.models import SideEffect, Tool
 from workflows_app.expressions import ExpressionError, render, template_expressions
 
@@ -71,6 +75,10 @@ def completion_check_errors(tenant_id: int, checks: Any, max_attempts: Any,
                                  f"{tools[tool].side_effect!r}): a check must only read")
         elif not tools[tool].enabled:
             add(f"{where}.tool", f"{tool!r} is disabled")
+        elif tools[tool].review:
+            add(f"{where}.tool", f"{tool!r} is an MCP tool whose settings an admin has not "
+                                 f"confirmed ({tools[tool].review}): until then it is a write "
+                                 "that needs approval, whatever its server says")
         args = check.get("args", {})
         if not isinstance(args, dict):
             add(f"{where}.args", "an object (a template of the tool's arguments)")
@@ -95,6 +103,19 @@ def _template_errors(args: dict[str, Any]) -> list[str]:
     return problems
 
 
+def unaskable(spec: ToolSpec | None) -> str | None:
+    """Why a check's tool cannot be asked now (None: it can). A profile's checks
+    were read-only tools when it was saved; since then the tool may have been
+    disabled, made a write, or (an MCP tool) changed on its server and wait for
+    an admin again."""
+    if spec is None:
+        return "the tool is gone or disabled"
+    if spec.side_effect != SideEffect.READ:
+        return (f"the tool is not read-only now (side_effect {spec.side_effect!r}"
+                f"{', its MCP settings not confirmed' if spec.mcp_server else ''})")
+    return None
+
+
 @dataclass(frozen=True)
 class Verdict:
     passed: bool
@@ -115,8 +136,26 @@ def verdict_of(output: Any, error: Any) -> Verdict:
     if error:
         message = error.get("message") if isinstance(error, dict) else str(error)
         return Verdict(False, f"the check answered an error: {message}"[:REASON_CHARS])
-    if not isinstance(output, dict) or not isinstance(output.get("pass"), bool):
+    answer = answer_of(output)
+    if not isinstance(answer, dict) or not isinstance(answer.get("pass"), bool):
         return Verdict(False, 'the check did not answer {"pass": true | false, "reason": ...}')
-    reason = output.get("reason")
+    reason = answer.get("reason")
     text = reason if isinstance(reason, str) else ("" if reason is None else str(reason))
-    return Verdict(output["pass"], text[:REASON_CHARS])
+    return Verdict(answer["pass"], text[:REASON_CHARS])
+
+
+def answer_of(output: Any) -> Any:
+    """The answer in a check's output. An MCP result without structured content
+    is `{"content": [blocks]}` (`tools_app.executor.mcp_kind`); when it is one
+    text block holding a JSON object, that object is the answer, as the MCP
+    specification has servers send structured results as text too."""
+    if not isinstance(output, dict) or set(output) != {"content"}:
+        return output
+    blocks = output["content"]
+    if not (isinstance(blocks, list) and len(blocks) == 1 and isinstance(blocks[0], dict)
+            and blocks[0].get("type") == "text" and isinstance(blocks[0].get("text"), str)):
+        return output
+    try:
+        return json.loads(blocks[0]["text"])
+    except ValueError:
+        return output

@@ -97,6 +97,32 @@ def test_a_model_summary_that_drops_the_policy_and_the_order_is_refused_and_they
     assert any(f["text"] == "A-10432" for f in v1["pinned_facts"])
 
 
+@pytest.mark.parametrize(("kept", "dropped"), [
+    ("Notes: order A-10432 was discussed.", f"{POLICY}."),
+    (f"Notes: store policy for this customer: {POLICY}.", "A-10432"),
+])
+def test_a_summary_that_drops_either_fact_alone_is_refused_and_that_fact_is_pinned(
+        world, openai_server, small_window, kept, dropped):
+    add_tool(world.tenant, "echo", "echo")
+    openai_agent(world.tenant, openai_server, tools=["echo"], **LONG)
+    respond, _ = _model([NOTE, {"n": 2}, {"n": 3}, {"n": 4}])
+
+    def half_faithful(request):  # type: ignore[no-untyped-def]
+        return reply(kept) if "tools" not in request.body else respond(request)
+
+    openai_server.responder = half_faithful
+    task = drive(submit(world.tenant, None, agent="llm", goal="Handle the refund request").pk)
+    assert task.status == TaskStatus.SUCCEEDED, task.failure_detail
+    first = ContextSummary.objects.filter(task=task).order_by("version").first()
+    assert first is not None and first.created_by == "summarizer:deterministic"
+    missing = {f["text"] for f in first.fact_check["refused"]["missing"]}
+    assert dropped in missing
+    assert not missing & {"A-10432", f"{POLICY}."} - {dropped}  # what it kept is not missing
+    assert dropped in {f["text"] for f in first.pinned_facts}
+    later = [r for r in openai_server.requests if "tools" in r.body][-1]
+    assert dropped in later.body["messages"][1]["content"]
+
+
 def test_a_faithful_model_summary_is_used_and_nothing_is_pinned(
         world, openai_server, small_window):
     add_tool(world.tenant, "echo", "echo")

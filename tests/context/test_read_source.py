@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from django.test import Client
 from rest_framework.test import APIClient
 
 from memory_app.services import item_create
@@ -17,7 +16,7 @@ from tests.factories import submit
 from tests.fakes.fixtures import openai_agent
 from tests.fakes.openai_server import reply
 from tests.fakes.runtime import add_agent, add_tool
-from tests.helpers import drive
+from tests.helpers import drive, task_page
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -79,9 +78,7 @@ def test_read_source_returns_the_original_step_output_and_refuses_another_tasks_
     assert _tool_result(requests[3], 3)["error"]["type"] == "source_not_found"
     # each read is a step of the task, counted like any
     assert task.steps_count == 5 and task.model_calls == 5
-    client = Client()
-    client.force_login(world.users[Role.OPERATOR])
-    page = client.get(f"/tasks/{task.pk}/").content.decode()
+    page = task_page(world.users[Role.OPERATOR], task.pk)
     assert 'data-read-source="step:1"' in page and f'data-read-source="event:{foreign.pk}"' in page
 
 

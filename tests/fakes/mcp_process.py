@@ -37,6 +37,11 @@ class McpTestServer:
     def change_lookup_schema(self) -> None:
         httpx2.post(f"http://127.0.0.1:{self.port}/variant", timeout=5).raise_for_status()
 
+    def queue_verdicts(self, *answers: dict[str, Any]) -> None:
+        """Offer the `verify` check tool, answering these in turn."""
+        httpx2.post(f"http://127.0.0.1:{self.port}/verdicts", json=list(answers),
+                    timeout=5).raise_for_status()
+
     def reset(self) -> None:
         httpx2.post(f"http://127.0.0.1:{self.port}/reset", timeout=5).raise_for_status()
 

@@ -14,11 +14,16 @@ Tools:
 - `refuse(reason)`: answers with `isError`;
 - `odd.name`: a name Tether cannot give to a model; `hostile`: an input schema
   Tether refuses (a backreference, which RE2 cannot run); `liar`: structured
-  output that does not match the output schema it lists.
+  output that does not match the output schema it lists;
+- `verify(order_id, customer)`: a completion check (`readOnlyHint`), listed
+  only once a test queued its answers (`POST /verdicts`): each call answers the
+  next, `{"pass": ..., "reason": ...}` as structured content, `{"text": ...}`
+  as a text block only, `{"error": ...}` with `isError`; none left is an error.
 
 Plain HTTP routes for the test: `GET /state` (effects per key, calls, the
 headers seen), `POST /variant` (`lookup` takes a second, required argument:
-a changed schema; `refuse` is gone), `POST /reset` (back to the start).
+a changed schema; `refuse` is gone), `POST /verdicts` (a list of `verify`'s
+answers, queued), `POST /reset` (back to the start).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from typing import Any
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
-from mcp_types import ToolAnnotations
+from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -40,7 +45,7 @@ KEY = "tether/idempotency_key"
 GATE_DEADLINE_S = 60.0
 
 server = MCPServer("tether-test-server")
-state: dict[str, Any] = {"effects": {}, "calls": [], "headers": []}
+state: dict[str, Any] = {"effects": {}, "calls": [], "headers": [], "verdicts": []}
 
 
 class Order(BaseModel):
@@ -111,6 +116,19 @@ def liar(order_id: str) -> Order:
     return Order(order_id=order_id, status="delivered")
 
 
+def verify(order_id: str, customer: str, ctx: Context) -> CallToolResult:
+    """Whether the order was handled for the customer (the next queued answer)."""
+    _seen(ctx, "verify", {"order_id": order_id, "customer": customer})
+    queued = state["verdicts"]
+    answer = queued.pop(0) if queued else {"error": "no verdict queued"}
+    if "error" in answer:
+        return CallToolResult(is_error=True, content=[TextContent(text=answer["error"])])
+    if "text" in answer:
+        return CallToolResult(content=[TextContent(text=json.dumps(answer["text"]))])
+    return CallToolResult(content=[TextContent(text=json.dumps(answer))],
+                          structured_content=answer)
+
+
 # The server's own listing, doctored: a hostile input schema, a lying output schema.
 server._tool_manager._tools["liar"].__dict__["output_schema"] = {
     "type": "object", "required": ["refund_id"], "properties": {"refund_id": {"type": "string"}}}
@@ -131,10 +149,22 @@ async def variant(request: Request) -> Response:
     return JSONResponse({"ok": True})
 
 
+@server.custom_route("/verdicts", methods=["POST"])
+async def verdicts(request: Request) -> Response:
+    state["verdicts"].extend(await request.json())
+    if "verify" not in {t.name for t in server._tool_manager.list_tools()}:
+        server.add_tool(verify, name="verify", structured_output=False,
+                        annotations=ToolAnnotations(read_only_hint=True))
+    return JSONResponse({"ok": True})
+
+
 @server.custom_route("/reset", methods=["POST"])
 async def reset(request: Request) -> Response:
-    """Back to the start, for the next test: no calls seen, the first `lookup`."""
-    state.update({"effects": {}, "calls": [], "headers": []})
+    """Back to the start, for the next test: no calls seen, the first `lookup`,
+    no `verify`."""
+    state.update({"effects": {}, "calls": [], "headers": [], "verdicts": []})
+    if "verify" in {t.name for t in server._tool_manager.list_tools()}:
+        server.remove_tool("verify")
     _use_lookup(lookup)
     if "refuse" not in {t.name for t in server._tool_manager.list_tools()}:
         server.add_tool(refuse, name="refuse")

@@ -5,14 +5,13 @@ refusal on the task's timeline; with no model left, a person decides."""
 from __future__ import annotations
 
 import pytest
-from django.test import Client
 
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Role, Step
 from tests.factories import submit
 from tests.fakes.fixtures import openai_agent
 from tests.fakes.openai_server import Scripted, reply
-from tests.helpers import drive
+from tests.helpers import drive, task_page
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -47,9 +46,7 @@ def test_a_filtered_reply_is_asked_again_then_goes_to_the_fallback_model(world, 
     assert (log["model"], log["used_fallback"], log["attempts"]) == ("backup", True, 3)
     assert [r["then"] for r in log["refusals"]] == ["again", "fallback"]
     assert task.model_calls == 3  # every request sent counts
-    client = Client()
-    client.force_login(world.users[Role.OPERATOR])
-    html = client.get(f"/tasks/{task.pk}/").content.decode()
+    html = task_page(world.users[Role.OPERATOR], task.pk)
     assert "The model refused to answer (content_filter)" in html
     assert "sent to the fallback model" in html
 

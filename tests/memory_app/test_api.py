@@ -10,9 +10,9 @@ import pytest
 from audit_app.models import AuditEntry
 from memory_app.models import MemoryItem, MemoryProposal, MemoryVersion
 from retention_app.erasure_parts import subject_reference
-from tasks_app.models import Role
+from tasks_app.models import Role, Task
 from tests.api.conftest import Tenancy, make_tenancy
-from tests.factories import submit
+from tests.factories import AgentFactory, submit
 
 ADM, OP, REV = Role.ADMIN, Role.OPERATOR, Role.REVIEWER
 FACT = {"scope": "subject", "subject": "cust-1", "kind": "fact", "text": "Lives in Porto"}
@@ -132,7 +132,8 @@ def test_nothing_of_another_tenant_is_visible(main, other):
         assert response.status_code == 404, (method, suffix)
     assert theirs.delete("/api/v1/memory?subject=cust-1").json()["items"] == 0
     assert MemoryItem.objects.get().text == "Lives in Porto"
-    task = submit(main.tenant, [{"final": {}}])
+    task = submit(main.tenant, [{"final": {}}], subject="cust-1")
+    assert theirs.get("/api/v1/tasks?subject=cust-1").json()["results"] == []
     proposal = MemoryProposal.objects.create(tenant=main.tenant, task=task, step_no=1,
                                              scope="tenant", kind="fact", text="t")
     for action in ("accept", "reject"):
@@ -185,6 +186,14 @@ def test_a_task_takes_a_subject_and_is_found_by_it(main):
         response = client.post("/api/v1/tasks", {"agent": "support", "goal": "g",
                                                  "subject": bad, "script": []}, format="json")
         assert "subject" in _errors(response), bad
+        assert "subject" in str(_errors(client.post("/api/v1/tasks/batch", {"tasks": [
+            {"agent": "support", "goal": "g", "subject": bad, "script": [],
+             "idempotency_key": "k-1"}]}, format="json"))), bad
+        assert "subject" in _errors(client.get("/api/v1/tasks", {"subject": bad})), bad
+    workflow_run = client.post("/api/v1/tasks", {"workflow": "any", "subject": "cust-9"},
+                               format="json")
+    assert "subject" in _errors(workflow_run)
+    assert Task.objects.filter(tenant=main.tenant).count() == 2  # the two good ones
 
 
 def test_a_retry_keeps_the_subject_of_the_task_it_retries(main):
@@ -196,3 +205,93 @@ def test_a_retry_keeps_the_subject_of_the_task_it_retries(main):
     retried = client.post(f"/api/v1/tasks/{made['id']}/retry", {}, format="json")
     assert retried.status_code == 201, retried.content
     assert retried.json()["subject"] == "cust-9"
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"text": ""}, "text"),
+    ({"text": "x" * 2001}, "text"),
+    ({"kind": "opinion"}, "kind"),
+    ({"kind": "artifact"}, "uri"),  # an artifact needs its URI
+    ({"tags": ["a"] * 11}, "tags"),
+    ({"expires_at": "soon"}, "expires_at"),
+    ({"expected_version": 0}, "expected_version"),
+    ({"subject": "cust-2"}, "subject"),  # an item's scope never changes
+    ({"agent": "support"}, "agent"),
+    ({"colour": "red"}, "colour"),
+])
+def test_every_change_is_validated_and_a_refused_one_changes_nothing(main, body, field):
+    item = _post(main, {**FACT, "tags": ["address"]}).json()
+    response = main.client(OP).patch(f"/api/v1/memory/{item['id']}", body, format="json")
+    assert field in _errors(response)
+    row = MemoryItem.objects.get()
+    assert (row.version, row.text, row.subject, row.kind, row.tags) == (
+        1, "Lives in Porto", "cust-1", "fact", ["address"])
+    assert MemoryVersion.objects.count() == 1
+    assert not AuditEntry.objects.filter(kind="memory", action="updated").exists()
+
+
+@pytest.mark.parametrize(("query", "field"), [
+    ("scope=world", "scope"), ("kind=", "kind"), ("kind=opinion", "kind"),
+    ("subject=%20padded", "subject"), ("q=" + "x" * 501, "q"), ("tag=" + "t" * 65, "tag"),
+    ("agent=" + "a" * 65, "agent"), ("limit=0", "limit"), ("cursor=zzz", "cursor"),
+])
+def test_every_list_filter_is_validated_with_its_field(main, query, field):
+    for url in ("/api/v1/memory", "/api/v1/memory/proposals"):
+        if url.endswith("proposals") and field not in ("limit", "cursor"):
+            continue  # the proposals list takes only its page
+        assert field in _errors(main.client(OP).get(f"{url}?{query}")), (url, query)
+
+
+def test_a_review_is_validated_and_a_decided_proposal_stays_decided(main):
+    task = submit(main.tenant, [{"final": {}}], subject="cust-1")
+    proposal = MemoryProposal.objects.create(tenant=main.tenant, task=task, step_no=1,
+                                             scope="subject", subject="cust-1", kind="fact",
+                                             text="Hates aisles")
+    reviewer = main.client(REV)
+    accept = f"/api/v1/memory/proposals/{proposal.pk}/accept"
+    reject = f"/api/v1/memory/proposals/{proposal.pk}/reject"
+    for body, field in (({"text": ""}, "text"), ({"kind": "opinion"}, "kind"),
+                        ({"tags": [""]}, "tags"), ({"value": "v" * 9000}, "value"),
+                        ({"scope": "tenant"}, "scope"), ({"subject": "cust-2"}, "subject")):
+        assert field in _errors(reviewer.post(accept, body, format="json")), body
+    assert "note" in _errors(reviewer.post(reject, {"note": "n" * 1001}, format="json"))
+    proposal.refresh_from_db()
+    assert proposal.status == "open" and not MemoryItem.objects.exists()
+
+    assert reviewer.post(reject, {"note": "not a fact"}, format="json").status_code == 200
+    # a rejected proposal is never written, whoever tries afterwards
+    for url in (accept, reject):
+        response = main.client(ADM).post(url, {}, format="json")
+        assert response.status_code == 409, (url, response.content)
+    assert not MemoryItem.objects.exists() and not MemoryVersion.objects.exists()
+    assert reviewer.get("/api/v1/memory/proposals").json()["results"] == []
+    proposal.refresh_from_db()
+    assert (proposal.status, proposal.note) == ("rejected", "not a fact")
+
+
+def test_another_tenants_agent_is_no_scope_and_no_filter(main, other):
+    AgentFactory(tenant=other.tenant, name="theirs-only", tools=["lookup_order"])
+    mine = main.client(ADM)
+    response = _post(main, {"scope": "agent", "agent": "theirs-only", "kind": "fact",
+                            "text": "t"})
+    assert "agent" in _errors(response)
+    assert not MemoryItem.objects.exists()
+    theirs = other.client(ADM).post("/api/v1/memory", {
+        "scope": "agent", "agent": "theirs-only", "kind": "fact", "text": "Their secret"},
+        format="json")
+    assert theirs.status_code == 201, theirs.content
+    assert mine.get("/api/v1/memory?agent=theirs-only").json()["results"] == []
+    assert mine.get("/api/v1/memory?scope=agent").json()["results"] == []
+    assert mine.get("/api/v1/memory?q=secret").json()["results"] == []
+
+
+@pytest.mark.parametrize("policy", ["sometimes", "", None, 3])
+def test_an_agents_memory_policy_is_validated(main, policy):
+    response = main.client(ADM).post("/api/v1/agents", {
+        "name": "noter", "model": {"backend": "scripted", "name": "scripted"},
+        "tools": ["lookup_order"], "memory_policy": policy}, format="json")
+    assert "memory_policy" in _errors(response)
+    assert not main.tenant.agents.filter(name="noter").exists()
+    assert main.client(ADM).patch("/api/v1/agents/support", {"memory_policy": policy},
+                                  format="json").status_code == 400
+    assert main.tenant.agents.get(name="support").memory_policy == "off"

@@ -20,7 +20,8 @@ from tasks_app.actors import Actor
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Role, Step
 from tasks_app.services.agents import agent_create
-from tests.factories import submit
+from tasks_app.services.demo import demo_tools_ensure
+from tests.factories import TenantFactory, submit
 from tests.fakes.fixtures import openai_agent
 from tests.fakes.openai_server import reply
 from tests.helpers import drive
@@ -96,6 +97,50 @@ def test_a_remembered_preference_reaches_the_same_subject_and_no_other(world, op
     assert len(openai_server.requests) == 2
     for request in openai_server.requests:
         assert WINDOW["text"] not in json.dumps(request.body)
+
+
+def test_a_subjects_item_never_reaches_a_task_about_another_subject_or_tenant(
+        world, openai_server):
+    """Every request of a task about T, whose goal has the very words of S's
+    item, and of a task of another tenant about S: shown the memory they may
+    see (the memory block is on), never S's item, and `read_source` of its
+    citation is refused like an id that does not exist."""
+    openai_agent(world.tenant, openai_server, memory_policy="read")
+    theirs = item_create(tenant_id=world.tenant.pk, actor=ADMIN, fields={
+        "scope": "subject", "subject": "cust-S", **{k: WINDOW[k] for k in ("text", "kind")}})
+    shared = item_create(tenant_id=world.tenant.pk, actor=ADMIN, fields={
+        "scope": "tenant", "kind": "fact", "text": "Flights are booked through Acme"})
+    other = TenantFactory(name="t-other")
+    demo_tools_ensure(other)
+    openai_agent(other, openai_server, memory_policy="read")
+    for_other = item_create(tenant_id=other.pk, actor=ADMIN, fields={
+        "scope": "tenant", "kind": "fact", "text": "Trains are booked through Rail Co"})
+    goal = "Book window seats on every flight for the customer"
+    replies = (reply(tool_calls=[("lookup_order", {"order_id": "A-1"})]),
+               reply(tool_calls=[("read_source", {"ref": theirs.cite_id})]))
+
+    for tenant, subject, allowed in ((world.tenant, "cust-T", shared),
+                                     (other, "cust-S", for_other)):
+        openai_server.requests.clear()
+        openai_server.push(*replies, reply('{"answer": "done"}'))
+        task = drive(submit(tenant, None, agent="llm", goal=goal, subject=subject).pk)
+        assert task.status == TaskStatus.SUCCEEDED, task.failure_detail
+        assert len(openai_server.requests) == 3
+        for request in openai_server.requests:
+            said = json.dumps(request.body)
+            assert WINDOW["text"] not in said and allowed.text in said, subject
+        read = Step.objects.get(task=task, step_no=2)
+        assert (read.status, read.error["type"]) == ("FAILED", "source_not_found")
+        shown = {c for s in Step.objects.filter(task=task)
+                 for c in (s.model_log or {}).get("memory_shown", [])}
+        assert shown == {allowed.cite_id}, subject
+
+    # the control: a task about S, in S's tenant, is shown it and may read it back
+    openai_server.requests.clear()
+    openai_server.push(*replies, reply('{"answer": "done"}'))
+    task = drive(submit(world.tenant, None, agent="llm", goal=goal, subject="cust-S").pk)
+    assert WINDOW["text"] in _context_of(openai_server.requests[0])
+    assert Step.objects.get(task=task, step_no=2).status == "SUCCEEDED"
 
 
 def test_a_proposed_write_waits_for_a_reviewer_and_a_rejected_one_is_never_written(

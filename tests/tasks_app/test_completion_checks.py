@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from django.test import Client
 
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Role, Step
@@ -15,7 +14,8 @@ from tests.fakes.fixtures import openai_agent
 from tests.fakes.http_tool_server import FakeToolServer, Reply
 from tests.fakes.openai_server import reply
 from tests.fakes.runtime import add_agent, add_tool
-from tests.helpers import drive
+from tests.helpers import drive, task_page
+from tools_app.models import Tool
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -78,9 +78,7 @@ def test_a_check_that_fails_twice_then_passes_ends_succeeded_after_three_answers
     offered = {t["function"]["name"] for t in openai_server.requests[0].body["tools"]}
     assert "order_refunded" not in offered
     # the task page's timeline shows each verdict
-    client = Client()
-    client.force_login(world.users[Role.OPERATOR])
-    html = client.get(f"/tasks/{task.pk}/").content.decode()
+    html = task_page(world.users[Role.OPERATOR], task.pk)
     assert "completion check 1 of 1 failed (answer 1)" in html
     assert "completion check 1 of 1 passed (answer 3)" in html
 
@@ -153,3 +151,17 @@ def test_an_answer_without_what_a_check_needs_fails_it_and_every_check_must_pass
     assert [(c["tool"], c["attempt"], c["passed"]) for c in _checks(task.pk)] == [
         ("order_refunded", 2, True), ("email_sent", 2, False),
         ("order_refunded", 3, True), ("email_sent", 3, True)]
+
+
+def test_a_check_made_a_write_after_the_profile_was_saved_is_never_called(world, fake_http):
+    _check_tool(world, fake_http, Reply(200, {"pass": True, "reason": "ok"}))
+    add_agent(world.tenant, "checked", [], completion_checks=[CHECK])
+    Tool.objects.filter(tenant=world.tenant, name="order_refunded").update(side_effect="write")
+    task = drive(submit(world.tenant, [{"final": {"order_id": "A-1"}}] * 2, agent="checked",
+                        input={"customer": "Ada"}).pk)
+
+    assert task.status == TaskStatus.FAILED
+    assert task.failure_reason == "completion_checks"
+    assert "not read-only now" in task.failure_detail["detail"]["message"]
+    assert fake_http.requests_to("POST", "/check") == [] and _checks(task.pk) == []
+    assert task.result is None and task.model_calls == 1
