@@ -1,7 +1,7 @@
 """What an MCP caller sees and may run, and the runs themselves.
 
 A caller (`Caller`) is an API key's user, with what its role allows (the
-access layer decides that, `config.api_access`). It sees the tenant's
+access layer decides that, `foundations.api_access`). It sees the tenant's
 *published* agents and workflows (an admin's choice, audited), as tools named
 `run_<agent>` and `run_workflow.<workflow>` (an agent's name is a slug, so it
 never holds a dot: the two never collide; both are names MCP allows, SEP-986),
@@ -30,7 +30,7 @@ from django.db.models import Max
 from approvals_app.models import DecisionChannel, Question
 from approvals_app.policy import agents_in_scope
 from approvals_app.selectors import open_request_of
-from config.errors import invalid, not_found
+from foundations.errors import invalid, not_found
 from tasks_app.actors import Actor
 from tasks_app.live.stream import End, Recorded, task_stream
 from tasks_app.machine import TERMINAL

@@ -42,8 +42,8 @@ from django.core.validators import URLValidator
 from django.utils.module_loading import import_string
 
 from audit_app.services import audit_record
-from config.errors import invalid
-from config.named_resources import NamedResource, model_field_errors
+from foundations.errors import invalid
+from foundations.named_resources import NamedResource, model_field_errors
 from tasks_app.actors import SYSTEM, Actor
 from tasks_app.models import Tenant
 from tasks_app.selectors import missing_secret_names

@@ -19,7 +19,7 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
-from config.errors import DomainError, conflict
+from foundations.errors import DomainError, conflict
 from tasks_app.console.access import DECIDERS, INBOX_ROLES, ConsoleUser, console_view, refuse
 from tasks_app.console.actions import form_action
 from tasks_app.console.errors import error_message, error_status, field_errors, form_errors

@@ -70,8 +70,8 @@ import openai
 from django.conf import settings
 from openai._base_client import make_request_options
 
-from config.metrics import observe_model_call
-from config.tracing import model_call_span
+from foundations.metrics import observe_model_call
+from foundations.tracing import model_call_span
 from tools_app.outbound import (
     REFUSED,
     EgressRefusedError,

@@ -36,8 +36,8 @@ from concurrent.futures import Future
 
 from django.conf import settings
 
-from config import tracing
-from config.logs import log_scope
+from foundations import tracing
+from foundations.logs import log_scope
 from tools_app.outbound.ioloop import io_loop
 
 from .hops import ThreadHop, start

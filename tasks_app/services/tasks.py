@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from approvals_app.models import DecisionChannel, Question, QuestionStatus
 from approvals_app.policy import agent_allowed
-from config.errors import DomainError, ErrorKind, conflict, invalid, not_found
+from foundations.errors import DomainError, ErrorKind, conflict, invalid, not_found
 from tools_app.schemas import schema_errors
 
 from ..actors import Actor

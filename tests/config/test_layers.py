@@ -24,8 +24,8 @@ import grimp
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("config", "tasks_app", "tools_app", "approvals_app", "notify_app", "audit_app",
-            "schedules_app", "memory_app")
+PACKAGES = ("config", "foundations", "tasks_app", "tools_app", "approvals_app",
+            "notify_app", "audit_app", "schedules_app", "memory_app")
 # (file, imported module) -> why it is imported inside a function
 LOCAL_IMPORTS_ALLOWED = {
     ("tasks_app/gateway/registry.py", "tasks_app.gateway.openai_backend"):

@@ -11,9 +11,9 @@ from django.test import TestCase
 
 from approvals_app.models import Question
 from audit_app.models import AuditEntry
-from config.errors import DomainError
 from evals_app.models import Evaluation
 from evals_app.services.settling import evaluation_settle
+from foundations.errors import DomainError
 from notify_app.models import Notification, WebhookSubscription
 from tasks_app.actors import SYSTEM
 from tasks_app.console.selectors import dashboard

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from config.errors import DomainError
+from foundations.errors import DomainError
 from tasks_app.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Step, Task

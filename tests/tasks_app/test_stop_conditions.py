@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from config.errors import DomainError, ErrorKind
+from foundations.errors import DomainError, ErrorKind
 from tasks_app.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Step, StepStatus, Task

@@ -34,7 +34,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from config.metrics import observe_tool_call
+from foundations.metrics import observe_tool_call
 
 from ..models import LedgerStatus, ToolExecution
 from ..outbound.ioloop import run_io
