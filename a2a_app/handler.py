@@ -60,6 +60,7 @@ from channels.db import database_sync_to_async
 from django.db.models import QuerySet
 
 from approvals_app.models import DecisionChannel
+from approvals_app.services.answers import task_provide_input
 from foundations.api_access import may, require_own_task
 from foundations.errors import DomainError, ErrorKind
 from tasks_app.api.serializers import IDEMPOTENCY_KEY_PATTERN
@@ -68,7 +69,7 @@ from tasks_app.machine import TERMINAL
 from tasks_app.models import Event
 from tasks_app.models import Task as TetherTask
 from tasks_app.selectors import tasks_of_tenant
-from tasks_app.services.tasks import task_cancel, task_provide_input, task_submit
+from tasks_app.services.tasks import task_cancel, task_submit
 from workflows_app.models import Workflow
 from workflows_app.services.runs import submit_run
 

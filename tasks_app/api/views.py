@@ -19,6 +19,7 @@ from rest_framework.response import Response
 
 from approvals_app.models import DecisionChannel
 from approvals_app.selectors import open_request_of
+from approvals_app.services.answers import task_provide_input
 from foundations.api_access import require_own_task
 from foundations.api_base import (
     CURSOR_PARAMETERS,
@@ -41,7 +42,6 @@ from ..services.tasks import (
     task_cancel,
     task_cancel_many,
     task_fail_by_operator,
-    task_provide_input,
     task_resume,
     task_submit,
 )

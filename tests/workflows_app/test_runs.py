@@ -6,12 +6,12 @@ import json
 
 import pytest
 
+from approvals_app.services.answers import task_provide_input
 from tasks_app.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event
 from tasks_app.runner.compensation import compensate_task
 from tasks_app.services.dispatch import MANUAL_COMPENSATIONS
-from tasks_app.services.tasks import task_provide_input
 from tests.fakes import python_tools
 from tests.fakes.runtime import add_tool
 from tests.helpers import drive
