@@ -47,9 +47,13 @@ from typing import Any
 
 import yaml
 
+from foundations.expressions import (
+    Expression,
+    ExpressionError,
+    compile_expression,
+    template_expressions,
+)
 from tools_app.schemas import check_schema
-
-from .expressions import Expression, ExpressionError, compile_expression, template_expressions
 
 MAX_NODES = 200
 MAX_MAP_ITEMS = 1000
