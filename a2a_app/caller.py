@@ -2,7 +2,7 @@
 REST API, `Authorization: Bearer <key>`) and the published agent or workflow
 its path names.
 
-A key acts as its user (`config.api_access.Access`): the tenant's role policy
+A key acts as its user (`foundations.api_access.Access`): the tenant's role policy
 decides what it may do, and the user's scope (`RequesterScope.agents`, empty:
 no limit) narrowed by the key's (`ApiKey.agents`; `approvals_app.policy`) which
 agents it sees (workflows are not in scopes, as on the REST
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from approvals_app.policy import agent_allowed
-from config.api_access import Access
+from foundations.api_access import Access
 from tasks_app.actors import Actor
 from tasks_app.models import AgentProfile, Membership
 from tasks_app.selectors import published_agent_at

@@ -13,7 +13,7 @@
   tenant's tasks), newest first.
 - CancelTask: `task_cancel`. SubscribeToTask: the stream of a task not ended.
 - Push notifications and the extended card: not offered (the card says so).
-The role policy (`config.api_access`) applies as on the REST API; a task of
+The role policy (`foundations.api_access`) applies as on the REST API; a task of
 another tenant or agent is not found.
 """
 from __future__ import annotations
@@ -60,15 +60,16 @@ from channels.db import database_sync_to_async
 from django.db.models import QuerySet
 
 from approvals_app.models import DecisionChannel
-from config.api_access import may, require_own_task
-from config.errors import DomainError, ErrorKind
+from approvals_app.services.answers import task_provide_input
+from foundations.api_access import may, require_own_task
+from foundations.errors import DomainError, ErrorKind
 from tasks_app.api.serializers import IDEMPOTENCY_KEY_PATTERN
 from tasks_app.live.stream import End, Recorded, task_stream
 from tasks_app.machine import TERMINAL
 from tasks_app.models import Event
 from tasks_app.models import Task as TetherTask
 from tasks_app.selectors import tasks_of_tenant
-from tasks_app.services.tasks import task_cancel, task_provide_input, task_submit
+from tasks_app.services.tasks import task_cancel, task_submit
 from workflows_app.models import Workflow
 from workflows_app.services.runs import submit_run
 

@@ -5,7 +5,7 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 
-from config.errors import conflict, not_found
+from foundations.errors import conflict, not_found
 from tasks_app.actors import Actor
 from tasks_app.models import Membership, Role, Step
 

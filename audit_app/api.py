@@ -7,8 +7,8 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from config.api_base import CURSOR_PARAMETERS, TenantAPIView, cursor_page
-from config.api_errors import error_responses
+from foundations.api_base import CURSOR_PARAMETERS, TenantAPIView, cursor_page
+from foundations.api_errors import error_responses
 
 from .models import AuditKind
 from .selectors import audit_entries

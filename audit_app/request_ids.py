@@ -15,7 +15,7 @@ from contextvars import ContextVar
 
 from django.http import HttpRequest, HttpResponse
 
-from config.logs import log_scope
+from foundations.logs import log_scope
 
 HEADER = "X-Request-Id"
 _SANE = re.compile(r"[A-Za-z0-9._:-]{1,64}")

@@ -59,7 +59,7 @@ BODY = {"agent": AGENT, "goal": "bench submission", "input": {"n": 1},
 # cumulative time of the outermost call of each).
 PARTS = {
     "authentication": ("rest_framework/request.py", "_authenticate"),
-    "validation": ("config/api_base.py", "validated"),
+    "validation": ("foundations/api_base.py", "validated"),
     "idempotency check": ("tasks_app/services/tasks.py", "earlier_submission"),
     "spend check": ("tasks_app/services/quotas.py", "spend_refusal"),
     "agent and version": ("tasks_app/services/agent_versions.py", "version_for_submission"),

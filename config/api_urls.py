@@ -13,6 +13,9 @@ from approvals_app.api import policy as approval_policy
 from approvals_app.api import views as decisions
 from audit_app.api import AuditListView
 from evals_app.api import views as evaluations
+from foundations import api_schema  # noqa: F401 - registers the Token auth scheme with drf-spectacular
+from foundations.api_base import IdConverter, NameConverter
+from foundations.api_errors import api_not_found
 from memory_app import api as memory
 from notify_app.api import slack
 from notify_app.api import views as notify
@@ -33,10 +36,6 @@ from tools_app.api import breakers
 from tools_app.api import mcp_views as mcp
 from tools_app.api import views as tools
 from workflows_app.api import views as workflows
-
-from . import api_schema  # noqa: F401 - registers the Token auth scheme with drf-spectacular
-from .api_base import IdConverter, NameConverter
-from .api_errors import api_not_found
 
 register_converter(IdConverter, "id")
 register_converter(NameConverter, "name")

@@ -11,7 +11,7 @@ embedded mode the in-process runner is handed the server's event loop when the
 server starts, so steps, the recovery sweep and live pushes run on it without
 waiting for a first request: on the ASGI lifespan startup (uvicorn,
 hypercorn), or when daphne's reactor starts (daphne sends no lifespan
-events). See `tasks_app.runner.embedded` for why. Traces (`config.tracing`)
+events). See `tasks_app.runner.embedded` for why. Traces (`foundations.tracing`)
 start before Django builds its middleware, which the instrumentation extends.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ import sys
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
-from config import tracing  # noqa: E402
+from foundations import tracing  # noqa: E402
 
 tracing.setup("web")  # before Django builds its middleware: the instrumentation adds one
 

@@ -9,7 +9,7 @@ and answers 413 as soon as the count passes the limit, without reading the
 rest. A body within the limit is handed on to the application unchanged.
 
 The limit is `DATA_UPLOAD_MAX_MEMORY_SIZE` (env `MAX_REQUEST_BYTES`); the API
-gets its JSON error shape (`config.api_errors.too_large_body`), other paths a
+gets its JSON error shape (`foundations.api_errors.too_large_body`), other paths a
 plain-text 413. A server that buffers the whole body itself before calling the
 application (daphne does) still receives it; this stops Django from reading
 it again, and a streaming server (uvicorn) from receiving more than the limit.
@@ -34,7 +34,7 @@ from typing import Any
 
 from django.conf import settings
 
-from .api_errors import too_large_body
+from foundations.api_errors import too_large_body
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

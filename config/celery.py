@@ -2,7 +2,7 @@
 
 Its signals keep the worker's and beat's logging and metrics Tether's own:
 - `setup_logging`: Celery does not replace the root logger's handlers; Django's
-  `LOGGING` (text or JSON, `config.logs`) stays, at the level of `-l`, and
+  `LOGGING` (text or JSON, `foundations.logs`) stays, at the level of `-l`, and
   stray writes to stdout and stderr become log lines, as Celery's own setup
   would make them; `celeryd_init`: no banner in JSON (it is not a log line);
 - `worker_process_shutdown`: a pool child that exits first lets the slices its
@@ -19,7 +19,7 @@ Its signals keep the worker's and beat's logging and metrics Tether's own:
 - without `PROMETHEUS_MULTIPROC_DIR`, `TETHER_WORKER_METRICS_PORT` makes each
   worker process serve its own figures: the main process on PORT, a prefork
   pool's children on PORT+1, PORT+2, ... (the child's index in the pool);
-- traces (`config.tracing`, when an OTLP endpoint is set) start in each process
+- traces (`foundations.tracing`, when an OTLP endpoint is set) start in each process
   that runs tasks: a prefork pool's children after the fork
   (`worker_process_init`: an exporter's threads and gRPC channels do not
   survive a fork), the worker itself with another pool, and beat; what is
@@ -46,8 +46,8 @@ from celery.signals import (
 )
 from celery.utils.log import current_process_index
 
-from . import tracing
-from .metrics import multiprocess_dir, process_exited, serve_worker_metrics
+from foundations import tracing
+from foundations.metrics import multiprocess_dir, process_exited, serve_worker_metrics
 
 # The signal handlers import Django's settings and the runtime when they run:
 # `config/__init__` imports this module before Django is set up, so neither can

@@ -2,10 +2,10 @@
 handling: Django's `handler400`, `handler403`, `handler404` and `handler500`.
 
 - Under `/api/` the answer is always the API's JSON error shape
-  (`config.api_errors.error_body`), never an HTML page, whatever failed: a
+  (`foundations.api_errors.error_body`), never an HTML page, whatever failed: a
   middleware, a view outside DRF, or a bug (DRF leaves exceptions it does
   not know to Django, which lands here).
-- A database that cannot serve now (`config.errors.database_unavailable`:
+- A database that cannot serve now (`foundations.errors.database_unavailable`:
   the pool exhausted, too many connections, the server down) is a 503 with
   `Retry-After`, in the API and in the console alike; the console's page is
   plain HTML that needs no database to render.
@@ -21,8 +21,9 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.loader import render_to_string
 from django.views import defaults
 
-from .api_errors import error_body
-from .errors import RETRY_AFTER_S, database_unavailable
+from foundations.api_errors import error_body
+from foundations.errors import RETRY_AFTER_S, database_unavailable
+
 from .middleware import API_PREFIX
 
 

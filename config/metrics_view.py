@@ -15,7 +15,8 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 
-from .metrics import scrape_registry
+from foundations.metrics import scrape_registry
+
 from .metrics_db import DeploymentCollector
 
 

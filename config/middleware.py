@@ -17,7 +17,7 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from .api_errors import error_body, too_large_body
+from foundations.api_errors import error_body, too_large_body
 
 API_PREFIX = "/api/"
 

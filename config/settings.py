@@ -11,9 +11,9 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
-from config.logs import logging_config
 from config.tether_settings import load as load_tether_settings
 from config.tether_settings import tether_dict
+from foundations.logs import logging_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 env = environ.Env()
@@ -285,7 +285,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "config.api_errors.api_exception_handler",
+    "EXCEPTION_HANDLER": "foundations.api_errors.api_exception_handler",
     "DEFAULT_THROTTLE_CLASSES": ["rest_framework.throttling.UserRateThrottle"],
     "DEFAULT_THROTTLE_RATES": {"user": env.str("API_THROTTLE_RATE", default="6000/min")},
     "DEFAULT_PAGINATION_CLASS": None,
@@ -397,7 +397,7 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 
-# --- operations: logs and metrics (config/logs.py, config/metrics.py) ----------------
+# --- operations: logs and metrics (foundations/logs.py, foundations/metrics.py) ----------------
 # "text" for a terminal, "json": one JSON object per line, with the task's context.
 LOG_FORMAT = env.str("LOG_FORMAT", default="text")
 LOGGING = logging_config(fmt=LOG_FORMAT, level=env.str("LOG_LEVEL", default="INFO"))

@@ -3,7 +3,7 @@ import os
 
 from django.core.wsgi import get_wsgi_application
 
-from config import tracing
+from foundations import tracing
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 tracing.setup("web")  # before Django builds its middleware: the instrumentation adds one

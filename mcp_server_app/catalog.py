@@ -1,7 +1,7 @@
 """What an MCP caller sees and may run, and the runs themselves.
 
 A caller (`Caller`) is an API key's user, with what its role allows (the
-access layer decides that, `config.api_access`). It sees the tenant's
+access layer decides that, `foundations.api_access`). It sees the tenant's
 *published* agents and workflows (an admin's choice, audited), as tools named
 `run_<agent>` and `run_workflow.<workflow>` (an agent's name is a slug, so it
 never holds a dot: the two never collide; both are names MCP allows, SEP-986),
@@ -30,13 +30,14 @@ from django.db.models import Max
 from approvals_app.models import DecisionChannel, Question
 from approvals_app.policy import agents_in_scope
 from approvals_app.selectors import open_request_of
-from config.errors import invalid, not_found
+from approvals_app.services.answers import task_provide_input
+from foundations.errors import invalid, not_found
 from tasks_app.actors import Actor
 from tasks_app.live.stream import End, Recorded, task_stream
 from tasks_app.machine import TERMINAL
 from tasks_app.models import AgentProfile, Event, Task
 from tasks_app.selectors import task_of_tenant, tasks_of_tenant
-from tasks_app.services.tasks import task_provide_input, task_submit
+from tasks_app.services.tasks import task_submit
 from tools_app.schemas import schema_errors
 from workflows_app.models import Workflow, WorkflowVersion
 from workflows_app.selectors import run_of

@@ -31,8 +31,8 @@ from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from config.api_access import may
-from config.errors import DomainError
+from foundations.api_access import may
+from foundations.errors import DomainError
 from tasks_app.actors import Actor
 from tasks_app.machine import TaskStatus
 from tasks_app.models import ApiKey

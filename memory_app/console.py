@@ -13,7 +13,7 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
-from config.errors import DomainError
+from foundations.errors import DomainError
 from tasks_app.console.access import ADMINS, DECIDERS, OPERATORS, ConsoleUser, console_view
 from tasks_app.console.actions import ServiceErrorsForm, form_action, save_form, succeeded
 from tasks_app.console.errors import error_line, error_status

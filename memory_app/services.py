@@ -30,7 +30,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from audit_app.services import audit_record
-from config.errors import conflict, invalid, not_found
+from foundations.errors import conflict, invalid, not_found
 from retention_app.erasure_parts import subject_reference
 from tasks_app.actors import Actor
 from tasks_app.context.refs import Cite

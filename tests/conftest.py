@@ -130,7 +130,7 @@ def _end_tool_threads(django_db_setup, django_db_blocker):  # type: ignore[no-un
     """Pooled tool threads keep a database connection; end them before the test
     database is dropped."""
     yield
-    from config.deployment_locks import close_lock_connections
+    from foundations.deployment_locks import close_lock_connections
     from tasks_app.runner.hops import db_threads_shutdown
     from tools_app.executor.threads import tool_threads
 

@@ -34,6 +34,7 @@ cannot change; names that are console routes (`/tools/new/`) are reserved.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -42,8 +43,8 @@ from django.core.validators import URLValidator
 from django.utils.module_loading import import_string
 
 from audit_app.services import audit_record
-from config.errors import invalid
-from config.named_resources import NamedResource, model_field_errors
+from foundations.errors import invalid
+from foundations.named_resources import NamedResource, model_field_errors
 from tasks_app.actors import SYSTEM, Actor
 from tasks_app.models import Tenant
 from tasks_app.selectors import missing_secret_names
@@ -151,13 +152,28 @@ def _confirm_mcp_tool(tool: Tool, changes: dict[str, Any]) -> None:
     tool.review = Review.CONFIRMED
 
 
+AddError = Callable[[str, str], None]
+
+
 def tool_errors(tool: Tool) -> dict[str, list[str]]:
-    """Field errors of a registration as a whole (empty when it may be stored)."""
+    """Field errors of a registration as a whole (empty when it may be stored):
+    its kind's own fields, what it names (status and compensation tools,
+    secrets), its schemas, and how it is called. Fills the empty defaults of
+    the optional JSON fields on `tool` as it goes."""
     errors: dict[str, list[str]] = {}
 
     def add(field: str, message: str) -> None:
         errors.setdefault(field, []).append(message)
 
+    _kind_errors(tool, add)
+    _named_errors(tool, add)
+    _schema_errors(tool, add)
+    _call_errors(tool, add)
+    return errors or model_field_errors(tool)
+
+
+def _kind_errors(tool: Tool, add: AddError) -> None:
+    """An http tool has a URL, a python tool a target, an mcp tool its server."""
     if tool.kind == ToolKind.HTTP:
         if not tool.url:
             add("url", "an http tool needs the URL it is POSTed to")
@@ -184,6 +200,9 @@ def tool_errors(tool: Tool) -> dict[str, list[str]]:
     else:
         add("kind", f"one of {', '.join(ToolKind.values)}")
 
+
+def _named_errors(tool: Tool, add: AddError) -> None:
+    """What the tool names: how its status is asked, what compensates it, its secrets."""
     if tool.status_url:
         if "{key}" not in tool.status_url:
             add("status_url", "must contain {key}, where the idempotency key goes")
@@ -204,26 +223,29 @@ def tool_errors(tool: Tool) -> dict[str, list[str]]:
             tenant_id=tool.tenant_id, name=tool.compensation_tool
         ).exists():
             add("compensation_tool", f"no tool named {tool.compensation_tool!r} in this tenant")
-
     for problem in secret_header_errors(tool.tenant_id, tool.secret_headers):
         add("secret_headers", problem)
 
+
+def _schema_errors(tool: Tool, add: AddError) -> None:
+    """The arguments' schema (an object), the result's, and the resource template."""
     schema_problems = check_schema(tool.args_schema)
-    if schema_problems:
-        errors["args_schema"] = schema_problems
-    elif tool.args_schema.get("type") != "object":
+    for problem in schema_problems:
+        add("args_schema", problem)
+    if not schema_problems and tool.args_schema.get("type") != "object":
         add("args_schema", 'arguments are a JSON object: the schema needs "type": "object"')
     if tool.result_schema not in ({}, None):
-        problems = check_schema(tool.result_schema)
-        if problems:
-            errors["result_schema"] = problems
+        for problem in check_schema(tool.result_schema):
+            add("result_schema", problem)
     if tool.result_schema is None:
         tool.result_schema = {}
-
     if not schema_problems:
         for problem in resource_template_errors(tool.resource, tool.args_schema):
             add("resource", problem)
 
+
+def _call_errors(tool: Tool, add: AddError) -> None:
+    """How it is called: side effect, risk, time limit, retries, breaker, rate limit, flags."""
     if tool.side_effect not in SideEffect.values:
         add("side_effect", f"one of {', '.join(SideEffect.values)}")
     if tool.risk not in Risk.values:
@@ -258,7 +280,6 @@ def tool_errors(tool: Tool) -> dict[str, list[str]]:
     for flag in ("requires_approval", "enabled"):
         if not isinstance(getattr(tool, flag), bool):
             add(flag, "true or false")
-    return errors or model_field_errors(tool)
 
 
 def secret_header_errors(tenant_id: int, headers: Any,

@@ -47,9 +47,13 @@ from typing import Any
 
 import yaml
 
+from foundations.expressions import (
+    Expression,
+    ExpressionError,
+    compile_expression,
+    template_expressions,
+)
 from tools_app.schemas import check_schema
-
-from .expressions import Expression, ExpressionError, compile_expression, template_expressions
 
 MAX_NODES = 200
 MAX_MAP_ITEMS = 1000
@@ -259,6 +263,7 @@ def _budget(raw: Any, err: Any) -> dict[str, int]:
 
 def _node(item: dict[str, Any], path: str, ids: dict[str, int], tools: set[str] | None,
           agents: set[str] | None, err: Any) -> Node | None:
+    """A node: the fields every kind shares, then its kind's own."""
     for key in sorted(set(item) - NODE_KEYS):
         err(f"{path}.{key}", "unknown field")
     kinds = [k for k in NODE_KINDS if k in item]
@@ -266,6 +271,21 @@ def _node(item: dict[str, Any], path: str, ids: dict[str, int], tools: set[str] 
         err(path, f"a node has exactly one of {', '.join(NODE_KINDS)}")
         return None
     kind = kinds[0]
+    common = _common(item, path, ids, kind, err)
+    compensate = _compensate(item.get("compensate"), f"{path}.compensate", tools, err)
+    if kind == "agent":
+        return _agent_node(item, path, common, compensate, agents, err)
+    if kind == "tool":
+        return _tool_node(item, path, common, compensate, tools, err)
+    if kind == "map":
+        return _map_node(item, path, common, compensate, tools, agents, err)
+    return _human_node(item, path, common, compensate, err)
+
+
+def _common(item: dict[str, Any], path: str, ids: dict[str, int], kind: str,
+            err: Any) -> dict[str, Any]:
+    """What every kind of node has: its id, what it runs after and when, its
+    retries, whether it is critical, and a time limit (tool and map nodes)."""
     after = item.get("after") or []
     if isinstance(after, str):
         after = [after]
@@ -291,54 +311,68 @@ def _node(item: dict[str, Any], path: str, ids: dict[str, int], tools: set[str] 
         timeout = None
     if timeout is not None and kind not in ("tool", "map"):
         err(f"{path}.timeout_s", "a time limit is for tool and map nodes' calls")
-    common: dict[str, Any] = {"id": item["id"], "after": tuple(dict.fromkeys(after)),
-                              "when": when, "retries": retries, "critical": critical,
-                              "timeout_s": timeout}
-    compensate = _compensate(item.get("compensate"), f"{path}.compensate", tools, err)
-    if kind == "agent":
+    return {"id": item["id"], "after": tuple(dict.fromkeys(after)), "when": when,
+            "retries": retries, "critical": critical, "timeout_s": timeout}
+
+
+def _agent_node(item: dict[str, Any], path: str, common: dict[str, Any],
+                compensate: dict[str, Any] | None, agents: set[str] | None,
+                err: Any) -> Node | None:
+    if compensate is not None:
+        err(f"{path}.compensate", "an agent's child task is not compensated: its own "
+                                  "tools' compensations run when it fails")
+    called = _agent(item.get("agent"), f"{path}.agent", agents, err)
+    if called is None:
+        return None
+    tool, args = called
+    return Node(kind="agent", tool=tool, args=args, **common)
+
+
+def _tool_node(item: dict[str, Any], path: str, common: dict[str, Any],
+               compensate: dict[str, Any] | None, tools: set[str] | None, err: Any) -> Node:
+    tool = _tool(item.get("tool"), f"{path}.tool", tools, err)
+    args = _template(item.get("args", {}), f"{path}.args", err)
+    return Node(kind="tool", tool=tool, args=args, compensate=compensate, **common)
+
+
+def _map_node(item: dict[str, Any], path: str, common: dict[str, Any],
+              compensate: dict[str, Any] | None, tools: set[str] | None,
+              agents: set[str] | None, err: Any) -> Node | None:
+    """A tool or an agent called once per item of a list, at most `max_parallel` at once."""
+    spec = item.get("map")
+    if not isinstance(spec, dict):
+        err(f"{path}.map", "an object: {over, tool, args} or {over, agent}")
+        return None
+    for key in sorted(set(spec) - {"over", "tool", "args", "agent", "max_parallel"}):
+        err(f"{path}.map.{key}", "unknown field; a map has over, tool and args or agent, "
+                                 "and max_parallel")
+    parallel = spec.get("max_parallel", DEFAULT_MAP_PARALLEL)
+    if (not isinstance(parallel, int) or isinstance(parallel, bool)
+            or not 1 <= parallel <= MAX_PARALLEL):
+        err(f"{path}.map.max_parallel", f"a whole number from 1 to {MAX_PARALLEL}")
+        parallel = 1
+    over = _expression(spec.get("over"), f"{path}.map.over", err, required=True)
+    if "agent" in spec:
+        if "tool" in spec or "args" in spec:
+            err(f"{path}.map", "either a tool (with args) or an agent, not both")
         if compensate is not None:
-            err(f"{path}.compensate", "an agent's child task is not compensated: its own "
-                                      "tools' compensations run when it fails")
-        called = _agent(item.get("agent"), f"{path}.agent", agents, err)
+            err(f"{path}.compensate", "an agent's child task is not compensated")
+        if common["timeout_s"] is not None:
+            err(f"{path}.timeout_s", "a child task has its agent's own time budget")
+        called = _agent(spec.get("agent"), f"{path}.map.agent", agents, err)
         if called is None:
             return None
-        tool, args = called
-        return Node(kind="agent", tool=tool, args=args, **common)
-    if kind == "tool":
-        tool = _tool(item.get("tool"), f"{path}.tool", tools, err)
-        args = _template(item.get("args", {}), f"{path}.args", err)
-        return Node(kind="tool", tool=tool, args=args, compensate=compensate, **common)
-    if kind == "map":
-        spec = item.get("map")
-        if not isinstance(spec, dict):
-            err(f"{path}.map", "an object: {over, tool, args} or {over, agent}")
-            return None
-        for key in sorted(set(spec) - {"over", "tool", "args", "agent", "max_parallel"}):
-            err(f"{path}.map.{key}", "unknown field; a map has over, tool and args or agent, "
-                                     "and max_parallel")
-        parallel = spec.get("max_parallel", DEFAULT_MAP_PARALLEL)
-        if (not isinstance(parallel, int) or isinstance(parallel, bool)
-                or not 1 <= parallel <= MAX_PARALLEL):
-            err(f"{path}.map.max_parallel", f"a whole number from 1 to {MAX_PARALLEL}")
-            parallel = 1
-        over = _expression(spec.get("over"), f"{path}.map.over", err, required=True)
-        if "agent" in spec:
-            if "tool" in spec or "args" in spec:
-                err(f"{path}.map", "either a tool (with args) or an agent, not both")
-            if compensate is not None:
-                err(f"{path}.compensate", "an agent's child task is not compensated")
-            if timeout is not None:
-                err(f"{path}.timeout_s", "a child task has its agent's own time budget")
-            called = _agent(spec.get("agent"), f"{path}.map.agent", agents, err)
-            if called is None:
-                return None
-            return Node(kind="map", tool=called[0], args=called[1], over=over,
-                        max_parallel=parallel, **common)
-        tool = _tool(spec.get("tool"), f"{path}.map.tool", tools, err)
-        args = _template(spec.get("args", {}), f"{path}.map.args", err)
-        return Node(kind="map", tool=tool, args=args, over=over, compensate=compensate,
+        return Node(kind="map", tool=called[0], args=called[1], over=over,
                     max_parallel=parallel, **common)
-    # human
+    tool = _tool(spec.get("tool"), f"{path}.map.tool", tools, err)
+    args = _template(spec.get("args", {}), f"{path}.map.args", err)
+    return Node(kind="map", tool=tool, args=args, over=over, compensate=compensate,
+                max_parallel=parallel, **common)
+
+
+def _human_node(item: dict[str, Any], path: str, common: dict[str, Any],
+                compensate: dict[str, Any] | None, err: Any) -> Node | None:
+    """A question (with an optional answer schema) or an approval, with its expiry."""
     spec = item.get("human")
     if compensate is not None:
         err(f"{path}.compensate", "only tool and map nodes have effects to compensate")

@@ -31,11 +31,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from foundations.expressions import ExpressionError, render
 from tasks_app.gateway import ContextSnapshot, Decision, GatewayError, ModelReply, OpenSteps
 from tasks_app.models import Task
 
 from .definition import MAX_MAP_ITEMS, Definition, Node, load
-from .expressions import ExpressionError, render
 from .selectors import run_children, run_steps
 
 BACKEND = "workflow"

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from foundations.expressions import ExpressionError, render
 from schedules_app.starters import ScheduledStart, register_target_kind
 from tasks_app.gateway import register_backend
 from tasks_app.models import Step, Task
 from tasks_app.payloads import resolve_steps, resolve_task
 from tasks_app.runner.compensation import register_compensation_planner
 
-from .expressions import ExpressionError, render
 from .orchestrator import BACKEND, WorkflowBackend
 from .selectors import run_steps, workflow_named
 from .services.runs import submit_run

@@ -10,9 +10,9 @@ from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from config.api_base import TenantAPIView
-from config.api_errors import error_responses
-from config.errors import not_found
+from foundations.api_base import TenantAPIView
+from foundations.api_errors import error_responses
+from foundations.errors import not_found
 from tasks_app.models import Role
 from tools_app.models import Risk
 

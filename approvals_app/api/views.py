@@ -13,9 +13,9 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from config.api_base import CURSOR_PARAMETERS, TenantAPIView, cursor_page
-from config.api_errors import error_responses
-from config.errors import not_found
+from foundations.api_base import CURSOR_PARAMETERS, TenantAPIView, cursor_page
+from foundations.api_errors import error_responses
+from foundations.errors import not_found
 from tools_app.selectors import ledger_attempts
 
 from ..models import Approval, DecisionChannel, Reconciliation

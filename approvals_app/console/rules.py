@@ -12,7 +12,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_POST
 
-from config.errors import DomainError
+from foundations.errors import DomainError
 from tasks_app.console.access import ADMINS, ConsoleUser, console_view
 from tasks_app.console.actions import ServiceErrorsForm, form_action, save_form, succeeded
 from tasks_app.console.errors import error_message, error_status

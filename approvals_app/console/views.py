@@ -1,7 +1,7 @@
 """The inbox page and the decisions taken on its cards.
 
 Each action calls one service (`approvals_app.services.decisions` or
-`tasks_app.services.tasks.task_provide_input`) with the task version the card
+`approvals_app.services.answers.task_provide_input`) with the task version the card
 showed. Through htmx the response is the card itself, fresh from the database,
 with what happened (or why nothing did: 400 field errors, 403, 409 stale view).
 Without JavaScript a success redirects back and a refusal re-renders the inbox.
@@ -19,11 +19,11 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
-from config.errors import DomainError, conflict
+from approvals_app.services.answers import task_provide_input
+from foundations.errors import DomainError, conflict
 from tasks_app.console.access import DECIDERS, INBOX_ROLES, ConsoleUser, console_view, refuse
 from tasks_app.console.actions import form_action
 from tasks_app.console.errors import error_message, error_status, field_errors, form_errors
-from tasks_app.services.tasks import task_provide_input
 from tools_app.registry import tool_specs
 from tools_app.schemas import schema_errors
 

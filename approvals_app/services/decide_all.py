@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from config.errors import DomainError, ErrorKind, invalid, not_found
+from foundations.errors import DomainError, ErrorKind, invalid, not_found
 from tasks_app.actors import Actor
 from tasks_app.models import Task
 

@@ -16,7 +16,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from config.errors import conflict, forbidden, invalid, not_found
+from foundations.errors import conflict, forbidden, invalid, not_found
 from tasks_app.actors import SYSTEM, Actor
 from tasks_app.keys import idempotency_key
 from tasks_app.machine import TaskStatus

@@ -56,11 +56,11 @@ def _setup_django() -> None:
 
 
 def product_packages() -> list[str]:
-    """`config` and every installed app that lives in this repository."""
+    """`config`, `foundations` and every installed app that lives in this repository."""
     from django.apps import apps
 
     ours = [app.name for app in apps.get_app_configs() if Path(app.path).is_relative_to(ROOT)]
-    return ["config", *sorted(ours)]
+    return ["config", "foundations", *sorted(ours)]
 
 
 # --- small Markdown helpers -------------------------------------------------------------
@@ -287,7 +287,7 @@ def _param_note(parameter: dict[str, Any]) -> str:
 
 
 def _generic_description() -> str:
-    from config.api_base import TenantAPIView
+    from foundations.api_base import TenantAPIView
 
     return " ".join((TenantAPIView.__doc__ or "").split())
 

@@ -18,7 +18,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from config.errors import invalid
+from foundations.errors import invalid
 from tasks_app.actors import Actor
 from tasks_app.machine import TERMINAL
 from tasks_app.models import AgentProfile, AgentVersion, Task

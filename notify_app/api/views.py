@@ -11,9 +11,9 @@ from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from config.api_base import CURSOR_PARAMETERS, TenantAPIView, cursor_page
-from config.api_errors import error_responses
-from config.errors import not_found
+from foundations.api_base import CURSOR_PARAMETERS, TenantAPIView, cursor_page
+from foundations.api_errors import error_responses
+from foundations.errors import not_found
 from tasks_app.models import Tenant
 
 from ..models import WebhookSubscription

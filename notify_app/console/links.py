@@ -12,7 +12,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_http_methods
 
 from approvals_app.console.selectors import approval_card, question_card
-from config.errors import DomainError
+from foundations.errors import DomainError
 from tasks_app.console.access import console_view
 from tasks_app.console.errors import error_line, error_status, field_errors
 

@@ -14,7 +14,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 
-from config.errors import DomainError
+from foundations.errors import DomainError
 from tasks_app.console.access import ADMINS, ConsoleUser, console_view
 from tasks_app.console.actions import form_action, save_form, succeeded
 from tasks_app.console.errors import error_message, error_status

@@ -37,10 +37,10 @@ from approvals_app.models import (
     Question,
     QuestionStatus,
 )
+from approvals_app.services.answers import task_provide_input
 from approvals_app.services.decisions import DECIDERS, approval_decide
 from tasks_app.actors import Actor
 from tasks_app.models import Membership, Task
-from tasks_app.services.tasks import task_provide_input
 
 from ..payloads import link
 

@@ -35,7 +35,7 @@ from slack_sdk.signature import SignatureVerifier
 
 from approvals_app.models import DecisionChannel
 from approvals_app.services.decisions import approval_decide
-from config.errors import DomainError
+from foundations.errors import DomainError
 from tasks_app.actors import Actor
 from tasks_app.models import Membership, Tenant
 

@@ -8,7 +8,7 @@ from typing import Any
 from django.conf import settings
 
 from audit_app.services import Who, audit_record
-from config.errors import invalid
+from foundations.errors import invalid
 from tasks_app.models import Tenant
 
 from ..models import RetentionPolicy

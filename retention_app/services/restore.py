@@ -19,7 +19,7 @@ from django.core import serializers
 from django.db import transaction
 from django.utils import timezone
 
-from config.errors import conflict, not_found
+from foundations.errors import conflict, not_found
 from tasks_app.models import PayloadBlob, PayloadUse
 
 from ..models import ArchivedTask, ArchiveFile

@@ -9,7 +9,7 @@ from collections import defaultdict
 
 from django.db.models import QuerySet
 
-from config.errors import invalid
+from foundations.errors import invalid
 from tasks_app.models import Task
 
 from ..models import ArchivedTask, ArchiveFile

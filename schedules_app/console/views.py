@@ -8,7 +8,7 @@ from collections.abc import Callable
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
-from config.errors import DomainError
+from foundations.errors import DomainError
 from tasks_app.console.access import OPERATORS, ConsoleUser, console_view
 from tasks_app.console.actions import form_action, succeeded
 from tasks_app.console.errors import error_line, error_status

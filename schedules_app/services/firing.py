@@ -36,7 +36,7 @@ from datetime import UTC, datetime, timedelta
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from config.errors import DomainError
+from foundations.errors import DomainError
 from tasks_app.actors import Actor
 from tasks_app.machine import NON_TERMINAL
 from tasks_app.models import Task

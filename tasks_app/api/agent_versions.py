@@ -10,9 +10,9 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from config.api_base import CURSOR_PARAMETERS, TenantAPIView, cursor_page
-from config.api_errors import error_responses
-from config.errors import not_found
+from foundations.api_base import CURSOR_PARAMETERS, TenantAPIView, cursor_page
+from foundations.api_errors import error_responses
+from foundations.errors import not_found
 
 from ..models import AgentProfile, AgentVersion, ReleaseAction, VersionKind
 from ..selectors import agent_of_tenant, agent_version_of, agent_versions_of, release_log_of

@@ -9,8 +9,8 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from config.api_base import TenantAPIView
-from config.api_errors import error_responses
+from foundations.api_base import TenantAPIView
+from foundations.api_errors import error_responses
 from tasks_app.models import Role
 
 from ..selectors import api_keys_visible

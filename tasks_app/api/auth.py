@@ -1,7 +1,7 @@
 """`Authorization: Token <key>` authentication against hashed API keys.
 
 One read per request: the key with its user and the user's membership
-(`config.api_access.access_of` takes the membership from it); the lookup and
+(`foundations.api_access.access_of` takes the membership from it); the lookup and
 when a key's use is noted are `services.accounts.api_key_in_use`'s.
 """
 

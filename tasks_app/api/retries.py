@@ -11,8 +11,8 @@ from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from config.api_errors import error_responses
-from config.errors import invalid
+from foundations.api_errors import error_responses
+from foundations.errors import invalid
 from workflows_app.services.runs import retry_step_of_node
 
 from ..retries.services import (

@@ -12,7 +12,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from config.api_base import ExpectedVersionMixin
+from foundations.api_base import ExpectedVersionMixin
 from tasks_app.machine import NON_TERMINAL, TaskStatus
 from tasks_app.models import Step, StepStatus, Task
 from tasks_app.pricing import money, money_text, pico_text

@@ -47,9 +47,9 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 
-from config.api_base import MAX_ID
-from config.api_errors import error_responses
-from config.ids import parse_id
+from foundations.api_base import MAX_ID
+from foundations.api_errors import error_responses
+from foundations.ids import parse_id
 
 from ..live.stream import End, KeepAlive, Recorded, StreamItem, Tokens, task_stream
 from ..models import Step, Task

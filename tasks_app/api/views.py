@@ -19,16 +19,17 @@ from rest_framework.response import Response
 
 from approvals_app.models import DecisionChannel
 from approvals_app.selectors import open_request_of
-from config.api_access import require_own_task
-from config.api_base import (
+from approvals_app.services.answers import task_provide_input
+from foundations.api_access import require_own_task
+from foundations.api_base import (
     CURSOR_PARAMETERS,
     AfterQuerySerializer,
     TenantAPIView,
     after_page,
     cursor_page,
 )
-from config.api_errors import error_responses
-from config.errors import gone, invalid, not_found
+from foundations.api_errors import error_responses
+from foundations.errors import gone, invalid, not_found
 from retention_app.selectors import archived_task_of_tenant
 from workflows_app.services.runs import submit_run
 
@@ -41,7 +42,6 @@ from ..services.tasks import (
     task_cancel,
     task_cancel_many,
     task_fail_by_operator,
-    task_provide_input,
     task_resume,
     task_submit,
 )

@@ -19,7 +19,7 @@ from django.core.exceptions import NON_FIELD_ERRORS
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 
-from config.errors import DomainError
+from foundations.errors import DomainError
 
 from .errors import error_message, field_errors
 

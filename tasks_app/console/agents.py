@@ -15,7 +15,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_POST
 
-from config.errors import DomainError
+from foundations.errors import DomainError
 from tools_app.breakers.selectors import model_breakers
 from tools_app.selectors import tools_of_tenant
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from config.errors import HTTP_STATUS, DomainError
+from foundations.errors import HTTP_STATUS, DomainError
 
 from .presenters import status_label
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from config.ids import parse_id
+from foundations.ids import parse_id
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ the templates escape everything these return (model and tool text included).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -128,13 +129,42 @@ def present_event(event: Any) -> EventView:
     )
 
 
-def _describe(kind: str, p: dict[str, Any], actor: str) -> tuple[str, str]:
+Line = tuple[str, str]  # (title, detail) of an event on the timeline
+
+
+def _describe(kind: str, p: dict[str, Any], actor: str) -> Line:
+    """An event's title and detail, written by the family its kind belongs to."""
     step = f"Step {p['step_no']}" if p.get("step_no") else "Step"
-    tool = p.get("tool") or ""
+    family = _FAMILIES.get(kind) or (_limit_line if kind.startswith("breaker_") else None)
+    if family is None:
+        return kind.replace("_", " ").capitalize(), ""
+    return family(kind, p, actor, step)
+
+
+def _lifecycle_line(kind: str, p: dict[str, Any], actor: str, step: str) -> Line:
+    """The task's own life: created, started, escalated, resumed, finished, canceled."""
     if kind == "task_created":
         return "Task created", _short(p.get("goal", ""))
     if kind == "task_started":
         return "Started", "admitted to run"
+    if kind == "escalated":
+        return "Escalated to an operator", str(p.get("reason", "")).replace("_", " ")
+    if kind == "resumed":
+        extend = p.get("extend") or {}
+        more = ", ".join(f"{k.replace('max_', '')} +{v}" for k, v in extend.items())
+        return f"Resumed by {actor}", more or _short(p.get("comment", ""))
+    if kind == "final_accepted":
+        return "Finished: result accepted", ""
+    if kind == "task_canceled":
+        return f"Canceled by {actor}", _short(p.get("reason", ""))
+    # fatal_error, budget_exhausted, deadline_exceeded
+    reason = str(p.get("reason") or kind).replace("_", " ")
+    return f"Failed: {reason}", _short(p.get("comment") or "")
+
+
+def _step_line(kind: str, p: dict[str, Any], actor: str, step: str) -> Line:
+    """A step's tool call: decided, its result, a retry, an uncertain or discarded result."""
+    tool = p.get("tool") or ""
     if kind == "decision_recorded":
         return f"{step}: decided to call {tool}", _short(p.get("reason") or "")
     if kind == "step_succeeded":
@@ -144,6 +174,25 @@ def _describe(kind: str, p: dict[str, Any], actor: str) -> tuple[str, str]:
             err = p.get("error") or {}
             return f"{step}: {tool} returned an error{ms}", _short(err.get("message", ""))
         return f"{step}: {tool} succeeded{ms}{cached}", ""
+    if kind == "retryable_error":
+        delay = p.get("delay_s")
+        when = f" in {delay:.2f} s" if isinstance(delay, int | float) else ""
+        return f"{step}: retrying (attempt {p.get('attempt')}){when}", _short(
+            (p.get("error") or {}).get("message", "")
+        )
+    if kind == "result_uncertain":
+        answer = (p.get("status_answer") or {}).get("state", "no answer")
+        return f"{step}: outcome of {tool} is uncertain", f"status query: {answer}"
+    if kind == "invalid_decision":
+        err = p.get("error") or {}
+        return f"{step}: invalid model output", _short(err.get("message", ""))
+    # result_discarded
+    return f"{step}: a late result was discarded", str(p.get("reason", "")).replace("_", " ")
+
+
+def _human_line(kind: str, p: dict[str, Any], actor: str, step: str) -> Line:
+    """A question or an approval asked, and the person's answer or decision."""
+    tool = p.get("tool") or ""
     if kind == "need_input":
         return f"{step}: asked a question", _short(p.get("question", ""))
     if kind == "input_received":
@@ -158,51 +207,34 @@ def _describe(kind: str, p: dict[str, Any], actor: str) -> tuple[str, str]:
         if p.get("decision") == "expired":
             return "Approval expired", ""
         return f"Rejected by {actor}", _short(p.get("comment", ""))
-    if kind == "retryable_error":
-        delay = p.get("delay_s")
-        when = f" in {delay:.2f} s" if isinstance(delay, int | float) else ""
-        return f"{step}: retrying (attempt {p.get('attempt')}){when}", _short(
-            (p.get("error") or {}).get("message", "")
-        )
-    if kind == "result_uncertain":
-        answer = (p.get("status_answer") or {}).get("state", "no answer")
-        return f"{step}: outcome of {tool} is uncertain", f"status query: {answer}"
-    if kind == "reconciled":
-        return f"Reconciled by {actor}: {p.get('outcome', '')}", _short(p.get("comment", ""))
-    if kind == "escalated":
-        return "Escalated to an operator", str(p.get("reason", "")).replace("_", " ")
-    if kind == "resumed":
-        extend = p.get("extend") or {}
-        more = ", ".join(f"{k.replace('max_', '')} +{v}" for k, v in extend.items())
-        return f"Resumed by {actor}", more or _short(p.get("comment", ""))
-    if kind == "final_accepted":
-        return "Finished: result accepted", ""
-    if kind in ("fatal_error", "budget_exhausted", "deadline_exceeded"):
-        reason = str(p.get("reason") or kind).replace("_", " ")
-        return f"Failed: {reason}", _short(p.get("comment") or "")
-    if kind == "task_canceled":
-        return f"Canceled by {actor}", _short(p.get("reason", ""))
-    if kind == "invalid_decision":
-        err = p.get("error") or {}
-        return f"{step}: invalid model output", _short(err.get("message", ""))
+    # reconciled
+    return f"Reconciled by {actor}: {p.get('outcome', '')}", _short(p.get("comment", ""))
+
+
+def _context_line(kind: str, p: dict[str, Any], actor: str, step: str) -> Line:
+    """The context's summaries: one written, or rolled back by an operator."""
     if kind == "context_summarized":
         return (
             f"Context summarized into v{p.get('version')}",
             f"steps 1-{p.get('covers_until_step')}, {p.get('method', '')}".rstrip(", "),
         )
-    if kind == "summary_rolled_back":
-        to = p.get("to_version")
-        where = f"to v{to}" if to else "(all summaries dropped)"
-        return f"Summary rolled back {where} by {actor}", _short(p.get("comment") or "")
-    if kind == "result_discarded":
-        return f"{step}: a late result was discarded", str(p.get("reason", "")).replace("_", " ")
+    to = p.get("to_version")
+    where = f"to v{to}" if to else "(all summaries dropped)"
+    return f"Summary rolled back {where} by {actor}", _short(p.get("comment") or "")
+
+
+def _limit_line(kind: str, p: dict[str, Any], actor: str, step: str) -> Line:
+    """Waits on the outside: a breaker's states, a rate limit."""
     if kind.startswith("breaker_"):
         return _breaker_summary(kind, p)
-    if kind == "rate_limit_waiting":
-        until = str(p.get("until") or "")[11:19]  # HH:MM:SS of the ISO time (UTC)
-        detail = f"expected wait {float(p.get('wait_s') or 0):.1f} s"
-        return (f"Waiting for rate limit of {p.get('kind', '')} {p.get('name', '')}",
-                f"{detail}, until {until} UTC" if until else detail)
+    until = str(p.get("until") or "")[11:19]  # HH:MM:SS of the ISO time (UTC)
+    detail = f"expected wait {float(p.get('wait_s') or 0):.1f} s"
+    return (f"Waiting for rate limit of {p.get('kind', '')} {p.get('name', '')}",
+            f"{detail}, until {until} UTC" if until else detail)
+
+
+def _memory_line(kind: str, p: dict[str, Any], actor: str, step: str) -> Line:
+    """Memory writes: saved, proposed, and a reviewer's decision on a proposal."""
     if kind == "memory_written":
         return (f"{step}: saved to memory as {p.get('item', '')}",
                 f"{p.get('kind')}, {p.get('scope')}")
@@ -211,19 +243,36 @@ def _describe(kind: str, p: dict[str, Any], actor: str) -> tuple[str, str]:
                 f"{p.get('kind')}, {p.get('scope')}; a reviewer decides")
     if kind == "memory_accepted":
         return f"Memory write #{p.get('proposal')} accepted by {actor}", str(p.get("item", ""))
-    if kind == "memory_rejected":
-        return f"Memory write #{p.get('proposal')} rejected by {actor}", _short(p.get("note", ""))
+    return f"Memory write #{p.get('proposal')} rejected by {actor}", _short(p.get("note", ""))
+
+
+def _answer_line(kind: str, p: dict[str, Any], actor: str, step: str) -> Line:
+    """What came of the model's answer: a completion check, a refusal."""
     if kind == "completion_check":
         verdict = "passed" if p.get("passed") else "failed"
         return (f"{step}: completion check {p.get('check')} of {p.get('of')} {verdict} "
                 f"(answer {p.get('attempt')})",
                 _short(f"{p.get('tool', '')}: {p.get('reason', '')}"))
-    if kind == "model_refused":
-        went = {"fallback": "sent to the fallback model", "again": "asked again",
-                "person": "escalated to a person"}.get(str(p.get("then")), "")
-        return (f"The model refused to answer ({p.get('reason', '')})",
-                f"{p.get('model', '')}; {went}")
-    return kind.replace("_", " ").capitalize(), ""
+    went = {"fallback": "sent to the fallback model", "again": "asked again",
+            "person": "escalated to a person"}.get(str(p.get("then")), "")
+    return (f"The model refused to answer ({p.get('reason', '')})",
+            f"{p.get('model', '')}; {went}")
+
+
+_FAMILIES: dict[str, Callable[[str, dict[str, Any], str, str], Line]] = {
+    **dict.fromkeys(("task_created", "task_started", "escalated", "resumed", "final_accepted",
+                     "fatal_error", "budget_exhausted", "deadline_exceeded", "task_canceled"),
+                    _lifecycle_line),
+    **dict.fromkeys(("decision_recorded", "step_succeeded", "retryable_error",
+                     "result_uncertain", "invalid_decision", "result_discarded"), _step_line),
+    **dict.fromkeys(("need_input", "input_received", "need_approval", "approval_granted",
+                     "approval_rejected", "reconciled"), _human_line),
+    **dict.fromkeys(("context_summarized", "summary_rolled_back"), _context_line),
+    "rate_limit_waiting": _limit_line,
+    **dict.fromkeys(("memory_written", "memory_proposed", "memory_accepted", "memory_rejected"),
+                    _memory_line),
+    **dict.fromkeys(("completion_check", "model_refused"), _answer_line),
+}
 
 
 def _breaker_summary(kind: str, p: dict[str, Any]) -> tuple[str, str]:

@@ -14,7 +14,7 @@ from django import forms
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
-from config.errors import DomainError
+from foundations.errors import DomainError
 
 from ..selectors import secrets_of_tenant
 from ..services.secrets import MAX_VALUE_CHARS, secret_create, secret_delete, secret_rotate

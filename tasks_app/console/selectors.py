@@ -13,7 +13,7 @@ from django.db.models import Count, Q, QuerySet, Sum
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
-from config.ids import parse_id
+from foundations.ids import parse_id
 from tools_app.models import ToolExecution
 from workflows_app.models import Workflow
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from django.conf import settings
 
-from config.ids import parse_id
+from foundations.ids import parse_id
 
 from ..models import ContextSummary, Event, Step
 from ..payloads import resolve_steps

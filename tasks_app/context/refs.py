@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from config.ids import parse_id
+from foundations.ids import parse_id
 
 PLAIN = frozenset({"goal", "input", "result_schema"})
 # kind -> the prefix of its number ("summary:v2"; "summary:2" is read too)

@@ -36,7 +36,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import IntegerField, Max, Sum
 
-from config.errors import conflict, forbidden, invalid, not_found
+from foundations.errors import conflict, forbidden, invalid, not_found
 
 from ..actors import SYSTEM, Actor
 from ..gateway import GatewayError, get_backend

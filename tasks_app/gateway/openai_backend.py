@@ -72,8 +72,9 @@ from django.conf import settings
 from openai._base_client import make_request_options
 from openai._httpx2 import request_exceptions, timeout_exceptions
 
-from config.metrics import observe_model_call
-from config.tracing import model_call_span
+from foundations.ioloop import run_io
+from foundations.metrics import observe_model_call
+from foundations.tracing import model_call_span
 from tools_app.outbound import (
     REFUSED,
     EgressRefusedError,
@@ -83,7 +84,6 @@ from tools_app.outbound import (
     async_client_for,
 )
 from tools_app.outbound.clients import MAX_ENDPOINTS
-from tools_app.outbound.ioloop import run_io
 from tools_app.outbound.retry_after import retry_after_s
 from tools_app.ratelimits import estimate_tokens
 

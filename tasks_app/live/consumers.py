@@ -32,7 +32,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
-from config.ids import parse_id
+from foundations.ids import parse_id
 
 from ..models import Membership
 from ..selectors import event_dict, events_after, task_of_tenant

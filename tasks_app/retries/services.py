@@ -30,7 +30,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import QuerySet
 
-from config.errors import DomainError, conflict, invalid, not_found
+from foundations.errors import DomainError, conflict, invalid, not_found
 
 from ..actors import Actor
 from ..machine import TaskStatus

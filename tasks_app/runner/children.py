@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from django.utils import timezone
 
-from config.logs import bind_log
+from foundations.logs import bind_log
 from tools_app.executor import OutcomeKind, ToolCall, ToolContext, ToolOutcome, ledger
 from tools_app.executor.types import ToolSpec
 

@@ -44,7 +44,7 @@ from typing import Any
 from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 
-from config.logs import log_scope
+from foundations.logs import log_scope
 from tools_app.executor import OutcomeKind, ToolCall, ToolContext, execute_through_ledger
 from tools_app.executor.types import ToolSpec
 from tools_app.registry import tool_specs

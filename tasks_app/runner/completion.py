@@ -34,10 +34,10 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from foundations.expressions import ExpressionError
 from tools_app.executor.jsonsafe import storable
 from tools_app.executor.types import ToolSpec
 from tools_app.registry import tool_specs
-from workflows_app.expressions import ExpressionError
 
 from ..actors import Actor
 from ..gateway import Decision

@@ -113,46 +113,21 @@ def backend_of(snap: TaskSnapshot) -> str:
 
 def plan_step(*, task_id: int, owner: str,
               memo: SliceMemo) -> StepResult | Resume | ResumeMany | Ask | Recorded:
-    """What the task's next step is (a database phase; see the module docstring)."""
-    leased, memo.leased = memo.leased, None  # read with the lease, just now: once
-    if memo.still_valid(task_id):
-        snap, current = memo.snap, memo.current
-        assert snap is not None
-    else:
-        task = leased if leased is not None else Task.objects.filter(pk=task_id).first()
-        if task is None or task.status != TaskStatus.RUNNING:
-            return STOP
-        snap = TaskSnapshot.of(task)
-        current = (
-            Step.objects.filter(task_id=task_id, step_no=snap.steps_count).first()
-            if snap.steps_count
-            else None
-        )
+    """What the task's next step is (a database phase; see the module docstring):
+    the task as it stands, then its open work, then its limits, then a decision."""
+    found = _task_now(task_id, memo)
+    if found is None:
+        return STOP
+    snap, current = found
     memo.snap = None  # set again only by a step that knows exactly what it committed
     actor = Actor.worker(owner)
     now = timezone.now()
     if past_deadline(snap, now):
         return exhaust(snap, "deadline", actor)
-    is_open = current is not None and current.kind == StepKind.TOOL and current.status in (
-        StepStatus.RUNNING, StepStatus.RETRYING, StepStatus.UNCERTAIN)
     queued = list((current.model_log or {}).get("queued") or []) if current is not None else []
-    if agent_runs_together(snap) and current is not None and (
-            is_open or (not queued and in_a_reply(current.model_log or {}))):
-        # a reply's calls: every one settled (and every card decided) before
-        # anything new is decided, resumed together after a crash or a backoff
-        opened = open_calls(snap.id)
-        if len(opened.resumable) > 1 or (opened.resumable and not is_open):
-            return ResumeMany(snap, opened.resumable)
-        if opened.awaiting and not is_open:
-            return wait_for_approvals(snap, opened.awaiting, actor)
-    if is_open and current is not None and (
-            not snap.agent.get("parallel_calls")  # a workflow names its open steps
-            or (current.decision or {}).get("check")):  # a completion check: always here
-        # the task's latest step, alone open: resumed as it always was
-        if current.next_attempt_at and current.next_attempt_at > now:
-            return StepResult(Next.LATER, (current.next_attempt_at - now).total_seconds(),
-                              "backoff")
-        return Resume(snap, current)
+    opened = _open_work(snap, current, queued, now, actor)
+    if opened is not None:
+        return opened
     if (reviewed := accepted_final(current)) is not None:  # a reviewer accepted it
         return accept_reviewed(snap, reviewed, actor)
     if stalled(snap):
@@ -178,7 +153,60 @@ def plan_step(*, task_id: int, owner: str,
                 verdict, None, snap, None)
         return Recorded(verdict, ready_call(verdict, owner=owner, actor=actor, memo=memo),
                         snap, None)
-    sources = memo.sources or gather(task_id, human_facts=memo.human_facts,
+    return _decide(snap, specs, owner=owner, memo=memo)
+
+
+def _task_now(task_id: int, memo: SliceMemo) -> tuple[TaskSnapshot, Step | None] | None:
+    """The task and its latest step: what the slice's previous step left, while
+    that is still valid, else read (the task with the lease, if it was just
+    read); None when the task no longer runs."""
+    leased, memo.leased = memo.leased, None  # read with the lease, just now: once
+    if memo.still_valid(task_id):
+        assert memo.snap is not None
+        return memo.snap, memo.current
+    task = leased if leased is not None else Task.objects.filter(pk=task_id).first()
+    if task is None or task.status != TaskStatus.RUNNING:
+        return None
+    snap = TaskSnapshot.of(task)
+    current = (
+        Step.objects.filter(task_id=task_id, step_no=snap.steps_count).first()
+        if snap.steps_count
+        else None
+    )
+    return snap, current
+
+
+def _open_work(snap: TaskSnapshot, current: Step | None, queued: list[Any], now: Any,
+               actor: Actor) -> StepResult | Resume | ResumeMany | None:
+    """Work already open comes first: a reply's calls (all settled, every card
+    decided, before anything new is decided), or the latest tool step."""
+    is_open = current is not None and current.kind == StepKind.TOOL and current.status in (
+        StepStatus.RUNNING, StepStatus.RETRYING, StepStatus.UNCERTAIN)
+    if agent_runs_together(snap) and current is not None and (
+            is_open or (not queued and in_a_reply(current.model_log or {}))):
+        # a reply's calls: resumed together after a crash or a backoff
+        opened = open_calls(snap.id)
+        if len(opened.resumable) > 1 or (opened.resumable and not is_open):
+            return ResumeMany(snap, opened.resumable)
+        if opened.awaiting and not is_open:
+            return wait_for_approvals(snap, opened.awaiting, actor)
+    if is_open and current is not None and (
+            not snap.agent.get("parallel_calls")  # a workflow names its open steps
+            or (current.decision or {}).get("check")):  # a completion check: always here
+        # the task's latest step, alone open: resumed as it always was
+        if current.next_attempt_at and current.next_attempt_at > now:
+            return StepResult(Next.LATER, (current.next_attempt_at - now).total_seconds(),
+                              "backoff")
+        return Resume(snap, current)
+    return None
+
+
+def _decide(snap: TaskSnapshot, specs: dict[str, ToolSpec], *, owner: str,
+            memo: SliceMemo) -> StepResult | ResumeMany | Ask | Recorded:
+    """Ask the model, with the context built from the slice's sources: an
+    `Ask` to await on the I/O loop, or, from an instant backend, the decision
+    recorded in this same phase."""
+    sources = memo.sources or gather(snap.id, human_facts=memo.human_facts,
                                      steps_count=snap.steps_count, retry=snap.is_retry)
     memo.sources, memo.human_facts = sources, sources.human_facts
     memo.output_hashes.update({s.step_no: s.output_hash for s in sources.recent})

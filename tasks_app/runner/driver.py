@@ -3,7 +3,7 @@
 Celery carries the work: a message `advance_task(task_id)` is handed to the
 driver of the worker process that received it (`submit`), and the message is
 done. The driver runs the task's slice as a coroutine on the process's I/O
-loop (`tools_app.outbound.ioloop`): model calls, tool calls, status queries
+loop (`foundations.ioloop`): model calls, tool calls, status queries
 and backoffs are awaited there, so a task that waits holds no process and no
 thread; its database phases run in the process's few database threads
 (`hops.ThreadHop`). The embedded runner runs the very same slices on the ASGI
@@ -36,9 +36,9 @@ from concurrent.futures import Future
 
 from django.conf import settings
 
-from config import tracing
-from config.logs import log_scope
-from tools_app.outbound.ioloop import io_loop
+from foundations import tracing
+from foundations.ioloop import io_loop
+from foundations.logs import log_scope
 
 from .hops import ThreadHop, start
 from .loop import SliceReport, slice_of

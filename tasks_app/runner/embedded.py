@@ -1,6 +1,6 @@
 """The embedded runner: slices run on the ASGI server's own event loop.
 
-The server's loop is the process's I/O loop (`tools_app.outbound.ioloop.bind`),
+The server's loop is the process's I/O loop (`foundations.ioloop.bind`),
 and each slice is the driver's (`driver.spawn`): the same coroutine as in a
 Celery worker, its calls awaited on the loop and its database phases in the
 database threads. Live events reach the loop through the publisher's outbox
@@ -39,7 +39,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections
 
-from tools_app.outbound.ioloop import bind as bind_io_loop
+from foundations.ioloop import bind as bind_io_loop
 
 from ..live.publish import publisher
 from ..machine import TaskStatus

@@ -17,7 +17,7 @@ given back and the task comes back later) and the tool's circuit breaker
 (`breaker_waits`; open: the same). The resource lease is held for the whole
 awaited call and released once the outcome committed, or on any failure or
 cancellation (a phase of its own). The call runs in its `execute_tool` span
-(`config.tracing`), opened on the loop so an http tool's `traceparent` is
+(`foundations.tracing`), opened on the loop so an http tool's `traceparent` is
 the span's.
 
 An evaluation run (`Task.shadow_of`) sends nothing: each call is answered in
@@ -37,10 +37,10 @@ from django.db.models import F
 from django.utils import timezone
 
 from approvals_app.services import opening
-from config.errors import DomainError, ErrorKind
-from config.logs import bind_log
-from config.metrics import count_late_result
-from config.tracing import tool_span
+from foundations.errors import DomainError, ErrorKind
+from foundations.logs import bind_log
+from foundations.metrics import count_late_result
+from foundations.tracing import tool_span
 from tools_app.breakers import retry_delay_s
 from tools_app.executor import OutcomeKind, StatusAnswer, ToolCall, ToolContext, ToolOutcome, ledger
 from tools_app.executor.dispatch import Prepared, ask_status, prepare

@@ -1,7 +1,7 @@
 """Where a slice's phases run: its coroutine on the I/O loop, its database
 phases in threads.
 
-A slice is a coroutine on the process's I/O loop (`tools_app.outbound.ioloop`).
+A slice is a coroutine on the process's I/O loop (`foundations.ioloop`).
 It awaits model calls, tool calls and status queries there, and hands each
 database phase (take and release the lease: the store's `leases`; plan the
 step, record a decision, commit an outcome: the synchronous functions of
@@ -39,7 +39,7 @@ from typing import Any, Protocol, TypeVar
 from django.conf import settings
 from django.db import close_old_connections, connection
 
-from tools_app.outbound.ioloop import io_loop
+from foundations.ioloop import io_loop
 
 T = TypeVar("T")
 FRESH_S = 1.0  # a connection used this recently is kept and trusted (see `threads`)

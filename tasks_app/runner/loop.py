@@ -28,8 +28,8 @@ from django.conf import settings
 from django.db import DatabaseError
 from django.utils import timezone
 
-from config.logs import bind_log, log_scope
-from config.metrics import step_scope
+from foundations.logs import bind_log, log_scope
+from foundations.metrics import step_scope
 
 from ..models import Task
 from ..services.admission import handing_off_one

@@ -24,7 +24,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from config.metrics import count_rate_limit_tokens, observe_rate_limit_wait
+from foundations.metrics import count_rate_limit_tokens, observe_rate_limit_wait
 from tools_app.executor import ledger
 from tools_app.executor.types import ToolSpec
 from tools_app.ratelimits import (

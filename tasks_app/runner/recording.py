@@ -29,7 +29,7 @@ from django.utils import timezone
 from approvals_app import policy as approval_policy
 from approvals_app.gates import DEFAULT, Gate
 from approvals_app.services import opening
-from config.logs import bind_log
+from foundations.logs import bind_log
 from tools_app.executor import ledger
 from tools_app.executor.jsonsafe import has_unstorable, storable, storable_text
 from tools_app.executor.types import ToolSpec

@@ -29,8 +29,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from approvals_app.services.decisions import approvals_expire, questions_expire
-from config.errors import DomainError
-from config.metrics import count_recoveries
+from foundations.errors import DomainError
+from foundations.metrics import count_recoveries
 
 from ..actors import SYSTEM
 from ..machine import TaskStatus

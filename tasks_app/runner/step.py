@@ -30,7 +30,7 @@ import functools
 from django.db import IntegrityError
 
 from approvals_app.policy import reads_kept_in
-from config.errors import DomainError, ErrorKind
+from foundations.errors import DomainError, ErrorKind
 
 from ..actors import Actor
 from ..gateway import GatewayError

@@ -3,7 +3,7 @@ runs the recovery sweep (`runner.recovery`) on its own timer, and a PostgreSQL
 advisory lock lets at most one sweep run at a time across the deployment.
 
 - `locked_sweep` runs under the deployment lock `SWEEP_LOCK_KEY`
-  (`config.deployment_locks`: transaction-scoped, on a connection of its own,
+  (`foundations.deployment_locks`: transaction-scoped, on a connection of its own,
   so it works behind PgBouncer and dies with a killed sweeper): a sweeper that
   finds the lock taken skips its turn (somebody is sweeping right now).
 - Each sweep that runs is recorded in `SweepRun` (database clock), so an
@@ -26,7 +26,7 @@ import threading
 from django.conf import settings
 from django.db import connections
 
-from config.deployment_locks import deployment_lock
+from foundations.deployment_locks import deployment_lock
 
 from ..models import SweepRun
 from ..store.backends import backend

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from approvals_app.models import RequesterScope
 from audit_app.services import audit_record
-from config.errors import forbidden, invalid, not_found
+from foundations.errors import forbidden, invalid, not_found
 
 from ..actors import SYSTEM, Actor
 from ..live.publish import end_user_sockets

@@ -20,7 +20,7 @@ import re
 from typing import Any
 
 from audit_app.services import audit_record
-from config.named_resources import NamedResource, model_field_errors
+from foundations.named_resources import NamedResource, model_field_errors
 from tools_app.models import Tool
 from tools_app.schemas import check_schema
 

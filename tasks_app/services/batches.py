@@ -20,7 +20,7 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from config.errors import DomainError, invalid
+from foundations.errors import DomainError, invalid
 
 from ..actors import Actor
 from ..keys import canonical_json, sha256_hex

@@ -34,7 +34,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Exists
 from django.utils import timezone
 
-from config.errors import DomainError
+from foundations.errors import DomainError
 from tools_app.executor.types import OutcomeKind, ToolOutcome, ToolSpec
 from tools_app.registry import tool_specs
 from tools_app.schemas import schema_errors

@@ -4,7 +4,7 @@ A profile's `completion_checks` is a list of `{"tool": name, "args": {...}}`.
 Each names a read-only tool of the profile's tenant (`side_effect` "read": a
 check must never change anything, it may run any number of times). Its
 `args` are a template in the workflows' expression language (CEL,
-`workflows_app.expressions`): a string that is exactly `${ expr }` becomes the
+`foundations.expressions`): a string that is exactly `${ expr }` becomes the
 expression's value, `${ expr }` inside other text becomes text. An expression
 sees two names: `output`, the final answer (its result object), and
 `inputs`, the task's input. Every template is compiled when the profile is
@@ -23,9 +23,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from foundations.expressions import ExpressionError, render, template_expressions
 from tools_app.executor.types import ToolSpec
 from tools_app.models import SideEffect, Tool
-from workflows_app.expressions import ExpressionError, render, template_expressions
 
 MAX_CHECKS = 10
 MAX_ATTEMPTS = 20

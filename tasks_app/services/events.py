@@ -6,7 +6,7 @@ once the event's transaction has committed.
 """
 from __future__ import annotations
 
-from config.metrics import count_task_event
+from foundations.metrics import count_task_event
 
 from ..machine import FINAL_STATUS_OF
 from ..models import Event

@@ -30,7 +30,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import Q, Sum
 from django.utils import timezone
 
-from config.errors import DomainError, ErrorKind, invalid
+from foundations.errors import DomainError, ErrorKind, invalid
 
 from ..models import DailySpend, OverSpend, TenantQuota
 from ..models.quotas import month_start

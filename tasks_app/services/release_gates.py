@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from audit_app.services import audit_record
-from config.errors import conflict, invalid
+from foundations.errors import conflict, invalid
 
 from ..actors import Actor
 from ..models import AgentProfile

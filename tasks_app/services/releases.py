@@ -21,7 +21,7 @@ from typing import Any
 
 from django.db import transaction
 
-from config.errors import invalid, not_found
+from foundations.errors import invalid, not_found
 
 from ..actors import SYSTEM, Actor
 from ..models import AgentProfile, AgentReleaseEntry, AgentVersion, ReleaseAction, VersionKind

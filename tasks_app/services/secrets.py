@@ -24,7 +24,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from audit_app.services import audit_record
-from config.errors import DomainError, conflict, invalid, not_found
+from foundations.errors import DomainError, conflict, invalid, not_found
 from tools_app.models import McpServer, Tool
 
 from ..actors import Actor

@@ -21,7 +21,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from config.metrics import count_spend
+from foundations.metrics import count_spend
 
 from ..gateway.base import ModelReply
 from ..models.spend import EVALUATION_AGENT_PREFIX, SPEND_SHARDS

@@ -1,4 +1,4 @@
-"""What a committed task event adds to the task's trace (`config.tracing`).
+"""What a committed task event adds to the task's trace (`foundations.tracing`).
 
 Called once per event, after its commit (`services.events.observe_committed`,
 registered with `store.hooks`): a submission links the span that made it to
@@ -10,7 +10,7 @@ are off.
 """
 from __future__ import annotations
 
-from config import tracing
+from foundations import tracing
 
 from ..machine import FINAL_STATUS_OF
 from ..models import Event, Task

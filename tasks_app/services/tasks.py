@@ -1,7 +1,7 @@
-"""Task use cases for API clients and operators: submit, cancel, answer, resume."""
+"""Task use cases for API clients and operators: submit, cancel, resume, fail.
+Answering a question is a human decision: `approvals_app.services.answers`."""
 from __future__ import annotations
 
-import json
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
@@ -10,21 +10,17 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import F
-from django.utils import timezone
 
-from approvals_app.models import DecisionChannel, Question, QuestionStatus
 from approvals_app.policy import agent_allowed
-from config.errors import DomainError, ErrorKind, conflict, invalid, not_found
-from tools_app.schemas import schema_errors
+from foundations.errors import DomainError, ErrorKind, conflict, invalid, not_found
 
 from ..actors import Actor
 from ..keys import canonical_json, sha256_hex
 from ..machine import NON_TERMINAL
-from ..models import AgentProfile, Step, StepStatus, Task
+from ..models import AgentProfile, Task
 from ..payloads import refusal
 from ..pricing import MAX_BUDGET, money, money_problem, money_text
 from ..store.creation import task_create
-from ..store.steps import step_move
 from ..store.tasks import Transitioned, task_transition
 from .admission import admission_after_submission
 from .agent_versions import version_for_submission
@@ -197,48 +193,6 @@ def task_cancel_many(
             skipped.append(task_id)
     return {"canceled": canceled, "skipped": skipped}
 
-
-def task_provide_input(*, task_id: int, answer: str, actor: Actor,
-                       expected_version: int | None = None,
-                       channel: str = DecisionChannel.CONSOLE) -> Transitioned:
-    """The answer to the agent's open question joins its context verbatim.
-    `channel`: where it was typed (console, api, email), recorded with it."""
-    with transaction.atomic():
-        question = (Question.objects.filter(task_id=task_id, status=QuestionStatus.OPEN)
-                    .order_by("-id").first())
-        if question is None:
-            task = Task.objects.only("status").get(pk=task_id)
-            raise conflict("no_open_question", f"the task is {task.status} and asks nothing",
-                           status=task.status)
-        decision = Step.objects.filter(pk=question.step_id).values_list("decision", flat=True).get()
-        problems = answer_problems((decision or {}).get("answer_schema"), answer)
-        if problems:
-            raise invalid("invalid", "The answer does not match what the question asks for.",
-                          answer=problems)
-        done = task_transition(
-            task_id=task_id, event="input_received", actor=actor, expected_version=expected_version,
-            payload={"question_id": question.pk, "answer": answer, "channel": channel},
-        )
-        Question.objects.filter(pk=question.pk).update(
-            status=QuestionStatus.ANSWERED, answer=answer, answered_by_id=actor.user_id,
-            answered_role=actor.role, answered_at=timezone.now(), channel=channel,
-        )
-        step_move(question.step_id, StepStatus.SUCCEEDED, output={"answer": answer},
-                  finished_at=timezone.now())
-        schedule_advance_on_commit(task_id)
-    return done
-
-
-def answer_problems(schema: dict[str, Any] | None, answer: str) -> list[str]:
-    """A question with an answer schema (a workflow's form, an approval) takes an
-    answer that is JSON matching it; any other question takes any text."""
-    if not schema:
-        return []
-    try:
-        value = json.loads(answer)
-    except ValueError:
-        return ["the answer must be JSON matching the question's schema"]
-    return schema_errors(schema, value)
 
 
 EXTENDABLE_BUDGETS = ("max_steps", "max_model_calls", "max_tool_calls", "max_tokens",

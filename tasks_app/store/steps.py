@@ -19,7 +19,7 @@ from typing import Any, cast
 
 from django.utils import timezone
 
-from config.errors import conflict
+from foundations.errors import conflict
 
 from ..keys import idempotency_key
 from ..models import Step, StepStatus

@@ -25,7 +25,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Expression
 
-from config.errors import DomainError, ErrorKind, conflict
+from foundations.errors import DomainError, ErrorKind, conflict
 
 from ..actors import Actor
 from ..machine import TRANSITIONS

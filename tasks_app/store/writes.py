@@ -29,7 +29,7 @@ from django.db import transaction
 from django.utils import timezone
 from django_fsm import can_proceed
 
-from config.errors import conflict
+from foundations.errors import conflict
 
 from ..models import Task
 from .backends import backend

@@ -13,7 +13,7 @@ from functools import lru_cache
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from django.conf import settings
 
-from config.errors import DomainError, ErrorKind
+from foundations.errors import DomainError, ErrorKind
 
 
 def _keyring() -> MultiFernet:

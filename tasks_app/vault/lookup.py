@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from config.errors import DomainError
+from foundations.errors import DomainError
 
 from ..models import Tenant, TenantSecret
 from .grants import env_granted, not_granted_message

@@ -195,8 +195,8 @@ def test_a_body_found_too_big_while_being_read_is_a_413_too(rf: Any) -> None:
     """Django raises RequestDataTooBig lazily, when a view reads the body."""
     from django.core.exceptions import RequestDataTooBig
 
-    from config.api_errors import api_exception_handler
     from config.middleware import ApiRequestSizeLimitMiddleware
+    from foundations.api_errors import api_exception_handler
 
     response = api_exception_handler(RequestDataTooBig("too big"), {})
     assert response is not None and response.status_code == 413

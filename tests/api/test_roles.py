@@ -2,7 +2,7 @@
 status; refused roles get a 403 in the error shape and nothing changes.
 
 The expected role sets are written out here, independently of
-`config.api_access.POLICY`, and a last test checks that every operation of
+`foundations.api_access.POLICY`, and a last test checks that every operation of
 the live OpenAPI schema has a row, so a new endpoint cannot skip this matrix.
 """
 

@@ -6,7 +6,7 @@ import pytest
 
 from approvals_app.models import Approval
 from approvals_app.services.decisions import approval_decide
-from config.errors import DomainError, ErrorKind
+from foundations.errors import DomainError, ErrorKind
 from tasks_app.context.builder import build_context
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Role, Step, StepStatus, Task

@@ -14,7 +14,7 @@ from approvals_app.models import Approval, ApprovalRule, Decision, ReviewerGroup
 from approvals_app.services.decisions import approval_decide, approvals_expire
 from approvals_app.services.routing import approval_reassign
 from approvals_app.services.rules import group_save, rule_create, scope_set
-from config.errors import DomainError, ErrorKind
+from foundations.errors import DomainError, ErrorKind
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Role, Step, StepStatus, Task
 from tests.factories import actor_of, make_user, submit

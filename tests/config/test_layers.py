@@ -1,9 +1,9 @@
 """The product's imports point one way (issue 13), checked on the code itself:
 
-- the import-linter contracts of pyproject.toml hold (`lint-imports`), the
-  layers contract among them;
-- every product module is in one of that contract's layers (import-linter
-  checks only what a contract lists);
+- the import-linter contracts of pyproject.toml hold (`lint-imports`): one
+  `layers` contract per app, and the contracts between apps;
+- every app has its own layers contract, and every product module is in one of
+  its app's layers (import-linter checks only what a contract lists);
 - no import cycle at all, whatever the layers allow between siblings: a
   strongly connected component of the graph of every import, wherever it is
   written (grimp counts imports inside functions too);
@@ -24,8 +24,9 @@ import grimp
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("config", "tasks_app", "tools_app", "approvals_app", "notify_app", "audit_app",
-            "schedules_app", "memory_app")
+PACKAGES = ("config", "foundations", "tasks_app", "tools_app", "approvals_app",
+            "notify_app", "audit_app", "workflows_app", "schedules_app", "memory_app",
+            "retention_app", "evals_app", "a2a_app", "mcp_server_app")
 # (file, imported module) -> why it is imported inside a function
 LOCAL_IMPORTS_ALLOWED = {
     ("tasks_app/gateway/registry.py", "tasks_app.gateway.openai_backend"):
@@ -42,14 +43,28 @@ def _product(module: str) -> bool:
     return module.split(".")[0] in PACKAGES and ".migrations" not in module
 
 
-def _layer_modules() -> list[str]:
+def _layers_contracts() -> list[dict]:  # type: ignore[type-arg]
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    [contract] = [c for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "layers"]
+    return [c for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "layers"]
+
+
+def _layer_modules() -> list[str]:
+    """Every module named in a layer of the per-app layers contracts, in full."""
     names = []
-    for layer in contract["layers"]:
-        for part in layer.replace("|", ":").split(":"):
-            names.append(part.strip().strip("()"))
+    for contract in _layers_contracts():
+        for container in contract.get("containers", [""]):
+            for layer in contract["layers"]:
+                for part in layer.replace("|", ":").split(":"):
+                    name = part.strip().strip("()")
+                    names.append(f"{container}.{name}" if container else name)
     return names
+
+
+def test_every_app_has_its_own_layers_contract() -> None:
+    """One contract per app (PostHog's way), not one list across the apps."""
+    containers = [c.get("containers", []) for c in _layers_contracts()]
+    assert all(len(c) == 1 for c in containers), containers
+    assert sorted(c[0] for c in containers) == sorted(PACKAGES)
 
 
 @pytest.mark.system  # runs lint-imports
@@ -76,7 +91,7 @@ def test_every_product_module_is_in_a_layer(graph: grimp.ImportGraph) -> None:
             if not outside:
                 continue
         unplaced.append(module)
-    assert unplaced == [], f"modules in no layer of pyproject.toml's layers contract: {unplaced}"
+    assert unplaced == [], f"modules in no layer of their app's layers contract: {unplaced}"
 
 
 def test_no_import_cycle(graph: grimp.ImportGraph) -> None:

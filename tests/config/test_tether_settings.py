@@ -28,7 +28,8 @@ from config.tether_settings import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT = ("config", "tasks_app", "tools_app", "approvals_app", "notify_app", "audit_app")
+PRODUCT = ("config", "foundations", "tasks_app", "tools_app", "approvals_app", "notify_app",
+           "audit_app")
 FIELDS = set(TetherSettings.model_fields)
 
 # The defaults as config/settings.py had them before they were declared here.

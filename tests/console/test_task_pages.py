@@ -155,8 +155,8 @@ def test_cancel_on_a_stale_view_is_refused_and_shows_the_fresh_state(world):
     seen = Task.objects.get(pk=task.pk).version
     c = client_for(world.users[Role.OPERATOR])
     # Meanwhile the question was answered: the task moved on.
+    from approvals_app.services.answers import task_provide_input
     from tasks_app.actors import SYSTEM
-    from tasks_app.services.tasks import task_provide_input
 
     task_provide_input(task_id=task.pk, answer="42", actor=SYSTEM)
     response = c.post(
@@ -253,8 +253,8 @@ def test_resume_an_escalated_task_with_more_budget(world):
     demo_agent_ensure(world.tenant, name="tight", on_exhaustion="escalate", max_steps=1)
     task = submit(world.tenant, [{"ask": "first?"}, {"ask": "second?"}], agent="tight")
     drive(task.pk)
+    from approvals_app.services.answers import task_provide_input
     from tasks_app.actors import SYSTEM
-    from tasks_app.services.tasks import task_provide_input
 
     task_provide_input(task_id=task.pk, answer="yes", actor=SYSTEM)
     assert drive(task.pk).status == TaskStatus.WAITING_FOR_HUMAN

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from config.ids import MAX_ID, parse_id
+from foundations.ids import MAX_ID, parse_id
 from tasks_app.context.refs import UNKNOWN, Cite, parse_cite
 
 

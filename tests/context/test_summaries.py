@@ -6,7 +6,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from config.errors import DomainError
+from foundations.errors import DomainError
 from tasks_app.context.builder import build_context
 from tasks_app.context.summaries import summary_list, summary_maybe_create, summary_rollback
 from tasks_app.machine import TaskStatus

@@ -10,10 +10,11 @@ import pytest
 from django.test import TestCase
 
 from approvals_app.models import Question
+from approvals_app.services.answers import task_provide_input
 from audit_app.models import AuditEntry
-from config.errors import DomainError
 from evals_app.models import Evaluation
 from evals_app.services.settling import evaluation_settle
+from foundations.errors import DomainError
 from notify_app.models import Notification, WebhookSubscription
 from tasks_app.actors import SYSTEM
 from tasks_app.console.selectors import dashboard
@@ -21,7 +22,7 @@ from tasks_app.machine import TaskStatus
 from tasks_app.models import AgentProfile, DailySpend, Step, Task
 from tasks_app.retries.services import task_retry
 from tasks_app.runner.compensation import compensate_task
-from tasks_app.services.tasks import task_provide_input, task_submit
+from tasks_app.services.tasks import task_submit
 from tests.factories import TenantFactory, make_user
 from tests.fakes.openai_server import Scripted, reply
 from tests.helpers import drive, slices_until_waiting

@@ -11,7 +11,7 @@ from django.test import Client
 
 from approvals_app.models import Approval
 from approvals_app.services.decisions import approval_decide
-from config.errors import DomainError
+from foundations.errors import DomainError
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Role, Step
 from tests.factories import actor_of, submit

@@ -10,7 +10,7 @@ from django.db.models import Sum
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from config.errors import DomainError
+from foundations.errors import DomainError
 from tasks_app.console.selectors import spend_summary
 from tasks_app.machine import TaskStatus
 from tasks_app.models import DailySpend, Role, Step, Task

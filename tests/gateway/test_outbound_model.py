@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from foundations.ioloop import run_io
 from tasks_app.gateway.base import GatewayError
 from tasks_app.gateway.openai_backend import OpenAIBackend, sdk_client
 from tasks_app.machine import TaskStatus
@@ -19,7 +20,6 @@ from tests.fakes.listeners import DripServer, Listener
 from tests.fakes.openai_server import encoded, reply
 from tests.helpers import drive, wait_for
 from tools_app.outbound import REFUSED, async_client_for
-from tools_app.outbound.ioloop import run_io
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ISSUE_HOLD_S = 27.0

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from config.errors import DomainError
+from foundations.errors import DomainError
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, LeaseWaiter, ResourceLease, Step
 from tasks_app.runner.step import Next

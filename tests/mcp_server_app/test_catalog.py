@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from approvals_app.models import Question
-from config.api_access import may
+from foundations.api_access import may
 from mcp_server_app.catalog import TEXT_ANSWER, Caller, elicitation_form, run_tools
 from tasks_app.actors import SYSTEM
 from tasks_app.machine import TaskStatus

@@ -185,7 +185,7 @@ def test_a_file_that_does_not_match_its_checksum_is_not_restored(world, archive_
     archive_sweep()
     path = next(archive_dir.rglob("*.jsonl.gz"))
     path.write_bytes(gzip.compress(b"{}\n"))
-    from config.errors import DomainError
+    from foundations.errors import DomainError
     with pytest.raises(DomainError) as refused:
         task_restore(task_id)
     assert refused.value.code == "archive_corrupt"

@@ -245,8 +245,8 @@ def test_a_retry_keeps_pinned_what_a_person_answered_the_task_it_continues(shop)
     """The answer is pinned verbatim in the original's context; a retry (and a
     retry of that retry) continues from steps it inherited, answer included."""
     from approvals_app.models import Question
+    from approvals_app.services.answers import task_provide_input
     from tasks_app.context.builder import gather
-    from tasks_app.services.tasks import task_provide_input
 
     operator = actor_of(shop.users["operator"])
     original = drive(submit(shop.tenant, [{"ask": "Which colour?"}, NOTIFY, {"final": {"ok": 1}}],

@@ -18,7 +18,7 @@ from django.db import connection
 from django.utils import timezone
 
 from approvals_app.models import Approval, Decision
-from config.deployment_locks import LOCK_CONNECTION_NAME
+from foundations.deployment_locks import LOCK_CONNECTION_NAME
 from tasks_app.machine import TaskStatus
 from tasks_app.models import SweepRun, Task
 from tasks_app.runner.sweeper import SWEEP_LOCK_KEY

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from approvals_app.models import Approval
-from config.tracing import root_span_id
+from foundations.tracing import root_span_id
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Role, Task
 from tasks_app.services.accounts import api_key_create

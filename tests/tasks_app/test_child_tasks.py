@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from config.errors import DomainError
+from approvals_app.services.answers import task_provide_input
+from foundations.errors import DomainError
 from tasks_app.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Step, Task
@@ -17,7 +18,7 @@ from tasks_app.runner.loop import run_slice
 from tasks_app.services import children
 from tasks_app.services.admission import admit_created_tasks
 from tasks_app.services.agents import agent_create, agent_update
-from tasks_app.services.tasks import task_cancel, task_provide_input
+from tasks_app.services.tasks import task_cancel
 from tasks_app.store import hooks as store_hooks
 from tests.factories import submit
 from tests.fakes.fixtures import openai_agent

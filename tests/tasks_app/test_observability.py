@@ -13,7 +13,7 @@ import structlog
 from django.utils import timezone
 from prometheus_client import REGISTRY
 
-from config.logs import json_formatter
+from foundations.logs import json_formatter
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Task
 from tasks_app.runner.loop import run_slice

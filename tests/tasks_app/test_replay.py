@@ -4,12 +4,13 @@ from __future__ import annotations
 import pytest
 
 from approvals_app.models import Approval, Reconciliation
+from approvals_app.services.answers import task_provide_input
 from approvals_app.services.decisions import approval_decide, reconciliation_resolve
 from tasks_app.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Step, Task
 from tasks_app.services.replay import task_replay, task_replay_check
-from tasks_app.services.tasks import task_cancel, task_provide_input, task_resume
+from tasks_app.services.tasks import task_cancel, task_resume
 from tests.factories import actor_of, submit
 from tests.fakes.runtime import add_agent, add_tool
 from tests.helpers import drive

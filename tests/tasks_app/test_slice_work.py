@@ -6,8 +6,8 @@ import time
 
 import pytest
 
+from foundations.ioloop import run_io
 from tasks_app.runner.hops import CallerHop, ThreadHop
-from tools_app.outbound.ioloop import run_io
 
 # A phase runs the way the runner's do, in a database thread that checks its
 # connection first: the database must be reachable, though nothing is written.

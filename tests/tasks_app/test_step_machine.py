@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from config.errors import DomainError, ErrorKind
+from foundations.errors import DomainError, ErrorKind
 from tasks_app.models import Step, StepStatus
 from tasks_app.models.tasks import OPEN_STEP_STATUSES
 from tasks_app.store.steps import (

@@ -8,17 +8,13 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from config.errors import DomainError, ErrorKind
+from approvals_app.services.answers import task_provide_input
+from foundations.errors import DomainError, ErrorKind
 from tasks_app.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Step, StepStatus, Task
 from tasks_app.runner.recovery import recovery_sweep
-from tasks_app.services.tasks import (
-    task_cancel,
-    task_fail_by_operator,
-    task_provide_input,
-    task_resume,
-)
+from tasks_app.services.tasks import task_cancel, task_fail_by_operator, task_resume
 from tests.factories import actor_of, submit
 from tests.fakes import python_tools
 from tests.fakes.runtime import add_agent, add_tool, assert_log_consistent, events_of

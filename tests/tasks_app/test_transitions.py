@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from config.errors import DomainError, ErrorKind
+from foundations.errors import DomainError, ErrorKind
 from tasks_app.actors import SYSTEM
 from tasks_app.machine import EVENTS, TERMINAL, TaskStatus, target_of
 from tasks_app.models import Event, Task

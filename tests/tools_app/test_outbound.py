@@ -16,6 +16,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from approvals_app.models import Reconciliation
+from foundations.ioloop import run_io
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Step, StepStatus, Task
 from tests.factories import submit
@@ -34,7 +35,6 @@ from tools_app.outbound import (
 )
 from tools_app.outbound import policy as policy_module
 from tools_app.outbound.clients import Registry
-from tools_app.outbound.ioloop import run_io
 from tools_app.outbound.policy import Allowed, is_public, parse_entry
 from tools_app.outbound.transport import AsyncPolicyTransport, ResponseTooLargeError
 from tools_app.services import tool_create

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from config.errors import DomainError
+from foundations.errors import DomainError
 from tools_app.executor.dispatch import check_result
 from tools_app.schemas import (
     MAX_ENUM,

@@ -16,7 +16,7 @@ import structlog
 from django.conf import settings
 from django.db import connection
 
-from config.logs import log_scope
+from foundations.logs import log_scope
 from tools_app.executor.threads import FRESH_S, ToolThreads
 
 
@@ -58,7 +58,7 @@ def test_a_connection_used_moments_ago_is_not_tested_again_and_an_idle_one_is():
 
 
 def test_a_tool_runs_in_its_callers_context_and_its_thread_keeps_none_of_it():
-    """A python tool's log lines carry the step's context (`config.logs`)."""
+    """A python tool's log lines carry the step's context (`foundations.logs`)."""
     def tool() -> dict[str, Any]:
         return structlog.contextvars.get_contextvars()
 

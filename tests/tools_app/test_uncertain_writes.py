@@ -6,7 +6,7 @@ import pytest
 
 from approvals_app.models import Reconciliation
 from approvals_app.services.decisions import reconciliation_requery, reconciliation_resolve
-from config.errors import DomainError, ErrorKind
+from foundations.errors import DomainError, ErrorKind
 from tasks_app.context.builder import build_context
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Step, StepStatus, Task

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
+from foundations.expressions import MAX_LOOP_ITEMS, MAX_RESULT_BYTES
 from tasks_app.machine import TaskStatus
 from tasks_app.services.accounts import api_key_create
 from tests.fakes.runtime import add_tool
 from tests.helpers import drive
-from workflows_app.expressions import MAX_LOOP_ITEMS, MAX_RESULT_BYTES
 from workflows_app.models import Workflow
 
 pytestmark = pytest.mark.django_db(transaction=True)

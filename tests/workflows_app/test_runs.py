@@ -6,12 +6,12 @@ import json
 
 import pytest
 
+from approvals_app.services.answers import task_provide_input
 from tasks_app.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event
 from tasks_app.runner.compensation import compensate_task
 from tasks_app.services.dispatch import MANUAL_COMPENSATIONS
-from tasks_app.services.tasks import task_provide_input
 from tests.fakes import python_tools
 from tests.fakes.runtime import add_tool
 from tests.helpers import drive
@@ -142,7 +142,7 @@ def test_a_human_node_waits_for_an_answer_that_matches_its_form(flows):
     task = _run(flows, definition, {"who": "Ada"})
     assert task.status == TaskStatus.WAITING_FOR_INPUT
     assert task.steps.get().decision["question"] == "How many for Ada?"
-    from config.errors import DomainError
+    from foundations.errors import DomainError
     with pytest.raises(DomainError) as refused:
         task_provide_input(task_id=task.pk, answer="three", actor=SYSTEM)
     assert "answer" in refused.value.details
@@ -186,7 +186,7 @@ def test_a_rejected_approval_with_retries_is_asked_again(flows):
 
 
 def test_input_that_does_not_match_the_schema_is_refused_and_nothing_is_written(flows):
-    from config.errors import DomainError
+    from foundations.errors import DomainError
     from tasks_app.models import Task
     workflow_create(tenant_id=flows.tenant.pk, name="flow", definition=FLOW, actor=SYSTEM)
     with pytest.raises(DomainError) as refused:

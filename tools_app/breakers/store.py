@@ -43,7 +43,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from config.metrics import count_breaker_change
+from foundations.metrics import count_breaker_change
 from tasks_app.store.backends import backend
 
 from ..models import Breaker, BreakerState, BreakerWaiter

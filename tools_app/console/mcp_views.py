@@ -12,7 +12,7 @@ from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
-from config.errors import DomainError
+from foundations.errors import DomainError
 from tasks_app.console.access import ADMINS, ConsoleUser, console_view
 from tasks_app.console.actions import ServiceErrorsForm, save_form, succeeded
 from tasks_app.console.errors import error_line, error_status

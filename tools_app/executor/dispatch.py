@@ -23,10 +23,10 @@ from typing import Any
 
 from django.conf import settings
 
+from foundations.ioloop import run_io
 from tasks_app.vault.lookup import tool_headers
 from tasks_app.vault.values import Resolved, Unresolved
 
-from ..outbound.ioloop import run_io
 from ..schemas import SchemaRefused, schema_errors
 from . import http_kind, mcp_kind, python_kind
 from .jsonsafe import has_unstorable, storable

@@ -1,7 +1,7 @@
 """HTTP tools (docs/how-to/tools.md): ``POST {url}`` with the arguments as JSON.
 
 Headers: ``Idempotency-Key``, ``X-Tether-Task``, a W3C ``traceparent`` (the
-call's `execute_tool` span when traces are on, `config.tracing`) and, for a
+call's `execute_tool` span when traces are on, `foundations.tracing`) and, for a
 tool that declares a resource, ``X-Tether-Fence: resource#token``;
 secret headers are the tool's `secret_headers` templates rendered with its
 tenant's secrets by the dispatcher (`call.resolved_headers`), never stored in
@@ -33,7 +33,7 @@ from typing import Any
 import httpx2
 from django.conf import settings
 
-from config.tracing import outgoing_headers
+from foundations.tracing import outgoing_headers
 
 from ..outbound import REFUSED, EgressRefusedError, astream
 from ..outbound.retry_after import retry_after_s
@@ -49,7 +49,7 @@ def _headers(call: ToolCall) -> dict[str, str]:
     headers = {
         "Idempotency-Key": call.context.idempotency_key,
         "X-Tether-Task": str(call.context.task_id),
-        # the `execute_tool` span of this call (config.tracing)
+        # the `execute_tool` span of this call (foundations.tracing)
         **outgoing_headers(call.context.trace_id),
         "Accept": "application/json",
     }

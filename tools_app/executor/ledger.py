@@ -34,10 +34,10 @@ from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from config.metrics import observe_tool_call
+from foundations.ioloop import run_io
+from foundations.metrics import observe_tool_call
 
 from ..models import LedgerStatus, ToolExecution
-from ..outbound.ioloop import run_io
 from .dispatch import Prepared, prepare, query_status, send
 from .types import OutcomeKind, StatusAnswer, ToolCall, ToolOutcome
 

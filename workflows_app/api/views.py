@@ -14,10 +14,10 @@ from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from config.api_access import may
-from config.api_base import TenantAPIView
-from config.api_errors import error_responses
-from config.errors import forbidden, not_found
+from foundations.api_access import may
+from foundations.api_base import TenantAPIView
+from foundations.api_errors import error_responses
+from foundations.errors import forbidden, not_found
 
 from ..models import Workflow, WorkflowVersion
 from ..selectors import versions_of, workflow_named, workflows_of

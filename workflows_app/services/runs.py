@@ -13,7 +13,7 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from config.errors import invalid
+from foundations.errors import invalid
 from tasks_app.actors import Actor
 from tasks_app.keys import canonical_json, sha256_hex
 from tasks_app.models import Step, Task

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from config.errors import DomainError
+from foundations.errors import DomainError
 from tasks_app.actors import Actor
 from tasks_app.models import Tenant
 

@@ -5,7 +5,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from config.errors import DomainError
+from foundations.errors import DomainError
 
 from ...services.restore import task_restore
 

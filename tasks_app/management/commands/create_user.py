@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from config.errors import DomainError
+from foundations.errors import DomainError
 from tasks_app.models import Role, Tenant
 from tasks_app.services.accounts import user_ensure
 

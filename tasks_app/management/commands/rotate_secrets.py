@@ -13,7 +13,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from config.errors import DomainError
+from foundations.errors import DomainError
 from tasks_app.vault.keyring import Undecryptable, require_keys, reseal
 from tasks_app.vault.stores import SealedColumn, sealed_columns
 

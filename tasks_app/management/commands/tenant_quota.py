@@ -3,7 +3,7 @@ from decimal import Decimal, InvalidOperation
 
 from django.core.management.base import BaseCommand, CommandError
 
-from config.errors import DomainError
+from foundations.errors import DomainError
 from tasks_app.models import OverSpend, Tenant
 from tasks_app.services.quotas import quota_set, spend_use
 

@@ -24,7 +24,7 @@ from typing import Any, Generic, TypeVar
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, models, transaction
 
-from config.errors import DomainError, conflict, invalid, not_found
+from foundations.errors import DomainError, conflict, invalid, not_found
 
 M = TypeVar("M", bound=models.Model)
 # (resource, actor=, action=, before=): the audit entry of a change, in its transaction

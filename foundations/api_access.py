@@ -60,7 +60,7 @@ from rest_framework.request import Request
 from rest_framework.settings import api_settings
 from rest_framework.throttling import UserRateThrottle
 
-from config.errors import forbidden
+from foundations.errors import forbidden
 from tasks_app.actors import Actor
 from tasks_app.models import ApiKey, Membership, Role
 

@@ -262,9 +262,9 @@ class StepTrace:
 
 @contextmanager
 def step_span(*, trace_id: str, task_id: int) -> Iterator[StepTrace]:
-    """One runner step, in the task's trace (`config.metrics.step_scope` opens it
+    """One runner step, in the task's trace (`foundations.metrics.step_scope` opens it
     with the step's log scope). The step's number and kind are read, at its end,
-    from the log context the runner binds once per step (`config.logs.bind_log`)."""
+    from the log context the runner binds once per step (`foundations.logs.bind_log`)."""
     handle = StepTrace()
     if _provider is None:
         yield handle

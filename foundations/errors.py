@@ -1,4 +1,4 @@
-"""One domain error type; `config.api_errors` maps it to HTTP.
+"""One domain error type; `foundations.api_errors` maps it to HTTP.
 
 Every refusal the services make is a `DomainError` with a machine-readable
 `code`, a `kind` that decides the HTTP status, and a `retryable` flag. The API

@@ -1,4 +1,4 @@
-"""`config.tracing`: off without an OTLP endpoint (nothing set up, the old
+"""`foundations.tracing`: off without an OTLP endpoint (nothing set up, the old
 `traceparent`), and, in a process of its own, export over gRPC as over HTTP,
 a sampler deciding on the task's trace id, an unknown protocol refused.
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from opentelemetry import trace
 
-from config import tracing
+from foundations import tracing
 from tests.fakes.otlp_receiver import GrpcOtlpReceiver, OtlpReceiver
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,7 +27,7 @@ TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 # `traceparent` an HTTP tool would get, and exits (which sends what is queued).
 SCRIPT = f"""
 import json
-from config import tracing
+from foundations import tracing
 assert tracing.setup("worker")
 with tracing.step_span(trace_id="{TRACE_ID}", task_id=7):
     with tracing.tool_span(tool="lookup_order", call_id="step_1", kind="http") as traced:

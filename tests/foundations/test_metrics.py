@@ -10,8 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from approvals_app.models import Approval
 from approvals_app.services.decisions import approvals_expire
-from config.metrics import OTHER, _BoundedNames
 from config.metrics_db import MAX_AGENTS
+from foundations.metrics import OTHER, _BoundedNames
 from tasks_app.machine import TaskStatus
 from tasks_app.services.admission import admit_created_tasks
 from tasks_app.services.demo import demo_agent_ensure

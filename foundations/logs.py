@@ -29,7 +29,7 @@ PLAIN_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
 def add_span(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
-    """The current OpenTelemetry span's ids (`config.tracing`): `span_id` when it
+    """The current OpenTelemetry span's ids (`foundations.tracing`): `span_id` when it
     belongs to the bound `trace_id` (a task's step), both when none is bound (a
     request, a Celery message). Without traces there is no current span."""
     context = trace.get_current_span().get_span_context()
@@ -54,7 +54,7 @@ _PRE_CHAIN: list[Any] = [
 def logging_config(*, fmt: str, level: str) -> dict[str, Any]:
     """Django's `LOGGING` for `fmt` ("text" or "json")."""
     formatter: dict[str, Any] = (
-        {"()": "config.logs.json_formatter"} if fmt == "json" else {"format": PLAIN_FORMAT})
+        {"()": "foundations.logs.json_formatter"} if fmt == "json" else {"format": PLAIN_FORMAT})
     return {
         "version": 1,
         "disable_existing_loggers": False,

@@ -1,7 +1,7 @@
 """The one DRF exception handler: every error in one shape,
 ``{"error": {"code", "message", "details"}}``.
 
-Kinds map to statuses (`config.errors.HTTP_STATUS`); fsm's TransitionNotAllowed
+Kinds map to statuses (`foundations.errors.HTTP_STATUS`); fsm's TransitionNotAllowed
 and database integrity races are 409s; a body over the configured size is a
 413; a database that cannot serve now is a 503 with `Retry-After`. The same
 shape is documented in the OpenAPI schema (`ErrorSerializer`,

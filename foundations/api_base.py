@@ -2,7 +2,7 @@
 JSON parser, cursor pagination, path converters and the page shapes.
 
 Invariants:
-- every view is authenticated, role-checked (`config.api_access.POLICY`) and
+- every view is authenticated, role-checked (`foundations.api_access.POLICY`) and
   throttled per token;
 - request bodies are JSON only, and nothing PostgreSQL cannot store (NUL
   characters, lone surrogates, non-finite numbers, absurd nesting) gets past
@@ -153,7 +153,7 @@ class TenantAPIView(APIView):
     # Not `pagination_class`: drf-spectacular would then wrap every list response,
     # paged or not, in a page shape. Pages are documented per view instead.
     paginator_class = NewestFirstCursor
-    # HTTP method -> action of config.api_access.POLICY
+    # HTTP method -> action of foundations.api_access.POLICY
     policy: ClassVar[dict[str, str]] = {}
 
     @cached_property

@@ -152,7 +152,7 @@ class StepScope:
 def step_scope(*, trace_id: str = "", task_id: int = 0) -> Iterator[StepScope]:
     """One runner step of task `task_id`: its own log context (the step binds
     `step_no` and `step_kind` in it) and its span in the task's trace
-    (`config.tracing.step_span`), then one count, one duration and one log line
+    (`foundations.tracing.step_span`), then one count, one duration and one log line
     (within the span: the line carries its id)."""
     scope, started = StepScope(), time.monotonic()
     with log_scope(), step_span(trace_id=trace_id, task_id=task_id) as traced:
