@@ -32,8 +32,8 @@ import psycopg
 import pytest
 
 from benchmarks.private_services import private_postgres, private_redis, services_missing
+from benchmarks.tcp_proxy import TcpProxy
 from tests.fakes.http_tool_server import FakeToolServer, Recorded, Reply
-from tests.fakes.tcp_proxy import TcpProxy
 from tests.helpers import wait_for
 from tests.processes import ROOT, CeleryWorkers, _base_env, celery_app_on
 from tests.system.chaos_driver import kind_of

@@ -107,6 +107,10 @@ class Command(BaseCommand):
                             help="the submit workload's web processes (one per CPU)")
         parser.add_argument("--kills", type=int, help="the chaos workload's worker kills (10)")
         parser.add_argument("--seed", type=int, help="the chaos workload's random seed")
+        parser.add_argument("--network", action="store_true",
+                            help="the chaos workload's faults are the network's: its workers "
+                                 "through proxies adding 50 ms each way to PostgreSQL and Redis, "
+                                 "every connection cut twice for 5 s (target within 2x)")
         parser.add_argument("--outage-s", type=float, help="the breaker workload's outage (20)")
         parser.add_argument("--period-s", type=float,
                             help="the rate_limit workload's limit period, its 'minute' "
@@ -248,7 +252,7 @@ class Command(BaseCommand):
         doc = run_chaos(tasks=opts["tasks"] or (30 if cfg.quick else 1000),
                         kills=10 if opts["kills"] is None else opts["kills"],
                         workers=opts["workers"] or 3, seed=opts["seed"], log_dir=log_dir,
-                        say=lambda line: self.stdout.write(line))
+                        say=lambda line: self.stdout.write(line), network=opts["network"])
         self._figures(doc, cfg, chaos_table(doc), "chaos")
 
     def _figures(self, doc: dict, cfg: BenchConfig, table: str, workload: str) -> None:
@@ -268,7 +272,7 @@ class Command(BaseCommand):
         for knob in KNOBS:
             if opts.get(knob) is not None:
                 argv += [f"--{knob.replace('_', '-')}", str(opts[knob])]
-        for flag in ("skip_console", "quick"):
+        for flag in ("skip_console", "quick", "network"):
             if opts[flag]:
                 argv.append(f"--{flag.replace('_', '-')}")
         if opts["json_path"]:
