@@ -17,6 +17,7 @@ that are console routes (`new`) are reserved. Every change is an audit entry
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from audit_app.services import audit_record
@@ -111,8 +112,13 @@ def agent_audit(agent: AgentProfile, *, actor: Actor, action: str,
                  action=action, before=before, after=agent_audited(agent), object_id=agent.pk)
 
 
+AddError = Callable[[str, str], None]
+
+
 def agent_errors(agent: AgentProfile) -> dict[str, list[str]]:
-    """Field errors of a profile as a whole (empty when it may be stored)."""
+    """Field errors of a profile as a whole (empty when it may be stored): its
+    model and keys, its tools, its budgets, its policies, what its answer must
+    be. Normalises the cost budget and the empty defaults on `agent` as it goes."""
     errors: dict[str, list[str]] = {}
 
     def add(field: str, message: str) -> None:
@@ -121,11 +127,19 @@ def agent_errors(agent: AgentProfile) -> dict[str, list[str]]:
     for field, messages in model_settings_errors(agent.model).items():
         key = field if field == "model" else f"model.{field}"
         errors.setdefault(key, []).extend(messages)
-
     _key_reference_errors(agent, errors)
     for message in gate_errors(agent.release_gate):
         add("release_gate", message)
+    tools = _tools_errors(agent, add)
+    _budget_errors(agent, tools, add)
+    _policy_errors(agent, add)
+    _answer_errors(agent, errors)
+    return errors or model_field_errors(agent)
 
+
+def _tools_errors(agent: AgentProfile, add: AddError) -> list[str]:
+    """Its tools: registered in the tenant, or agents that never call it back.
+    Returns the tools as far as they are a list of names."""
     tools = agent.tools
     if not isinstance(tools, list) or not all(isinstance(t, str) for t in tools):
         add("tools", "a list of tool names")
@@ -142,7 +156,11 @@ def agent_errors(agent: AgentProfile) -> dict[str, list[str]]:
     # `agent:<name>`: another agent of the tenant, which never calls this one back
     for cycle in agent_cycle_errors(tenant_id=agent.tenant_id, name=agent.name, tools=tools):
         add("tools", cycle)
+    return tools
 
+
+def _budget_errors(agent: AgentProfile, tools: list[str], add: AddError) -> None:
+    """The budgets: counts, the cost in dollars (or none), and calls per tool."""
     for field in BUDGET_FIELDS:
         value = getattr(agent, field)
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_INT:
@@ -164,6 +182,9 @@ def agent_errors(agent: AgentProfile) -> dict[str, list[str]]:
             if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= MAX_INT:
                 add("budget.per_tool", f"{tool}: an integer from 0 to {MAX_INT}")
 
+
+def _policy_errors(agent: AgentProfile, add: AddError) -> None:
+    """No progress, approvals' SLA and expiry, exhaustion, memory, and the flags."""
     for field in ("no_progress_repeats", "no_progress_window"):
         value = getattr(agent, field)
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
@@ -180,6 +201,10 @@ def agent_errors(agent: AgentProfile) -> dict[str, list[str]]:
     for flag in ("allow_self_approval", "enabled", "published"):
         if not isinstance(getattr(agent, flag), bool):
             add(flag, "true or false")
+
+
+def _answer_errors(agent: AgentProfile, errors: dict[str, list[str]]) -> None:
+    """What its final answer must be: the result's schema, the completion checks."""
     if agent.result_schema not in ({}, None):
         problems = check_schema(agent.result_schema)
         if problems:
@@ -192,7 +217,6 @@ def agent_errors(agent: AgentProfile) -> dict[str, list[str]]:
         errors.setdefault(field, []).extend(messages)
     if agent.completion_checks is None:
         agent.completion_checks = []
-    return errors or model_field_errors(agent)
 
 
 def _key_reference_errors(agent: AgentProfile, errors: dict[str, list[str]]) -> None:
