@@ -208,9 +208,10 @@ class TetherSettings(BaseSettings):
         default=256 * 1024, ge=1, description="A larger tool result is a business error.")
     PAYLOAD_INLINE_MAX_BYTES: int = Field(
         default=64 * 1024, ge=1024,
-        description="A tool output, model log, decision, result or task input larger than this, "
-                    "in bytes of JSON, is stored once, content-addressed, in the payload blob "
-                    "table, and the row holds a reference to it.")
+        description="A tool output (and the tool ledger's copy of it), model log, decision, "
+                    "result or task input larger than this, in bytes of JSON, is stored once, "
+                    "content-addressed, in the payload blob table, and the row holds a "
+                    "reference to it.")
     TASK_PAYLOAD_MAX_BYTES: int = Field(
         default=16 * 1024 * 1024, ge=1024,
         description="The payloads one task stores out of row add up to this at most, in bytes "

@@ -7,11 +7,16 @@ and content in `PayloadBlob` (the store writes it in the commit's transaction:
 
     {"$blob": "<sha256>", "size": <bytes>, "preview": "<the first 500 characters>"}
 
-`resolve` is the one function that puts the values back, for every reader
-(the API, the console, the context builder, the runner): a caller never sees
-a reference unless it reads the column raw. It reads a blob only through a
-`PayloadUse` of the task asking, so one tenant's task can never read another
-tenant's blob, nor a task a blob it does not reference. A value that merely
+The tool ledger's copy of a tool output (`ToolExecution.result`) is stored
+the same way, as a reference to the step's blob (`LEDGER_FIELDS`).
+
+`resolve` (`resolve_ledger` for ledger rows) is the one function that puts the
+values back, for every reader (the API, the console, the context builder, the
+runner, the ledger's replay of a settled call, an evaluation's record): a
+caller never sees a reference unless it reads the column raw. It reads a
+blob only through a `PayloadUse` of the task asking (a ledger row: in the
+row's tenant), so one tenant's task can never read another tenant's blob, nor
+a task a blob it does not reference. A value that merely
 looks like a reference (a dict with a "$blob" key) is stored out of row too,
 whatever its size, so nothing written inline is ever taken for one.
 """
@@ -36,6 +41,9 @@ PREVIEW_CHARS = 500
 # they are bounded by the model's reply, whose log is here.)
 STEP_FIELDS = ("output", "model_log")
 TASK_FIELDS = ("input", "result")
+# The tool ledger's (`tools_app.models.ToolExecution`): its stored result, the
+# same value as its step's output, so the same blob.
+LEDGER_FIELDS = ("result",)
 
 
 @dataclass(frozen=True)
@@ -98,15 +106,32 @@ def resolve(task_id: int, rows: Iterable[Any], fields: Iterable[str]) -> None:
     instances or as `values()` dicts) hold as references in `fields`: one
     query for them all, none when no row holds one. The one way any reader
     gets a payload stored out of row."""
-    rows, fields = list(rows), tuple(fields)
+    _put_back(list(rows), tuple(fields), PayloadBlob.objects.filter(uses__task_id=task_id))
+
+
+def resolve_ledger(rows: Iterable[Any]) -> None:
+    """`resolve` for tool ledger rows (instances, or `values()` dicts with
+    `tenant_id`). A ledger row's blob is read within the row's tenant, not
+    through a use of the row's task: a retry that takes a key its chain used
+    (`tasks_app.retries.lineage`) records into the earlier task's row, and the
+    use is the retry's, whose step holds the same value."""
+    rows = list(rows)
+    for tenant_id in {_column(row, "tenant_id") for row in rows}:
+        _put_back([row for row in rows if _column(row, "tenant_id") == tenant_id], LEDGER_FIELDS,
+                  PayloadBlob.objects.filter(tenant_id=tenant_id))
+
+
+def _put_back(rows: list[Any], fields: tuple[str, ...], readable: QuerySet[PayloadBlob]) -> None:
+    """The values of the references `rows` hold in `fields`, read from the
+    `readable` blobs (a query not run when no row holds a reference), set in
+    place; a reference to a blob not readable stays."""
     wanted = {_column(row, name)[REF] for row in rows for name in fields
               if is_reference(_column(row, name))}
     if not wanted:
         return
     values = {sha: json.loads(zlib.decompress(bytes(data)))
-              for sha, data in PayloadBlob.objects.filter(
-                  sha256__in=wanted, uses__task_id=task_id).values_list("sha256", "data")
-              .distinct()}
+              for sha, data in readable.filter(sha256__in=wanted)
+              .values_list("sha256", "data").distinct()}
     for row in rows:
         for name in fields:
             value = _column(row, name)

@@ -12,6 +12,7 @@ from typing import Any
 from tasks_app.context.refs import parse_cite
 from tasks_app.machine import TaskStatus
 from tasks_app.models import ContextSummary, Step, Task
+from tasks_app.payloads import resolve_ledger
 from tools_app.models import Tool, ToolExecution
 
 from ..models import (
@@ -110,6 +111,7 @@ def reconciliation_card(
         tool = Tool.objects.filter(tenant_id=rec.tenant_id, name=rec.tool).first()
     if ledger is None:
         ledger = ToolExecution.objects.filter(idempotency_key=rec.idempotency_key).first()
+        resolve_ledger([ledger] if ledger else [])
     honours = bool(tool and tool.enabled and tool.side_effect in ("read", "idempotent_write"))
     return Card(
         kind="reconciliation",
@@ -143,12 +145,10 @@ def inbox(tenant_id: int, *, user_id: int | None = None, show: str = "all") -> d
     tools = {
         t.name: t for t in Tool.objects.filter(tenant_id=tenant_id, name__in={r.tool for r in recs})
     }
-    ledgers = {
-        row.idempotency_key: row
-        for row in ToolExecution.objects.filter(
-            tenant_id=tenant_id, idempotency_key__in=[r.idempotency_key for r in recs]
-        )
-    }
+    rows = list(ToolExecution.objects.filter(
+        tenant_id=tenant_id, idempotency_key__in=[r.idempotency_key for r in recs]))
+    resolve_ledger(rows)
+    ledgers = {row.idempotency_key: row for row in rows}
     reconciliations = [
         reconciliation_card(r, tool=tools.get(r.tool), ledger=ledgers.get(r.idempotency_key))
         for r in recs

@@ -21,7 +21,7 @@ from ..context.summaries import summary_list
 from ..machine import NON_TERMINAL, TERMINAL, WAITING, TaskStatus
 from ..models import AgentProfile, ContextSummary, DailySpend, Event, Step, Task
 from ..models.spend import EVALUATION_AGENT_PREFIX
-from ..payloads import resolve_steps
+from ..payloads import resolve_ledger, resolve_steps
 from ..pricing import pico_text
 from ..selectors import tasks_of_tenant
 from ..services.quotas import quota_summary
@@ -297,11 +297,10 @@ def step_views(task_id: int, *, limit: int = STEPS_SHOWN) -> tuple[list[StepView
     steps.reverse()
     resolve_steps(task_id, steps)
     keys = [s.idempotency_key for s in steps if s.idempotency_key]
-    ledger = {
-        row.idempotency_key: row
-        # by key only: a retry's inherited or reused keys have the original task's rows
-        for row in ToolExecution.objects.filter(idempotency_key__in=keys)
-    }
+    # by key only: a retry's inherited or reused keys have the original task's rows
+    rows = list(ToolExecution.objects.filter(idempotency_key__in=keys))
+    resolve_ledger(rows)
+    ledger = {row.idempotency_key: row for row in rows}
     shown = frozenset(s.step_no for s in steps)
     versions = (
         frozenset(ContextSummary.objects.filter(task_id=task_id).values_list("version", flat=True))

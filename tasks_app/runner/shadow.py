@@ -28,6 +28,7 @@ from tools_app.models import LedgerStatus, ToolExecution
 
 from ..keys import canonical_json
 from ..models import Step, StepKind
+from ..payloads import resolve_ledger
 from ..shadow_kinds import (
     APPROVAL_AS_RECORDED,
     NEEDS_A_PERSON,
@@ -65,10 +66,11 @@ RecordedCall = tuple[str, str, str, Any, Any]  # tool, canonical args, status, r
 def recorded_calls(snap: TaskSnapshot) -> list[RecordedCall]:
     """The recorded task's ledger, in the order its calls were made. It ended
     before the evaluation started, so a slice reads it once (`SliceMemo`)."""
-    rows = (ToolExecution.objects.filter(task_id=_recorded(snap)).order_by("id")
-            .values_list("tool", "args", "status", "result", "error"))
-    return [(tool, canonical_json(args or {}), status, result, error)
-            for tool, args, status, result, error in rows]
+    rows = list(ToolExecution.objects.filter(task_id=_recorded(snap)).order_by("id")
+                .values("tenant_id", "tool", "args", "status", "result", "error"))
+    resolve_ledger(rows)  # a large result is stored out of row
+    return [(row["tool"], canonical_json(row["args"] or {}), row["status"], row["result"],
+             row["error"]) for row in rows]
 
 
 def recorded_outcome(snap: TaskSnapshot, step: Step, spec: ToolSpec,

@@ -1,5 +1,12 @@
 """Payloads out of row, on the write side (`tasks_app.payloads` says what and why).
 
+The tool ledger's result is written here too (`out_of_row` for a commit's
+record, `ledger_result` for the executor's own statements): the ledger
+(`tools_app.executor`) is in the store's layer and calls down into this module,
+rather than the store registering a hook with it, because the rule, the blob
+table and its uses are the store's, and a hook would be one more indirection
+for the same import the executor already makes of the store's backends.
+
 `out_of_row` takes a `Commit` and gives back the one to write, its large
 values replaced by references, with the blobs they stand for; `write_blobs`
 writes those (once per tenant and content) and the task's uses of them, in
@@ -13,7 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..models import PayloadBlob, PayloadUse
-from ..payloads import REF, STEP_FIELDS, TASK_FIELDS, Blob, blob_of, is_reference
+from ..payloads import LEDGER_FIELDS, REF, STEP_FIELDS, TASK_FIELDS, Blob, blob_of, is_reference
 from .shapes import Commit
 
 
@@ -39,9 +46,29 @@ def out_of_row(c: Commit) -> tuple[Commit, list[Blob]]:
     move = c.move
     if move is not None:
         move = replace(move, fields=swapped(move.fields, STEP_FIELDS, blobs))
+    record = c.record
+    if record is not None:
+        # The ledger's copy of the step's output is the same blob, and no use of
+        # its own: the value is counted once toward the task's limit.
+        of_ledger: list[Blob] = []
+        record = replace(record, fields=swapped(record.fields, LEDGER_FIELDS, of_ledger))
+        blobs += [b for b in of_ledger if b.sha256 not in {s.sha256 for s in blobs}]
     if not blobs:
         return c, blobs
-    return replace(c, set=set_, new_step=new_step, move=move), blobs
+    return replace(c, set=set_, new_step=new_step, move=move, record=record), blobs
+
+
+def ledger_result(*, tenant_id: int, task_id: int, result: Any) -> Any:
+    """The tool ledger's `result` as its row stores it, when written outside a
+    commit (`tools_app.executor.ledger`: a record whose claim the commit did
+    not carry, a status query's or a reviewer's settlement): a large one as a
+    reference, its blob and the task's use written now, in the caller's
+    transaction, which must write the row too (or roll them back with it)."""
+    blobs: list[Blob] = []
+    stored = swapped({"result": result}, LEDGER_FIELDS, blobs)["result"]
+    if blobs:
+        write_blobs(tenant_id=tenant_id, task_id=task_id, blobs=blobs)
+    return stored
 
 
 def write_blobs(*, tenant_id: int, task_id: int, blobs: list[Blob]) -> None:

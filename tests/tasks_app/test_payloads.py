@@ -3,14 +3,19 @@ output is stored once per tenant and content, its step holds a reference, and
 every reader (the API, the next model context) gets it back identical; the
 per-task limit is a business error the model is told, an oversized input a 400
 that writes nothing; a blob is read only through a task that uses it; archive,
-restore and erasure carry the blobs with their tasks."""
+restore and erasure carry the blobs with their tasks. The tool ledger's copy
+of a large output is a reference to the same blob, on every path that writes
+it, and every reader (a replayed call, a retry, an evaluation, the console)
+gets the value back."""
 from __future__ import annotations
 
 import json
+import zlib
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connection
 
 from retention_app.services.archive import archive_sweep
 from retention_app.services.erasure import subject_erasure
@@ -26,6 +31,9 @@ from tests.factories import TenantFactory, make_user, submit
 from tests.fakes import python_tools
 from tests.fakes.runtime import add_agent, add_tool
 from tests.helpers import drive
+from tools_app.executor.ledger import claim_or_answer
+from tools_app.executor.types import OutcomeKind, ToolCall, ToolContext, ToolOutcome
+from tools_app.models import LedgerStatus, ToolExecution
 from tools_app.registry import tool_specs
 
 pytestmark = pytest.mark.django_db
@@ -309,3 +317,164 @@ def test_a_tasks_archive_and_export_lines_hold_its_blobs_before_its_rows(bulky):
     data = base64.b64decode(rows[0]["fields"]["data"])
     assert json.loads(zlib.decompress(data)) == python_tools.big(  # type: ignore[arg-type]
         {"size": SIZE, "marker": "exported"}, None)
+
+
+# --- the tool ledger's copy of a large output ----------------------------------------------
+
+
+def _big(marker: str) -> dict[str, Any]:
+    return python_tools.big({"size": SIZE, "marker": marker}, None)  # type: ignore[arg-type]
+
+
+def _ledger_row(task_id: int) -> ToolExecution:
+    return ToolExecution.objects.get(task_id=task_id, tool="big")
+
+
+def _raw_result(row: ToolExecution) -> Any:
+    return ToolExecution.objects.values_list("result", flat=True).get(pk=row.pk)
+
+
+def _call(row: ToolExecution) -> ToolCall:
+    """The call the ledger row is of."""
+    spec = tool_specs(tenant_id=row.tenant_id, names=["big"])["big"]
+    return ToolCall(spec=spec, args=row.args, context=ToolContext(
+        idempotency_key=row.idempotency_key, task_id=row.task_id, step_id=row.step_id,
+        tenant_id=row.tenant_id, trace_id="0" * 32))
+
+
+def _replayed(row: ToolExecution, *, owner: str = "another-executor") -> ToolOutcome:
+    """What an executor that takes the row's key again (a resumed call) is answered."""
+    outcome = claim_or_answer(_call(row), owner=owner)
+    assert isinstance(outcome, ToolOutcome), outcome
+    return outcome
+
+
+def test_the_ledgers_copy_of_a_large_output_is_a_reference_to_the_same_blob(bulky):
+    task = _run(bulky, _script("ledgered"))
+    [step_ref] = _raw_outputs(task.pk)
+    row = _ledger_row(task.pk)
+    assert _raw_result(row) == step_ref  # the ledger and the step: one reference, one blob
+    assert [b.sha256 for b in PayloadBlob.objects.all()] == [step_ref[REF]]
+    assert PayloadUse.objects.filter(task=task).count() == 1  # counted once toward the limit
+    cast = "result::text" if connection.vendor == "postgresql" else "result"
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT length({cast}) FROM {ToolExecution._meta.db_table} "
+                       "WHERE id = %s", [row.pk])
+        (length,) = cursor.fetchone()
+    assert length < 1000 < SIZE
+
+
+def test_a_call_replayed_from_the_ledger_gets_the_whole_value(bulky):
+    task = _run(bulky, _script("replayed"))
+    outcome = _replayed(_ledger_row(task.pk))
+    assert outcome.from_ledger and outcome.kind is OutcomeKind.OK
+    assert outcome.result == _big("replayed")
+
+
+def test_a_retried_task_answered_by_the_ledger_gets_the_whole_value(bulky):
+    from tasks_app.models import Event
+    from tasks_app.retries.services import task_retry
+    from tasks_app.services.admission import admit_created_tasks
+    from tasks_app.services.tasks import task_cancel
+    from tests.fakes.runtime import advance
+
+    original = submit(bulky.tenant, _script("retried", "later"), agent="bulky")
+    admit_created_tasks()
+    advance(original.pk)  # the first call, then the task is canceled
+    task_cancel(task_id=original.pk, actor=SYSTEM)
+
+    retry = task_retry(tenant_id=bulky.tenant.pk, task_id=original.pk, actor=SYSTEM,
+                       from_step=1).task  # nothing inherited: the call is proposed again
+    assert drive(retry.pk).status == TaskStatus.SUCCEEDED
+    (answered,) = Event.objects.filter(task=retry, type="step_succeeded", payload__step_no=1)
+    assert answered.payload["from_ledger"] is True  # not called again
+    assert len(_ledger_row(original.pk).attempts) == 1
+    steps = client_for(bulky.users["operator"]).get(f"/api/v1/tasks/{retry.pk}/steps").json()
+    outputs = [s["output"] for s in steps["results"] if s["kind"] == "tool"]
+    assert outputs == [_big("retried"), _big("later")]
+
+
+def test_an_evaluation_replaying_the_task_gets_the_whole_value(bulky):
+    from dataclasses import replace
+
+    from tasks_app.runner.shadow import recorded_calls
+
+    task = _run(bulky, _script("evaluated"))
+    shadow = replace(TaskSnapshot.of(Task.objects.get(pk=task.pk)), shadow_of=task.pk)
+    [(tool, _, status, result, _)] = recorded_calls(shadow)
+    assert (tool, status, result) == ("big", "SUCCEEDED", _big("evaluated"))
+
+
+def test_the_console_shows_the_ledgers_value_not_its_reference(bulky):
+    from tasks_app.console.selectors import step_views
+
+    task = _run(bulky, _script("console-ledger"))
+    views, _ = step_views(task.pk)
+    [ledger] = [view.ledger for view in views if view.ledger is not None]
+    assert ledger.result == _big("console-ledger")
+
+
+def test_a_result_settled_outside_a_commit_is_stored_out_of_row_too(bulky):
+    from tools_app.executor.ledger import settle_by_human
+
+    task = _run(bulky, [{"tool": "big", "args": {"size": 100}}, {"final": {"ok": True}}])
+    row = _ledger_row(task.pk)
+    assert not PayloadBlob.objects.exists()
+    ToolExecution.objects.filter(pk=row.pk).update(status=LedgerStatus.UNCERTAIN)
+
+    settle_by_human(row.idempotency_key, succeeded=True, result=_big("settled"))  # a reviewer
+    raw = _raw_result(row)
+    assert is_reference(raw)
+    assert PayloadUse.objects.filter(task=task, blob__sha256=raw[REF]).count() == 1
+    assert _replayed(row).result == _big("settled")
+
+
+def test_a_record_whose_claim_is_lost_writes_no_blob(bulky):
+    from tools_app.executor.ledger import Claim, record
+
+    task = _run(bulky, [{"tool": "big", "args": {"size": 100}}, {"final": {"ok": True}}])
+    row = _ledger_row(task.pk)
+    ToolExecution.objects.filter(pk=row.pk).update(status=LedgerStatus.IN_PROGRESS,
+                                                   claimed_by="the-new-owner")
+    late = Claim(call=_call(row), owner="the-late-owner", attempts=list(row.attempts))
+    record(late, ToolOutcome(kind=OutcomeKind.OK, result=_big("late")))
+    assert not PayloadBlob.objects.exists() and not PayloadUse.objects.exists()
+    assert _raw_result(row) == python_tools.big({"size": 100}, None)  # type: ignore[arg-type]
+
+    ToolExecution.objects.filter(pk=row.pk).update(claimed_by="the-late-owner")
+    record(late, ToolOutcome(kind=OutcomeKind.OK, result=_big("late")))  # the claim holds
+    assert is_reference(_raw_result(row)) and PayloadBlob.objects.count() == 1
+    assert _replayed(row).result == _big("late")
+
+
+def _marker_found(marker: str) -> tuple[bool, bool]:
+    """Whether the ledger's rows, and the blobs, hold `marker`."""
+    results = ToolExecution.objects.values_list("result", flat=True)
+    blobs = PayloadBlob.objects.values_list("data", flat=True)
+    return (any(marker in json.dumps(value) for value in results),
+            any(marker.encode() in zlib.decompress(bytes(data)) for data in blobs))
+
+
+def test_an_erasure_leaves_the_subjects_output_in_neither_the_ledger_nor_the_blobs(
+        bulky, archive_dir):
+    _run(bulky, _script("erased-ledger-marker"), subject="ada")
+    kept = _run(bulky, _script("kept-ledger-marker"), subject="bob")
+    assert _marker_found("erased-ledger-marker") == (True, True)  # the reference's preview
+
+    subject_erasure(tenant_id=bulky.tenant.pk, subject="ada", actor=SYSTEM)
+    assert _marker_found("erased-ledger-marker") == (False, False)
+    assert _replayed(_ledger_row(kept.pk)).result == _big("kept-ledger-marker")
+
+
+def test_an_export_holds_the_ledgers_value(bulky):
+    import base64
+
+    from retention_app.services.archive import task_lines
+
+    task = _run(bulky, _script("exported-ledger"))
+    rows = [json.loads(line) for line in task_lines(task)]
+    [blob] = [row for row in rows if row["model"] == "tasks_app.payloadblob"]
+    [ledger] = [row for row in rows if row["model"] == "tools_app.toolexecution"]
+    assert ledger["fields"]["result"][REF] == blob["fields"]["sha256"]
+    data = base64.b64decode(blob["fields"]["data"])
+    assert json.loads(zlib.decompress(data)) == _big("exported-ledger")

@@ -21,6 +21,12 @@ step's decision and the record in the one that commits its outcome
 commit of its own there. `record` is for a
 claimed call whose outcome is not committed that way (a failure, or a result
 the task's version check refused).
+
+A large result is stored out of row like a step's output (the same blob, a
+use of the task: `tasks_app.store.blobs`), on every path that writes it: the
+store's commit, and `record`, `_record_locked` and `_settle` here through
+`ledger_result`; `_stored_outcome` puts it back (`tasks_app.payloads.resolve_ledger`),
+so a replayed call gets the value, never the reference.
 """
 from __future__ import annotations
 
@@ -36,6 +42,8 @@ from django.utils import timezone
 
 from foundations.ioloop import run_io
 from foundations.metrics import observe_tool_call
+from tasks_app.payloads import resolve_ledger
+from tasks_app.store.blobs import ledger_result
 
 from ..models import LedgerStatus, ToolExecution
 from .dispatch import Prepared, prepare, query_status, send
@@ -293,6 +301,7 @@ def claim_or_answer(call: ToolCall, *, owner: str,
 def _stored_outcome(row: ToolExecution) -> ToolOutcome | None:
     """A settled key's outcome, as the ledger stored it (None: not settled)."""
     if row.status == LedgerStatus.SUCCEEDED:
+        resolve_ledger([row])  # a large result is stored out of row
         return ToolOutcome(kind=OutcomeKind.OK, result=row.result, from_ledger=True)
     if row.status == LedgerStatus.FAILED_FINAL:
         permission = (row.error or {}).get("layer") == "permission"
@@ -356,8 +365,14 @@ def record(claim: Claim, outcome: ToolOutcome) -> None:
     One conditional UPDATE while the claim still holds (the usual case); when it
     does not (the claim expired and another executor took the key), the
     attempt is kept for audit and the ledger's verdict stays theirs."""
-    held = recordable(claim.call.context.idempotency_key, claim.owner).update(
-        **recorded_fields(claim, outcome, timezone.now()))
+    context = claim.call.context
+    with transaction.atomic():  # a large result's blob with the row, or neither
+        fields = recorded_fields(claim, outcome, timezone.now())
+        fields["result"] = ledger_result(tenant_id=context.tenant_id, task_id=context.task_id,
+                                         result=outcome.result)
+        held = recordable(context.idempotency_key, claim.owner).update(**fields)
+        if not held:
+            transaction.set_rollback(True)
     if not held:
         _record_locked(claim.call, claim.owner, outcome)
 
@@ -389,13 +404,17 @@ def _record_locked(call: ToolCall, owner: str, outcome: ToolOutcome) -> None:
             # audit, but the ledger's verdict is theirs.
             row.save(update_fields=["attempts", "updated_at"])
             return
-        row.status, row.result, row.error = STATUS_OF[outcome.kind], outcome.result, error
+        row.status, row.error = STATUS_OF[outcome.kind], error
+        row.result = ledger_result(tenant_id=row.tenant_id, task_id=call.context.task_id,
+                                   result=outcome.result)
         row.claimed_by, row.claimed_until = "", None
         row.save()
 
 
 def _settle(row: ToolExecution, status: str, *, result: Any = None, error: Any = None,
             answer: Any = None) -> None:
-    row.status, row.result, row.error, row.status_answer = status, result, error, answer
-    row.claimed_by, row.claimed_until = "", None
-    row.save()
+    with transaction.atomic():  # a large result's blob with the row
+        row.status, row.error, row.status_answer = status, error, answer
+        row.result = ledger_result(tenant_id=row.tenant_id, task_id=row.task_id, result=result)
+        row.claimed_by, row.claimed_until = "", None
+        row.save()
