@@ -71,13 +71,18 @@ def size_of(value: Any) -> int:
     return len(json.dumps(value, default=str).encode())
 
 
+def stays_inline(value: Any) -> bool:
+    """`value` is stored in its row, not as a blob."""
+    if value is None or isinstance(value, bool | int | float):
+        return True
+    return size_of(value) <= inline_max() and not is_reference(value)
+
+
 def blob_of(value: Any) -> Blob | None:
     """The blob `value` is stored as, or None: it stays in its row."""
-    if value is None or isinstance(value, bool | int | float):
+    if stays_inline(value):
         return None
     size = size_of(value)
-    if size <= inline_max() and not is_reference(value):
-        return None
     text = canonical_json(value)
     sha = sha256_hex(text)
     return Blob(sha256=sha, size=size, data=zlib.compress(text.encode()),

@@ -202,6 +202,8 @@ def test_archive_and_restore_round_trip_a_task_with_a_blob(bulky, archive_dir, s
         marker = "archived" if task is old else "alone"
         assert steps[0]["output"] == python_tools.big(  # type: ignore[arg-type]
             {"size": SIZE, "marker": marker}, None)
+        # the ledger's copy came back with it: a replay of the call gets the value
+        assert _replayed(_ledger_row(task.pk)).result == _big(marker)
 
 
 def test_erasure_removes_the_subjects_blobs(bulky, archive_dir):

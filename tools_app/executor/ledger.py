@@ -31,6 +31,7 @@ so a replayed call gets the value, never the reference.
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -42,7 +43,7 @@ from django.utils import timezone
 
 from foundations.ioloop import run_io
 from foundations.metrics import observe_tool_call
-from tasks_app.payloads import resolve_ledger
+from tasks_app.payloads import resolve_ledger, stays_inline
 from tasks_app.store.blobs import ledger_result
 
 from ..models import LedgerStatus, ToolExecution
@@ -366,12 +367,14 @@ def record(claim: Claim, outcome: ToolOutcome) -> None:
     does not (the claim expired and another executor took the key), the
     attempt is kept for audit and the ledger's verdict stays theirs."""
     context = claim.call.context
-    with transaction.atomic():  # a large result's blob with the row, or neither
+    large = not stays_inline(outcome.result)
+    # a large result's blob with the row, or neither (a small one costs no savepoint)
+    with transaction.atomic() if large else nullcontext():
         fields = recorded_fields(claim, outcome, timezone.now())
         fields["result"] = ledger_result(tenant_id=context.tenant_id, task_id=context.task_id,
                                          result=outcome.result)
         held = recordable(context.idempotency_key, claim.owner).update(**fields)
-        if not held:
+        if large and not held:
             transaction.set_rollback(True)
     if not held:
         _record_locked(claim.call, claim.owner, outcome)
