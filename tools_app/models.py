@@ -140,6 +140,8 @@ class ToolExecution(models.Model):
     tool = models.CharField(max_length=100)
     args = models.JSONField()
     status = models.CharField(max_length=20, choices=LedgerStatus.choices)
+    # a large one as a reference to its step's blob (`tasks_app.payloads`,
+    # read back with `resolve_ledger`)
     result = models.JSONField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
     attempts = models.JSONField(default=list, help_text="One entry per call: started, outcome, ms.")
