@@ -20,6 +20,7 @@ deleted online. Both databases are dropped at the end.
 """
 from __future__ import annotations
 
+import os
 import statistics
 import tempfile
 import time
@@ -106,7 +107,9 @@ def _round(name: str, cfg: BenchConfig, *, log_dir: Path) -> dict[str, Any]:
         env = bench_env(database_url_of(connection.settings_dict))
         with celery_workers(env, concurrency=cfg.workers, log_dir=log_dir) as workers:
             warm_up(world, cfg)
-            return run_throughput(world, cfg, workers=workers)
+            load = os.getloadavg()[0]  # the machine may be shared
+            return {**run_throughput(world, cfg, workers=workers),
+                    "loadavg_1m": [round(load, 2), round(os.getloadavg()[0], 2)]}
 
 
 def _preload(*, tasks: int, events: int) -> dict[str, Any]:
@@ -166,6 +169,7 @@ def _compare(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             "rounds_steps_per_s": [r["steps_per_s"] for r in rounds],
             "rounds_p50_ms": [r["step_latency"]["p50_ms"] for r in rounds],
             "rounds_p99_ms": [r["step_latency"]["p99_ms"] for r in rounds],
+            "rounds_loadavg_1m": [r["loadavg_1m"] for r in rounds],
             "postgres_cpu_ms_per_step": _median(
                 [r["cpu_ms_per_step"]["postgres"] for r in rounds]),
         }
