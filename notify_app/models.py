@@ -67,7 +67,12 @@ class Notification(models.Model):
     task = models.ForeignKey("tasks_app.Task", on_delete=models.CASCADE, related_name="+")
     type = models.CharField(max_length=40, choices=EventType.choices)
     # What caused it: the task event, or the request (an SLA warning has no task event).
-    event = models.ForeignKey("tasks_app.Event", null=True, blank=True,
+    # No constraint in the database: on PostgreSQL the events table is partitioned
+    # (tasks_app.store.partitions) and its unique key is (id, created_at), which a
+    # foreign key on the id alone cannot reference. Django still sets it to NULL
+    # when the event is deleted row by row; a dropped month leaves it dangling
+    # until the notification goes with its archived task.
+    event = models.ForeignKey("tasks_app.Event", null=True, blank=True, db_constraint=False,
                               on_delete=models.SET_NULL, related_name="+")
     context = models.JSONField(default=dict, help_text="What the event said (payload).")
     body = models.JSONField(null=True, blank=True, help_text="Composed at the first send.")

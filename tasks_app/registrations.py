@@ -6,6 +6,8 @@ Celery entry points or the services above it.
 - `store.hooks`: after an event commits, its observation and its publication;
   after a task leaves RUNNING, admission; after it fails, its compensation;
   after it ends, its parent's wake-up and its children's cancel (`services.children`);
+  every recovery sweep, the children's check and the events table's months
+  ahead (`store.partitions`);
 - `services.dispatch`: who runs a task's slices and compensations, per
   `TETHER_RUNNER` mode (Celery workers, or the embedded runner).
 """
@@ -18,6 +20,7 @@ from .services.children import children_sweep, on_task_ended
 from .services.dispatch import register_executor, schedule_compensation
 from .services.events import observe_committed
 from .store import hooks
+from .store.partitions import event_months_ensure
 from .tasks import CELERY
 
 
@@ -28,5 +31,6 @@ def register() -> None:
     hooks.on_task_failed(schedule_compensation)
     hooks.on_task_ended(on_task_ended)  # a child's parent is woken, a parent's children canceled
     hooks.on_sweep(children_sweep)
+    hooks.on_sweep(event_months_ensure)  # the current month's partition and the next two
     register_executor("celery", CELERY)
     register_executor("embedded", EMBEDDED)

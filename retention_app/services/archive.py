@@ -2,7 +2,8 @@
 online tables for compressed JSON Lines files in the archive storage.
 
 One pass, per tenant, per batch of at most `TETHER_ARCHIVE_BATCH` due tasks
-(oldest ids first), in three moves, each safe to repeat after a crash:
+(oldest ids first), in three moves, each safe to repeat after a crash (moves 1
+and 2 for every batch of every tenant, then move 3 for all of them):
 
 1. **Write** the batch to one file, named after its tenant, month and ids
    (`<tenant>/<YYYY-MM>/tasks-<first>-<last>.jsonl.gz`): every row the task's
@@ -16,12 +17,15 @@ One pass, per tenant, per batch of at most `TETHER_ARCHIVE_BATCH` due tasks
    `ArchivedTask` row per task, in one transaction. A task is indexed once
    (the row's key is the task id), and a task already indexed is never
    selected again.
-3. **Delete** the indexed tasks online, `TETHER_ARCHIVE_DELETE_BATCH` tasks per
-   transaction: short transactions, so no lock is held long and the runner
-   never waits on the sweep. A payload blob no task uses any more goes with
-   the last task that used it. A pass starts by finishing the deletions a
-   crash left (tasks indexed but still online), and by removing files in the
-   storage that no index row names (written by a pass that died before step 2).
+3. **Delete** the indexed tasks online (this pass's, and any a crash left).
+   First the month partitions of the events table (PostgreSQL) that lie past
+   the operator's maximum retention and hold only archived tasks' rows are
+   dropped whole (`archived_months`): their rows are not deleted one by one.
+   Then the tasks, `TETHER_ARCHIVE_DELETE_BATCH` per transaction: short
+   transactions, so no lock is held long and the runner never waits on the
+   sweep. A payload blob no task uses any more goes with the last task that
+   used it. A pass starts by removing files in the storage that no index row
+   names (written by a pass that died before move 2).
 
 At most one pass runs at a time across the deployment (a deployment lock).
 """
@@ -52,6 +56,7 @@ from tasks_app.payloads import tasks_delete
 from tools_app.models import ToolExecution
 
 from ..models import ArchivedTask, ArchiveFile
+from .archived_months import archived_months_drop
 from .policy import retention_days
 
 ARCHIVE_LOCK_KEY = 0x7E7E_0003
@@ -65,12 +70,13 @@ class ArchiveReport:
     rows: int = 0
     deleted: int = 0
     orphans_removed: list[str] = field(default_factory=list)
+    partitions_dropped: list[str] = field(default_factory=list)
     skipped: bool = False  # another pass held the lock
 
     def as_dict(self) -> dict[str, Any]:
         return {"files": self.files, "tasks": self.tasks, "rows": self.rows,
                 "deleted": self.deleted, "orphans_removed": self.orphans_removed,
-                "skipped": self.skipped}
+                "partitions_dropped": self.partitions_dropped, "skipped": self.skipped}
 
 
 def archive_storage() -> Storage:
@@ -85,7 +91,6 @@ def archive_sweep(*, now: datetime | None = None, tenant: Tenant | None = None) 
             report.skipped = True
             return report
         now = now or timezone.now()
-        report.deleted += _delete_indexed_online()
         tenants = [tenant] if tenant is not None else list(Tenant.objects.order_by("pk"))
         for each in tenants:
             _remove_orphans(each, report)
@@ -95,7 +100,8 @@ def archive_sweep(*, now: datetime | None = None, tenant: Tenant | None = None) 
                 report.files += 1
                 report.tasks += written.tasks
                 report.rows += written.rows
-                report.deleted += _delete_indexed_online()
+        report.partitions_dropped = archived_months_drop(now=now)
+        report.deleted += _delete_indexed_online()
     return report
 
 

@@ -26,6 +26,16 @@ def export_dirs(settings: Any, tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     MANUAL_EXPORTS.clear()
 
 
+@pytest.fixture
+def archive_dir(settings: Any, tmp_path: Path) -> Path:
+    """The archive storage in a directory of the test's own."""
+    settings.STORAGES = {**settings.STORAGES, "archive": {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {"location": str(tmp_path)}}}
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    return tmp_path
+
+
 def run_queued_exports() -> list[str]:
     """What a worker does with the exports handed over (the `manual` runner's queue)."""
     outcomes = []

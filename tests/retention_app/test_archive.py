@@ -31,15 +31,6 @@ pytestmark = pytest.mark.django_db
 SCRIPT = [{"tool": "lookup_order", "args": {"order_id": "A-1"}}, {"final": {"ok": True}}]
 
 
-@pytest.fixture
-def archive_dir(settings: Any, tmp_path: Path) -> Path:
-    settings.STORAGES = {**settings.STORAGES, "archive": {
-        "BACKEND": "django.core.files.storage.FileSystemStorage",
-        "OPTIONS": {"location": str(tmp_path)}}}
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    return tmp_path
-
-
 def _finished(world: Any, n: int, *, days_ago: int) -> list[int]:
     ids = []
     for i in range(n):
