@@ -39,6 +39,7 @@ from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 
 from ..models import Event
+from .backends import backend
 from .sql import table
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ log = logging.getLogger(__name__)
 EVENTS = table(Event)
 DEFAULT_PARTITION = f"{EVENTS}_default"
 MONTHS_AHEAD = 2
-DDL_LOCK_KEY = 0x7E7E_0004  # the deployment locks' series (config.deployment_locks)
+DDL_LOCK_KEY = 0x7E7E_0004  # the deployment locks' series (foundations.deployment_locks)
 # Short enough that the runner's writes never wait long behind a partition's
 # creation or drop; below deadlock_timeout (1 s), so it is the sweep that gives up.
 DDL_LOCK_TIMEOUT = "500ms"
@@ -70,7 +71,7 @@ def month_of(moment: datetime, *, later: int = 0) -> EventMonth:
 
 
 def events_partitioned() -> bool:
-    if connection.vendor != "postgresql":
+    if not backend().partitions_events:
         return False
     with connection.cursor() as cursor:
         cursor.execute("SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass(%s)",
@@ -81,7 +82,7 @@ def events_partitioned() -> bool:
 
 def event_partitions() -> set[str]:
     """The names of the events table's partitions, the DEFAULT one with them."""
-    if connection.vendor != "postgresql":
+    if not backend().partitions_events:
         return set()
     with connection.cursor() as cursor:
         cursor.execute("SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"

@@ -132,6 +132,8 @@ class Backend:
     # Is this database used by one process alone (no other sweeper, no
     # deployment lock to take)?
     one_process = False
+    # May the events table be partitioned by month (`store.partitions`)?
+    partitions_events = False
 
     # --- commits ---------------------------------------------------------------------
 

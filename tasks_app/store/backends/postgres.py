@@ -122,6 +122,7 @@ class PostgresAdmissionReads(AdmissionReads):
 
 class PostgresBackend(Backend):
     admission = PostgresAdmissionReads()
+    partitions_events = True  # declarative partitioning (`store.partitions`)
 
     # --- commits ---------------------------------------------------------------------
 
