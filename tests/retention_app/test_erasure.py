@@ -30,13 +30,10 @@ SUBJECT = f"customer-{MARK}"
 
 
 @pytest.fixture
-def archive_dir(settings: Any, tmp_path: Path) -> Path:
-    settings.STORAGES = {**settings.STORAGES, "archive": {
-        "BACKEND": "django.core.files.storage.FileSystemStorage",
-        "OPTIONS": {"location": str(tmp_path)}}}
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+def archive_dir(archive_dir: Path, settings: Any) -> Path:
+    """The package's archive directory, with a retention this module's tasks pass."""
     settings.TETHER = {**settings.TETHER, "RETENTION_DAYS": 30}
-    return tmp_path
+    return archive_dir
 
 
 def _task(world: Any, subject: str, *, final: dict[str, Any]) -> int:
