@@ -36,7 +36,7 @@ from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
-from config.deployment_locks import close_lock_connections
+from foundations.deployment_locks import close_lock_connections
 from retention_app.services.archive import archive_sweep
 from retention_app.services.policy import retention_days
 from tasks_app.models import Event, Task
