@@ -113,11 +113,17 @@ class Answered:
 def _answered(decided: Decided, memo: SliceMemo) -> Answered | None:
     """None: an unmatched read the evaluation lets through (`_shadow_call` says so
     again and it goes out)."""
-    if memo.record is None:
-        memo.record = shadow.recorded_calls(decided.snap)
     assert decided.claim is not None
-    outcome = shadow.recorded_outcome(decided.snap, decided.step, decided.spec, memo.record)
+    outcome = _from_record(decided.snap, decided.step, decided.spec, memo)
     return None if outcome is None else Answered(decided.spec, decided.claim, outcome)
+
+
+def _from_record(snap: TaskSnapshot, step: Step, spec: ToolSpec,
+                 memo: SliceMemo) -> ToolOutcome | None:
+    """`shadow.recorded_outcome`, the recorded ledger read once a slice."""
+    if memo.record is None:
+        memo.record = shadow.recorded_calls(snap)
+    return shadow.recorded_outcome(snap, step, spec, memo.record)
 
 
 @dataclass(frozen=True)
@@ -249,9 +255,7 @@ def _shadow_call(snap: TaskSnapshot, step: Step, *, owner: str, actor: Actor, me
         return commit_outcome_of(snap, step, None, ToolOutcome(kind=OutcomeKind.BUSINESS, error={
             "type": "tool_unavailable", "message": f"tool {step.tool!r} was disabled or removed"}),
             actor, memo=memo)
-    if memo.record is None:
-        memo.record = shadow.recorded_calls(snap)
-    outcome = shadow.recorded_outcome(snap, step, spec, memo.record)
+    outcome = _from_record(snap, step, spec, memo)
     if outcome is None:
         return None
     taken = ledger.claim_without_effect(call_of(snap, step, spec), owner=owner)
