@@ -135,8 +135,6 @@ def _rounds(figures: dict[str, Any]) -> str:
 
 def table(doc: dict[str, Any]) -> str:
     m = doc.get("machine", {})
-    r, f = doc.get("runner", {}), doc.get("floor", {})
-    lt, ws, c = doc.get("long_task", {}), doc.get("ws_latency", {}), doc.get("console") or {}
     machine = (
         "machine",
         f"{m.get('cpus')} CPUs ({m.get('cpu')}), {m.get('memory_gb')} GB, "
@@ -146,10 +144,14 @@ def table(doc: dict[str, Any]) -> str:
     if doc.get("config", {}).get("only") in ("io", "workflow", "parallel"):
         return _rows_text([machine, *_io_rows(doc), *_parallel_rows(doc), *_workflow_rows(doc)],
                           doc)
-    rows = [
-        machine,
-        *_io_rows(doc),
-        *_workflow_rows(doc),
+    rows = [machine, *_io_rows(doc), *_workflow_rows(doc), *_runner_rows(doc),
+            *_latency_rows(doc), *_console_rows(doc)]
+    return _rows_text(rows, doc)
+
+
+def _runner_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    r, f = doc.get("runner", {}), doc.get("floor", {})
+    return [
         (
             "runner",
             f"{_fmt(r.get('steps_per_s'))} steps/s, {_fmt(r.get('tasks_per_s'))} tasks/s "
@@ -183,6 +185,12 @@ def table(doc: dict[str, Any]) -> str:
         ),
         ("runner / floor", _fmt(r.get("ratio_to_floor"))),
         ("step anatomy", _anatomy_text(doc.get("anatomy") or {})),
+    ]
+
+
+def _latency_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    lt, ws = doc.get("long_task", {}), doc.get("ws_latency", {})
+    return [
         (
             "long task",
             f"step ~10 {_fmt(lt.get('step_10_ms'), ' ms')}, step ~{lt.get('steps')} "
@@ -199,6 +207,11 @@ def table(doc: dict[str, Any]) -> str:
             f"{_fmt(ws.get('achieved_rate'))} steps/s, lost {ws.get('lost')}",
         ),
     ]
+
+
+def _console_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    c = doc.get("console") or {}
+    rows: list[tuple[str, str]] = []
     for name in ("task_list", "task_page", "task_page_long"):
         fig = c.get(name)
         if fig:
@@ -228,7 +241,7 @@ def table(doc: dict[str, Any]) -> str:
                 f"{w.get('db_connections_while_waiting')}",
             )
         )
-    return _rows_text(rows, doc)
+    return rows
 
 
 def _parallel_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:

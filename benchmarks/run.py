@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,7 @@ from .procs import celery_workers, daphne_server, purge_queue
 from .report import check_targets, machine_info, workflow_targets
 from .throughput import run_throughput, run_waiting, warm_up
 from .workflow_load import run_workflow_phase
-from .world import api_key, session_cookie, world_ensure
+from .world import World, api_key, session_cookie, world_ensure
 from .ws_latency import run_ws_latency
 
 TETHER_KNOBS = (
@@ -52,9 +52,26 @@ TETHER_KNOBS = (
 )
 
 
+@dataclass
+class _Run:
+    """One bench run: what every phase reads, and the document they fill."""
+
+    cfg: BenchConfig
+    env: dict[str, str]
+    log_dir: Path
+    say: Callable[[str], None]
+    world: World
+    doc: dict[str, Any]
+    load: dict[str, float]
+
+    def phase(self, name: str, line: str) -> None:
+        # The machine may be shared: the 1-minute load average as each phase starts.
+        self.load[name] = round(os.getloadavg()[0], 2)
+        self.say(line)
+
+
 def bench_run(cfg: BenchConfig, *, log_dir: Path, say: Callable[[str], None]) -> dict[str, Any]:
     settings_dict = connection.settings_dict
-    env = bench_env(database_url_of(settings_dict))
     started = time.monotonic()
     load: dict[str, float] = {}
     doc: dict[str, Any] = {
@@ -64,73 +81,84 @@ def bench_run(cfg: BenchConfig, *, log_dir: Path, say: Callable[[str], None]) ->
         "tether": {k: settings.TETHER[k] for k in TETHER_KNOBS},
         "database": settings_dict["NAME"],
         "logs": str(log_dir),
-        # The machine may be shared: the 1-minute load average as each phase starts.
         "loadavg_1m": load,
     }
-
-    def phase(name: str, line: str) -> None:
-        load[name] = round(os.getloadavg()[0], 2)
-        say(line)
-
-    world = world_ensure()
+    run = _Run(cfg, bench_env(database_url_of(settings_dict)), log_dir, say,
+               world_ensure(), doc, load)
     purge_queue()
+    _workload_phases(run)
+    if cfg.only:
+        if cfg.only == "workflow":
+            doc["targets"] = workflow_targets(doc)
+    else:
+        _runtime_phases(run)
+        _server_phases(run)
+        doc["targets"] = check_targets(doc)
+    purge_queue()
+    load["end"] = round(os.getloadavg()[0], 2)
+    doc["duration_s"] = round(time.monotonic() - started, 1)
+    return doc
 
+
+def _workload_phases(run: _Run) -> None:
+    """The workloads on the worker as deployed: I/O, parallel reads, workflows."""
+    cfg, doc = run.cfg, run.doc
+    common = {"log_dir": run.log_dir, "say": run.say}
     if cfg.only in ("", "io"):
-        phase("io", f"I/O workload: {', '.join(str(n) for n in cfg.io_tasks)} tasks ...")
-        doc["io"] = run_io_phase(world, env, sizes=list(cfg.io_tasks), rounds=cfg.rounds,
-                                 log_dir=log_dir, say=say)
+        run.phase("io", f"I/O workload: {', '.join(str(n) for n in cfg.io_tasks)} tasks ...")
+        doc["io"] = run_io_phase(run.world, run.env, sizes=list(cfg.io_tasks),
+                                 rounds=cfg.rounds, **common)
         purge_queue()
     if cfg.only == "parallel":
         sizes = list(cfg.io_tasks[:1])  # the first I/O size: 200 tasks unless told
-        phase("parallel", f"parallel I/O workload: {sizes[0]} tasks ...")
-        doc["parallel"] = run_parallel_phase(world, env, sizes=sizes, log_dir=log_dir, say=say)
+        run.phase("parallel", f"parallel I/O workload: {sizes[0]} tasks ...")
+        doc["parallel"] = run_parallel_phase(run.world, run.env, sizes=sizes, **common)
         purge_queue()
     if cfg.only in ("", "workflow"):
-        phase("workflow", f"workflow workload: {cfg.workflow_runs} runs ...")
-        doc["workflow"] = run_workflow_phase(world, env, runs=cfg.workflow_runs,
-                                             rounds=cfg.rounds, log_dir=log_dir, say=say)
+        run.phase("workflow", f"workflow workload: {cfg.workflow_runs} runs ...")
+        doc["workflow"] = run_workflow_phase(run.world, run.env, runs=cfg.workflow_runs,
+                                             rounds=cfg.rounds, **common)
         purge_queue()
-    if cfg.only:
-        load["end"] = round(os.getloadavg()[0], 2)
-        if cfg.only == "workflow":
-            doc["targets"] = workflow_targets(doc)
-        doc["duration_s"] = round(time.monotonic() - started, 1)
-        return doc
 
+
+def _runtime_phases(run: _Run) -> None:
+    """Console history, then the runner against the psycopg floor, waiting
+    tasks, the long task and a step's anatomy."""
+    cfg, doc, world = run.cfg, run.doc, run.world
     if not cfg.skip_console:
-        phase(
+        run.phase(
             "console_data",
             f"console data: {cfg.console_tasks:,} tasks / {cfg.console_events:,} events ...",
         )
         doc["console_data"] = console_data_ensure(
             world, tasks=cfg.console_tasks, events=cfg.console_events
         )
-        say(f"  done in {doc['console_data']['generate_s']} s")
+        run.say(f"  done in {doc['console_data']['generate_s']} s")
 
-    say(f"starting a Celery worker ({cfg.workers} processes) ...")
-    with celery_workers(env, concurrency=cfg.workers, log_dir=log_dir) as workers:
+    run.say(f"starting a Celery worker ({cfg.workers} processes) ...")
+    with celery_workers(run.env, concurrency=cfg.workers, log_dir=run.log_dir) as workers:
         warm_up(world, cfg)
-        phase("runner", f"runner and floor: {cfg.rounds} x {cfg.tasks} tasks x {cfg.steps} steps")
+        run.phase("runner",
+                  f"runner and floor: {cfg.rounds} x {cfg.tasks} tasks x {cfg.steps} steps")
         runners, floors = [], []
+        dsn = psycopg_dsn(connection.settings_dict)
         for n in range(cfg.rounds):
             runners.append(run_throughput(world, cfg, workers=workers))
-            floors.append(
-                run_floor(psycopg_dsn(settings_dict), world, tasks=cfg.tasks, steps=cfg.steps)
-            )
-            say(
+            floors.append(run_floor(dsn, world, tasks=cfg.tasks, steps=cfg.steps))
+            run.say(
                 f"  round {n + 1}: runner {runners[-1]['steps_per_s']} steps/s, "
                 f"floor {floors[-1]['steps_per_s']} steps/s"
             )
         doc["runner"], doc["floor"] = _median_round(runners), _median_round(floors)
-        phase("waiting", f"waiting: {cfg.waiting_tasks} tasks parked on a question ...")
+        run.phase("waiting", f"waiting: {cfg.waiting_tasks} tasks parked on a question ...")
         doc["waiting"] = run_waiting(world, cfg, workers=workers)
-        phase("long_task", f"long task: {cfg.rounds} x {cfg.long_steps} steps ...")
+        run.phase("long_task", f"long task: {cfg.rounds} x {cfg.long_steps} steps ...")
         doc["long_task"] = run_long_tasks(world, cfg)
-        say(f"  ratio {doc['long_task']['ratio_last_to_10']}")
+        run.say(f"  ratio {doc['long_task']['ratio_last_to_10']}")
 
-    phase("anatomy", "step anatomy: statements per tool step ...")
+    run.phase("anatomy", "step anatomy: statements per tool step ...")
     doc["anatomy"] = run_anatomy(world)
-    say(
+    run.say(
         f"  {doc['anatomy'].get('statements_per_step')} statements, "
         f"{doc['anatomy'].get('commits_per_step')} commits per step"
     )
@@ -140,15 +168,19 @@ def bench_run(cfg: BenchConfig, *, log_dir: Path, say: Callable[[str], None]) ->
         round(runner_rate / floor_rate, 3) if runner_rate and floor_rate else None
     )
 
-    say("starting daphne ...")
-    with daphne_server(env, log_dir=log_dir) as base_url:
+
+def _server_phases(run: _Run) -> None:
+    """Through daphne: WebSocket latency, then the console's timings."""
+    cfg, doc, world = run.cfg, run.doc, run.world
+    run.say("starting daphne ...")
+    with daphne_server(run.env, log_dir=run.log_dir) as base_url:
         cookie = session_cookie(world)
-        phase("ws_latency", f"websocket: {cfg.ws_steps} steps at {cfg.ws_rate:g}/s ...")
+        run.phase("ws_latency", f"websocket: {cfg.ws_steps} steps at {cfg.ws_rate:g}/s ...")
         doc["ws_latency"] = run_ws_latency(
-            world, cfg, base_url=base_url, cookie=cookie, log_dir=log_dir
+            world, cfg, base_url=base_url, cookie=cookie, log_dir=run.log_dir
         )
         if not cfg.skip_console:
-            phase("console", "console timings ...")
+            run.phase("console", "console timings ...")
             doc["console"] = run_console(
                 world,
                 cfg,
@@ -158,11 +190,6 @@ def bench_run(cfg: BenchConfig, *, log_dir: Path, say: Callable[[str], None]) ->
                 sample_task=sample_generated_task(world),
                 long_task=doc["long_task"].get("task_id"),
             )
-    purge_queue()
-    load["end"] = round(os.getloadavg()[0], 2)
-    doc["targets"] = check_targets(doc)
-    doc["duration_s"] = round(time.monotonic() - started, 1)
-    return doc
 
 
 def _median_round(rounds: list[dict[str, Any]]) -> dict[str, Any]:

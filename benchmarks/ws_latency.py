@@ -158,31 +158,7 @@ def run_ws_latency(
         cancel_open(world, task_ids)
         return {"error": "a latency task was not RUNNING or its lease was taken"}
     out = log_dir / f"ws-arrivals-{task_ids[0]}.json"
-    host = base_url.split("://", 1)[1]
-    client = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks.ws_client",
-            "--url",
-            f"ws://{host}/ws/live/",
-            "--origin",
-            base_url,
-            "--cookie",
-            f"sessionid={cookie}",
-            "--tasks",
-            ",".join(map(str, task_ids)),
-            "--count",
-            str(cfg.ws_steps),
-            "--out",
-            str(out),
-            "--timeout",
-            str(cfg.ws_steps / cfg.ws_rate + 60),
-        ],
-        cwd=BASE_DIR,
-        stdout=subprocess.PIPE,
-        env={**os.environ},
-    )
+    client = _client(cfg, base_url=base_url, cookie=cookie, task_ids=task_ids, out=out)
     commits: dict[int, float] = {}
     errors: list[str] = []
     switch = sys.getswitchinterval()
@@ -190,26 +166,7 @@ def run_ws_latency(
         if _read_line(client, 30) != "READY":
             return {"error": "the WebSocket client did not subscribe (see the daphne log)"}
         sys.setswitchinterval(0.001)
-        start = time.perf_counter() + 0.05
-        threads = [
-            threading.Thread(
-                target=_produce,
-                args=(task_id, list(range(i + 1, cfg.ws_steps + 1, producers))),
-                kwargs={
-                    "period": 1.0 / cfg.ws_rate,
-                    "start": start,
-                    "commits": commits,
-                    "errors": errors,
-                },
-                name=f"bench-ws-producer-{i}",
-            )
-            for i, task_id in enumerate(task_ids)
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        produce_s = time.perf_counter() - start
+        produce_s = _produce_all(cfg, task_ids, commits=commits, errors=errors)
         try:
             client.wait(timeout=60)
         except subprocess.TimeoutExpired:
@@ -222,14 +179,6 @@ def run_ws_latency(
         cancel_open(world, task_ids)
     if not out.exists():
         return {"error": "the WebSocket client wrote no result", "producer_errors": errors}
-    received = json.loads(out.read_text())
-    arrivals = {int(k): v for k, v in received["arrivals"].items()}
-    from_commit = [arrivals[s]["at"] - t for s, t in commits.items() if s in arrivals]
-    from_created = [
-        arrivals[s]["at"] - datetime.fromisoformat(arrivals[s]["created_at"]).timestamp()
-        for s in commits
-        if s in arrivals and arrivals[s]["created_at"]
-    ]
     return {
         "task_ids": task_ids,
         "producers": producers,
@@ -238,10 +187,69 @@ def run_ws_latency(
         "committed": len(commits),
         "target_rate": cfg.ws_rate,
         "achieved_rate": round(len(commits) / produce_s, 1),
+        "producer_errors": errors[:5],
+        **_arrivals(json.loads(out.read_text()), commits),
+    }
+
+
+def _client(cfg: BenchConfig, *, base_url: str, cookie: str, task_ids: list[int],
+            out: Path) -> subprocess.Popen:
+    """The WebSocket client, in its own process, subscribed to `task_ids`; it
+    prints READY once subscribed and writes what arrived, and when, to `out`."""
+    host = base_url.split("://", 1)[1]
+    return subprocess.Popen(
+        [
+            sys.executable, "-m", "benchmarks.ws_client",
+            "--url", f"ws://{host}/ws/live/",
+            "--origin", base_url,
+            "--cookie", f"sessionid={cookie}",
+            "--tasks", ",".join(map(str, task_ids)),
+            "--count", str(cfg.ws_steps),
+            "--out", str(out),
+            "--timeout", str(cfg.ws_steps / cfg.ws_rate + 60),
+        ],
+        cwd=BASE_DIR,
+        stdout=subprocess.PIPE,
+        env={**os.environ},
+    )
+
+
+def _produce_all(cfg: BenchConfig, task_ids: list[int], *, commits: dict[int, float],
+                 errors: list[str]) -> float:
+    """`cfg.ws_steps` commits at `cfg.ws_rate`, spread over one thread per task;
+    returns the seconds they took."""
+    producers = len(task_ids)
+    start = time.perf_counter() + 0.05
+    threads = [
+        threading.Thread(
+            target=_produce,
+            args=(task_id, list(range(i + 1, cfg.ws_steps + 1, producers))),
+            kwargs={"period": 1.0 / cfg.ws_rate, "start": start, "commits": commits,
+                    "errors": errors},
+            name=f"bench-ws-producer-{i}",
+        )
+        for i, task_id in enumerate(task_ids)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - start
+
+
+def _arrivals(received: dict[str, Any], commits: dict[int, float]) -> dict[str, Any]:
+    """The client's arrivals against the commits' times."""
+    arrivals = {int(k): v for k, v in received["arrivals"].items()}
+    from_commit = [arrivals[s]["at"] - t for s, t in commits.items() if s in arrivals]
+    from_created = [
+        arrivals[s]["at"] - datetime.fromisoformat(arrivals[s]["created_at"]).timestamp()
+        for s in commits
+        if s in arrivals and arrivals[s]["created_at"]
+    ]
+    return {
         "received": len(arrivals),
         "lost": len([s for s in commits if s not in arrivals]),
         "commit_to_browser": summary_ms(from_commit),
         "created_at_to_browser": summary_ms(from_created),
-        "producer_errors": errors[:5],
         "client_errors": received["errors"][:5],
     }

@@ -103,33 +103,12 @@ class Command(BaseCommand):
             "10 million events against an empty one, alternated, and the archive sweep's "
             "events/s; --history-tasks, --history-events, --archive-tasks, --tasks, --steps, "
             "--rounds)")
-        parser.add_argument("--submissions", type=int,
-                            help="the submit workload's single submissions (3000)")
-        parser.add_argument("--batch-tasks", type=int,
-                            help="the submit workload's tasks through the batch endpoint (10000)")
-        parser.add_argument("--web-processes", type=int,
-                            help="the submit workload's web processes (one per CPU)")
-        parser.add_argument("--history-tasks", type=int,
-                            help="the history workload's preloaded tasks (1000000)")
-        parser.add_argument("--history-events", type=int,
-                            help="the history workload's preloaded events (10000000)")
-        parser.add_argument("--archive-tasks", type=int,
-                            help="the history workload's tasks archived (2000)")
-        parser.add_argument("--kills", type=int, help="the chaos workload's worker kills (10)")
-        parser.add_argument("--seed", type=int, help="the chaos workload's random seed")
-        parser.add_argument("--network", action="store_true",
-                            help="the chaos workload's faults are the network's: its workers "
-                                 "through proxies adding 50 ms each way to PostgreSQL and Redis, "
-                                 "every connection cut twice for 5 s (target within 2x)")
-        parser.add_argument("--outage-s", type=float, help="the breaker workload's outage (20)")
-        parser.add_argument("--period-s", type=float,
-                            help="the rate_limit workload's limit period, its 'minute' "
-                                 "(60; 10 with --quick)")
         parser.add_argument(
             "--database-url",
             default="",
             help=f"the bench's database (default $BENCH_DATABASE_URL or {DEFAULT_DATABASE_URL})",
         )
+        _workload_arguments(parser)
 
     def handle(self, *args, **opts):  # type: ignore[no-untyped-def]
         if os.environ.get(CHILD_FLAG) != "1":
@@ -344,3 +323,29 @@ def _database_ensure(url: str) -> None:
     with psycopg.connect(conninfo, autocommit=True) as conn:
         if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+def _workload_arguments(parser) -> None:  # type: ignore[no-untyped-def]
+    """The sizes and knobs of the workloads run alone (`--only`)."""
+    parser.add_argument("--submissions", type=int,
+                        help="the submit workload's single submissions (3000)")
+    parser.add_argument("--batch-tasks", type=int,
+                        help="the submit workload's tasks through the batch endpoint (10000)")
+    parser.add_argument("--web-processes", type=int,
+                        help="the submit workload's web processes (one per CPU)")
+    parser.add_argument("--history-tasks", type=int,
+                        help="the history workload's preloaded tasks (1000000)")
+    parser.add_argument("--history-events", type=int,
+                        help="the history workload's preloaded events (10000000)")
+    parser.add_argument("--archive-tasks", type=int,
+                        help="the history workload's tasks archived (2000)")
+    parser.add_argument("--kills", type=int, help="the chaos workload's worker kills (10)")
+    parser.add_argument("--seed", type=int, help="the chaos workload's random seed")
+    parser.add_argument("--network", action="store_true",
+                        help="the chaos workload's faults are the network's: its workers "
+                             "through proxies adding 50 ms each way to PostgreSQL and Redis, "
+                             "every connection cut twice for 5 s (target within 2x)")
+    parser.add_argument("--outage-s", type=float, help="the breaker workload's outage (20)")
+    parser.add_argument("--period-s", type=float,
+                        help="the rate_limit workload's limit period, its 'minute' "
+                             "(60; 10 with --quick)")
