@@ -57,6 +57,7 @@ step's decision log.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
@@ -440,8 +441,9 @@ class _Chunks(openai.AsyncStream[object]):
 
     async def __stream__(self) -> AsyncIterator[object]:  # type: ignore[override]
         response = self.response
+        pieces = response.aiter_bytes()  # held here: closed once the body is drained
         try:
-            async for data in sse_data(response.aiter_bytes()):
+            async for data in sse_data(pieces):
                 if isinstance(data, dict) and data.get("error"):
                     error = data["error"]
                     message = error.get("message") if isinstance(error, dict) else None
@@ -449,6 +451,7 @@ class _Chunks(openai.AsyncStream[object]):
                                           "An error occurred during streaming",
                                           request=response.request, body=error)
                 yield data
+            await _drained(pieces)
         except ValueError as exc:
             raise openai.APIError(message=f"bad event in the stream: {exc}",
                                   request=response.request, body=None) from exc
@@ -457,7 +460,23 @@ class _Chunks(openai.AsyncStream[object]):
         except request_exceptions() as exc:
             raise openai.APIConnectionError(request=response.request) from exc
         finally:
+            await pieces.aclose()
             await response.aclose()
+
+
+# How long the end of a body is waited for after `[DONE]` (the SDK's wait).
+DRAIN_S = 0.1
+
+
+async def _drained(pieces: AsyncIterator[bytes]) -> None:
+    """What is left of a streamed body after `[DONE]` (its end, normally at
+    once) read, so that its connection is kept for the next call: closed
+    unread, every streamed reply opened a connection of its own. Given up
+    after `DRAIN_S`: the reply is complete either way."""
+    with contextlib.suppress(TimeoutError, *request_exceptions()):
+        async with asyncio.timeout(DRAIN_S):
+            async for _ in pieces:
+                pass
 
 
 _BEARER_AUTH: Any = {"bearer_auth": True}  # the key as a bearer token
