@@ -72,11 +72,13 @@ import openai
 from django.conf import settings
 from openai._base_client import make_request_options
 from openai._httpx2 import request_exceptions, timeout_exceptions
+from openai._models import FinalRequestOptions
 
 from foundations.ioloop import run_io
 from foundations.metrics import observe_model_call
 from foundations.tracing import model_call_span
 from tools_app.outbound import (
+    GATHER_EVENTS_S,
     REFUSED,
     EgressRefusedError,
     Registry,
@@ -102,7 +104,7 @@ from .base import (
 from .messages import build_messages, input_summary, tool_catalogue, tool_names_back
 from .model_settings import NO_KEY, ModelSettings, ModelTarget, parse_model_settings
 from .replies import decisions_from_message, refusal_of
-from .streaming import Assembler, NoSink, TokenSink, sse_data
+from .streaming import GATHER_S, Assembler, NoSink, TokenSink, sse_data
 
 log = logging.getLogger(__name__)
 
@@ -511,6 +513,15 @@ class _SDKClient(openai.AsyncOpenAI):
         if prepared is None:
             prepared = self._prepared_urls[url] = super()._prepare_url(url)
         return prepared
+
+    def _build_request(self, options: FinalRequestOptions, *,
+                       retries_taken: int = 0) -> httpx2.Request:
+        """The request; a streamed reply's events read in gathered pieces
+        (`streaming.GATHER_S`)."""
+        request = super()._build_request(options, retries_taken=retries_taken)
+        if isinstance(options.json_data, dict) and options.json_data.get("stream") is True:
+            request.extensions[GATHER_EVENTS_S] = GATHER_S
+        return request
 
 
 # one per (base URL, outbound client, key, timeout): a few per endpoint
