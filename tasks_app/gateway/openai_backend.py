@@ -57,6 +57,7 @@ step's decision log.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
@@ -71,11 +72,13 @@ import openai
 from django.conf import settings
 from openai._base_client import make_request_options
 from openai._httpx2 import request_exceptions, timeout_exceptions
+from openai._models import FinalRequestOptions
 
 from foundations.ioloop import run_io
 from foundations.metrics import observe_model_call
 from foundations.tracing import model_call_span
 from tools_app.outbound import (
+    GATHER_EVENTS_S,
     REFUSED,
     EgressRefusedError,
     Registry,
@@ -101,7 +104,7 @@ from .base import (
 from .messages import build_messages, input_summary, tool_catalogue, tool_names_back
 from .model_settings import NO_KEY, ModelSettings, ModelTarget, parse_model_settings
 from .replies import decisions_from_message, refusal_of
-from .streaming import Assembler, NoSink, TokenSink, sse_data
+from .streaming import GATHER_S, Assembler, NoSink, TokenSink, sse_data
 
 log = logging.getLogger(__name__)
 
@@ -440,8 +443,9 @@ class _Chunks(openai.AsyncStream[object]):
 
     async def __stream__(self) -> AsyncIterator[object]:  # type: ignore[override]
         response = self.response
+        pieces = response.aiter_bytes()  # held here: closed once the body is drained
         try:
-            async for data in sse_data(response.aiter_bytes()):
+            async for data in sse_data(pieces):
                 if isinstance(data, dict) and data.get("error"):
                     error = data["error"]
                     message = error.get("message") if isinstance(error, dict) else None
@@ -449,6 +453,7 @@ class _Chunks(openai.AsyncStream[object]):
                                           "An error occurred during streaming",
                                           request=response.request, body=error)
                 yield data
+            await _drained(pieces)
         except ValueError as exc:
             raise openai.APIError(message=f"bad event in the stream: {exc}",
                                   request=response.request, body=None) from exc
@@ -457,7 +462,23 @@ class _Chunks(openai.AsyncStream[object]):
         except request_exceptions() as exc:
             raise openai.APIConnectionError(request=response.request) from exc
         finally:
+            await pieces.aclose()
             await response.aclose()
+
+
+# How long the end of a body is waited for after `[DONE]` (the SDK's wait).
+DRAIN_S = 0.1
+
+
+async def _drained(pieces: AsyncIterator[bytes]) -> None:
+    """What is left of a streamed body after `[DONE]` (its end, normally at
+    once) read, so that its connection is kept for the next call: closed
+    unread, every streamed reply opened a connection of its own. Given up
+    after `DRAIN_S`: the reply is complete either way."""
+    with contextlib.suppress(TimeoutError, *request_exceptions()):
+        async with asyncio.timeout(DRAIN_S):
+            async for _ in pieces:
+                pass
 
 
 _BEARER_AUTH: Any = {"bearer_auth": True}  # the key as a bearer token
@@ -492,6 +513,15 @@ class _SDKClient(openai.AsyncOpenAI):
         if prepared is None:
             prepared = self._prepared_urls[url] = super()._prepare_url(url)
         return prepared
+
+    def _build_request(self, options: FinalRequestOptions, *,
+                       retries_taken: int = 0) -> httpx2.Request:
+        """The request; a streamed reply's events read in gathered pieces
+        (`streaming.GATHER_S`)."""
+        request = super()._build_request(options, retries_taken=retries_taken)
+        if isinstance(options.json_data, dict) and options.json_data.get("stream") is True:
+            request.extensions[GATHER_EVENTS_S] = GATHER_S
+        return request
 
 
 # one per (base URL, outbound client, key, timeout): a few per endpoint

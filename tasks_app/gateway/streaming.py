@@ -17,6 +17,10 @@ from typing import Any, Protocol
 
 # An event ends at a blank line; lines end in LF, CRLF or CR (the SSE format).
 _LINE_ENDS = (b"\r\n", b"\r")
+# A streamed reply is read at most this often (seconds): a model sends a chunk
+# every few milliseconds, and each read wakes the whole stack. The tokens are
+# held longer than that before they go live (`STREAM_TOKEN_WINDOW_MS`).
+GATHER_S = 0.03
 
 
 class TokenSink(Protocol):
@@ -154,6 +158,8 @@ async def sse_data(pieces: AsyncIterator[bytes]) -> AsyncIterator[Any]:
 
 def _data_of(event: bytes) -> bytes | None:
     """The `data:` lines of one event, joined as the format says; None: none."""
+    if event.startswith(b"data: ") and b"\n" not in event:  # one line (the usual event)
+        return event[6:]
     lines = [line[5:] for line in event.split(b"\n") if line.startswith(b"data:")]
     if not lines:
         return None

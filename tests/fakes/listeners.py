@@ -12,6 +12,9 @@
 - `DripServer`: an HTTP server that answers one byte every `interval_s`, from
   the status line on or after the headers, and notes when the client closed
   the connection (the end of a call bounded by its total timeout).
+- `EventServer`: an HTTP server that answers an event stream as a model does,
+  its `pieces` one HTTP chunk each, `interval_s` apart, then ends the body (or,
+  with `hold`, keeps it open until the client closes).
 """
 
 from __future__ import annotations
@@ -141,6 +144,34 @@ class DripServer(_Acceptor):
                 drip.sent += 1
         drip.closed_at = time.monotonic()
         drip.closed.set()
+
+
+class EventServer(_Acceptor):
+    def __init__(self, pieces: list[bytes], *, interval_s: float = 0.01,
+                 hold: bool = False, host: str = "127.0.0.1") -> None:
+        self.pieces = pieces
+        self.interval_s = interval_s
+        self.hold = hold
+        super().__init__(host)
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            _read_request(conn)
+            try:
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                             b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
+                for piece in self.pieces:
+                    conn.sendall(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+                    # the model's pace, watching for the client going away
+                    readable, _, _ = select.select([conn], [], [], self.interval_s)
+                    if readable and not _peek(conn):
+                        return
+                if self.hold:
+                    _peek(conn)  # returns when the client closes
+                    return
+                conn.sendall(b"0\r\n\r\n")
+            except OSError:
+                return
 
 
 def _read_request(conn: socket.socket) -> None:

@@ -53,10 +53,28 @@ def test_a_payload_that_is_not_json_is_an_error():
         _read(b"data: {not json\n\n", 100)
 
 
-def _stream(body: bytes) -> _Chunks:
+class _Body(httpx2.AsyncByteStream):
+    """A body in pieces that notes whether it was read to its end; with `endless`,
+    it never ends after them (a server that keeps the body open after `[DONE]`)."""
+
+    def __init__(self, pieces: list[bytes], *, endless: bool = False) -> None:
+        self.pieces = pieces
+        self.endless = endless
+        self.read_to_end = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for piece in self.pieces:
+            yield piece
+        if self.endless:
+            await asyncio.Event().wait()
+        self.read_to_end = True
+
+
+def _stream(body: bytes | _Body) -> _Chunks:
     request = httpx2.Request("POST", "http://model.test/v1/chat/completions")
+    stream = httpx2.ByteStream(body) if isinstance(body, bytes) else body
     response = httpx2.Response(200, headers={"content-type": "text/event-stream"},
-                               stream=httpx2.ByteStream(body), request=request)
+                               stream=stream, request=request)
     client = openai.AsyncOpenAI(api_key="k", base_url="http://model.test/v1")
     return _Chunks(cast_to=object, response=response, client=client)
 
@@ -81,3 +99,17 @@ def test_an_error_in_the_stream_is_the_sdks_api_error():
 def test_a_bad_event_is_an_api_error_not_a_crash():
     with pytest.raises(openai.APIError, match="bad event"):
         _drain(_stream(b"data: {not json\n\n"))
+
+
+def test_the_body_is_read_to_its_end_after_done_so_its_connection_is_kept():
+    """What follows `[DONE]` (the end of a chunked body) is read before the
+    response is closed: a body closed unread closes its connection."""
+    body = _Body([b"data: {\"a\": 1}\n\ndata: [DONE]\n\n", b""])
+    assert _drain(_stream(body)) == [{"a": 1}]
+    assert body.read_to_end
+
+
+def test_a_body_that_does_not_end_after_done_is_given_up_not_waited_for():
+    body = _Body([b"data: {\"a\": 1}\n\ndata: [DONE]\n\n"], endless=True)
+    assert _drain(_stream(body)) == [{"a": 1}]  # within `DRAIN_S`, not the call's timeout
+    assert not body.read_to_end

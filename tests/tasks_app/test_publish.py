@@ -9,7 +9,7 @@ from uuid import uuid4
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
-from tasks_app.live.publish import Publisher, coalesce
+from tasks_app.live.publish import Publisher, coalesce, send_all
 
 
 def _queued(group: str, event_id: int, task_id: int = 7) -> tuple[str, dict]:
@@ -60,6 +60,29 @@ def test_events_sent_within_the_window_reach_a_group_as_one_message(settings):
 
     assert async_to_sync(subscribe_publish_receive)() == {
         "type": "tether.events", "events": [first["event"], second["event"]]}
+
+
+def test_a_batch_for_several_groups_goes_out_at_once_and_a_bad_message_stops_no_other():
+    """Through the real Redis layer: one batch's messages (pipelined) reach each
+    group; one that cannot be sent is logged and skipped."""
+    layer = get_channel_layer()
+    groups = [f"task.test-{uuid4().hex}" for _ in range(3)]
+    sends = [_queued(groups[0], 1), (groups[1], {"type": "tether.event", "bad": object()}),
+             _queued(groups[2], 3)]
+
+    async def subscribe_send_receive() -> list[dict]:
+        channels = [await layer.new_channel() for _ in groups]
+        for group, channel in zip(groups, channels, strict=True):
+            await layer.group_add(group, channel)
+        try:
+            await send_all(layer, sends)
+            return [await asyncio.wait_for(layer.receive(c), timeout=10)
+                    for c in (channels[0], channels[2])]
+        finally:
+            for group, channel in zip(groups, channels, strict=True):
+                await layer.group_discard(group, channel)
+
+    assert async_to_sync(subscribe_send_receive)() == [sends[0][1], sends[2][1]]
 
 
 def _tokens(attempt: int, *deltas: dict, last: bool = False) -> tuple[str, dict]:

@@ -21,10 +21,11 @@ from tasks_app.machine import TaskStatus
 from tasks_app.models import Step, StepStatus, Task
 from tests.factories import submit
 from tests.fakes.http_tool_server import Reply
-from tests.fakes.listeners import DripServer, Listener
+from tests.fakes.listeners import DripServer, EventServer, Listener
 from tests.fakes.runtime import add_agent, add_tool, assert_log_consistent, events_of
 from tests.helpers import drive, wait_for
 from tools_app.outbound import (
+    GATHER_EVENTS_S,
     REFUSED,
     EgressRefusedError,
     async_client_for,
@@ -456,6 +457,63 @@ def test_an_event_stream_is_limited_per_event_not_as_a_whole(fake_http, settings
             await client.get(fake_http.url("/huge"), timeout=10)
 
     asyncio.run(scenario())
+
+
+def _read_events(url: str, *, gather_s: float | None = None,
+                 timeout: float = 10.0) -> list[bytes]:
+    """An event stream's body as the pieces the client's transport yields."""
+    async def read() -> list[bytes]:
+        extensions = {GATHER_EVENTS_S: gather_s} if gather_s is not None else None
+        async with async_client_for(url).stream("GET", url, timeout=timeout,
+                                                extensions=extensions) as response:
+            return [piece async for piece in response.aiter_raw()]
+    return asyncio.run(read())
+
+
+@pytest.mark.parametrize("end", [b"\n\n", b"\r\n\r\n", b"\r\r"])
+def test_an_event_at_the_limit_passes_and_one_byte_more_is_refused_however_it_is_cut(
+        settings, end):
+    """The limit holds on each event, the blank line ending it included, when an
+    event and its end are split across reads (a CRLF cut in two)."""
+    settings.TETHER = {**settings.TETHER, "MAX_RESPONSE_BYTES": 100,
+                       "MAX_TOOL_RESULT_BYTES": 1}
+    event = b"data: " + b"z" * (100 - 6 - len(end)) + end  # 100 bytes
+    pieces = [event[:50], event[50:-1], event[-1:] + event[:-len(end) - 1], end[:1], end[1:]]
+    server = EventServer(pieces)
+    try:
+        assert b"".join(_read_events(server.url("/"))) == b"".join(pieces)
+        server.pieces = [event[:-1], event[-1:] + b"z" + event[:-1], event[-1:]]
+        with pytest.raises(ResponseTooLargeError, match="an event of the response is larger"):
+            _read_events(server.url("/"))
+    finally:
+        server.close()
+
+
+def test_a_gathering_read_takes_what_arrived_meanwhile_and_never_waits_for_the_end():
+    """A model's stream asked to be gathered (`GATHER_EVENTS_S`): fewer pieces
+    than events, the same bytes, and the end of the body read at once (the
+    gathering wait is far longer than the stream)."""
+    events = [f"data: {{\"i\": {i}}}\n\n".encode() for i in range(20)]
+    server = EventServer(events, interval_s=0.01)
+    try:
+        pieces = _read_events(server.url("/"), gather_s=0.1)
+        assert b"".join(pieces) == b"".join(events) and len(pieces) < len(events)
+        started = time.monotonic()
+        assert b"".join(_read_events(server.url("/"), gather_s=60)) == b"".join(events)
+        assert time.monotonic() - started < 30
+    finally:
+        server.close()
+
+
+def test_a_gathering_read_still_ends_at_the_calls_deadline():
+    server = EventServer([b"data: {}\n\n"], hold=True)
+    try:
+        started = time.monotonic()
+        with pytest.raises(httpx2.ReadTimeout):
+            _read_events(server.url("/"), gather_s=60, timeout=0.5)
+        assert time.monotonic() - started < 30
+    finally:
+        server.close()
 
 
 def test_an_evicted_endpoint_is_handed_to_its_owner():

@@ -20,9 +20,10 @@ from .clients import (
     owned_async_client,
 )
 from .policy import REFUSED, EgressRefusedError, current_policy, endpoint_of, url_problem
-from .transport import ResponseRefusedError, ResponseTooLargeError
+from .transport import GATHER_EVENTS_S, ResponseRefusedError, ResponseTooLargeError
 
 __all__ = [
+    "GATHER_EVENTS_S",
     "REFUSED",
     "EgressRefusedError",
     "Registry",

@@ -331,6 +331,9 @@ ACCEPT_ENCODING = "gzip, deflate"
 DECODED = frozenset({"gzip", "x-gzip", "deflate"})
 DECODE_PIECE = 1 << 20  # bytes decoded at a time, at most
 EVENT_ENDS = (b"\n\n", b"\r\n\r\n", b"\r\r")  # a blank line ends a server-sent event
+# A request's extension (seconds): its event stream is read at most this often,
+# what arrived meanwhile in one piece (see `_AiohttpBody`).
+GATHER_EVENTS_S = "tether.gather_events_s"
 
 
 def _codings(response: aiohttp.ClientResponse) -> list[str]:
@@ -339,19 +342,31 @@ def _codings(response: aiohttp.ClientResponse) -> list[str]:
             if c and c != "identity"]
 
 
-def _event_end(window: bytes, at: int) -> int | None:
-    """Where the first server-sent event to end at or after `at` ends, if one does."""
-    ends = [found + len(sep) for sep in EVENT_ENDS if (found := window.find(sep, at)) >= 0]
+def _event_end(window: bytes, at: int, seps: tuple[bytes, ...] = EVENT_ENDS) -> int | None:
+    """Where the first server-sent event to end at or after `at` ends, if one does
+    (`seps`: the blank lines to look for)."""
+    if len(seps) == 1:
+        found = window.find(seps[0], at)
+        return None if found < 0 else found + len(seps[0])
+    ends = [found + len(sep) for sep in seps if (found := window.find(sep, at)) >= 0]
     return min(ends) if ends else None
 
 
 class _AiohttpBody(httpx2.AsyncByteStream):
     """A response's body, decoded if need be, never read past `limit`: on the
     whole body, or on each event of an event stream (which may last as long as
-    its connection: an MCP server's)."""
+    its connection: an MCP server's).
+
+    With `gather_s` (a model's token stream), an event stream is read at most
+    that often: after each piece, the next waits `gather_s` (or for the body's
+    end, which it never waits for), and takes everything that arrived
+    meanwhile. A model sends a small event every few milliseconds; each read
+    wakes the whole stack above (the client's body, the event parser), which
+    cost a streamed reply more CPU than its events' contents."""
 
     def __init__(self, response: aiohttp.ClientResponse, done: Callable[[], None],
-                 limit: int | None, *, decode: bool = False) -> None:
+                 limit: int | None, *, decode: bool = False, gather_s: float = 0.0,
+                 deadline: float | None = None) -> None:
         self._response = response
         self._done: Callable[[], None] | None = done
         self._limit = limit
@@ -360,17 +375,44 @@ class _AiohttpBody(httpx2.AsyncByteStream):
         self._events = response.content_type == "text/event-stream"
         self._read = 0  # since the body's start, or the last event's end
         self._tail = b""  # an event stream's last bytes, for an end split between pieces
+        self._gather_s = gather_s if self._events else 0.0
+        self._deadline = deadline  # the call's (a gathering wait ends there too)
+        self._gathering: asyncio.Future[None] | None = None
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        # the call's deadline still runs: aiohttp's total timeout
+        # the call's deadline still runs: aiohttp's total timeout (a deadline
+        # passed while gathering is raised by the next read)
+        content = self._response.content
+        if self._gather_s:
+            content.on_eof(self._gathered)
         with _mapped(_AIOHTTP_EXCEPTIONS):
-            async for chunk in self._response.content.iter_any():
+            async for chunk in content.iter_any():
                 for piece in self._pieces(chunk):
                     self._count(piece)
                     yield piece
+                if self._gather_s and not content.is_eof():
+                    await self._gather()
         if self._inflate is not None and (rest := self._inflate.flush()):
             self._count(rest)
             yield rest
+
+    async def _gather(self) -> None:
+        """Wait `gather_s`, or until the body ends or the call's deadline."""
+        wait = self._gather_s
+        if self._deadline is not None:
+            wait = min(wait, self._deadline - time.monotonic())
+        loop = asyncio.get_running_loop()
+        self._gathering = loop.create_future()
+        timer = loop.call_later(max(0.0, wait), self._gathered)
+        try:
+            await self._gathering
+        finally:
+            timer.cancel()
+            self._gathering = None
+
+    def _gathered(self) -> None:
+        if self._gathering is not None and not self._gathering.done():
+            self._gathering.set_result(None)
 
     def _count(self, piece: bytes) -> None:
         if self._limit is None:
@@ -382,8 +424,9 @@ class _AiohttpBody(httpx2.AsyncByteStream):
         window = self._tail + piece  # an end split between two pieces is found too
         base = len(self._tail)  # where the piece starts in `window`
         start = base - self._read  # where the open event started (before `window`: < 0)
+        seps = EVENT_ENDS if b"\r" in window else EVENT_ENDS[:1]  # LF only: one search
         at = 0
-        while (end := _event_end(window, at)) is not None:
+        while (end := _event_end(window, at, seps)) is not None:
             if end > base:  # not one the last piece ended already
                 self._check(end - start)
                 start = end
@@ -464,6 +507,7 @@ class AsyncPolicyTransport(httpx2.AsyncBaseTransport):
         seconds = _timeout_s(request)
         timeout = aiohttp.ClientTimeout(
             total=None if seconds is None else seconds + CONNECT_FIRST_S, connect=seconds)
+        deadline = None if seconds is None else time.monotonic() + seconds + CONNECT_FIRST_S
         data: Any
         try:
             data = request.content or None
@@ -495,7 +539,8 @@ class AsyncPolicyTransport(httpx2.AsyncBaseTransport):
             status_code=response.status, headers=raw_headers,
             stream=_AiohttpBody(response, self._call_done,
                                 None if self._max_body is None else self._max_body(),
-                                decode=bool(codings)),
+                                decode=bool(codings), deadline=deadline,
+                                gather_s=request.extensions.get(GATHER_EVENTS_S) or 0.0),
             extensions={"http_version": b"HTTP/1.1",
                         "reason_phrase": (response.reason or "").encode("latin-1", "replace")})
 
