@@ -7,6 +7,7 @@ Production sets DATABASE_URL, CELERY_BROKER_URL and CHANNEL_LAYER_URL.
 
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
@@ -201,7 +202,12 @@ if CHANNEL_LAYER_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-            "CONFIG": {"hosts": [CHANNEL_LAYER_URL]},
+            # Pub/sub channels are global to the Redis server, whatever the
+            # database number: the prefix carries the number, so deployments
+            # (or test processes) on separate databases of one server never
+            # receive each other's live messages.
+            "CONFIG": {"hosts": [CHANNEL_LAYER_URL],
+                       "prefix": f"asgi{urlsplit(CHANNEL_LAYER_URL).path.strip('/') or '0'}"},
         }
     }
 else:
