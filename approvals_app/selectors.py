@@ -5,8 +5,8 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 
+from foundations.actors import Actor
 from foundations.errors import conflict, not_found
-from tasks_app.actors import Actor
 from tasks_app.models import Membership, Role, Step
 
 from .gates import AUTHORIZATION

@@ -63,7 +63,7 @@ def setup(base: str, tenants: list[str]) -> None:
 
 
 def submit(tenant_name: str, count: int) -> list[int]:
-    from tasks_app.actors import SYSTEM
+    from foundations.actors import SYSTEM
     from tasks_app.models import Tenant
     from tasks_app.services.tasks import task_submit
 

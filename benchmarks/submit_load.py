@@ -34,7 +34,7 @@ from django.db import connection, transaction
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from tasks_app.actors import SYSTEM
+from foundations.actors import SYSTEM
 from tasks_app.models import Role, Task, Tenant
 from tasks_app.services.accounts import api_key_create, user_ensure
 from tasks_app.services.tasks import task_submit

@@ -15,7 +15,7 @@ from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_K
 from django.contrib.sessions.backends.db import SessionStore
 from django.db import transaction
 
-from tasks_app.actors import SYSTEM, Actor
+from foundations.actors import SYSTEM, Actor
 from tasks_app.machine import NON_TERMINAL
 from tasks_app.models import Role, Task, Tenant
 from tasks_app.services.accounts import api_key_create, tenant_create, user_ensure

@@ -3,7 +3,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from tasks_app.console.access import with_csp
+from foundations.console_access import with_csp
 
 urlpatterns = [
     path(

@@ -61,8 +61,9 @@ from rest_framework.settings import api_settings
 from rest_framework.throttling import UserRateThrottle
 
 from foundations.errors import forbidden
-from tasks_app.actors import Actor
 from tasks_app.models import ApiKey, Membership, Role
+
+from .actors import Actor
 
 R = Role
 ALL_ROLES = frozenset(Role.values)

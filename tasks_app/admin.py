@@ -16,8 +16,8 @@ from django.db import transaction
 from django.http import HttpRequest
 
 from config.admin_site import ReadOnlyAdmin, ServiceCheckedForm
+from foundations.actors import Actor
 
-from .actors import Actor
 from .models import (
     AgentProfile,
     AgentReleaseEntry,

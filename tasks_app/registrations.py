@@ -8,11 +8,15 @@ Celery entry points or the services above it.
   after it ends, its parent's wake-up and its children's cancel (`services.children`);
   every recovery sweep, the children's check and the events table's months
   ahead (`store.partitions`);
+- `foundations.console_errors`: a task's statuses as the console names them;
 - `services.dispatch`: who runs a task's slices and compensations, per
   `TETHER_RUNNER` mode (Celery workers, or the embedded runner).
 """
 from __future__ import annotations
 
+from foundations.console_errors import name_states
+
+from .console.presenters import STATUS_LABELS
 from .live.publish import publish_event
 from .runner.embedded import EMBEDDED
 from .services.admission import admission_after_commit
@@ -32,5 +36,6 @@ def register() -> None:
     hooks.on_task_ended(on_task_ended)  # a child's parent is woken, a parent's children canceled
     hooks.on_sweep(children_sweep)
     hooks.on_sweep(event_months_ensure)  # the current month's partition and the next two
+    name_states(STATUS_LABELS)
     register_executor("celery", CELERY)
     register_executor("embedded", EMBEDDED)

@@ -6,7 +6,7 @@ from typing import Any
 import factory
 import pytest
 
-from tasks_app.actors import Actor
+from foundations.actors import Actor
 from tasks_app.models import AgentProfile, Role, Tenant
 from tasks_app.services.accounts import user_ensure
 from tasks_app.services.demo import demo_agent_ensure, demo_tools_ensure
@@ -59,7 +59,7 @@ def actor_of(user) -> Actor:  # type: ignore[no-untyped-def]
 
 def submit(tenant: Tenant, script: list[Any], *, agent: str = "support", goal: str = "test goal",
            requester=None, **kw: Any):  # type: ignore[no-untyped-def]
-    from tasks_app.actors import SYSTEM
+    from foundations.actors import SYSTEM
 
     return task_submit(tenant_id=tenant.pk, requester_id=requester.pk if requester else None,
                        agent=agent, goal=goal, input=kw.pop("input", {}), script=script,

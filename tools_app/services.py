@@ -43,9 +43,9 @@ from django.core.validators import URLValidator
 from django.utils.module_loading import import_string
 
 from audit_app.services import audit_record
+from foundations.actors import SYSTEM, Actor
 from foundations.errors import invalid
 from foundations.named_resources import NamedResource, model_field_errors
-from tasks_app.actors import SYSTEM, Actor
 from tasks_app.models import Tenant
 from tasks_app.selectors import missing_secret_names
 from tasks_app.vault.references import EXAMPLE, header_secret_names, template_errors

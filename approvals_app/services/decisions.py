@@ -16,8 +16,8 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from foundations.actors import SYSTEM, Actor
 from foundations.errors import conflict, forbidden, invalid, not_found
-from tasks_app.actors import SYSTEM, Actor
 from tasks_app.keys import idempotency_key
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Role, Step, StepKind, StepStatus, Task

@@ -14,9 +14,9 @@ from django.db import transaction
 from django.db.models import Max
 
 from audit_app.services import audit_record
+from foundations.actors import Actor
 from foundations.errors import conflict, invalid, not_found
 from foundations.expressions import ExpressionError, compile_expression
-from tasks_app.actors import Actor
 from tasks_app.models import Membership, Role
 from tools_app.models import Risk
 

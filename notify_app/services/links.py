@@ -39,7 +39,7 @@ from approvals_app.models import (
 )
 from approvals_app.services.answers import task_provide_input
 from approvals_app.services.decisions import DECIDERS, approval_decide
-from tasks_app.actors import Actor
+from foundations.actors import Actor
 from tasks_app.models import Membership, Task
 
 from ..payloads import link

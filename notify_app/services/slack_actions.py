@@ -35,8 +35,8 @@ from slack_sdk.signature import SignatureVerifier
 
 from approvals_app.models import DecisionChannel
 from approvals_app.services.decisions import approval_decide
+from foundations.actors import Actor
 from foundations.errors import DomainError
-from tasks_app.actors import Actor
 from tasks_app.models import Membership, Tenant
 
 from .slack import (

@@ -16,8 +16,8 @@ from typing import Any
 from django.db import transaction
 
 from audit_app.services import audit_record
+from foundations.actors import Actor
 from foundations.errors import invalid, not_found
-from tasks_app.actors import Actor
 from tasks_app.vault.keyring import seal
 from tools_app.outbound import url_problem
 

@@ -10,12 +10,13 @@ from django import forms
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
+from foundations.console_access import ConsoleUser, console_view
+from foundations.console_actions import form_action, succeeded
+from foundations.console_errors import error_line, error_status
+
 from ..models import Role
 from ..selectors import api_keys_visible
 from ..services.accounts import api_key_scope_set
-from .access import ConsoleUser, console_view
-from .actions import form_action, succeeded
-from .errors import error_line, error_status
 
 
 def names(text: str) -> list[str]:

@@ -8,11 +8,12 @@ from django import forms
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
+from foundations.console_access import ADMINS, ConsoleUser, console_view
+from foundations.console_actions import form_action, succeeded
+from foundations.console_errors import error_line, error_status
+
 from ..selectors import members_of_tenant
 from ..services.accounts import member_email_set
-from .access import ADMINS, ConsoleUser, console_view
-from .actions import form_action, succeeded
-from .errors import error_line, error_status
 
 
 class EmailForm(forms.Form):

@@ -14,13 +14,13 @@ from django import forms
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
+from foundations.console_access import ADMINS, ConsoleUser, console_view
+from foundations.console_actions import ServiceErrorsForm, form_action, save_form, succeeded
+from foundations.console_errors import error_line, error_message, error_status
 from foundations.errors import DomainError
 
 from ..selectors import secrets_of_tenant
 from ..services.secrets import MAX_VALUE_CHARS, secret_create, secret_delete, secret_rotate
-from .access import ADMINS, ConsoleUser, console_view
-from .actions import ServiceErrorsForm, form_action, save_form, succeeded
-from .errors import error_line, error_message, error_status
 
 
 def _value_field(label: str) -> forms.CharField:

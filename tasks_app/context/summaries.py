@@ -36,9 +36,9 @@ from typing import Any
 from django.db import transaction
 from django.db.models import IntegerField, Max, Sum
 
+from foundations.actors import SYSTEM, Actor
 from foundations.errors import conflict, forbidden, invalid, not_found
 
-from ..actors import SYSTEM, Actor
 from ..gateway import GatewayError, get_backend
 from ..gateway.base import CallGuard, CallLimiter
 from ..machine import TERMINAL

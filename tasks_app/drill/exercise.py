@@ -30,10 +30,10 @@ from django.conf import settings
 from django.db import connection
 
 from config.celery import app
+from foundations.actors import SYSTEM
 from tools_app.models import Breaker, Tool
 from tools_app.outbound.policy import url_problem
 
-from ..actors import SYSTEM
 from ..machine import TERMINAL, TaskStatus
 from ..models import Event, Step, Task, Tenant
 from ..services.releases import agent_seed

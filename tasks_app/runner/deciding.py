@@ -24,10 +24,10 @@ from typing import Any
 
 from django.utils import timezone
 
+from foundations.actors import Actor
 from tools_app.breakers import Admission
 from tools_app.executor.types import ToolSpec
 
-from ..actors import Actor
 from ..context.builder import ContextSources, build_context, gather
 from ..context.summaries import summary_maybe_create
 from ..gateway import (

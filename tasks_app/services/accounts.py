@@ -20,9 +20,9 @@ from django.utils import timezone
 
 from approvals_app.models import RequesterScope
 from audit_app.services import audit_record
+from foundations.actors import SYSTEM, Actor
 from foundations.errors import forbidden, invalid, not_found
 
-from ..actors import SYSTEM, Actor
 from ..live.publish import end_user_sockets
 from ..models import ApiKey, Membership, Role, Tenant
 

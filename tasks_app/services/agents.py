@@ -21,11 +21,11 @@ from collections.abc import Callable
 from typing import Any
 
 from audit_app.services import audit_record
+from foundations.actors import SYSTEM, Actor
 from foundations.named_resources import NamedResource, model_field_errors
 from tools_app.models import Tool
 from tools_app.schemas import check_schema
 
-from ..actors import SYSTEM, Actor
 from ..gateway.model_settings import model_settings_errors
 from ..models import AgentProfile, MemoryPolicy, OnExhaustion, Tenant
 from ..pricing import MAX_BUDGET, money, money_problem

@@ -7,10 +7,10 @@ from typing import Any
 
 from django.db import transaction
 
+from foundations.actors import SYSTEM
 from tools_app.demo.tools import DEMO_TOOLS
 from tools_app.models import DemoOrder, Tool
 
-from ..actors import SYSTEM
 from ..models import AgentProfile, Role, Task, Tenant
 from .accounts import tenant_create, user_ensure
 from .releases import agent_seed

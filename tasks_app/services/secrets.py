@@ -24,10 +24,10 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from audit_app.services import audit_record
+from foundations.actors import Actor
 from foundations.errors import DomainError, conflict, invalid, not_found
 from tools_app.models import McpServer, Tool
 
-from ..actors import Actor
 from ..models import AgentProfile, TenantSecret
 from ..vault.keyring import seal
 from ..vault.references import (

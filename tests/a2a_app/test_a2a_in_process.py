@@ -28,7 +28,7 @@ from a2a.utils.errors import InvalidParamsError, InvalidRequestError, TaskNotFou
 
 from a2a_app.app import application
 from a2a_app.states import STATE_OF
-from tasks_app.actors import SYSTEM
+from foundations.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import AgentProfile, Task
 from tasks_app.models import Role as TetherRole

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tasks_app.actors import SYSTEM
+from foundations.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import AgentProfile, Role, Step
 from tasks_app.services.secrets import secret_create

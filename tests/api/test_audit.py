@@ -14,7 +14,7 @@ from django.test import Client
 
 from audit_app.models import AuditEntry
 from audit_app.services import audit_record
-from tasks_app.actors import Actor
+from foundations.actors import Actor
 from tasks_app.models import Role
 from tasks_app.services.accounts import membership_revoke, user_deactivate, user_ensure
 from tests.factories import actor_of, make_user

@@ -23,6 +23,7 @@ from approvals_app.models import (
 )
 from approvals_app.services.rules import group_save, rule_create
 from evals_app.services.starting import Selection, evaluation_start
+from foundations.actors import SYSTEM
 from memory_app.models import MemoryItem, MemoryProposal
 from memory_app.services import item_create
 from notify_app.models import NotificationSettings, WebhookSubscription
@@ -31,7 +32,6 @@ from retention_app.models import Export
 from retention_app.services.export import export_run, export_start
 from schedules_app.models import Schedule
 from schedules_app.services.schedules import schedule_create
-from tasks_app.actors import SYSTEM
 from tasks_app.models import AgentProfile, ContextSummary, Event, Role, Task, TenantSecret
 from tasks_app.services.agents import agent_update
 from tasks_app.services.releases import release_set

@@ -9,7 +9,7 @@ import json
 import pytest
 from django.test import Client
 
-from tasks_app.actors import SYSTEM
+from foundations.actors import SYSTEM
 from tasks_app.models import AgentProfile, Role
 from tasks_app.services.secrets import secret_create
 from tests.factories import submit

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from tasks_app.actors import SYSTEM
+from foundations.actors import SYSTEM
 from tasks_app.models import Role
 from tasks_app.services.secrets import secret_create
 from tools_app.models import McpServer, Review, Tool

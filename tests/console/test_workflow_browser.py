@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tasks_app.actors import SYSTEM
+from foundations.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Role
 from tasks_app.services.accounts import api_key_create

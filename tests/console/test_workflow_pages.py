@@ -13,7 +13,7 @@ import pytest
 from django.test import Client
 
 from approvals_app.services.answers import task_provide_input
-from tasks_app.actors import SYSTEM
+from foundations.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Role, Task
 from tests.factories import TenantFactory, actor_of, make_user, submit

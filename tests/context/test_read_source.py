@@ -7,8 +7,8 @@ import json
 import pytest
 from rest_framework.test import APIClient
 
+from foundations.actors import Actor
 from memory_app.services import item_create
-from tasks_app.actors import Actor
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Role, Step
 from tasks_app.services.accounts import api_key_create

@@ -16,7 +16,7 @@ from django.test import TestCase
 from rest_framework.test import APIClient
 
 from evals_app.models import EvaluationTask
-from tasks_app.actors import SYSTEM
+from foundations.actors import SYSTEM
 from tasks_app.models import AgentProfile, Task
 from tasks_app.services.accounts import api_key_create
 from tasks_app.services.agents import agent_update

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tasks_app.actors import SYSTEM
+from foundations.actors import SYSTEM
 from tasks_app.models import AgentProfile, TenantSecret
 from tasks_app.services.demo import demo_agent_ensure
 from tasks_app.services.secrets import secret_create

@@ -9,7 +9,7 @@ import logging
 import pytest
 from django.conf import settings as django_settings
 
-from tasks_app.actors import SYSTEM
+from foundations.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Step, Task
 from tasks_app.services.secrets import secret_create, secret_rotate

@@ -12,7 +12,7 @@ from django.utils import timezone
 from approvals_app.models import Approval
 from approvals_app.services.routing import approval_reassign
 from approvals_app.services.rules import group_save
-from tasks_app.actors import SYSTEM
+from foundations.actors import SYSTEM
 from tasks_app.models import Role
 from tasks_app.runner.recovery import recovery_sweep
 from tests.factories import actor_of, make_user

@@ -18,8 +18,8 @@ import pytest
 from django.test import Client
 
 from approvals_app.models import Approval
+from foundations.actors import SYSTEM
 from notify_app.models import Delivery, SlackMessage
-from tasks_app.actors import SYSTEM
 from tasks_app.models import Event, Role, Task
 from tasks_app.services.secrets import secret_create
 from tests.fakes.slack_server import SIGNING_SECRET, TOKEN, FakeSlack, fake_slack, signed

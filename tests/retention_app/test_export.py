@@ -18,12 +18,12 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from audit_app.models import AuditEntry
+from foundations.actors import SYSTEM
 from notify_app.services.subscriptions import webhook_create
 from retention_app.export_jobs import MANUAL_EXPORTS
 from retention_app.models import Export, ExportStatus
 from retention_app.services.archive import archive_sweep
 from retention_app.services.export import export_run, exports_sweep
-from tasks_app.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Role, Task
 from tasks_app.services.demo import demo_agent_ensure

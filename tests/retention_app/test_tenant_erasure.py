@@ -17,10 +17,10 @@ from django.core.management.base import CommandError
 from django.utils import timezone
 
 from audit_app.models import AuditEntry
+from foundations.actors import SYSTEM
 from memory_app.models import MemoryItem
 from retention_app.models import ArchivedTask, ArchiveFile
 from retention_app.services.archive import archive_sweep
-from tasks_app.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Role, Task, Tenant
 from tasks_app.services.demo import demo_agent_ensure, demo_tools_ensure

@@ -55,7 +55,7 @@ def setup(base: str) -> None:
 
 
 def submit(count: int) -> list[int]:
-    from tasks_app.actors import SYSTEM
+    from foundations.actors import SYSTEM
     from tasks_app.models import Tenant
     from tasks_app.services.tasks import task_submit
 

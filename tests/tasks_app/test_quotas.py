@@ -13,9 +13,9 @@ from django.core.management import call_command
 from django.db import transaction
 from rest_framework.test import APIClient
 
+from foundations.actors import SYSTEM
 from notify_app.services.sweep import spend_warnings_emit
 from notify_app.signing import verify
-from tasks_app.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Role, Task, TenantQuota
 from tasks_app.services.accounts import api_key_create

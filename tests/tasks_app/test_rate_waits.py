@@ -88,7 +88,7 @@ def test_a_model_call_over_its_limit_waits_and_is_not_sent(
 
 
 def submit_model_task(world: Any, goal: str) -> Task:
-    from tasks_app.actors import SYSTEM
+    from foundations.actors import SYSTEM
     from tasks_app.services.tasks import task_submit
 
     task = task_submit(tenant_id=world.tenant.pk, requester_id=None, agent="limited", goal=goal,

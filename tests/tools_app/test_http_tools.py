@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from approvals_app.models import Reconciliation
-from tasks_app.actors import SYSTEM
+from foundations.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Step, StepStatus, Task
 from tasks_app.services.secrets import secret_create

@@ -16,7 +16,7 @@ from rest_framework.test import APIClient
 from approvals_app.models import Approval
 from approvals_app.services.decisions import approval_decide
 from audit_app.models import AuditEntry
-from tasks_app.actors import SYSTEM
+from foundations.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Step, StepStatus, Task
 from tasks_app.services.accounts import api_key_create

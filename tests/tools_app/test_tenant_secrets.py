@@ -11,7 +11,7 @@ import logging
 
 import pytest
 
-from tasks_app.actors import SYSTEM
+from foundations.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Step, StepStatus, Task
 from tasks_app.services.secrets import secret_create, secret_rotate

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks_app.actors import SYSTEM
+from foundations.actors import SYSTEM
 from tasks_app.models import Tenant
 
 from ..models import Workflow

@@ -1,13 +1,22 @@
 """Rendering a service's `DomainError` in the console: a readable message, the
-HTTP status its kind maps to (400/403/404/409), and its field errors."""
+HTTP status its kind maps to (400/403/404/409), and its field errors.
+
+A stale view's refusal names the state its object is in now, read aloud with
+the labels the app owning those states registers (`name_states`, from its
+`AppConfig.ready`: tasks_app, a task's statuses)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from foundations.errors import HTTP_STATUS, DomainError
+from .errors import HTTP_STATUS, DomainError
 
-from .presenters import status_label
+_state_labels: dict[str, str] = {}
+
+
+def name_states(labels: Mapping[str, str]) -> None:
+    _state_labels.update(labels)
 
 
 def error_status(exc: DomainError) -> int:
@@ -18,7 +27,7 @@ def error_message(exc: DomainError) -> str:
     d = exc.details or {}
     if exc.code == "stale_version":
         status = d.get("status")
-        now = f" It is now {status_label(status)}" if status else ""
+        now = f" It is now {_state_labels.get(status, status)}" if status else ""
         version = (
             f" (version {d['current_version']})" if d.get("current_version") is not None else ""
         )

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from foundations.ids import parse_id
+from .ids import parse_id
 
 
 @dataclass(frozen=True)

@@ -22,14 +22,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import wraps
-from typing import Any
+from typing import Any, Protocol
 
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import render
 
-from ..actors import Actor
-from ..models import Membership, Role, Task
+from tasks_app.models import Membership, Role
+
+from .actors import Actor
 
 DECIDERS = frozenset({Role.REVIEWER, Role.ADMIN})
 OPERATORS = frozenset({Role.OPERATOR, Role.ADMIN})
@@ -37,6 +38,12 @@ ANSWERERS = frozenset({Role.REVIEWER, Role.ADMIN})
 ADMINS = frozenset({Role.ADMIN})
 SUMMARY_EDITORS = OPERATORS
 INBOX_ROLES = DECIDERS
+
+
+class Requested(Protocol):
+    """What the role rules need of a task: who asked for it."""
+
+    requester_id: int | None
 
 
 @dataclass(frozen=True)
@@ -72,16 +79,16 @@ class ConsoleUser:
     def sees_inbox(self) -> bool:
         return self.role in INBOX_ROLES
 
-    def can_cancel(self, task: Task) -> bool:
+    def can_cancel(self, task: Requested) -> bool:
         return self.can_operate or self._is_requester_of(task)
 
-    def can_answer(self, task: Task) -> bool:
+    def can_answer(self, task: Requested) -> bool:
         return self.role in ANSWERERS or self._is_requester_of(task)
 
-    def can_resume(self, task: Task) -> bool:
+    def can_resume(self, task: Requested) -> bool:
         return self.can_operate
 
-    def _is_requester_of(self, task: Task) -> bool:
+    def _is_requester_of(self, task: Requested) -> bool:
         return task.requester_id is not None and task.requester_id == self.user_id
 
 

@@ -19,9 +19,8 @@ from django.core.exceptions import NON_FIELD_ERRORS
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 
-from foundations.errors import DomainError
-
-from .errors import error_message, field_errors
+from .console_errors import error_message, field_errors
+from .errors import DomainError
 
 T = TypeVar("T")
 
