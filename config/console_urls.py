@@ -22,5 +22,6 @@ urlpatterns = [
     path("workflows/", include("workflows_app.console.urls")),
     path("memory/", include("memory_app.urls")),
     path("evaluations/", include("evals_app.urls")),
+    path("", include("accounts_app.console.urls")),
     path("", include("tasks_app.console.urls")),
 ]

@@ -28,7 +28,7 @@ from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import render
 
-from tasks_app.models import Membership, Role
+from accounts_app.models import Membership, Role
 
 from .actors import Actor
 

@@ -32,9 +32,9 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
+from accounts_app.models import Membership
 from foundations.ids import parse_id
 
-from ..models import Membership
 from ..selectors import event_dict, events_after, task_of_tenant
 from .publish import task_group, tenant_group, user_group
 from .tokens import step_of, superseded

@@ -11,8 +11,8 @@ from rest_framework.response import Response
 
 from foundations.api_base import TenantAPIView
 from foundations.api_errors import error_responses
-from tasks_app.models import Role
 
+from ..models import Role
 from ..selectors import api_keys_visible
 from ..services.accounts import api_key_scope_set
 

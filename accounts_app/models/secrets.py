@@ -1,7 +1,7 @@
 """Tenant secrets: values a tenant stores for its tools and models, encrypted at rest.
 
 Only the ciphertext (Fernet, keys from `TETHER_SECRETS_KEY`) is stored; the
-value is never read back except by `tasks_app.vault.lookup` at call time.
+value is never read back except by `accounts_app.vault.lookup` at call time.
 A secret's name is unique within its tenant and is how tools and agent
 profiles refer to it.
 """
@@ -22,6 +22,7 @@ class TenantSecret(models.Model):
     rotated_by = models.CharField(max_length=150, blank=True)
 
     class Meta:
+        db_table = "tasks_app_tenantsecret"
         ordering = ["name"]
         constraints = [
             models.UniqueConstraint(fields=["tenant", "name"], name="secret_unique_name")

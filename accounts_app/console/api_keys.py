@@ -49,7 +49,7 @@ def api_key_list(request: HttpRequest) -> HttpResponse:
 @console_view()
 def api_key_scope_view(request: HttpRequest, key_id: int) -> HttpResponse:
     if request.method != "POST":
-        return redirect("console:api-key-list")
+        return redirect("accounts:api-key-list")
     cu = _cu(request)
     return form_action(
         ScopeForm(request.POST),
@@ -59,5 +59,5 @@ def api_key_scope_view(request: HttpRequest, key_id: int) -> HttpResponse:
         invalid=lambda form: _page(request, status=400, error="Not saved: a list is too long."),
         refused=lambda exc: _page(request, status=error_status(exc), error=error_line(exc)),
         done=lambda key: succeeded(request, f"Scope of key {key.prefix}… saved.",
-                                   "console:api-key-list"),
+                                   "accounts:api-key-list"),
     )

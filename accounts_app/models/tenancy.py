@@ -1,4 +1,6 @@
-"""Tenants, memberships (a user's tenant and role) and hashed API keys."""
+"""Tenants, memberships (a user's tenant and role) and hashed API keys.
+
+The tables keep the names they had in tasks_app (no data moved with the models)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,9 @@ class Tenant(models.Model):
     name = models.SlugField(max_length=64, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
+    class Meta:
+        db_table = "tasks_app_tenant"
+
     def __str__(self) -> str:
         return self.name
 
@@ -29,6 +34,9 @@ class Membership(models.Model):
     )
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=16, choices=Role.choices)
+
+    class Meta:
+        db_table = "tasks_app_membership"
 
     def __str__(self) -> str:
         return f"{self.user} @ {self.tenant} ({self.role})"
@@ -51,6 +59,9 @@ class ApiKey(models.Model):
     revoked = models.BooleanField(default=False)
     agents = models.JSONField(default=list, blank=True, db_default=[])
     tools = models.JSONField(default=list, blank=True, db_default=[])
+
+    class Meta:
+        db_table = "tasks_app_apikey"
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user})"

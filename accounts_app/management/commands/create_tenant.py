@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from tasks_app.services.accounts import tenant_create
+from accounts_app.services.accounts import tenant_create
 
 
 class Command(BaseCommand):

@@ -1,6 +1,6 @@
 """The console's Members page (admins only): the tenant's people, their roles and
 their e-mail addresses (where notification e-mails go, and how a Slack user is
-recognised as a reviewer), set through `tasks_app.services.accounts`."""
+recognised as a reviewer), set through `accounts_app.services.accounts`."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def member_list(request: HttpRequest) -> HttpResponse:
 @console_view(roles=ADMINS)
 def member_email_view(request: HttpRequest, user_id: int) -> HttpResponse:
     if request.method != "POST":
-        return redirect("console:member-list")
+        return redirect("accounts:member-list")
     cu = _cu(request)
     return form_action(
         EmailForm(request.POST),
@@ -48,5 +48,5 @@ def member_email_view(request: HttpRequest, user_id: int) -> HttpResponse:
                                    "too long."),
         refused=lambda exc: _page(request, status=error_status(exc), error=error_line(exc)),
         done=lambda m: succeeded(request, f"E-mail of {m.user.username} saved.",
-                                 "console:member-list"),
+                                 "accounts:member-list"),
     )

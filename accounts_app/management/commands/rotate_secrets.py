@@ -1,5 +1,5 @@
 """`python manage.py rotate_secrets`: re-encrypt every tenant secret (and every other
-sealed value, `tasks_app.vault.stores`) with the first key.
+sealed value, `accounts_app.vault.stores`) with the first key.
 
 Key rotation: put a new Fernet key first in TETHER_SECRETS_KEY (keeping the old
 ones after it), run this, then remove the old keys. A value no configured key
@@ -13,9 +13,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
+from accounts_app.vault.keyring import Undecryptable, require_keys, reseal
+from accounts_app.vault.stores import SealedColumn, sealed_columns
 from foundations.errors import DomainError
-from tasks_app.vault.keyring import Undecryptable, require_keys, reseal
-from tasks_app.vault.stores import SealedColumn, sealed_columns
 
 BATCH = 200
 

@@ -1,8 +1,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from accounts_app.models import Role, Tenant
+from accounts_app.services.accounts import api_key_create, user_ensure
 from foundations.errors import DomainError
-from tasks_app.models import Role, Tenant
-from tasks_app.services.accounts import api_key_create, user_ensure
 
 
 class Command(BaseCommand):

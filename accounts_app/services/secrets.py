@@ -1,11 +1,11 @@
 """Tenant secrets: create, rotate (a new value) and delete, each attributed.
 
 A secret is write-only: these services take a value and encrypt it
-(`tasks_app.vault.keyring`), and nothing here or anywhere else returns it;
-only `tasks_app.vault.lookup` reads it, at call time, for its own tenant. The
+(`accounts_app.vault.keyring`), and nothing here or anywhere else returns it;
+only `accounts_app.vault.lookup` reads it, at call time, for its own tenant. The
 name is the secret's identity (tools and agent profiles refer to it) and
 cannot change. Deleting a secret that a tool or an agent profile of the tenant
-still refers to is refused (409, with their names), so a reference never
+still refers to is refused (409, with their names: `hooks.secret_users`), so a reference never
 dangles by accident; a task already under way that uses it fails its next call
 with a permission error naming the secret.
 
@@ -23,19 +23,14 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from accounts_app.hooks import secret_users
+from accounts_app.models import TenantSecret
 from audit_app.services import audit_record
 from foundations.actors import Actor
 from foundations.errors import DomainError, conflict, invalid, not_found
-from tools_app.models import McpServer, Tool
 
-from ..models import AgentProfile, TenantSecret
 from ..vault.keyring import seal
-from ..vault.references import (
-    SECRET_NAME,
-    SECRET_NAME_RULE,
-    header_secret_names,
-    model_secret_names,
-)
+from ..vault.references import SECRET_NAME, SECRET_NAME_RULE
 
 log = logging.getLogger(__name__)
 
@@ -87,13 +82,12 @@ def secret_delete(*, tenant_id: int, name: str, actor: Actor) -> None:
                   .filter(tenant_id=tenant_id, name=name).first())
         if secret is None:
             raise not_found("Secret")
-        tools, agents = secret_references(tenant_id=tenant_id, name=name)
-        if tools or agents:
+        users = secret_users(tenant_id=tenant_id, name=name)
+        if any(users.values()):
             raise conflict(
                 "secret_in_use",
                 f"the secret {name!r} is still referenced: change these first",
-                tools=tools,
-                agents=agents,
+                **users,
             )
         _audit(secret, actor, "deleted", before=_audited(secret), after=None)
         secret.delete()
@@ -110,21 +104,6 @@ def _audit(secret: TenantSecret, actor: Actor, action: str, *, before: dict[str,
            after: dict[str, Any] | None) -> None:
     audit_record(actor=actor, tenant_id=secret.tenant_id, kind="secret", name=secret.name,
                  action=action, before=before, after=after, object_id=secret.pk)
-
-
-def secret_references(*, tenant_id: int, name: str) -> tuple[list[str], list[str]]:
-    """Names of the tenant's tools (MCP servers among them) and agent profiles
-    that refer to the secret."""
-    tools = [t.name for t in Tool.objects.filter(tenant_id=tenant_id).exclude(secret_headers={})
-             .only("name", "secret_headers").order_by("name")
-             if name in header_secret_names(t.secret_headers)]
-    tools += [f"{s.name} (MCP server)" for s in McpServer.objects.filter(tenant_id=tenant_id)
-              .exclude(secret_headers={}).only("name", "secret_headers").order_by("name")
-              if name in header_secret_names(s.secret_headers)]
-    agents = [a.name for a in AgentProfile.objects.filter(tenant_id=tenant_id)
-              .only("name", "model").order_by("name")
-              if name in model_secret_names(a.model).values()]
-    return tools, agents
 
 
 def _exists(name: str) -> DomainError:

@@ -3,7 +3,7 @@
 A secret is write-only: requests carry a value, answers never do (names, who
 created and rotated it, when). Another tenant's secret is a 404 and is never
 listed. What a name and a value may be, and when a secret may be deleted, is
-`tasks_app.services.secrets`'.
+`accounts_app.services.secrets`'.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The console's Secrets page (admins only): store, rotate and delete the
-tenant's secrets through `tasks_app.services.secrets`.
+tenant's secrets through `accounts_app.services.secrets`.
 
 The page shows names and who stored or rotated them, never a value: the value
 fields are password inputs that are never filled back in, even when the form
@@ -70,7 +70,7 @@ def secret_list(request: HttpRequest) -> HttpResponse:
                                 actor=cu.actor),
         page=lambda form, status: _page(request, form=form, status=status),
         done=lambda secret: succeeded(request, f"Secret {secret.name} stored.",
-                                      "console:secret-list"),
+                                      "accounts:secret-list"),
         status_of=error_status,
     )
 
@@ -78,7 +78,7 @@ def secret_list(request: HttpRequest) -> HttpResponse:
 @console_view(roles=ADMINS)
 def secret_rotate_view(request: HttpRequest, name: str) -> HttpResponse:
     if request.method != "POST":
-        return redirect("console:secret-list")
+        return redirect("accounts:secret-list")
     cu = _cu(request)
 
     def invalid(form: RotateForm) -> HttpResponse:
@@ -92,14 +92,14 @@ def secret_rotate_view(request: HttpRequest, name: str) -> HttpResponse:
         invalid=invalid,
         refused=lambda exc: _page(request, status=error_status(exc), error=error_line(exc)),
         done=lambda _: succeeded(request, f"Secret {name} rotated: the next calls use the new "
-                                 "value.", "console:secret-list"),
+                                 "value.", "accounts:secret-list"),
     )
 
 
 @console_view(roles=ADMINS)
 def secret_delete_view(request: HttpRequest, name: str) -> HttpResponse:
     if request.method != "POST":
-        return redirect("console:secret-list")
+        return redirect("accounts:secret-list")
     cu = _cu(request)
 
     def refused(exc: DomainError) -> HttpResponse:  # in use: say by whom
@@ -112,5 +112,5 @@ def secret_delete_view(request: HttpRequest, name: str) -> HttpResponse:
         None,
         lambda _: secret_delete(tenant_id=cu.tenant_id, name=name, actor=cu.actor),
         refused=refused,
-        done=lambda _: succeeded(request, f"Secret {name} deleted.", "console:secret-list"),
+        done=lambda _: succeeded(request, f"Secret {name} deleted.", "accounts:secret-list"),
     )

@@ -44,6 +44,9 @@ class TenantQuota(models.Model):
     warned_month = models.DateField(null=True, blank=True, editable=False)
     updated_at = models.DateTimeField(auto_now=True)
 
+    class Meta:
+        db_table = "tasks_app_tenantquota"
+
     def __str__(self) -> str:
         return f"quota of {self.tenant_id}"
 

@@ -2,7 +2,8 @@
 
 A tenant's admin is not Django staff: the Django admin is for the operator's
 superusers only (`config.admin_site`). A member who loses access (membership
-revoked, user deactivated) has their live sockets closed once that commits.
+revoked, user deactivated) has their live sockets closed once that commits
+(`hooks.access_lost`).
 Every change of a membership, and every new API key, is an audit entry of the
 member's tenant (`audit_app`)."""
 
@@ -18,12 +19,12 @@ from django.core.validators import validate_email
 from django.db import transaction
 from django.utils import timezone
 
+from accounts_app.hooks import access_lost
 from approvals_app.models import RequesterScope
 from audit_app.services import audit_record
 from foundations.actors import SYSTEM, Actor
 from foundations.errors import forbidden, invalid, not_found
 
-from ..live.publish import end_user_sockets
 from ..models import ApiKey, Membership, Role, Tenant
 
 KEY_PREFIX = "tth_"
@@ -188,7 +189,7 @@ def membership_revoke(*, user_id: int, actor: Actor = SYSTEM) -> bool:
                          name=membership.user.get_username(), action="revoked",
                          before={"role": membership.role}, object_id=user_id)
         deleted, _ = Membership.objects.filter(user_id=user_id).delete()
-        transaction.on_commit(lambda: end_user_sockets(user_id))
+        transaction.on_commit(lambda: access_lost(user_id))
     return bool(deleted)
 
 
@@ -201,7 +202,7 @@ def user_deactivate(*, user_id: int, actor: Actor = SYSTEM) -> bool:
             audit_record(actor=actor, tenant_id=membership.tenant_id, kind="membership",
                          name=membership.user.get_username(), action="deactivated",
                          before={"active": True}, after={"active": False}, object_id=user_id)
-        transaction.on_commit(lambda: end_user_sockets(user_id))
+        transaction.on_commit(lambda: access_lost(user_id))
     return bool(changed)
 
 

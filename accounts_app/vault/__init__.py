@@ -12,5 +12,5 @@
 - `lookup`: resolution at call time, for one tenant only. The only code that
   ever turns a reference into a value.
 
-Writes (create, rotate, delete) are `tasks_app.services.secrets`.
+Writes (create, rotate, delete) are `accounts_app.services.secrets`.
 """
