@@ -6,9 +6,10 @@ from typing import Any
 import factory
 import pytest
 
+from accounts_app.models import Role, Tenant
+from accounts_app.services.accounts import user_ensure
 from foundations.actors import Actor
-from tasks_app.models import AgentProfile, Role, Tenant
-from tasks_app.services.accounts import user_ensure
+from tasks_app.models import AgentProfile
 from tasks_app.services.demo import demo_agent_ensure, demo_tools_ensure
 from tasks_app.services.tasks import task_submit
 from tools_app.models import DemoOrder, Tool

@@ -10,8 +10,9 @@ import re
 import pytest
 from django.test import Client
 
+from accounts_app.models import Role
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Event, Role, Task
+from tasks_app.models import Event, Task
 from tasks_app.services.demo import demo_agent_ensure
 from tests.factories import submit
 from tests.helpers import drive

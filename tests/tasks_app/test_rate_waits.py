@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from tasks_app.models import AgentProfile, Event, Role, Step, StepStatus, Task
+from accounts_app.models import Role
+from tasks_app.models import AgentProfile, Event, Step, StepStatus, Task
 from tasks_app.runner.loop import run_slice
 from tasks_app.services.admission import admit_created_tasks
 from tests.factories import submit

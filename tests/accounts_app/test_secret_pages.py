@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from tasks_app.models import Role, TenantSecret
-from tasks_app.vault.lookup import secret_values
+from accounts_app.models import Role, TenantSecret
+from accounts_app.vault.lookup import secret_values
 from tests.console.test_admin_pages import AGENT_FORM
 from tests.factories import TenantFactory, make_user
 from tests.fakes.runtime import add_tool

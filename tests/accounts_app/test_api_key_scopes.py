@@ -11,6 +11,8 @@ import pytest
 from django.test import Client
 from rest_framework.test import APIClient
 
+from accounts_app.models import ApiKey, Role
+from accounts_app.services.accounts import api_key_create, api_key_in_use
 from approvals_app.models import Approval, Decision
 from approvals_app.services.decisions import approval_decide
 from approvals_app.services.rules import scope_set
@@ -18,14 +20,12 @@ from audit_app.models import AuditEntry
 from mcp_server_app.catalog import run_tools
 from mcp_server_app.server import caller_of_key
 from tasks_app.machine import TaskStatus
-from tasks_app.models import AgentProfile, ApiKey, Role, Task
-from tasks_app.services.accounts import api_key_create, api_key_in_use
+from tasks_app.models import AgentProfile, Task
 from tasks_app.services.demo import demo_agent_ensure
+from tests.api.conftest import Tenancy
 from tests.factories import actor_of
 from tests.helpers import drive
 from tools_app.models import DemoRefund
-
-from .conftest import Tenancy
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

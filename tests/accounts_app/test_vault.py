@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from tasks_app.vault.grants import env_granted
-from tasks_app.vault.references import render, template_errors
-from tasks_app.vault.values import MASK, Resolved, Unresolved, redact
+from accounts_app.vault.grants import env_granted
+from accounts_app.vault.references import render, template_errors
+from accounts_app.vault.values import MASK, Resolved, Unresolved, redact
 
 
 @pytest.mark.parametrize("template", [

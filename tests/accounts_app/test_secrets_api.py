@@ -9,11 +9,11 @@ from cryptography.fernet import Fernet
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from tasks_app.models import AgentProfile, Role, TenantSecret
-from tasks_app.vault.lookup import secret_values
+from accounts_app.models import Role, TenantSecret
+from accounts_app.vault.lookup import secret_values
+from tasks_app.models import AgentProfile
+from tests.api.conftest import Tenancy
 from tools_app.models import Tool
-
-from .conftest import Tenancy
 
 ADM = Role.ADMIN
 VALUE = "sk-live-0123456789abcdef"
