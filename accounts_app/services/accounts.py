@@ -19,12 +19,12 @@ from django.core.validators import validate_email
 from django.db import transaction
 from django.utils import timezone
 
-from accounts_app.hooks import access_lost
 from approvals_app.models import RequesterScope
 from audit_app.services import audit_record
 from foundations.actors import SYSTEM, Actor
 from foundations.errors import forbidden, invalid, not_found
 
+from ..hooks import access_lost
 from ..models import ApiKey, Membership, Role, Tenant
 
 KEY_PREFIX = "tth_"

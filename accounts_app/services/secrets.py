@@ -23,12 +23,12 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from accounts_app.hooks import secret_users
-from accounts_app.models import TenantSecret
 from audit_app.services import audit_record
 from foundations.actors import Actor
 from foundations.errors import DomainError, conflict, invalid, not_found
 
+from ..hooks import secret_users
+from ..models import TenantSecret
 from ..vault.keyring import seal
 from ..vault.references import SECRET_NAME, SECRET_NAME_RULE
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.db import models
 
-from accounts_app.models.tenancy import Tenant
+from accounts_app.models import Tenant
 
 from ..pricing import money_text
 

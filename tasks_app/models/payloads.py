@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from accounts_app.models.tenancy import Tenant
+from accounts_app.models import Tenant
 
 from .tasks import Task
 

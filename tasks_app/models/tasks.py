@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import models
 from django_fsm import FSMField, transition
 
-from accounts_app.models.tenancy import Tenant
+from accounts_app.models import Tenant
 
 from ..machine import NON_TERMINAL, TRANSITIONS, WAITING, TaskStatus
 from .agents import AgentProfile
