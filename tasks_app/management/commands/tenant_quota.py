@@ -1,4 +1,7 @@
-"""Show or set a tenant's quota (the operator's; tenants cannot change it)."""
+"""Show or set a tenant's quota (the operator's; tenants cannot change it).
+
+A command of tasks_app, not of accounts_app, which owns the quota: besides its
+terms it shows the tenant's spend against them (`services.quotas.spend_use`)."""
 from decimal import Decimal, InvalidOperation
 
 from django.core.management.base import BaseCommand, CommandError
