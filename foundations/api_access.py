@@ -83,7 +83,7 @@ POLICY: dict[str, frozenset[str]] = {
     "inbox.read": ALL_ROLES,
     "member.read": frozenset({R.ADMIN}),
     "member.write": frozenset({R.ADMIN}),
-    # every member manages their own keys; an admin, the tenant's (`services.accounts`)
+    # every member manages their own keys; an admin, the tenant's (`accounts_app.services.accounts`)
     "api_key.read": ALL_ROLES,
     "api_key.write": ALL_ROLES,
     "approval.read": frozenset({R.OPERATOR, R.REVIEWER, R.ADMIN}),

@@ -2,7 +2,7 @@
 the operator's actions (cancel, bulk cancel, bulk retry, resume, fail, retry from a step,
 roll the context summary back).
 
-Thin: role checks through `access`, reads through `selectors`, writes through
+Thin: role checks through `foundations.console_access`, reads through `selectors`, writes through
 `tasks_app.services.tasks`. An action that succeeds redirects back (303) with a
 message; one that is refused re-renders the page with the fresh state, the
 reason, and the status of the refusal (400/403/409).

@@ -16,7 +16,7 @@ whose id it has already sent.
 
 A socket lives only as long as its user's access: it closes (code 4403) when
 told so on the user's group (`publish.end_user_sockets`, after a membership is
-revoked or the user deactivated through `services.accounts`), and on its own
+revoked or the user deactivated through `accounts_app.services.accounts`), and on its own
 re-check every `LIVE_RECHECK_S` seconds, which catches changes made elsewhere
 (the Django admin, a shell).
 """
