@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from accounts_app.models import Membership
+from accounts_app.services.accounts import api_key_in_use
 from approvals_app.policy import agent_allowed
+from foundations.actors import Actor
 from foundations.api_access import Access
-from tasks_app.actors import Actor
-from tasks_app.models import AgentProfile, Membership
+from tasks_app.models import AgentProfile
 from tasks_app.selectors import published_agent_at
-from tasks_app.services.accounts import api_key_in_use
 from workflows_app.models import Workflow
 from workflows_app.selectors import published_workflow_at
 

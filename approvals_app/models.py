@@ -61,7 +61,7 @@ class HumanRequest(models.Model):
     Each names its own `task` and `step`: their related names differ, and a
     `%(class)s` pattern would be a migration of its own."""
 
-    tenant = models.ForeignKey("tasks_app.Tenant", on_delete=models.CASCADE, related_name="+")
+    tenant = models.ForeignKey("accounts_app.Tenant", on_delete=models.CASCADE, related_name="+")
     task_version = models.PositiveIntegerField()
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -191,7 +191,7 @@ class ReviewerGroup(models.Model):
     group (and `require_role` lets only its members decide); the tasks of the
     agents it lists route to it by default."""
 
-    tenant = models.ForeignKey("tasks_app.Tenant", on_delete=models.CASCADE, related_name="+")
+    tenant = models.ForeignKey("accounts_app.Tenant", on_delete=models.CASCADE, related_name="+")
     name = models.SlugField(max_length=64)
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="+")
     agents = models.JSONField(default=list, blank=True,
@@ -224,7 +224,7 @@ class ApprovalRule(models.Model):
     """One rule of a tenant's ordered list: the first that matches a tool call
     decides it. An empty match list matches anything."""
 
-    tenant = models.ForeignKey("tasks_app.Tenant", on_delete=models.CASCADE, related_name="+")
+    tenant = models.ForeignKey("accounts_app.Tenant", on_delete=models.CASCADE, related_name="+")
     position = models.PositiveIntegerField()
     name = models.SlugField(max_length=64)
     enabled = models.BooleanField(default=True)
@@ -262,7 +262,7 @@ class RequesterScope(models.Model):
     outside it waits for an authorization (granted for that task only), decided
     by the admins or by `authorizers`."""
 
-    tenant = models.ForeignKey("tasks_app.Tenant", on_delete=models.CASCADE, related_name="+")
+    tenant = models.ForeignKey("accounts_app.Tenant", on_delete=models.CASCADE, related_name="+")
     user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
                                 related_name="requester_scope")
     agents = models.JSONField(default=list, blank=True)

@@ -31,8 +31,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
+from accounts_app.models import ApiKey, Membership
 from foundations.expressions import ExpressionError, compiled
-from tasks_app.models import ApiKey, Membership
 
 from .gates import AUTHORIZATION, DEFAULT, Gate
 from .models import Approval, ApprovalRule, Decision, RequesterScope, ReviewerGroup, RuleAction

@@ -5,9 +5,10 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 
+from accounts_app.models import Membership, Role
+from foundations.actors import Actor
 from foundations.errors import conflict, not_found
-from tasks_app.actors import Actor
-from tasks_app.models import Membership, Role, Step
+from tasks_app.models import Step
 
 from .gates import AUTHORIZATION
 from .models import (

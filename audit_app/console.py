@@ -7,8 +7,8 @@ from urllib.parse import urlencode
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from tasks_app.console.access import ADMINS, ConsoleUser, console_view
-from tasks_app.console.paging import cursor, keyset_page
+from foundations.console_access import ADMINS, ConsoleUser, console_view
+from foundations.console_paging import cursor, keyset_page
 
 from .models import AuditKind
 from .selectors import audit_entries

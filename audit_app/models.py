@@ -21,7 +21,7 @@ class AuditKind(models.TextChoices):
 
 
 class AuditEntry(models.Model):
-    tenant = models.ForeignKey("tasks_app.Tenant", on_delete=models.CASCADE, related_name="+",
+    tenant = models.ForeignKey("accounts_app.Tenant", on_delete=models.CASCADE, related_name="+",
                                db_index=False)
     created_at = models.DateTimeField(auto_now_add=True)
     # who: the name and role as recorded on task events, and the user when there is one

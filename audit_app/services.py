@@ -37,7 +37,7 @@ FIELD_CHANGES = frozenset({"updated"})
 
 
 class Who(Protocol):
-    """The actor of a change (`tasks_app.actors.Actor` is one)."""
+    """The actor of a change (`foundations.actors.Actor` is one)."""
 
     @property
     def name(self) -> str: ...

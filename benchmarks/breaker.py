@@ -146,7 +146,7 @@ def _phase(tasks: int, outage_s: float) -> tuple[dict[str, Any], Downstream]:
 
 
 def _submit(world: World, n: int) -> int:
-    from tasks_app.actors import SYSTEM
+    from foundations.actors import SYSTEM
     from tasks_app.services.tasks import task_submit
 
     return task_submit(tenant_id=world.tenant_id, requester_id=world.user_id, agent=AGENT,

@@ -43,8 +43,9 @@ from typing import Any
 
 import psycopg
 
+from accounts_app.models import Tenant
 from tasks_app.drill.downstream import Downstream
-from tasks_app.models import Task, Tenant
+from tasks_app.models import Task
 
 from .config import bench_env
 from .private_services import (

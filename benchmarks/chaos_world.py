@@ -37,7 +37,7 @@ def script_for(tenant: str, i: int) -> list[dict[str, Any]]:
 def setup(base: str, tenants: list[str]) -> None:
     from django.core.management import call_command
 
-    from tasks_app.models import Tenant
+    from accounts_app.models import Tenant
     from tasks_app.services.releases import agent_seed
     from tools_app.models import Tool
 
@@ -63,8 +63,8 @@ def setup(base: str, tenants: list[str]) -> None:
 
 
 def submit(tenant_name: str, count: int) -> list[int]:
-    from tasks_app.actors import SYSTEM
-    from tasks_app.models import Tenant
+    from accounts_app.models import Tenant
+    from foundations.actors import SYSTEM
     from tasks_app.services.tasks import task_submit
 
     tenant = Tenant.objects.get(name=tenant_name)

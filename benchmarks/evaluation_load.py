@@ -30,7 +30,7 @@ from django.db.models import Max, Min
 from evals_app.models import Evaluation
 from evals_app.services.settling import evaluation_settle
 from evals_app.services.starting import Selection, evaluation_start
-from tasks_app.actors import SYSTEM
+from foundations.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import AgentProfile, Task
 from tasks_app.services.agents import agent_update

@@ -41,7 +41,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Max, Min, Sum
 
-from tasks_app.actors import SYSTEM
+from foundations.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Task
 from tasks_app.services.admission import admit_created_tasks

@@ -25,10 +25,11 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
+from accounts_app.models import Tenant
 from memory_app.models import MemoryItem, scope_key
 from memory_app.selectors import recall
 from memory_app.services import limits
-from tasks_app.models import AgentProfile, Tenant
+from tasks_app.models import AgentProfile
 from tasks_app.services.releases import agent_seed
 
 from .io_load import (

@@ -142,7 +142,7 @@ def run_rate_limit(*, tasks: int, period_s: float, workers: int, log_dir: Path,
 
 
 def _run(world: World, n: int, server: ModelServer) -> dict[str, Any]:
-    from tasks_app.actors import SYSTEM
+    from foundations.actors import SYSTEM
     from tasks_app.services.tasks import task_submit
 
     server.take()

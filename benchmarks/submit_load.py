@@ -34,9 +34,10 @@ from django.db import connection, transaction
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from tasks_app.actors import SYSTEM
-from tasks_app.models import Role, Task, Tenant
-from tasks_app.services.accounts import api_key_create, user_ensure
+from accounts_app.models import Role, Tenant
+from accounts_app.services.accounts import api_key_create, user_ensure
+from foundations.actors import SYSTEM
+from tasks_app.models import Task
 from tasks_app.services.tasks import task_submit
 
 from .io_load import (

@@ -47,7 +47,7 @@ from django.db import transaction
 from django.db.models import Count, Max, Min, Sum
 from django.db.models.fields.json import KT
 
-from tasks_app.actors import SYSTEM
+from foundations.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Step, Task
 from tools_app.models import Tool

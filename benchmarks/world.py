@@ -15,10 +15,11 @@ from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_K
 from django.contrib.sessions.backends.db import SessionStore
 from django.db import transaction
 
-from tasks_app.actors import SYSTEM, Actor
+from accounts_app.models import Role, Tenant
+from accounts_app.services.accounts import api_key_create, tenant_create, user_ensure
+from foundations.actors import SYSTEM, Actor
 from tasks_app.machine import NON_TERMINAL
-from tasks_app.models import Role, Task, Tenant
-from tasks_app.services.accounts import api_key_create, tenant_create, user_ensure
+from tasks_app.models import Task
 from tasks_app.services.admission import admit_created_tasks
 from tasks_app.services.releases import agent_seed
 from tasks_app.services.tasks import task_cancel, task_submit

@@ -44,7 +44,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from tasks_app.actors import Actor
+from foundations.actors import Actor
 from tasks_app.models import Task
 from tasks_app.store.leases import lease_extend, lease_take
 from tasks_app.store.tasks import task_transition

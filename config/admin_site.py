@@ -17,6 +17,8 @@ from django.contrib import admin
 from django.contrib.admin.apps import AdminConfig
 from django.http import HttpRequest
 
+from foundations.actors import Actor
+
 
 class SuperuserAdminSite(admin.AdminSite):
     def has_permission(self, request: HttpRequest) -> bool:
@@ -26,6 +28,11 @@ class SuperuserAdminSite(admin.AdminSite):
 
 class TetherAdminConfig(AdminConfig):
     default_site = "config.admin_site.SuperuserAdminSite"
+
+
+def operator_of(request: HttpRequest) -> Actor:
+    """A superuser of the Django admin, as audit entries name them."""
+    return Actor(name=request.user.get_username(), role="django-admin", user_id=request.user.pk)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]

@@ -8,6 +8,7 @@ from __future__ import annotations
 from django.urls import path, re_path, register_converter
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
+from accounts_app.api import api_keys, members, secrets
 from approvals_app.api import inbox
 from approvals_app.api import policy as approval_policy
 from approvals_app.api import views as decisions
@@ -21,15 +22,7 @@ from notify_app.api import slack
 from notify_app.api import views as notify
 from retention_app import api as retention
 from schedules_app.api import views as schedules
-from tasks_app.api import (
-    agent_versions,
-    agents,
-    api_keys,
-    members,
-    resource_leases,
-    retries,
-    secrets,
-)
+from tasks_app.api import agent_versions, agents, resource_leases, retries
 from tasks_app.api import stream as task_stream
 from tasks_app.api import views as tasks
 from tools_app.api import breakers

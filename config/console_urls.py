@@ -3,7 +3,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from tasks_app.console.access import with_csp
+from foundations.console_access import with_csp
 
 urlpatterns = [
     path(
@@ -22,5 +22,6 @@ urlpatterns = [
     path("workflows/", include("workflows_app.console.urls")),
     path("memory/", include("memory_app.urls")),
     path("evaluations/", include("evals_app.urls")),
+    path("", include("accounts_app.console.urls")),
     path("", include("tasks_app.console.urls")),
 ]

@@ -34,6 +34,7 @@ from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from accounts_app.models import Tenant
 from approvals_app.models import (
     Approval,
     Decision,
@@ -43,7 +44,7 @@ from approvals_app.models import (
     ReconciliationStatus,
 )
 from tasks_app.machine import NON_TERMINAL, TaskStatus
-from tasks_app.models import AgentProfile, DailySpend, Task, Tenant
+from tasks_app.models import AgentProfile, DailySpend, Task
 from tasks_app.models.spend import EVALUATION_AGENT_PREFIX
 from tasks_app.pricing import PICO
 from tools_app.models import Breaker, BreakerState

@@ -14,9 +14,9 @@ from django import forms
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
-from tasks_app.console.access import OPERATORS, ConsoleUser, console_view
-from tasks_app.console.actions import ServiceErrorsForm, save_form, succeeded
-from tasks_app.console.paging import cursor, keyset_page
+from foundations.console_access import OPERATORS, ConsoleUser, console_view
+from foundations.console_actions import ServiceErrorsForm, save_form, succeeded
+from foundations.console_paging import cursor, keyset_page
 from tasks_app.console.selectors import step_views
 from tasks_app.machine import TERMINAL
 from tasks_app.selectors import task_of_tenant

@@ -25,7 +25,7 @@ class EvaluationStatus(models.TextChoices):
 
 
 class Evaluation(models.Model):
-    tenant = models.ForeignKey("tasks_app.Tenant", on_delete=models.CASCADE,
+    tenant = models.ForeignKey("accounts_app.Tenant", on_delete=models.CASCADE,
                                related_name="+")
     agent = models.ForeignKey("tasks_app.AgentProfile", on_delete=models.CASCADE,
                               related_name="evaluations")

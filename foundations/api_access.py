@@ -1,6 +1,6 @@
 """Who may do what through the REST API: the role policy, checked on every endpoint.
 
-Every user belongs to exactly one tenant with one role (`tasks_app.Membership`);
+Every user belongs to exactly one tenant with one role (`accounts_app.Membership`);
 every query the API makes is scoped to that tenant, so another tenant's objects
 are 404 and never appear in a list. On top of that, each endpoint names an
 *action*, and the action's role set below decides (403 otherwise):
@@ -60,9 +60,10 @@ from rest_framework.request import Request
 from rest_framework.settings import api_settings
 from rest_framework.throttling import UserRateThrottle
 
+from accounts_app.models import ApiKey, Membership, Role
 from foundations.errors import forbidden
-from tasks_app.actors import Actor
-from tasks_app.models import ApiKey, Membership, Role
+
+from .actors import Actor
 
 R = Role
 ALL_ROLES = frozenset(Role.values)
@@ -82,7 +83,7 @@ POLICY: dict[str, frozenset[str]] = {
     "inbox.read": ALL_ROLES,
     "member.read": frozenset({R.ADMIN}),
     "member.write": frozenset({R.ADMIN}),
-    # every member manages their own keys; an admin, the tenant's (`services.accounts`)
+    # every member manages their own keys; an admin, the tenant's (`accounts_app.services.accounts`)
     "api_key.read": ALL_ROLES,
     "api_key.write": ALL_ROLES,
     "approval.read": frozenset({R.OPERATOR, R.REVIEWER, R.ADMIN}),
@@ -139,7 +140,7 @@ class Access:
 
 def access_of(request: Request) -> Access:
     user_id = request.user.pk
-    # An API key's user comes with its membership (`tasks_app.api.auth`): no read here.
+    # An API key's user comes with its membership (`accounts_app.api.auth`): no read here.
     state = getattr(request.user, "_state", None)  # (an anonymous user has none)
     cached = state.fields_cache.get("membership") if state is not None else None
     membership = cached or (

@@ -22,8 +22,8 @@ from typing import Any
 from channels.db import database_sync_to_async
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
+from accounts_app.services.accounts import api_key_in_use
 from foundations.errors import RETRY_AFTER_S, database_unavailable
-from tasks_app.services.accounts import api_key_in_use
 
 from .server import CALLER, caller_of_key, server
 

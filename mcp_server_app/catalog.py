@@ -31,8 +31,8 @@ from approvals_app.models import DecisionChannel, Question
 from approvals_app.policy import agents_in_scope
 from approvals_app.selectors import open_request_of
 from approvals_app.services.answers import task_provide_input
+from foundations.actors import Actor
 from foundations.errors import invalid, not_found
-from tasks_app.actors import Actor
 from tasks_app.live.stream import End, Recorded, task_stream
 from tasks_app.machine import TERMINAL
 from tasks_app.models import AgentProfile, Event, Task

@@ -31,11 +31,11 @@ from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from accounts_app.models import ApiKey
+from foundations.actors import Actor
 from foundations.api_access import may
 from foundations.errors import DomainError
-from tasks_app.actors import Actor
 from tasks_app.machine import TaskStatus
-from tasks_app.models import ApiKey
 from tools_app.schemas import schema_errors
 
 from . import catalog

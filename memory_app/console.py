@@ -13,12 +13,12 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
+from accounts_app.models import Role
+from foundations.console_access import ADMINS, DECIDERS, OPERATORS, ConsoleUser, console_view
+from foundations.console_actions import ServiceErrorsForm, form_action, save_form, succeeded
+from foundations.console_errors import error_line, error_status
+from foundations.console_paging import cursor, keyset_page
 from foundations.errors import DomainError
-from tasks_app.console.access import ADMINS, DECIDERS, OPERATORS, ConsoleUser, console_view
-from tasks_app.console.actions import ServiceErrorsForm, form_action, save_form, succeeded
-from tasks_app.console.errors import error_line, error_status
-from tasks_app.console.paging import cursor, keyset_page
-from tasks_app.models import Role
 
 from .models import Kind, MemoryItem, Scope
 from .selectors import item_of_tenant, items_matching, versions_of

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from django.db import models
 
-from tasks_app.models import AgentProfile, Task, Tenant
+from accounts_app.models import Tenant
+from tasks_app.models import AgentProfile, Task
 
 
 class Scope(models.TextChoices):

@@ -30,9 +30,9 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from audit_app.services import audit_record
+from foundations.actors import Actor
 from foundations.errors import conflict, invalid, not_found
 from retention_app.erasure_parts import subject_reference
-from tasks_app.actors import Actor
 from tasks_app.context.refs import Cite
 from tasks_app.gateway.base import ContextItem, Decision
 from tasks_app.models import AgentProfile, Task

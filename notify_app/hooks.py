@@ -3,9 +3,9 @@ and with its own lower layers (`dispatch`: who sends a delivery), made once
 from `NotifyConfig.ready`."""
 from __future__ import annotations
 
+from accounts_app.vault.stores import SealedColumn, register_sealed
 from tasks_app.runner.embedded import embedded_runner
 from tasks_app.store.hooks import on_event_appended, on_sweep
-from tasks_app.vault.stores import SealedColumn, register_sealed
 
 from .dispatch import register_sender
 from .events import DECISION_EVENTS, NOTIFIED_TASK_EVENTS

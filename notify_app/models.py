@@ -2,7 +2,7 @@
 
 - `WebhookSubscription`: a tenant's URL and the event types it wants; its
   signing secret is stored sealed with the tenant-secret keyring
-  (`tasks_app.vault.keyring`), readable only to sign a delivery.
+  (`accounts_app.vault.keyring`), readable only to sign a delivery.
 - `Notification`: one event that needs a person (the outbox row), written in
   the same transaction as what caused it. Its body is composed once, when it is
   first sent, and then frozen: every retry and every channel sends the same one.
@@ -40,7 +40,7 @@ class PayloadFormat(models.TextChoices):
 
 
 class WebhookSubscription(models.Model):
-    tenant = models.ForeignKey("tasks_app.Tenant", on_delete=models.CASCADE,
+    tenant = models.ForeignKey("accounts_app.Tenant", on_delete=models.CASCADE,
                                related_name="webhooks")
     url = models.CharField(max_length=2000)
     events = models.JSONField(default=list, help_text="Event types sent to this URL.")
@@ -63,7 +63,7 @@ class WebhookSubscription(models.Model):
 
 class Notification(models.Model):
     uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
-    tenant = models.ForeignKey("tasks_app.Tenant", on_delete=models.CASCADE, related_name="+")
+    tenant = models.ForeignKey("accounts_app.Tenant", on_delete=models.CASCADE, related_name="+")
     task = models.ForeignKey("tasks_app.Task", on_delete=models.CASCADE, related_name="+")
     type = models.CharField(max_length=40, choices=EventType.choices)
     # What caused it: the task event, or the request (an SLA warning has no task event).
@@ -100,7 +100,7 @@ class DeliveryStatus(models.TextChoices):
 
 class Delivery(models.Model):
     uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
-    tenant = models.ForeignKey("tasks_app.Tenant", on_delete=models.CASCADE, related_name="+")
+    tenant = models.ForeignKey("accounts_app.Tenant", on_delete=models.CASCADE, related_name="+")
     notification = models.ForeignKey(Notification, on_delete=models.CASCADE,
                                      related_name="deliveries")
     subscription = models.ForeignKey(WebhookSubscription, null=True, blank=True,
@@ -158,7 +158,7 @@ class SlaWarning(models.Model):
 
 
 class NotificationSettings(models.Model):
-    tenant = models.OneToOneField("tasks_app.Tenant", on_delete=models.CASCADE,
+    tenant = models.OneToOneField("accounts_app.Tenant", on_delete=models.CASCADE,
                                   related_name="notification_settings")
     email_reviewers = models.BooleanField(
         default=False, help_text="E-mail the tenant's reviewers and admins for these events.")
@@ -179,7 +179,7 @@ class SlackMessage(models.Model):
     """The interactive message an approval request was posted as, so that any
     decision on the approval (from Slack or anywhere else) updates it."""
 
-    tenant = models.ForeignKey("tasks_app.Tenant", on_delete=models.CASCADE, related_name="+")
+    tenant = models.ForeignKey("accounts_app.Tenant", on_delete=models.CASCADE, related_name="+")
     approval = models.OneToOneField("approvals_app.Approval", on_delete=models.CASCADE,
                                     related_name="+")
     channel = models.CharField(max_length=80, help_text="Slack's channel id.")

@@ -12,11 +12,11 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from accounts_app.models import Tenant
 from foundations.api_base import CURSOR_PARAMETERS, TenantAPIView, cursor_page
 from foundations.api_errors import error_responses
 from foundations.errors import not_found
 from tasks_app.api.serializers import subject_field
-from tasks_app.models import Tenant
 
 from .models import ArchiveFile, Export, ExportScope, ExportStatus
 from .selectors import archive_files_of_tenant, export_of_tenant, exports_of_tenant

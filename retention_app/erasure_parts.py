@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from django.db.models import QuerySet
 
-from tasks_app.actors import Actor
+from foundations.actors import Actor
 
 ErasurePart = Callable[[int, str, Actor], dict[str, int]]
 _PARTS: dict[str, ErasurePart] = {}

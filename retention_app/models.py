@@ -15,7 +15,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from tasks_app.models import Tenant
+from accounts_app.models import Tenant
 
 
 class RetentionPolicy(models.Model):

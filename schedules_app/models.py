@@ -14,7 +14,8 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 
-from tasks_app.models import Task, Tenant
+from accounts_app.models import Tenant
+from tasks_app.models import Task
 
 
 class Overlap(models.TextChoices):

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tasks_app.actors import Actor
+from foundations.actors import Actor
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,21 @@ Celery entry points or the services above it.
   after it ends, its parent's wake-up and its children's cancel (`services.children`);
   every recovery sweep, the children's check and the events table's months
   ahead (`store.partitions`);
+- `accounts_app.hooks`: a user who lost access has their live sockets closed;
+  a secret an agent profile names is not deleted;
+- `foundations.console_errors`: a task's statuses as the console names them;
 - `services.dispatch`: who runs a task's slices and compensations, per
   `TETHER_RUNNER` mode (Celery workers, or the embedded runner).
 """
 from __future__ import annotations
 
-from .live.publish import publish_event
+from accounts_app.hooks import on_access_lost, on_secret_users
+from foundations.console_errors import name_states
+
+from .console.presenters import STATUS_LABELS
+from .live.publish import end_user_sockets, publish_event
 from .runner.embedded import EMBEDDED
+from .selectors import agents_naming_secret
 from .services.admission import admission_after_commit
 from .services.children import children_sweep, on_task_ended
 from .services.dispatch import register_executor, schedule_compensation
@@ -32,5 +40,8 @@ def register() -> None:
     hooks.on_task_ended(on_task_ended)  # a child's parent is woken, a parent's children canceled
     hooks.on_sweep(children_sweep)
     hooks.on_sweep(event_months_ensure)  # the current month's partition and the next two
+    on_access_lost(end_user_sockets)
+    on_secret_users("agents", agents_naming_secret)
+    name_states(STATUS_LABELS)
     register_executor("celery", CELERY)
     register_executor("embedded", EMBEDDED)

@@ -1,4 +1,4 @@
-"""Reads of tasks, steps, events and secrets' names, always scoped to a tenant by the caller."""
+"""Reads of tasks, steps, events and agents, always scoped to a tenant by the caller."""
 from __future__ import annotations
 
 from datetime import datetime
@@ -6,16 +6,15 @@ from typing import Any
 
 from django.db.models import QuerySet
 
+from accounts_app.vault.references import model_secret_names
+
 from .models import (
     AgentProfile,
     AgentReleaseEntry,
     AgentVersion,
-    ApiKey,
     Event,
-    Membership,
     Step,
     Task,
-    TenantSecret,
 )
 from .payloads import resolve_steps, resolve_task
 
@@ -104,6 +103,13 @@ def published_agent_at(tenant_name: str, name: str) -> AgentProfile | None:
             .filter(tenant__name=tenant_name, name=name, published=True).first())
 
 
+def agents_naming_secret(tenant_id: int, name: str) -> list[str]:
+    """The tenant's agent profiles whose model (or fallback) keys are the secret."""
+    return [a.name for a in AgentProfile.objects.filter(tenant_id=tenant_id)
+            .only("name", "model").order_by("name")
+            if name in model_secret_names(a.model).values()]
+
+
 def agent_versions_of(agent_id: int) -> QuerySet[AgentVersion]:
     return AgentVersion.objects.filter(agent_id=agent_id).order_by("-number")
 
@@ -141,28 +147,3 @@ def usage_of(task: Task) -> dict[str, Any]:
         "tokens": task.tokens,
         "per_tool": task.per_tool,
     }
-
-
-def secrets_of_tenant(tenant_id: int) -> QuerySet[TenantSecret]:
-    """The tenant's secrets, without their ciphertext (nothing here reads a value)."""
-    return TenantSecret.objects.filter(tenant_id=tenant_id).defer("ciphertext")
-
-
-def missing_secret_names(tenant_id: int, names: set[str]) -> list[str]:
-    """Which of `names` are not secrets of the tenant, sorted."""
-    if not names:
-        return []
-    found = set(secrets_of_tenant(tenant_id).filter(name__in=names).values_list("name", flat=True))
-    return sorted(names - found)
-
-
-def api_keys_visible(*, tenant_id: int, user_id: int, admin: bool) -> QuerySet[ApiKey]:
-    """The API keys a member may see and scope: their own; an admin, the tenant's."""
-    keys = ApiKey.objects.filter(user__membership__tenant_id=tenant_id).select_related("user")
-    return (keys if admin else keys.filter(user_id=user_id)).order_by("id")
-
-
-def members_of_tenant(tenant_id: int) -> QuerySet[Membership]:
-    """The tenant's members with their users, by user name."""
-    return (Membership.objects.filter(tenant_id=tenant_id).select_related("user")
-            .order_by("user__username"))

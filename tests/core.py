@@ -9,6 +9,7 @@ of their own, run on SQLite in either pass: they are not repeated.)
 
 CORE_TESTS = (
     "tasks_app/",
+    "accounts_app/test_vault.py",
     "retries/test_retry.py",
     "leases/",
     "approvals_app/",

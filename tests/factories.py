@@ -6,9 +6,10 @@ from typing import Any
 import factory
 import pytest
 
-from tasks_app.actors import Actor
-from tasks_app.models import AgentProfile, Role, Tenant
-from tasks_app.services.accounts import user_ensure
+from accounts_app.models import Role, Tenant
+from accounts_app.services.accounts import user_ensure
+from foundations.actors import Actor
+from tasks_app.models import AgentProfile
 from tasks_app.services.demo import demo_agent_ensure, demo_tools_ensure
 from tasks_app.services.tasks import task_submit
 from tools_app.models import DemoOrder, Tool
@@ -59,7 +60,7 @@ def actor_of(user) -> Actor:  # type: ignore[no-untyped-def]
 
 def submit(tenant: Tenant, script: list[Any], *, agent: str = "support", goal: str = "test goal",
            requester=None, **kw: Any):  # type: ignore[no-untyped-def]
-    from tasks_app.actors import SYSTEM
+    from foundations.actors import SYSTEM
 
     return task_submit(tenant_id=tenant.pk, requester_id=requester.pk if requester else None,
                        agent=agent, goal=goal, input=kw.pop("input", {}), script=script,

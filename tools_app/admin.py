@@ -11,7 +11,7 @@ from django.db import transaction
 from django.http import HttpRequest
 
 from config.admin_site import ReadOnlyAdmin, ServiceCheckedForm
-from tasks_app.actors import Actor
+from foundations.actors import Actor
 
 from .models import DemoNotification, DemoOrder, DemoRefund, Tool, ToolExecution
 from .services import EDITABLE, tool_audit, tool_audited, tool_errors

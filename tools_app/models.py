@@ -33,7 +33,7 @@ class McpServer(models.Model):
     """An MCP server registered by a tenant's admin: its tools become tools of kind
     `mcp` named `{server}__{tool}` (`tools_app.mcp`)."""
 
-    tenant = models.ForeignKey("tasks_app.Tenant", on_delete=models.CASCADE,
+    tenant = models.ForeignKey("accounts_app.Tenant", on_delete=models.CASCADE,
                                related_name="mcp_servers")
     name = models.CharField(max_length=30)
     url = models.URLField(max_length=500, blank=True, help_text="Streamable HTTP endpoint.")
@@ -68,7 +68,8 @@ class Review(models.TextChoices):
 
 
 class Tool(models.Model):
-    tenant = models.ForeignKey("tasks_app.Tenant", on_delete=models.CASCADE, related_name="tools")
+    tenant = models.ForeignKey("accounts_app.Tenant", on_delete=models.CASCADE,
+                               related_name="tools")
     name = models.CharField(max_length=100)
     description = models.TextField(blank=True)
     kind = models.CharField(max_length=8, choices=ToolKind.choices, default=ToolKind.PYTHON)

@@ -6,6 +6,8 @@ from typing import Any
 
 from django.db.models import QuerySet
 
+from accounts_app.vault.references import header_secret_names
+
 from .models import McpServer, Tool, ToolExecution
 
 
@@ -23,6 +25,17 @@ def mcp_servers_of_tenant(tenant_id: int) -> QuerySet[McpServer]:
 
 def mcp_server_of_tenant(tenant_id: int, name: str) -> McpServer | None:
     return mcp_servers_of_tenant(tenant_id).filter(name=name).first()
+
+
+def tools_naming_secret(tenant_id: int, name: str) -> list[str]:
+    """The tenant's tools and MCP servers whose secret headers refer to the secret."""
+    tools = [t.name for t in Tool.objects.filter(tenant_id=tenant_id).exclude(secret_headers={})
+             .only("name", "secret_headers").order_by("name")
+             if name in header_secret_names(t.secret_headers)]
+    tools += [f"{s.name} (MCP server)" for s in McpServer.objects.filter(tenant_id=tenant_id)
+              .exclude(secret_headers={}).only("name", "secret_headers").order_by("name")
+              if name in header_secret_names(s.secret_headers)]
+    return tools
 
 
 def ledger_attempts(*, tenant_id: int, keys: list[str]) -> dict[str, list[dict[str, Any]]]:

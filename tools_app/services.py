@@ -42,13 +42,13 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.validators import URLValidator
 from django.utils.module_loading import import_string
 
+from accounts_app.models import Tenant
+from accounts_app.selectors import missing_secret_names
+from accounts_app.vault.references import EXAMPLE, header_secret_names, template_errors
 from audit_app.services import audit_record
+from foundations.actors import SYSTEM, Actor
 from foundations.errors import invalid
 from foundations.named_resources import NamedResource, model_field_errors
-from tasks_app.actors import SYSTEM, Actor
-from tasks_app.models import Tenant
-from tasks_app.selectors import missing_secret_names
-from tasks_app.vault.references import EXAMPLE, header_secret_names, template_errors
 
 from .breakers import breaker_errors, retry_delays_errors
 from .models import Review, Risk, SideEffect, Tool, ToolKind

@@ -12,7 +12,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from tasks_app.models import Task, Tenant
+from accounts_app.models import Tenant
+from tasks_app.models import Task
 
 
 class Workflow(models.Model):

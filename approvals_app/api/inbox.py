@@ -33,10 +33,11 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from accounts_app.models import Role
 from foundations.api_access import Access, may
 from foundations.api_base import TenantAPIView
 from foundations.api_errors import error_responses
-from tasks_app.models import Role, Task
+from tasks_app.models import Task
 
 from ..console.selectors import approval_card, question_card, reconciliation_card
 from ..models import (

@@ -10,10 +10,10 @@ from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from accounts_app.models import Role
 from foundations.api_base import TenantAPIView
 from foundations.api_errors import error_responses
 from foundations.errors import not_found
-from tasks_app.models import Role
 from tools_app.models import Risk
 
 from ..models import ApprovalRule, OnExpiry, RequesterScope, ReviewerGroup, RuleAction

@@ -12,11 +12,11 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_POST
 
+from accounts_app.models import Role
+from foundations.console_access import ADMINS, ConsoleUser, console_view
+from foundations.console_actions import ServiceErrorsForm, form_action, save_form, succeeded
+from foundations.console_errors import error_message, error_status
 from foundations.errors import DomainError
-from tasks_app.console.access import ADMINS, ConsoleUser, console_view
-from tasks_app.console.actions import ServiceErrorsForm, form_action, save_form, succeeded
-from tasks_app.console.errors import error_message, error_status
-from tasks_app.models import Role
 from tools_app.models import Risk
 
 from ..models import ApprovalRule, OnExpiry, RequesterScope, ReviewerGroup, RuleAction

@@ -20,10 +20,10 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from approvals_app.services.answers import task_provide_input
+from foundations.console_access import DECIDERS, INBOX_ROLES, ConsoleUser, console_view, refuse
+from foundations.console_actions import form_action
+from foundations.console_errors import error_message, error_status, field_errors, form_errors
 from foundations.errors import DomainError, conflict
-from tasks_app.console.access import DECIDERS, INBOX_ROLES, ConsoleUser, console_view, refuse
-from tasks_app.console.actions import form_action
-from tasks_app.console.errors import error_message, error_status, field_errors, form_errors
 from tools_app.registry import tool_specs
 from tools_app.schemas import schema_errors
 

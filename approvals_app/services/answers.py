@@ -14,8 +14,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from foundations.actors import Actor
 from foundations.errors import conflict, invalid
-from tasks_app.actors import Actor
 from tasks_app.models import Step, StepStatus, Task
 from tasks_app.services.dispatch import schedule_advance_on_commit
 from tasks_app.store.steps import step_move

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from foundations.actors import Actor
 from foundations.errors import DomainError, ErrorKind, invalid, not_found
-from tasks_app.actors import Actor
 from tasks_app.models import Task
 
 from ..models import Approval, Decision

@@ -16,11 +16,12 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from accounts_app.models import Role
+from foundations.actors import SYSTEM, Actor
 from foundations.errors import conflict, forbidden, invalid, not_found
-from tasks_app.actors import SYSTEM, Actor
 from tasks_app.keys import idempotency_key
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Role, Step, StepKind, StepStatus, Task
+from tasks_app.models import Step, StepKind, StepStatus, Task
 from tasks_app.services.dispatch import schedule_advance_on_commit
 from tasks_app.store.counters import task_tool_call_count
 from tasks_app.store.events import event_append, event_note

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from django.db import transaction
 
+from accounts_app.models import Membership, Role
+from foundations.actors import Actor
 from foundations.errors import forbidden, invalid
-from tasks_app.actors import Actor
-from tasks_app.models import Membership, Role
 from tasks_app.store.events import event_note
 
 from ..gates import AUTHORIZATION

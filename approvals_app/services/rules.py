@@ -13,11 +13,11 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Max
 
+from accounts_app.models import Membership, Role
 from audit_app.services import audit_record
+from foundations.actors import Actor
 from foundations.errors import conflict, invalid, not_found
 from foundations.expressions import ExpressionError, compile_expression
-from tasks_app.actors import Actor
-from tasks_app.models import Membership, Role
 from tools_app.models import Risk
 
 from ..models import (

@@ -24,7 +24,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from tasks_app.actors import SYSTEM
+from foundations.actors import SYSTEM
 from tasks_app.machine import TERMINAL, TaskStatus
 from tasks_app.models import AgentVersion, Task
 from tasks_app.pricing import PICO, pico_text

@@ -18,8 +18,8 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from foundations.actors import Actor
 from foundations.errors import invalid
-from tasks_app.actors import Actor
 from tasks_app.machine import TERMINAL
 from tasks_app.models import AgentProfile, AgentVersion, Task
 from tasks_app.selectors import tasks_matching

@@ -11,10 +11,10 @@ from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from accounts_app.models import Tenant
 from foundations.api_base import CURSOR_PARAMETERS, TenantAPIView, cursor_page
 from foundations.api_errors import error_responses
 from foundations.errors import not_found
-from tasks_app.models import Tenant
 
 from ..models import WebhookSubscription
 from ..payloads import link

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from django import forms
 
-from tasks_app.console.actions import ServiceErrorsForm
+from foundations.console_actions import ServiceErrorsForm
 
 from ..models import EventType, PayloadFormat
 from ..services.subscriptions import MAX_URL_CHARS

@@ -12,9 +12,9 @@ from django.shortcuts import render
 from django.views.decorators.http import require_http_methods
 
 from approvals_app.console.selectors import approval_card, question_card
+from foundations.console_access import console_view
+from foundations.console_errors import error_line, error_status, field_errors
 from foundations.errors import DomainError
-from tasks_app.console.access import console_view
-from tasks_app.console.errors import error_line, error_status, field_errors
 
 from ..services.links import LinkRefused, Usable, link_check, link_use
 

@@ -14,10 +14,10 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 
+from foundations.console_access import ADMINS, ConsoleUser, console_view
+from foundations.console_actions import form_action, save_form, succeeded
+from foundations.console_errors import error_message, error_status
 from foundations.errors import DomainError
-from tasks_app.console.access import ADMINS, ConsoleUser, console_view
-from tasks_app.console.actions import form_action, save_form, succeeded
-from tasks_app.console.errors import error_message, error_status
 
 from ..payloads import link
 from ..selectors import (

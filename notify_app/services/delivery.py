@@ -40,7 +40,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 from slack_sdk.errors import SlackApiError
 
-from tasks_app.vault.keyring import Undecryptable, unseal
+from accounts_app.vault.keyring import Undecryptable, unseal
 from tools_app.outbound import EgressRefusedError, client_for
 from tools_app.outbound.retry_after import retry_after_s
 

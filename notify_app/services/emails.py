@@ -17,8 +17,8 @@ from typing import Any
 from django.core.mail import EmailMultiAlternatives
 from django.template.loader import render_to_string
 
+from accounts_app.models import Membership
 from approvals_app.models import Approval, Decision, Question, QuestionStatus
-from tasks_app.models import Membership
 
 from ..events import TITLES
 from ..payloads import as_text

@@ -30,6 +30,7 @@ from typing import Any
 from django.conf import settings
 from django.core import signing
 
+from accounts_app.models import Membership
 from approvals_app.models import (
     Approval,
     Decision,
@@ -39,8 +40,8 @@ from approvals_app.models import (
 )
 from approvals_app.services.answers import task_provide_input
 from approvals_app.services.decisions import DECIDERS, approval_decide
-from tasks_app.actors import Actor
-from tasks_app.models import Membership, Task
+from foundations.actors import Actor
+from tasks_app.models import Task
 
 from ..payloads import link
 

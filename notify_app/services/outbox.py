@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
+from accounts_app.models import Membership, Role
 from approvals_app.selectors import routed_reviewers
-from tasks_app.models import Membership, Role, Task
+from tasks_app.models import Task
 
 from ..dispatch import schedule_on_commit
 from ..events import NOTIFIED_TASK_EVENTS

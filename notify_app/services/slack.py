@@ -26,10 +26,11 @@ from django.utils import timezone
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
+from accounts_app.models import Membership
+from accounts_app.vault.lookup import secret_values
+from accounts_app.vault.references import secret_ref
 from approvals_app.models import Approval, Decision
-from tasks_app.models import Membership, Task
-from tasks_app.vault.lookup import secret_values
-from tasks_app.vault.references import secret_ref
+from tasks_app.models import Task
 from tools_app.outbound import client_for
 
 from ..models import SlackMessage

@@ -33,11 +33,11 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
 
+from accounts_app.models import Membership, Tenant
 from approvals_app.models import DecisionChannel
 from approvals_app.services.decisions import approval_decide
+from foundations.actors import Actor
 from foundations.errors import DomainError
-from tasks_app.actors import Actor
-from tasks_app.models import Membership, Tenant
 
 from .slack import (
     APPROVE,

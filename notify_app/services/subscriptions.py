@@ -15,10 +15,10 @@ from typing import Any
 
 from django.db import transaction
 
+from accounts_app.vault.keyring import seal
 from audit_app.services import audit_record
+from foundations.actors import Actor
 from foundations.errors import invalid, not_found
-from tasks_app.actors import Actor
-from tasks_app.vault.keyring import seal
 from tools_app.outbound import url_problem
 
 from ..models import EventType, NotificationSettings, PayloadFormat, WebhookSubscription

@@ -49,9 +49,10 @@ from django.db import transaction
 from django.db.models import Exists, Model, OuterRef
 from django.utils import timezone
 
+from accounts_app.models import Tenant
 from foundations.deployment_locks import deployment_lock
 from tasks_app.machine import TERMINAL
-from tasks_app.models import PayloadBlob, Task, Tenant
+from tasks_app.models import PayloadBlob, Task
 from tasks_app.payloads import tasks_delete
 from tools_app.models import ToolExecution
 

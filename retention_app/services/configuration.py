@@ -4,7 +4,7 @@ approval rules, reviewer groups and requester scopes, schedules, webhooks and
 notification settings, quotas, retention, members, and tenant secrets by name.
 
 Never a secret's value: every column the vault keeps sealed
-(`tasks_app.vault.stores.sealed_columns`: tenant secrets' ciphertext, webhook
+(`accounts_app.vault.stores.sealed_columns`: tenant secrets' ciphertext, webhook
 signing secrets) is left out, and so are API keys (hashes of credentials).
 Users are named by username (natural keys), not by id.
 """
@@ -14,18 +14,12 @@ from collections.abc import Iterator
 
 from django.db.models import Model, QuerySet
 
+from accounts_app.models import Membership, TenantQuota, TenantSecret
+from accounts_app.vault.stores import sealed_columns
 from approvals_app.models import ApprovalRule, RequesterScope, ReviewerGroup
 from notify_app.models import NotificationSettings, WebhookSubscription
 from schedules_app.models import Schedule
-from tasks_app.models import (
-    AgentProfile,
-    AgentReleaseEntry,
-    AgentVersion,
-    Membership,
-    TenantQuota,
-    TenantSecret,
-)
-from tasks_app.vault.stores import sealed_columns
+from tasks_app.models import AgentProfile, AgentReleaseEntry, AgentVersion
 from tools_app.models import McpServer, Tool
 from workflows_app.models import Workflow, WorkflowVersion
 

@@ -28,7 +28,7 @@ from django.core.files.base import ContentFile
 from django.db import transaction
 
 from audit_app.services import audit_record, audit_redact
-from tasks_app.actors import Actor
+from foundations.actors import Actor
 from tasks_app.machine import NON_TERMINAL
 from tasks_app.models import PayloadBlob
 from tasks_app.payloads import tasks_delete

@@ -47,8 +47,8 @@ from django.utils import timezone
 from audit_app.models import AuditEntry
 from audit_app.selectors import audit_entries_naming
 from audit_app.services import Who, audit_record
+from foundations.actors import Actor
 from foundations.errors import conflict, gone, invalid, not_found
-from tasks_app.actors import Actor
 from tasks_app.models import Task
 
 from ..erasure_parts import export_parts, subject_reference

@@ -7,9 +7,9 @@ from typing import Any
 
 from django.conf import settings
 
+from accounts_app.models import Tenant
 from audit_app.services import Who, audit_record
 from foundations.errors import invalid
-from tasks_app.models import Tenant
 
 from ..models import RetentionPolicy
 

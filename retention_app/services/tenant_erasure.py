@@ -37,13 +37,14 @@ from django.db import transaction
 from django.db.models import ForeignObjectRel, Model, QuerySet
 from django.db.models.deletion import ProtectedError, RestrictedError
 
+from accounts_app.models import Membership, Tenant
 from audit_app.models import AuditEntry
 from audit_app.services import ERASED, audit_record
+from foundations.actors import Actor
 from foundations.deployment_locks import deployment_lock
 from foundations.errors import conflict
-from tasks_app.actors import Actor
 from tasks_app.machine import NON_TERMINAL
-from tasks_app.models import LeaseWaiter, Membership, ResourceLease, Task, Tenant
+from tasks_app.models import LeaseWaiter, ResourceLease, Task
 from tasks_app.payloads import tasks_delete
 from tasks_app.services.tasks import task_cancel_many
 from tools_app.models import Breaker, ToolExecution

@@ -8,10 +8,10 @@ from collections.abc import Callable
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
+from foundations.console_access import OPERATORS, ConsoleUser, console_view
+from foundations.console_actions import form_action, succeeded
+from foundations.console_errors import error_line, error_status
 from foundations.errors import DomainError
-from tasks_app.console.access import OPERATORS, ConsoleUser, console_view
-from tasks_app.console.actions import form_action, succeeded
-from tasks_app.console.errors import error_line, error_status
 
 from ..models import Schedule
 from ..selectors import schedules_with_last_run

@@ -36,8 +36,8 @@ from datetime import UTC, datetime, timedelta
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from foundations.actors import Actor
 from foundations.errors import DomainError
-from tasks_app.actors import Actor
 from tasks_app.machine import NON_TERMINAL
 from tasks_app.models import Task
 

@@ -22,8 +22,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit_app.services import audit_record
+from foundations.actors import Actor
 from foundations.named_resources import NamedResource, model_field_errors
-from tasks_app.actors import Actor
 from tasks_app.keys import canonical_json
 from tasks_app.models import AgentProfile
 from tasks_app.services.tasks import MAX_SCRIPT_ENTRIES

@@ -11,11 +11,11 @@ from typing import Any
 
 from django import forms
 
+from foundations.console_actions import ServiceErrorsForm
 from tools_app.console.forms import JSONObjectField as ToolsJSONObjectField
 
 from ..models import AgentProfile
 from ..services.agents import BUDGET_FIELDS as BUDGET
-from .actions import ServiceErrorsForm
 
 SERVICE_FIELD = {
     "model": "backend",

@@ -15,6 +15,9 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_POST
 
+from foundations.console_access import ADMINS, ConsoleUser, console_view
+from foundations.console_actions import form_action, save_form, succeeded
+from foundations.console_errors import error_line, error_status, form_errors
 from foundations.errors import DomainError
 from tools_app.breakers.selectors import model_breakers
 from tools_app.selectors import tools_of_tenant
@@ -30,10 +33,7 @@ from ..selectors import (
 )
 from ..services.agents import agent_create, agent_update
 from ..services.releases import agent_promote, agent_rollback, release_set
-from .access import ADMINS, ConsoleUser, console_view
-from .actions import form_action, save_form, succeeded
 from .agent_forms import AgentForm
-from .errors import error_line, error_status, form_errors
 from .release_forms import ReleaseForm, VersionForm
 from .version_stats import chosen_pair, versions_compared
 

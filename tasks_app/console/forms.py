@@ -1,7 +1,7 @@
 """Forms of the task pages: the list's filters and the operator actions.
 
 Forms only parse and bound their input; the rules (who may, what is allowed
-from which state) are in `access` and the services.
+from which state) are in `foundations.console_access` and the services.
 """
 
 from __future__ import annotations

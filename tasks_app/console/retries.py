@@ -6,10 +6,11 @@ from typing import Any
 
 from django import forms
 
+from foundations.console_access import ConsoleUser
+
 from ..leases.selectors import waiting_for
 from ..models import Step, Task
 from ..retries.services import MAX_COMMENT, RETRYABLE, default_from_step
-from .access import ConsoleUser
 
 
 class RetryForm(forms.Form):

@@ -1,8 +1,8 @@
-"""Console routes of tasks_app: the dashboard, tasks, agent profiles and secrets."""
+"""Console routes of tasks_app: the dashboard, tasks and agent profiles."""
 
 from django.urls import path
 
-from . import agents, api_keys, members, secrets, views
+from . import agents, views
 
 app_name = "console"
 urlpatterns = [
@@ -26,13 +26,6 @@ urlpatterns = [
     path("agents/new/", agents.agent_create_view, name="agent-create"),
     path("agents/<slug:name>/", agents.agent_detail, name="agent-detail"),
     path("agents/<slug:name>/edit/", agents.agent_edit_view, name="agent-edit"),
-    path("secrets/", secrets.secret_list, name="secret-list"),
-    path("members/", members.member_list, name="member-list"),
-    path("members/<int:user_id>/email/", members.member_email_view, name="member-email"),
-    path("api-keys/", api_keys.api_key_list, name="api-key-list"),
-    path("api-keys/<int:key_id>/scope/", api_keys.api_key_scope_view, name="api-key-scope"),
-    path("secrets/<slug:name>/rotate/", secrets.secret_rotate_view, name="secret-rotate"),
-    path("secrets/<slug:name>/delete/", secrets.secret_delete_view, name="secret-delete"),
     path("agents/<slug:name>/release/", agents.agent_release_view, name="agent-release"),
     path("agents/<slug:name>/promote/", agents.agent_promote_view, name="agent-promote"),
     path("agents/<slug:name>/rollback/", agents.agent_rollback_view, name="agent-rollback"),

@@ -2,7 +2,7 @@
 the operator's actions (cancel, bulk cancel, bulk retry, resume, fail, retry from a step,
 roll the context summary back).
 
-Thin: role checks through `access`, reads through `selectors`, writes through
+Thin: role checks through `foundations.console_access`, reads through `selectors`, writes through
 `tasks_app.services.tasks`. An action that succeeds redirects back (303) with a
 message; one that is refused re-renders the page with the fresh state, the
 reason, and the status of the refusal (400/403/409).
@@ -22,6 +22,16 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from approvals_app.console.selectors import inbox_count, open_card_for_task
+from foundations.console_access import OPERATORS, SUMMARY_EDITORS, ConsoleUser, console_view, refuse
+from foundations.console_actions import form_action, succeeded
+from foundations.console_errors import (
+    error_line,
+    error_message,
+    error_status,
+    field_errors,
+    form_errors,
+)
+from foundations.console_paging import cursor, keyset_page
 from tools_app.breakers.selectors import waits_of_task
 from workflows_app.console.dag import Dag, run_dag
 
@@ -32,9 +42,6 @@ from ..retries.services import not_yet_retried, task_retry, task_retry_many
 from ..selectors import task_of_tenant
 from ..services.tasks import task_cancel, task_cancel_many, task_fail_by_operator, task_resume
 from . import selectors as sel
-from .access import OPERATORS, SUMMARY_EDITORS, ConsoleUser, console_view, refuse
-from .actions import form_action, succeeded
-from .errors import error_line, error_message, error_status, field_errors, form_errors
 from .forms import (
     BulkCancelForm,
     BulkRetryForm,
@@ -45,7 +52,6 @@ from .forms import (
     TaskFilterForm,
     describe_filters,
 )
-from .paging import cursor, keyset_page
 from .presenters import WAITING_LABELS, budget_meters
 from .retries import RetryForm, retry_panel
 

@@ -36,18 +36,19 @@ from typing import Any
 from django.db import transaction
 from django.db.models import IntegerField, Max, Sum
 
+from accounts_app.models import Role
+from accounts_app.vault.lookup import model_keys
+from foundations.actors import SYSTEM, Actor
 from foundations.errors import conflict, forbidden, invalid, not_found
 
-from ..actors import SYSTEM, Actor
 from ..gateway import GatewayError, get_backend
 from ..gateway.base import CallGuard, CallLimiter
 from ..machine import TERMINAL
-from ..models import ContextSummary, Event, Role, Step, Task
+from ..models import ContextSummary, Event, Step, Task
 from ..payloads import resolve_steps
 from ..services.spend import spend_of_call
 from ..store.counters import task_model_call_count
 from ..store.events import event_append
-from ..vault.lookup import model_keys
 from .builder import ContextSources, active_summary, context_limits, step_chars, step_view
 from .fact_check import Checked, check_summary, facts_to_keep
 

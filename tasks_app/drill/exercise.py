@@ -29,13 +29,14 @@ from urllib.parse import quote
 from django.conf import settings
 from django.db import connection
 
+from accounts_app.models import Tenant
 from config.celery import app
+from foundations.actors import SYSTEM
 from tools_app.models import Breaker, Tool
 from tools_app.outbound.policy import url_problem
 
-from ..actors import SYSTEM
 from ..machine import TERMINAL, TaskStatus
-from ..models import Event, Step, Task, Tenant
+from ..models import Event, Step, Task
 from ..services.releases import agent_seed
 from ..services.tasks import task_submit
 from .downstream import MODEL_PATH, Downstream

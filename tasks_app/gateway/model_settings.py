@@ -29,7 +29,7 @@ must have its own (a different model has a different price).
 endpoints (primary and fallback each have their own; `tools_app.breakers`).
 
 Keys are never stored on a profile: it names a secret of its tenant
-(`api_key_secret`, see `tasks_app.vault`) or an environment variable the
+(`api_key_secret`, see `accounts_app.vault`) or an environment variable the
 operator granted (`api_key_env`), and the runner resolves it at call time.
 A fallback that names no key uses the primary's. `model_settings_errors` is
 what an API or console form calls before saving (the service then checks that
@@ -41,12 +41,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from accounts_app.vault.references import SECRET_NAME, SECRET_NAME_RULE, env_ref, secret_ref
 from tools_app.breakers import breaker_errors
 from tools_app.outbound import url_problem
 from tools_app.ratelimits import NO_LIMIT, RateLimit, parse_rate_limit, rate_limit_errors
 
 from ..pricing import prices_errors
-from ..vault.references import SECRET_NAME, SECRET_NAME_RULE, env_ref, secret_ref
 
 BACKENDS = ("scripted", "openai")
 # Keys that would put a secret in the database in clear.

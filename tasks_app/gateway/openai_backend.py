@@ -46,7 +46,7 @@ are bounded, logged and deterministic:
   for it there rather than in the step.
 
 The API key of each model is resolved by the runner for the task's tenant
-(`tasks_app.vault.lookup.model_keys`) and handed in as `keys`; the gateway
+(`accounts_app.vault.lookup.model_keys`) and handed in as `keys`; the gateway
 reads no secret itself. An endpoint may echo the key back: every reply and
 every error message is redacted of it before it is logged or returned.
 
@@ -74,6 +74,7 @@ from openai._base_client import make_request_options
 from openai._httpx2 import request_exceptions, timeout_exceptions
 from openai._models import FinalRequestOptions
 
+from accounts_app.vault.values import Resolved, Unresolved
 from foundations.ioloop import run_io
 from foundations.metrics import observe_model_call
 from foundations.tracing import model_call_span
@@ -91,7 +92,6 @@ from tools_app.outbound.retry_after import retry_after_s
 from tools_app.ratelimits import estimate_tokens
 
 from ..pricing import TokenUsage
-from ..vault.values import Resolved, Unresolved
 from .base import (
     CallGuard,
     CallLimiter,

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..vault.values import Resolved
+from accounts_app.vault.values import Resolved
+
 from .base import CallGuard, CallLimiter, GatewayError, ModelBackend
 from .scripted import ScriptedBackend
 from .streaming import TokenSink
@@ -37,7 +38,7 @@ def get_backend(model: dict[str, Any], keys: Resolved | None = None,
                 limiter: CallLimiter | None = None,
                 tokens: TokenSink | None = None) -> ModelBackend:
     """The backend of a profile's `model`; `keys` are its API keys, resolved by
-    the runner for the task's tenant (`tasks_app.vault.lookup.model_keys`);
+    the runner for the task's tenant (`accounts_app.vault.lookup.model_keys`);
     `guard` the circuit breakers around its endpoints, `limiter` their rate limits;
     `tokens` where a streamed reply's tokens go (`streaming`)."""
     backend = model.get("backend", "scripted")

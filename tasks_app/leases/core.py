@@ -33,11 +33,11 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from foundations.actors import Actor
 from tools_app.executor.ledger import claim_s
 from tools_app.executor.types import ToolCall, ToolSpec
 from tools_app.resources import render_resource
 
-from ..actors import Actor
 from ..machine import TaskStatus
 from ..models import LeaseWaiter, ResourceLease, Task
 from ..services.dispatch import schedule_advance

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from foundations.actors import Actor
 from tools_app.executor import ToolCall, ToolContext, execute_through_ledger, ledger
 from tools_app.registry import tool_specs
 
-from ..actors import Actor
 from ..models import Task
 from ..services.dispatch import schedule_advance
 from ..store.events import event_note

@@ -16,7 +16,7 @@ whose id it has already sent.
 
 A socket lives only as long as its user's access: it closes (code 4403) when
 told so on the user's group (`publish.end_user_sockets`, after a membership is
-revoked or the user deactivated through `services.accounts`), and on its own
+revoked or the user deactivated through `accounts_app.services.accounts`), and on its own
 re-check every `LIVE_RECHECK_S` seconds, which catches changes made elsewhere
 (the Django admin, a shell).
 """
@@ -32,9 +32,9 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
+from accounts_app.models import Membership
 from foundations.ids import parse_id
 
-from ..models import Membership
 from ..selectors import event_dict, events_after, task_of_tenant
 from .publish import task_group, tenant_group, user_group
 from .tokens import step_of, superseded

@@ -12,8 +12,9 @@ from typing import Any
 
 from django.db import models
 
+from accounts_app.models import Tenant
+
 from ..pricing import money_text
-from .tenancy import Tenant
 
 
 class OnExhaustion(models.TextChoices):

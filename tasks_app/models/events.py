@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from django.db import models
 
+from accounts_app.models import Tenant
+
 from .tasks import Task
-from .tenancy import Tenant
 
 
 class Event(models.Model):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from .tenancy import Tenant
+from accounts_app.models import Tenant
 
 SPEND_SHARDS = 16
 # The rollup's `agent` of an evaluation run's spend (`evals_app`): kept apart from

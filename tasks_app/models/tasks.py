@@ -14,9 +14,10 @@ from django.conf import settings
 from django.db import models
 from django_fsm import FSMField, transition
 
+from accounts_app.models import Tenant
+
 from ..machine import NON_TERMINAL, TRANSITIONS, WAITING, TaskStatus
 from .agents import AgentProfile
-from .tenancy import Tenant
 
 S = TaskStatus
 
@@ -37,7 +38,7 @@ class Task(models.Model):
     # The API key that submitted it (null: the console, a schedule, a key since
     # deleted): its scope narrows the requester's. Keys are revoked, not deleted,
     # so no index for SET_NULL's lookups (each index costs every task write).
-    api_key = models.ForeignKey("tasks_app.ApiKey", null=True, blank=True,
+    api_key = models.ForeignKey("accounts_app.ApiKey", null=True, blank=True,
                                 on_delete=models.SET_NULL, related_name="+", db_index=False)
     # null: a workflow run (workflows_app), whose snapshot is its workflow's
     agent = models.ForeignKey(AgentProfile, on_delete=models.PROTECT, related_name="tasks",

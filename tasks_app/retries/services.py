@@ -30,9 +30,9 @@ from typing import Any
 from django.db import transaction
 from django.db.models import QuerySet
 
+from foundations.actors import Actor
 from foundations.errors import DomainError, conflict, invalid, not_found
 
-from ..actors import Actor
 from ..machine import TaskStatus
 from ..models import Event, Step, StepKind, StepStatus, Task
 from ..payloads import resolve_task

@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 from django.db import connection, transaction
 
+from foundations.actors import Actor
 from tools_app.breakers import (
     Admission,
     BreakerPolicy,
@@ -49,7 +50,6 @@ from tools_app.executor import ToolOutcome, ledger
 from tools_app.executor.types import ToolSpec
 from tools_app.models import Breaker
 
-from ..actors import Actor
 from ..gateway.model_settings import parse_model_settings
 from ..machine import TaskStatus
 from ..models import Task

@@ -44,12 +44,12 @@ from typing import Any
 from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 
+from foundations.actors import SYSTEM
 from foundations.logs import log_scope
 from tools_app.executor import OutcomeKind, ToolCall, ToolContext, execute_through_ledger
 from tools_app.executor.types import ToolSpec
 from tools_app.registry import tool_specs
 
-from ..actors import SYSTEM
 from ..keys import compensation_key
 from ..machine import TaskStatus
 from ..models import Event, Step, StepKind, StepStatus, Task

@@ -34,12 +34,12 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from foundations.actors import Actor
 from foundations.expressions import ExpressionError
 from tools_app.executor.jsonsafe import storable
 from tools_app.executor.types import ToolSpec
 from tools_app.registry import tool_specs
 
-from ..actors import Actor
 from ..gateway import Decision
 from ..models import Step, StepKind, StepStatus
 from ..payloads import resolve_steps

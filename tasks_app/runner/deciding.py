@@ -24,10 +24,12 @@ from typing import Any
 
 from django.utils import timezone
 
+from accounts_app.vault.lookup import model_keys
+from accounts_app.vault.values import Resolved
+from foundations.actors import Actor
 from tools_app.breakers import Admission
 from tools_app.executor.types import ToolSpec
 
-from ..actors import Actor
 from ..context.builder import ContextSources, build_context, gather
 from ..context.summaries import summary_maybe_create
 from ..gateway import (
@@ -46,8 +48,6 @@ from ..models import Step, StepKind, StepStatus, Task
 from ..services.children import specs_for
 from ..services.spend import priced_reply
 from ..snapshot import TaskSnapshot
-from ..vault.lookup import model_keys
-from ..vault.values import Resolved
 from .backoff import backoff_s, model_failure_count
 from .breaker_waits import ModelGuard, model_admit_ahead, model_wait, summary_guard
 from .budgets import exhausted_budget, past_deadline

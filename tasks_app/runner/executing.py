@@ -37,6 +37,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from approvals_app.services import opening
+from foundations.actors import Actor
 from foundations.errors import DomainError, ErrorKind
 from foundations.logs import bind_log
 from foundations.metrics import count_late_result
@@ -47,7 +48,6 @@ from tools_app.executor.dispatch import Prepared, ask_status, prepare
 from tools_app.executor.types import ToolSpec
 from tools_app.registry import tool_specs
 
-from ..actors import Actor
 from ..gateway.messages import call_id
 from ..keys import call_fingerprint, canonical_json, sha256_hex
 from ..leases import ResourceHold, lease_for_call

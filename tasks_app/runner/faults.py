@@ -22,9 +22,9 @@ import traceback
 
 from django.conf import settings
 
+from foundations.actors import Actor
 from tools_app.executor.jsonsafe import storable
 
-from ..actors import Actor
 from ..machine import TaskStatus
 from ..models import Task
 from ..snapshot import TaskSnapshot

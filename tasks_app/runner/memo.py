@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from accounts_app.vault.lookup import Resolved
 from approvals_app.policy import PolicyReads
 from tools_app.executor.types import ToolSpec
 
@@ -35,7 +36,6 @@ from ..models import Step, Task
 from ..models.tasks import OPEN_STEP_STATUSES
 from ..snapshot import TaskSnapshot
 from ..store.backends import backend
-from ..vault.lookup import Resolved
 from .shadow import RecordedCall
 
 PROBE_SQL = f"SELECT version, status FROM {Task._meta.db_table} WHERE id = %s"

@@ -24,6 +24,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from foundations.actors import Actor
 from foundations.metrics import count_rate_limit_tokens, observe_rate_limit_wait
 from tools_app.executor import ledger
 from tools_app.executor.types import ToolSpec
@@ -38,7 +39,6 @@ from tools_app.ratelimits import (
     parse_rate_limit,
 )
 
-from ..actors import Actor
 from ..gateway.model_settings import ModelTarget, parse_model_settings
 from ..snapshot import TaskSnapshot
 from .breaker_waits import info_event

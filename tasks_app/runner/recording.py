@@ -29,13 +29,13 @@ from django.utils import timezone
 from approvals_app import policy as approval_policy
 from approvals_app.gates import DEFAULT, Gate
 from approvals_app.services import opening
+from foundations.actors import Actor
 from foundations.logs import bind_log
 from tools_app.executor import ledger
 from tools_app.executor.jsonsafe import has_unstorable, storable, storable_text
 from tools_app.executor.types import ToolSpec
 from tools_app.schemas import schema_errors
 
-from ..actors import Actor
 from ..context.originals import read_source
 from ..gateway import Decision
 from ..keys import call_fingerprint, canonical_json, sha256_hex

@@ -29,10 +29,10 @@ from django.db.models import Q
 from django.utils import timezone
 
 from approvals_app.services.decisions import approvals_expire, questions_expire
+from foundations.actors import SYSTEM
 from foundations.errors import DomainError
 from foundations.metrics import count_recoveries
 
-from ..actors import SYSTEM
 from ..machine import TaskStatus
 from ..models import Task
 from ..services.admission import admit_created_tasks

@@ -11,7 +11,8 @@ from typing import Any
 
 from django.db import transaction
 
-from ..actors import Actor
+from foundations.actors import Actor
+
 from ..gateway import ModelRefused
 from ..snapshot import TaskSnapshot
 from ..store.events import event_note

@@ -26,8 +26,8 @@ from django.conf import settings
 from django.db import transaction
 
 from approvals_app.services.opening import approvals_rebind
+from foundations.actors import Actor
 
-from ..actors import Actor
 from ..machine import TaskStatus
 from ..models import Step, StepKind, StepStatus, Task
 from ..snapshot import TaskSnapshot

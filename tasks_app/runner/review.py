@@ -8,7 +8,8 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
-from ..actors import Actor
+from foundations.actors import Actor
+
 from ..models import Step, StepKind, StepStatus
 from ..snapshot import TaskSnapshot
 from ..store.steps import step_move

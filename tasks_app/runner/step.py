@@ -30,9 +30,9 @@ import functools
 from django.db import IntegrityError
 
 from approvals_app.policy import reads_kept_in
+from foundations.actors import Actor
 from foundations.errors import DomainError, ErrorKind
 
-from ..actors import Actor
 from ..gateway import GatewayError
 from .breaker_waits import ModelGuard
 from .deciding import (

@@ -8,7 +8,8 @@ from typing import Any
 
 from django.utils import timezone
 
-from ..actors import Actor
+from foundations.actors import Actor
+
 from ..snapshot import TaskSnapshot
 from ..store.tasks import KnownTask, task_transition
 from .results import STOP, StepResult

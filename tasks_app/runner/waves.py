@@ -33,7 +33,8 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from ..actors import Actor
+from foundations.actors import Actor
+
 from ..gateway import Decision
 from ..machine import TaskStatus
 from ..models import Step, StepStatus, Task

@@ -1,5 +1,5 @@
 """Use cases, one function each (tasks, agents, their versions and releases,
-accounts, secrets, spend, admission, replay, the demo), and the registries the
+spend, quotas' admission and spend limits, replay, the demo), and the registries the
 layers below call into (`dispatch`, `events`, `task_traces`).
 
 They write tasks, steps and events only through the store (`tasks_app.store`),

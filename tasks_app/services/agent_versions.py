@@ -22,8 +22,8 @@ from typing import Any
 from django.db import transaction
 
 from audit_app.diffs import config_diff
+from foundations.actors import SYSTEM, Actor
 
-from ..actors import SYSTEM, Actor
 from ..models import AgentProfile, AgentVersion, VersionKind
 
 

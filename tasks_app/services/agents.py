@@ -8,7 +8,7 @@ only those tools. The `model` settings are checked by the gateway's own
 `model_settings_errors`, so the API, the console and the runner agree on
 them; the key a model names must be a secret of the same tenant
 (`api_key_secret`) or an environment variable the operator granted it
-(`api_key_env`, see `tasks_app.vault.grants`). Tasks copy their profile at
+(`api_key_env`, see `accounts_app.vault.grants`). Tasks copy their profile at
 submission: an update never changes a task that is already under way. Names
 that are console routes (`new`) are reserved. Every change is an audit entry
 (`audit_app`) in the change's transaction.
@@ -20,18 +20,19 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from accounts_app.models import Tenant
+from accounts_app.selectors import missing_secret_names
+from accounts_app.vault.grants import env_granted, not_granted_message
+from accounts_app.vault.references import model_env_names, model_secret_names
 from audit_app.services import audit_record
+from foundations.actors import SYSTEM, Actor
 from foundations.named_resources import NamedResource, model_field_errors
 from tools_app.models import Tool
 from tools_app.schemas import check_schema
 
-from ..actors import SYSTEM, Actor
 from ..gateway.model_settings import model_settings_errors
-from ..models import AgentProfile, MemoryPolicy, OnExhaustion, Tenant
+from ..models import AgentProfile, MemoryPolicy, OnExhaustion
 from ..pricing import MAX_BUDGET, money, money_problem
-from ..selectors import missing_secret_names
-from ..vault.grants import env_granted, not_granted_message
-from ..vault.references import model_env_names, model_secret_names
 from .agent_versions import version_record
 from .children import agent_cycle_errors, is_agent_tool
 from .completion_checks import completion_check_errors

@@ -20,9 +20,9 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
+from foundations.actors import Actor
 from foundations.errors import DomainError, invalid
 
-from ..actors import Actor
 from ..keys import canonical_json, sha256_hex
 from ..models import AgentProfile, AgentVersion, Task
 from ..store.creation import tasks_create_many

@@ -34,12 +34,12 @@ from django.db import IntegrityError, transaction
 from django.db.models import Exists
 from django.utils import timezone
 
+from foundations.actors import Actor
 from foundations.errors import DomainError
 from tools_app.executor.types import OutcomeKind, ToolOutcome, ToolSpec
 from tools_app.registry import tool_specs
 from tools_app.schemas import schema_errors
 
-from ..actors import Actor
 from ..keys import canonical_json, sha256_hex
 from ..machine import NON_TERMINAL, TERMINAL, TaskStatus
 from ..models import AgentProfile, Task

@@ -7,12 +7,13 @@ from typing import Any
 
 from django.db import transaction
 
+from accounts_app.models import Role, Tenant
+from accounts_app.services.accounts import tenant_create, user_ensure
+from foundations.actors import SYSTEM
 from tools_app.demo.tools import DEMO_TOOLS
 from tools_app.models import DemoOrder, Tool
 
-from ..actors import SYSTEM
-from ..models import AgentProfile, Role, Task, Tenant
-from .accounts import tenant_create, user_ensure
+from ..models import AgentProfile, Task
 from .releases import agent_seed
 from .tasks import task_submit
 

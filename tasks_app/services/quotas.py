@@ -1,5 +1,5 @@
-"""Tenant quotas: what each tenant may run and spend (`models.TenantQuota`,
-set by the operator), read where it matters.
+"""Tenant quotas: what each tenant may run and spend (`accounts_app.models.TenantQuota`,
+set by the operator through `accounts_app.services.quotas`), read where it matters.
 
 - Admission (`services.admission`) reads each waiting tenant's terms
   (`admission_terms`): its running limit, its weight, and whether it is held
@@ -26,14 +26,14 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
 from django.db.models import Q, Sum
 from django.utils import timezone
 
-from foundations.errors import DomainError, ErrorKind, invalid
+from accounts_app.models import OverSpend, TenantQuota
+from accounts_app.models.quotas import month_start
+from foundations.errors import DomainError, ErrorKind
 
-from ..models import DailySpend, OverSpend, TenantQuota
-from ..models.quotas import month_start
+from ..models import DailySpend
 from ..models.spend import EVALUATION_AGENT_PREFIX
 from ..pricing import PICO
 
@@ -181,29 +181,6 @@ def _seconds_until_end(use: SpendUse) -> int:
         end = (use.starts + timedelta(days=32)).replace(day=1)
     ends_at = datetime.combine(end, time.min, tzinfo=UTC)
     return max(1, int((ends_at - timezone.now()).total_seconds()))
-
-
-QUOTA_FIELDS = ("max_running", "weight", "daily_spend_limit", "monthly_spend_limit",
-                "over_spend")
-
-
-def quota_set(*, tenant_id: int, **changes: Any) -> TenantQuota:
-    """Set some of a tenant's quota terms (the operator's: `manage.py
-    tenant_quota`; the Django admin edits the same row), checked by the
-    model's rules; a field given as None is cleared (back to the default)."""
-    unknown = set(changes) - set(QUOTA_FIELDS)
-    if unknown:
-        raise invalid("invalid", "Not quota terms.", **{k: ["unknown"] for k in sorted(unknown)})
-    quota = TenantQuota.objects.filter(tenant_id=tenant_id).first() or TenantQuota(
-        tenant_id=tenant_id)
-    for name, value in changes.items():
-        setattr(quota, name, value if value is not None or name != "weight" else 1)
-    try:
-        quota.full_clean()
-    except ValidationError as refused:
-        raise invalid("invalid", "The quota is not valid.", **refused.message_dict) from None
-    quota.save()
-    return quota
 
 
 def quota_summary(tenant_id: int) -> dict[str, Any]:

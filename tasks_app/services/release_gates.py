@@ -13,9 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from audit_app.services import audit_record
+from foundations.actors import Actor
 from foundations.errors import conflict, invalid
 
-from ..actors import Actor
 from ..models import AgentProfile
 
 GATE_FIELDS = ("min_pass_rate", "max_cost_ratio")

@@ -21,9 +21,9 @@ from typing import Any
 
 from django.db import transaction
 
+from foundations.actors import SYSTEM, Actor
 from foundations.errors import invalid, not_found
 
-from ..actors import SYSTEM, Actor
 from ..models import AgentProfile, AgentReleaseEntry, AgentVersion, ReleaseAction, VersionKind
 from .agent_versions import config_apply, version_record
 from .agents import agent_audit, agent_audited, agent_errors, agent_update

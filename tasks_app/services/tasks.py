@@ -12,9 +12,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 
 from approvals_app.policy import agent_allowed
+from foundations.actors import Actor
 from foundations.errors import DomainError, ErrorKind, conflict, invalid, not_found
 
-from ..actors import Actor
 from ..keys import canonical_json, sha256_hex
 from ..machine import NON_TERMINAL
 from ..models import AgentProfile, Task

@@ -38,10 +38,10 @@ from typing import Any, Protocol
 
 from django.utils import timezone
 
+from foundations.actors import SYSTEM, Actor
 from tools_app.executor.ledger import Claim, claim_row, recorded_fields
 from tools_app.executor.types import OutcomeKind, ToolCall, ToolContext, ToolOutcome, ToolSpec
 
-from ..actors import SYSTEM, Actor
 from ..machine import TaskStatus
 from ..models import Step, StepKind, StepStatus
 from .spend import Bill

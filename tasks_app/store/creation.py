@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..actors import Actor
+from foundations.actors import Actor
+
 from ..machine import TaskStatus
 from ..models import Event, Step, Task
 from ..payloads import TASK_FIELDS, Blob

@@ -21,7 +21,8 @@ from typing import Any
 
 from django.db import transaction
 
-from ..actors import Actor
+from foundations.actors import Actor
+
 from ..models import Event, Task
 from .hooks import run_event_hooks, run_publishers
 from .sql import table

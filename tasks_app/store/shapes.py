@@ -10,7 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..actors import Actor
+from foundations.actors import Actor
+
 from ..models import Step
 from .spend import Bill
 

@@ -25,9 +25,9 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Expression
 
+from foundations.actors import Actor
 from foundations.errors import DomainError, ErrorKind, conflict
 
-from ..actors import Actor
 from ..machine import TRANSITIONS
 from ..models import Task
 from .writes import Commit, TaskAt, write

@@ -28,11 +28,11 @@ from a2a.utils.errors import InvalidParamsError, InvalidRequestError, TaskNotFou
 
 from a2a_app.app import application
 from a2a_app.states import STATE_OF
-from tasks_app.actors import SYSTEM
+from accounts_app.models import Role as TetherRole
+from accounts_app.services.accounts import api_key_create
+from foundations.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import AgentProfile, Task
-from tasks_app.models import Role as TetherRole
-from tasks_app.services.accounts import api_key_create
 from tests.factories import submit
 from tests.fakes.runtime import add_tool
 from tests.helpers import drive
@@ -197,8 +197,8 @@ def test_the_body_limit_stands_in_front_of_a2a(published, settings) -> None:
 
 
 def test_a_key_scoped_to_another_agent_does_not_find_this_one(published) -> None:
+    from accounts_app.models import ApiKey
     from approvals_app.policy import agents_in_scope
-    from tasks_app.models import ApiKey
 
     requester = published.users[TetherRole.REQUESTER]
     scoped_raw, plain_raw = api_key_create(user=requester), api_key_create(user=requester)

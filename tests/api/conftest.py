@@ -19,10 +19,11 @@ from django.core.cache import cache
 from django.test import override_settings
 from rest_framework.test import APIClient
 
+from accounts_app.models import Role, Tenant
+from accounts_app.services.accounts import api_key_create
 from approvals_app.models import Approval, Question, Reconciliation
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Role, Task, Tenant
-from tasks_app.services.accounts import api_key_create
+from tasks_app.models import Task
 from tasks_app.services.demo import demo_agent_ensure, demo_tools_ensure
 from tests.factories import TenantFactory, ToolFactory, make_user, submit
 from tests.fakes.listeners import Hanging

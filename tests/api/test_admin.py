@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from tasks_app.actors import SYSTEM
+from accounts_app.models import Role
+from accounts_app.services.secrets import secret_create
+from foundations.actors import SYSTEM
 from tasks_app.machine import TaskStatus
-from tasks_app.models import AgentProfile, Role, Step
-from tasks_app.services.secrets import secret_create
+from tasks_app.models import AgentProfile, Step
 from tools_app.models import Tool
 
 from .conftest import Tenancy, drive

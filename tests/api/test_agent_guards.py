@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from tasks_app.models import AgentProfile, AgentVersion, Role, Task
+from accounts_app.models import Role
+from tasks_app.models import AgentProfile, AgentVersion, Task
 from tools_app.models import Tool
 
 from .conftest import Tenancy

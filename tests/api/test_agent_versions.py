@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
+from accounts_app.models import Role
 from tasks_app.machine import TaskStatus
-from tasks_app.models import AgentProfile, AgentReleaseEntry, AgentVersion, Role, Task
+from tasks_app.models import AgentProfile, AgentReleaseEntry, AgentVersion, Task
 from tasks_app.services.agent_versions import release_bucket
 
 from .conftest import Tenancy, drive

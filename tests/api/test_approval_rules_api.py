@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from accounts_app.models import Role
 from approvals_app.models import ApprovalRule, ReviewerGroup
 from audit_app.models import AuditEntry
-from tasks_app.models import Role
 
 from .conftest import Tenancy
 

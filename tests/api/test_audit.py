@@ -12,11 +12,11 @@ import pytest
 from django.db import transaction
 from django.test import Client
 
+from accounts_app.models import Role
+from accounts_app.services.accounts import membership_revoke, user_deactivate, user_ensure
 from audit_app.models import AuditEntry
 from audit_app.services import audit_record
-from tasks_app.actors import Actor
-from tasks_app.models import Role
-from tasks_app.services.accounts import membership_revoke, user_deactivate, user_ensure
+from foundations.actors import Actor
 from tests.factories import actor_of, make_user
 
 from .conftest import Tenancy
@@ -216,19 +216,19 @@ def test_the_console_page_filters_by_kind(main: Tenancy) -> None:
 
 
 def test_django_admin_changes_are_audited(main: Tenancy, django_user_model: Any) -> None:
-    from tasks_app.models import Membership
+    from accounts_app.models import Membership
 
     root = django_user_model.objects.create_superuser("root", password="pw")
     admin = Client()
     admin.force_login(root)
     member = Membership.objects.get(user=main.users[Role.OPERATOR])
-    changed = admin.post(f"/admin/tasks_app/membership/{member.pk}/change/",
+    changed = admin.post(f"/admin/accounts_app/membership/{member.pk}/change/",
                          {"user": member.user_id, "tenant": main.tenant.pk, "role": "reviewer"})
     assert changed.status_code == 302, changed.content.decode()[:2000]
     entry = _one(main, "membership", main.users[Role.OPERATOR].username, "updated")
     assert (entry["actor"], entry["actor_role"]) == ("root", "django-admin")
     assert _changes(entry) == {"role": ("operator", "reviewer")}
-    deleted = admin.post(f"/admin/tasks_app/membership/{member.pk}/delete/", {"post": "yes"})
+    deleted = admin.post(f"/admin/accounts_app/membership/{member.pk}/delete/", {"post": "yes"})
     assert deleted.status_code == 302
     revoked = _one(main, "membership", main.users[Role.OPERATOR].username, "revoked")
     assert revoked["actor"] == "root"

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from tasks_app.models import Event, Role, Task
+from accounts_app.models import Role
+from tasks_app.models import Event, Task
 
 from .conftest import Tenancy
 

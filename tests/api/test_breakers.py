@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from tasks_app.models import AgentProfile, Role
+from accounts_app.models import Role
+from tasks_app.models import AgentProfile
 from tools_app.breakers import Target, admit, breaker_policy, record
 from tools_app.models import Tool
 

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from tasks_app.models import AgentProfile, Role
+from accounts_app.models import Role
+from tasks_app.models import AgentProfile
 from tasks_app.pricing import Prices, TokenUsage, money, pico_text, prices_of
 
 from .conftest import Tenancy

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from accounts_app.models import Role
 from approvals_app.models import Approval, Reconciliation
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Event, Role, Step, StepStatus, Task
+from tasks_app.models import Event, Step, StepStatus, Task
 from tasks_app.services.demo import demo_agent_ensure
 from tools_app.models import LedgerStatus, ToolExecution
 

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from tasks_app.models import Role, Task
-from tasks_app.services.accounts import api_key_create
+from accounts_app.models import Role
+from accounts_app.services.accounts import api_key_create
+from tasks_app.models import Task
 
 from .conftest import Tenancy
 

@@ -11,8 +11,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
+from accounts_app.models import Role
 from audit_app.models import AuditEntry
-from tasks_app.models import Role
 
 from .conftest import Tenancy
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from accounts_app.models import Role
 from audit_app.models import AuditEntry
-from tasks_app.models import AgentProfile, Role
+from tasks_app.models import AgentProfile
 from workflows_app.models import Workflow
 
 pytestmark = pytest.mark.django_db

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from accounts_app.models import Role, TenantSecret
+from accounts_app.services.secrets import secret_create
 from approvals_app.models import (
     Approval,
     ApprovalRule,
@@ -23,6 +25,7 @@ from approvals_app.models import (
 )
 from approvals_app.services.rules import group_save, rule_create
 from evals_app.services.starting import Selection, evaluation_start
+from foundations.actors import SYSTEM
 from memory_app.models import MemoryItem, MemoryProposal
 from memory_app.services import item_create
 from notify_app.models import NotificationSettings, WebhookSubscription
@@ -31,11 +34,9 @@ from retention_app.models import Export
 from retention_app.services.export import export_run, export_start
 from schedules_app.models import Schedule
 from schedules_app.services.schedules import schedule_create
-from tasks_app.actors import SYSTEM
-from tasks_app.models import AgentProfile, ContextSummary, Event, Role, Task, TenantSecret
+from tasks_app.models import AgentProfile, ContextSummary, Event, Task
 from tasks_app.services.agents import agent_update
 from tasks_app.services.releases import release_set
-from tasks_app.services.secrets import secret_create
 from tasks_app.services.tasks import task_cancel
 from tests.factories import make_user, submit
 from tests.helpers import drive
@@ -166,8 +167,8 @@ def _member_email(t: Tenancy, role: str) -> tuple[str, str, Any]:
 
 def _own_key_scope(t: Tenancy, role: str) -> tuple[str, str, Any]:
     """Any member narrows their own key (an admin, any of the tenant's)."""
-    from tasks_app.models import ApiKey
-    from tasks_app.services.accounts import api_key_create
+    from accounts_app.models import ApiKey
+    from accounts_app.services.accounts import api_key_create
 
     key = ApiKey.objects.get(prefix=api_key_create(user=t.users[role])[:12])
     return "patch", f"/api/v1/api-keys/{key.pk}", {"agents": ["support"]}
@@ -542,7 +543,7 @@ def test_a_bad_token_is_a_401(main: Tenancy, header: str) -> None:
 
 
 def test_a_revoked_key_is_a_401(main: Tenancy) -> None:
-    from tasks_app.models import ApiKey
+    from accounts_app.models import ApiKey
 
     client = main.client(ADM)
     assert client.get("/api/v1/tasks").status_code == 200

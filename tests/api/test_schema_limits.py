@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
+from accounts_app.models import Role
 from approvals_app.models import Approval
 from tasks_app.machine import TaskStatus
-from tasks_app.models import AgentProfile, Event, Role, Step, Task
+from tasks_app.models import AgentProfile, Event, Step, Task
 from tools_app.models import Tool
 from tools_app.schemas import MAX_EVALUATIONS
 

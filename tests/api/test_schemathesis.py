@@ -29,8 +29,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from tasks_app.models import Role
-from tasks_app.services.accounts import api_key_create
+from accounts_app.models import Role
+from accounts_app.services.accounts import api_key_create
 
 from .conftest import Tenancy
 

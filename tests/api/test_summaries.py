@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from tasks_app.models import ContextSummary, Event, Role, Task
+from accounts_app.models import Role
+from tasks_app.models import ContextSummary, Event, Task
 
 from .conftest import Tenancy
 

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from tasks_app.actors import SYSTEM
+from accounts_app.models import Role
+from foundations.actors import SYSTEM
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Event, Role, Task
+from tasks_app.models import Event, Task
 from tasks_app.store.events import event_append
 from tests.factories import make_user
 

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
+from accounts_app.models import Role
 from tasks_app.machine import TaskStatus
-from tasks_app.models import ContextSummary, Event, Role, Task
+from tasks_app.models import ContextSummary, Event, Task
 from tests.factories import AgentFactory, ToolFactory
 
 from .conftest import Tenancy

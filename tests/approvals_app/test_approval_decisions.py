@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from accounts_app.models import Role
 from approvals_app.models import Approval
 from approvals_app.services.decisions import approval_decide
 from foundations.errors import DomainError, ErrorKind
 from tasks_app.context.builder import build_context
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Event, Role, Step, StepStatus, Task
+from tasks_app.models import Event, Step, StepStatus, Task
 from tasks_app.services.demo import demo_agent_ensure
 from tasks_app.snapshot import TaskSnapshot
 from tests.factories import actor_of, make_user, submit

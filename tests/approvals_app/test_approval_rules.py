@@ -10,13 +10,14 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from accounts_app.models import Role
 from approvals_app.models import Approval, ApprovalRule, Decision, ReviewerGroup
 from approvals_app.services.decisions import approval_decide, approvals_expire
 from approvals_app.services.routing import approval_reassign
 from approvals_app.services.rules import group_save, rule_create, scope_set
 from foundations.errors import DomainError, ErrorKind
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Role, Step, StepStatus, Task
+from tasks_app.models import Step, StepStatus, Task
 from tests.factories import actor_of, make_user, submit
 from tests.fakes.runtime import events_of
 from tests.helpers import drive
@@ -306,9 +307,9 @@ def test_a_slice_reads_the_rules_once_a_second_and_sees_an_edit_after_it(
 
 def test_a_tasks_key_narrows_the_gate_in_the_same_two_reads(
         team, django_assert_num_queries):  # type: ignore[no-untyped-def]
+    from accounts_app.models import ApiKey
+    from accounts_app.services.accounts import api_key_create
     from approvals_app.policy import PolicyReads, gate_for, reads_kept_in
-    from tasks_app.models import ApiKey
-    from tasks_app.services.accounts import api_key_create
 
     scope_set(tenant_id=team.tenant.pk, username=team.requester.username,
               data={"tools": ["lookup_order", "issue_refund"]}, actor=team.boss)
@@ -328,9 +329,9 @@ def test_a_tasks_key_narrows_the_gate_in_the_same_two_reads(
 
 
 def test_a_key_that_is_not_the_requesters_never_lifts_their_scope(team):  # type: ignore[no-untyped-def]
+    from accounts_app.models import ApiKey
+    from accounts_app.services.accounts import api_key_create
     from approvals_app.policy import scope_of
-    from tasks_app.models import ApiKey
-    from tasks_app.services.accounts import api_key_create
 
     scope_set(tenant_id=team.tenant.pk, username=team.requester.username,
               data={"agents": ["support"], "tools": ["lookup_order"]}, actor=team.boss)

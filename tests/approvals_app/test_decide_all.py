@@ -11,10 +11,11 @@ import pytest
 from django.test import Client
 from rest_framework.test import APIClient
 
+from accounts_app.models import Role
+from accounts_app.services.accounts import api_key_create
 from approvals_app.models import Approval
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Event, Role, Step
-from tasks_app.services.accounts import api_key_create
+from tasks_app.models import Event, Step
 from tests.factories import TenantFactory, make_user, submit
 from tests.fakes.fixtures import openai_agent
 from tests.fakes.openai_server import FakeOpenAI, reply

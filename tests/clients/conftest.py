@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from tasks_app.models import Role
-from tasks_app.services.accounts import api_key_create
+from accounts_app.models import Role
+from accounts_app.services.accounts import api_key_create
 from tests.console.server import DaphneServer, daphne_servers
 from tests.factories import make_user
 from tests.fakes.runtime import fake_http  # noqa: F401 - a fixture

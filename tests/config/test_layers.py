@@ -24,7 +24,7 @@ import grimp
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("config", "foundations", "tasks_app", "tools_app", "approvals_app",
+PACKAGES = ("config", "foundations", "accounts_app", "tasks_app", "tools_app", "approvals_app",
             "notify_app", "audit_app", "workflows_app", "schedules_app", "memory_app",
             "retention_app", "evals_app", "a2a_app", "mcp_server_app")
 # (file, imported module) -> why it is imported inside a function

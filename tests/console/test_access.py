@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
+from accounts_app.models import Role
 from approvals_app.models import Approval
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Role, Step, Task
+from tasks_app.models import Step, Task
 from tests.factories import TenantFactory, make_user, submit
 from tests.helpers import drive
 

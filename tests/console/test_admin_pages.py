@@ -9,9 +9,10 @@ import json
 import pytest
 from django.test import Client
 
-from tasks_app.actors import SYSTEM
-from tasks_app.models import AgentProfile, Role
-from tasks_app.services.secrets import secret_create
+from accounts_app.models import Role
+from accounts_app.services.secrets import secret_create
+from foundations.actors import SYSTEM
+from tasks_app.models import AgentProfile
 from tests.factories import submit
 from tests.helpers import drive
 from tools_app.models import Tool

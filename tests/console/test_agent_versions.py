@@ -10,9 +10,10 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from accounts_app.models import Role
 from tasks_app.console.version_stats import versions_compared
 from tasks_app.machine import TaskStatus
-from tasks_app.models import AgentProfile, AgentReleaseEntry, Role, Task
+from tasks_app.models import AgentProfile, AgentReleaseEntry, Task
 from tasks_app.services.agents import agent_create, agent_update
 from tasks_app.services.releases import release_set
 from tasks_app.services.tasks import task_cancel

@@ -9,7 +9,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from tasks_app.models import Role
+from accounts_app.models import Role
 from tasks_app.runner.loop import run_slice
 from tasks_app.services.admission import admit_created_tasks
 from tests.factories import submit

@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
+from accounts_app.models import Role
 from approvals_app.models import Approval, Question, Reconciliation
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Event, Role, Step, Task
+from tasks_app.models import Event, Step, Task
 from tests.console.conftest import event_ids, step_once
 from tests.factories import make_user, submit
 from tests.helpers import drive, wait_for

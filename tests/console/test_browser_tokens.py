@@ -10,8 +10,9 @@ import threading
 import pytest
 from django.db import connection
 
+from accounts_app.models import Role
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Role, Step
+from tasks_app.models import Step
 from tests.console.test_browser import assert_not_reloaded, watched_live
 from tests.factories import submit
 from tests.fakes.fixtures import (

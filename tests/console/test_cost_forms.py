@@ -7,7 +7,8 @@ from decimal import Decimal
 
 import pytest
 
-from tasks_app.models import AgentProfile, Role
+from accounts_app.models import Role
+from tasks_app.models import AgentProfile
 
 from .test_admin_pages import AGENT_FORM, client_for
 

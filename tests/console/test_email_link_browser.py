@@ -9,13 +9,13 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core import mail
 
+from accounts_app.models import Role
 from approvals_app.models import Approval
+from foundations.actors import SYSTEM
 from notify_app.models import Delivery
 from notify_app.services.delivery import delivery_attempt
 from notify_app.services.subscriptions import email_settings_update
-from tasks_app.actors import SYSTEM
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Role
 from tests.factories import submit
 from tests.helpers import drive
 

@@ -9,8 +9,8 @@ import pytest
 from django.test import Client
 from rest_framework.test import APIClient
 
-from tasks_app.models import Role
-from tasks_app.services.accounts import api_key_create
+from accounts_app.models import Role
+from accounts_app.services.accounts import api_key_create
 
 pytestmark = pytest.mark.django_db
 

@@ -12,10 +12,10 @@ from typing import Any
 import httpx
 import pytest
 
+from accounts_app.models import Role
+from accounts_app.services.accounts import api_key_create
 from approvals_app.models import Approval
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Role
-from tasks_app.services.accounts import api_key_create
 from tests.console.server import DaphneServer
 from tests.factories import submit
 from tests.helpers import drive

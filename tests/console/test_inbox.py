@@ -9,9 +9,10 @@ import json
 import pytest
 from django.test import Client
 
+from accounts_app.models import Role
 from approvals_app.models import Approval, Question, Reconciliation
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Role, Step, Task
+from tasks_app.models import Step, Task
 from tests.factories import submit
 from tests.helpers import drive
 from tools_app.models import Tool

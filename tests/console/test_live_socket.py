@@ -15,8 +15,9 @@ from django.conf import settings
 from django.db import connections
 from django.test import Client
 
+from accounts_app.models import Role
 from config.asgi import application
-from tasks_app.models import Event, Role
+from tasks_app.models import Event
 from tests.factories import TenantFactory, make_user, submit
 from tests.helpers import drive
 
@@ -180,8 +181,8 @@ async def _closed_code(ws: WebsocketCommunicator, timeout: float) -> int:
 
 @pytest.mark.parametrize("how", ["membership_revoke", "user_deactivate"])
 async def test_a_member_who_loses_access_is_cut_off_at_once(world, how):
+    from accounts_app.services import accounts
     from tasks_app.live.publish import tenant_group
-    from tasks_app.services import accounts
 
     revoked_user, colleague = world.users[Role.OPERATOR], world.users[Role.REVIEWER]
     revoked = await _subscribed_tenant_wide(revoked_user)
@@ -205,7 +206,7 @@ async def test_a_member_who_loses_access_is_cut_off_at_once(world, how):
 
 async def test_a_membership_removed_elsewhere_closes_the_socket_on_the_recheck(world, settings):
     """Deleted without the service (a shell, a raw query): the periodic re-check sees it."""
-    from tasks_app.models import Membership
+    from accounts_app.models import Membership
 
     settings.TETHER = {**settings.TETHER, "LIVE_RECHECK_S": 0.2}
     user = world.users[Role.OPERATOR]

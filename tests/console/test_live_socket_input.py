@@ -11,8 +11,8 @@ from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
 
+from accounts_app.models import Role
 from config.asgi import application
-from tasks_app.models import Role
 from tests.console.test_live_socket import (  # noqa: F401 - an autouse fixture
     _close_thread_connections,
     _session_cookie,

@@ -12,8 +12,9 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import connection
 
+from accounts_app.models import Role
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Role, Step
+from tasks_app.models import Step
 from tests.console.test_live_socket import _close_thread_connections, connect  # noqa: F401
 from tests.factories import submit
 from tests.fakes.fixtures import (

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from tasks_app.actors import SYSTEM
-from tasks_app.models import Role
-from tasks_app.services.secrets import secret_create
+from accounts_app.models import Role
+from accounts_app.services.secrets import secret_create
+from foundations.actors import SYSTEM
 from tools_app.models import McpServer, Review, Tool
 from tools_app.outbound import REFUSED
 from tools_app.registry import tool_specs

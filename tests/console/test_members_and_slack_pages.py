@@ -7,7 +7,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from tasks_app.models import Role
+from accounts_app.models import Role
 
 pytestmark = pytest.mark.django_db
 
@@ -53,10 +53,10 @@ def test_an_admin_connects_slack_on_the_webhooks_page(world) -> None:
 
 
 def test_a_member_narrows_their_own_keys_scope_on_the_api_keys_page(world) -> None:
+    from accounts_app.models import ApiKey
+    from accounts_app.services.accounts import api_key_create
     from approvals_app.services.rules import scope_set
     from audit_app.models import AuditEntry
-    from tasks_app.models import ApiKey
-    from tasks_app.services.accounts import api_key_create
     from tests.factories import actor_of
 
     requester = world.users[Role.REQUESTER]

@@ -8,12 +8,13 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
+from accounts_app.models import Role
 from approvals_app.models import Approval, ApprovalRule, RequesterScope, ReviewerGroup
 from approvals_app.services.rules import group_save, rule_create
 from audit_app.models import AuditEntry
-from tasks_app.actors import SYSTEM
+from foundations.actors import SYSTEM
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Role, Task
+from tasks_app.models import Task
 from tests.factories import make_user, submit
 from tests.helpers import drive
 

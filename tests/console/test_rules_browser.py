@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from accounts_app.models import Role
 from approvals_app.models import Approval, Decision
 from approvals_app.services.rules import group_save, rule_create
-from tasks_app.actors import SYSTEM
+from foundations.actors import SYSTEM
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Role
 from tasks_app.services.demo import demo_agent_ensure
 from tests.factories import make_user, submit
 from tests.helpers import drive

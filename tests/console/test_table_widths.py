@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
+from accounts_app.models import Role
+from accounts_app.services.secrets import secret_create
 from notify_app.models import EventType
 from notify_app.services.subscriptions import webhook_create
-from tasks_app.models import Role
 from tasks_app.services.agents import agent_update
-from tasks_app.services.secrets import secret_create
 from tests.evals_app.conftest import evaluate, refunding
 from tests.evals_app.conftest import refunds as refunds  # noqa: F401,PLC0414 (the fixture)
 from tests.factories import actor_of, make_user, submit

@@ -10,8 +10,9 @@ import re
 import pytest
 from django.test import Client
 
+from accounts_app.models import Role
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Event, Role, Task
+from tasks_app.models import Event, Task
 from tasks_app.services.demo import demo_agent_ensure
 from tests.factories import submit
 from tests.helpers import drive
@@ -156,7 +157,7 @@ def test_cancel_on_a_stale_view_is_refused_and_shows_the_fresh_state(world):
     c = client_for(world.users[Role.OPERATOR])
     # Meanwhile the question was answered: the task moved on.
     from approvals_app.services.answers import task_provide_input
-    from tasks_app.actors import SYSTEM
+    from foundations.actors import SYSTEM
 
     task_provide_input(task_id=task.pk, answer="42", actor=SYSTEM)
     response = c.post(
@@ -213,7 +214,7 @@ def test_bulk_cancel_cancels_what_the_filter_matches(world):
 
 
 def test_bulk_retry_retries_the_ended_tasks_the_filter_matches_once(world):
-    from tasks_app.actors import SYSTEM
+    from foundations.actors import SYSTEM
     from tasks_app.services.tasks import task_cancel
 
     def ended(goal: str) -> Task:
@@ -254,7 +255,7 @@ def test_resume_an_escalated_task_with_more_budget(world):
     task = submit(world.tenant, [{"ask": "first?"}, {"ask": "second?"}], agent="tight")
     drive(task.pk)
     from approvals_app.services.answers import task_provide_input
-    from tasks_app.actors import SYSTEM
+    from foundations.actors import SYSTEM
 
     task_provide_input(task_id=task.pk, answer="yes", actor=SYSTEM)
     assert drive(task.pk).status == TaskStatus.WAITING_FOR_HUMAN

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from accounts_app.models import Role
 from tasks_app.machine import TaskStatus
-from tasks_app.models import ContextSummary, Event, Role, Task
+from tasks_app.models import ContextSummary, Event, Task
 from tests.factories import TenantFactory, make_user, submit
 from tests.helpers import drive
 

@@ -26,9 +26,10 @@ from django.test import Client
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
+from accounts_app.models import Role
 from approvals_app.models import Approval
 from tasks_app.live.consumers import LiveConsumer
-from tasks_app.models import Event, Role, Task
+from tasks_app.models import Event, Task
 from tasks_app.selectors import event_dict
 from tests.api.conftest import client_for
 from tests.fakes.runtime import add_agent, add_tool

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from accounts_app.models import Role
 from notify_app.models import Delivery, WebhookSubscription
 from notify_app.services.delivery import delivery_attempt
 from notify_app.signing import verify
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Role
 from tests.factories import submit
 from tests.helpers import drive, wait_for
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from tasks_app.actors import SYSTEM
+from accounts_app.models import Role
+from accounts_app.services.accounts import api_key_create
+from foundations.actors import SYSTEM
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Role
-from tasks_app.services.accounts import api_key_create
 from tests.console.test_browser import assert_not_reloaded, plant_marker, wait_live
 from tests.console.test_workflow_pages import FLOW
 from tests.fakes.runtime import add_tool

@@ -12,10 +12,11 @@ import re
 import pytest
 from django.test import Client
 
+from accounts_app.models import Role
 from approvals_app.services.answers import task_provide_input
-from tasks_app.actors import SYSTEM
+from foundations.actors import SYSTEM
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Role, Task
+from tasks_app.models import Task
 from tests.factories import TenantFactory, actor_of, make_user, submit
 from tests.fakes.runtime import add_tool
 from tests.helpers import drive

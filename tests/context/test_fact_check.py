@@ -8,8 +8,9 @@ import json
 import pytest
 from django.test import Client
 
+from accounts_app.models import Role
 from tasks_app.machine import TaskStatus
-from tasks_app.models import ContextSummary, Event, Role
+from tasks_app.models import ContextSummary, Event
 from tests.factories import submit
 from tests.fakes.fixtures import openai_agent
 from tests.fakes.openai_server import reply

@@ -7,11 +7,12 @@ import json
 import pytest
 from rest_framework.test import APIClient
 
+from accounts_app.models import Role
+from accounts_app.services.accounts import api_key_create
+from foundations.actors import Actor
 from memory_app.services import item_create
-from tasks_app.actors import Actor
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Event, Role, Step
-from tasks_app.services.accounts import api_key_create
+from tasks_app.models import Event, Step
 from tests.factories import submit
 from tests.fakes.fixtures import openai_agent
 from tests.fakes.openai_server import reply

@@ -15,10 +15,10 @@ import pytest
 from django.test import TestCase
 from rest_framework.test import APIClient
 
+from accounts_app.services.accounts import api_key_create
 from evals_app.models import EvaluationTask
-from tasks_app.actors import SYSTEM
+from foundations.actors import SYSTEM
 from tasks_app.models import AgentProfile, Task
-from tasks_app.services.accounts import api_key_create
 from tasks_app.services.agents import agent_update
 from tasks_app.services.tasks import task_submit
 from tests.fakes.fixtures import openai_agent

@@ -10,7 +10,7 @@ import pytest
 
 from evals_app.models import Evaluation, EvaluationStatus
 from evals_app.services.starting import Selection, evaluation_start
-from tasks_app.actors import SYSTEM
+from foundations.actors import SYSTEM
 from tasks_app.machine import TERMINAL
 from tasks_app.models import Task
 from tests.fakes.openai_server import Scripted

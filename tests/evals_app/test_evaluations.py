@@ -14,9 +14,9 @@ from approvals_app.services.answers import task_provide_input
 from audit_app.models import AuditEntry
 from evals_app.models import Evaluation
 from evals_app.services.settling import evaluation_settle
+from foundations.actors import SYSTEM
 from foundations.errors import DomainError
 from notify_app.models import Notification, WebhookSubscription
-from tasks_app.actors import SYSTEM
 from tasks_app.console.selectors import dashboard
 from tasks_app.machine import TaskStatus
 from tasks_app.models import AgentProfile, DailySpend, Step, Task

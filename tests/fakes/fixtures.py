@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
-from tasks_app.actors import SYSTEM
-from tasks_app.models import AgentProfile, TenantSecret
+from accounts_app.models import TenantSecret
+from accounts_app.services.secrets import secret_create
+from foundations.actors import SYSTEM
+from tasks_app.models import AgentProfile
 from tasks_app.services.demo import demo_agent_ensure
-from tasks_app.services.secrets import secret_create
 
 from .openai_server import FakeOpenAI
 

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from accounts_app.models import Tenant
 from tasks_app.machine import TRANSITIONS
-from tasks_app.models import AgentProfile, Event, Task, Tenant
+from tasks_app.models import AgentProfile, Event, Task
 from tasks_app.runner.step import StepResult, advance_one_step
 from tasks_app.services.replay import task_replay_check
 from tests.fakes import python_tools

@@ -9,11 +9,12 @@ import json
 import pytest
 from django.test import Client
 
+from accounts_app.models import Role
 from approvals_app.models import Approval
 from approvals_app.services.decisions import approval_decide
 from foundations.errors import DomainError
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Event, Role, Step
+from tasks_app.models import Event, Step
 from tests.factories import actor_of, submit
 from tests.fakes.fixtures import openai_agent
 from tests.fakes.openai_server import reply

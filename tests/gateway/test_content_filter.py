@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from accounts_app.models import Role
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Event, Role, Step
+from tasks_app.models import Event, Step
 from tests.factories import submit
 from tests.fakes.fixtures import openai_agent
 from tests.fakes.openai_server import Scripted, reply

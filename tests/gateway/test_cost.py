@@ -10,13 +10,14 @@ from django.db.models import Sum
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from accounts_app.models import Role
+from accounts_app.services.accounts import api_key_create
 from foundations.errors import DomainError
 from tasks_app.console.selectors import spend_summary
 from tasks_app.machine import TaskStatus
-from tasks_app.models import DailySpend, Role, Step, Task
+from tasks_app.models import DailySpend, Step, Task
 from tasks_app.models.spend import SPEND_SHARDS
 from tasks_app.pricing import PICO, pico_text
-from tasks_app.services.accounts import api_key_create
 from tasks_app.services.tasks import task_resume
 from tests.factories import actor_of, submit
 from tests.fakes.fixtures import openai_agent

@@ -9,11 +9,11 @@ import logging
 import pytest
 from django.conf import settings as django_settings
 
-from tasks_app.actors import SYSTEM
+from accounts_app.services.secrets import secret_create, secret_rotate
+from accounts_app.vault.values import MASK
+from foundations.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Step, Task
-from tasks_app.services.secrets import secret_create, secret_rotate
-from tasks_app.vault.values import MASK
 from tests.factories import TenantFactory, submit
 from tests.fakes.fixtures import KEY, KEY_SECRET, openai_agent
 from tests.fakes.openai_server import Received, Scripted, error, reply

@@ -11,8 +11,8 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 from pydantic import TypeAdapter
 
+from foundations.actors import SYSTEM
 from tasks_app import models
-from tasks_app.actors import SYSTEM
 from tasks_app.api.stream import _agui
 from tasks_app.machine import TaskStatus
 from tasks_app.services.tasks import task_cancel

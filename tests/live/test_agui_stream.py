@@ -10,9 +10,10 @@ from ag_ui.core import Event, EventType
 from django.db import connection
 from pydantic import TypeAdapter
 
+from accounts_app.models import Role
+from accounts_app.services.accounts import api_key_create
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Role, Step
-from tasks_app.services.accounts import api_key_create
+from tasks_app.models import Step
 from tests.factories import submit
 from tests.fakes.fixtures import openai_agent
 from tests.fakes.openai_server import reply

@@ -7,11 +7,12 @@ import threading
 import pytest
 from django.db import connection
 
+from accounts_app.models import Role
+from accounts_app.services.accounts import api_key_create
 from approvals_app.models import Approval
 from approvals_app.services.decisions import approval_decide
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Event, Role, Step
-from tasks_app.services.accounts import api_key_create
+from tasks_app.models import Event, Step
 from tasks_app.services.demo import demo_agent_ensure, demo_tools_ensure
 from tests.factories import TenantFactory, actor_of, make_user, submit
 from tests.fakes.fixtures import openai_agent

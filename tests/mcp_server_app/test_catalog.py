@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
+from accounts_app.models import Role
 from approvals_app.models import Question
+from foundations.actors import SYSTEM
 from foundations.api_access import may
 from mcp_server_app.catalog import TEXT_ANSWER, Caller, elicitation_form, run_tools
-from tasks_app.actors import SYSTEM
 from tasks_app.machine import TaskStatus
-from tasks_app.models import AgentProfile, Role
+from tasks_app.models import AgentProfile
 from tasks_app.services.demo import demo_agent_ensure
 from tests.factories import actor_of
 from tests.helpers import drive

@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
+from accounts_app.models import Role
 from audit_app.models import AuditEntry
 from memory_app.models import MemoryItem, MemoryProposal, MemoryVersion
 from retention_app.erasure_parts import subject_reference
-from tasks_app.models import Role, Task
+from tasks_app.models import Task
 from tests.api.conftest import Tenancy, make_tenancy
 from tests.factories import AgentFactory, submit
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
+from accounts_app.models import Role
+from foundations.actors import SYSTEM
 from memory_app.models import MemoryItem, MemoryProposal, ProposalStatus
 from memory_app.services import item_create
-from tasks_app.actors import SYSTEM
-from tasks_app.models import Role
 from tests.factories import submit
 
 pytestmark = pytest.mark.django_db

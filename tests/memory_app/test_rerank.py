@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from foundations.actors import Actor
 from memory_app.services import item_create
-from tasks_app.actors import Actor
 from tasks_app.machine import TaskStatus
 from tests.factories import submit
 from tests.fakes.embeddings_server import FakeEmbeddings

@@ -8,6 +8,8 @@ import json
 import pytest
 from django.test import Client
 
+from accounts_app.models import Role
+from foundations.actors import Actor
 from memory_app.models import MemoryItem, MemoryProposal, MemoryVersion, ProposalStatus
 from memory_app.services import (
     item_create,
@@ -16,9 +18,8 @@ from memory_app.services import (
     proposal_accept,
     proposal_reject,
 )
-from tasks_app.actors import Actor
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Event, Role, Step
+from tasks_app.models import Event, Step
 from tasks_app.services.agents import agent_create
 from tasks_app.services.demo import demo_tools_ensure
 from tests.factories import TenantFactory, submit

@@ -8,10 +8,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from foundations.actors import SYSTEM
 from memory_app.models import MemoryItem, MemoryVersion, scope_key
 from memory_app.selectors import recall
 from memory_app.services import item_create, purge_expired
-from tasks_app.actors import SYSTEM
 from tasks_app.gateway.base import ContextItem, ContextSnapshot
 from tasks_app.gateway.messages import context_message
 

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from accounts_app.models import Role
 from notify_app.dispatch import MANUAL_DELIVERIES
 from notify_app.models import Delivery, DeliveryStatus
 from notify_app.services.delivery import delivery_attempt
-from tasks_app.models import Role
 from tasks_app.services.demo import demo_agent_ensure
 from tests.api.conftest import (  # noqa: F401 - fixtures
     Tenancy,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from accounts_app.models import Role
+from accounts_app.vault.keyring import unseal
 from notify_app.models import WebhookSubscription
-from tasks_app.models import Role
-from tasks_app.vault.keyring import unseal
 
 from .conftest import ADM, ALL_EVENTS, Tenancy, WebhookReceiver, subscribe
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
+from accounts_app.models import Role
 from notify_app.models import NotificationSettings, WebhookSubscription
 from notify_app.signing import verify
-from tasks_app.models import Role
 
 from .conftest import Tenancy, WebhookReceiver, drain
 

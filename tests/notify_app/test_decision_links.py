@@ -14,9 +14,10 @@ from django.core import mail
 from django.test import Client
 from django.utils import timezone
 
+from accounts_app.models import Membership, Role
 from approvals_app.models import Approval, Question
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Event, Membership, Role, Task
+from tasks_app.models import Event, Task
 
 from .conftest import ADM, Tenancy, drain
 

@@ -9,11 +9,11 @@ from django.contrib.auth import get_user_model
 from django.core import mail
 from django.utils import timezone
 
+from accounts_app.models import Role
 from approvals_app.models import Approval
 from approvals_app.services.routing import approval_reassign
 from approvals_app.services.rules import group_save
-from tasks_app.actors import SYSTEM
-from tasks_app.models import Role
+from foundations.actors import SYSTEM
 from tasks_app.runner.recovery import recovery_sweep
 from tests.factories import actor_of, make_user
 

@@ -17,11 +17,12 @@ from urllib.parse import urlencode
 import pytest
 from django.test import Client
 
+from accounts_app.models import Role
+from accounts_app.services.secrets import secret_create
 from approvals_app.models import Approval
+from foundations.actors import SYSTEM
 from notify_app.models import Delivery, SlackMessage
-from tasks_app.actors import SYSTEM
-from tasks_app.models import Event, Role, Task
-from tasks_app.services.secrets import secret_create
+from tasks_app.models import Event, Task
 from tests.fakes.slack_server import SIGNING_SECRET, TOKEN, FakeSlack, fake_slack, signed
 
 from .conftest import ADM, Tenancy, drain

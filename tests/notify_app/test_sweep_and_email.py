@@ -12,13 +12,13 @@ from django.contrib.auth import get_user_model
 from django.core import mail
 from django.utils import timezone
 
+from accounts_app.models import Role
 from approvals_app.models import Approval
 from notify_app.dispatch import MANUAL_DELIVERIES
 from notify_app.models import Delivery, Notification, SlaWarning
 from notify_app.services.delivery import delivery_attempt
 from notify_app.services.sweep import stuck_deliveries_dispatch
 from notify_app.signing import verify
-from tasks_app.models import Role
 from tasks_app.runner.recovery import recovery_sweep
 
 from .conftest import ADM, Tenancy, WebhookReceiver, drain, subscribe

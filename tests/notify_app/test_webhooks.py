@@ -13,10 +13,10 @@ from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
 from approvals_app.models import Approval, Question, Reconciliation
+from foundations.actors import SYSTEM
 from notify_app.models import Delivery, Notification, WebhookSubscription
 from notify_app.services.delivery import delivery_attempt
 from notify_app.signing import verify
-from tasks_app.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.store.tasks import task_transition
 from tests.factories import submit

@@ -17,17 +17,18 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
+from accounts_app.models import Role
+from accounts_app.services.secrets import secret_create
 from audit_app.models import AuditEntry
+from foundations.actors import SYSTEM
 from notify_app.services.subscriptions import webhook_create
 from retention_app.export_jobs import MANUAL_EXPORTS
 from retention_app.models import Export, ExportStatus
 from retention_app.services.archive import archive_sweep
 from retention_app.services.export import export_run, exports_sweep
-from tasks_app.actors import SYSTEM
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Role, Task
+from tasks_app.models import Task
 from tasks_app.services.demo import demo_agent_ensure
-from tasks_app.services.secrets import secret_create
 from tests.api.conftest import client_for
 from tests.factories import TenantFactory, make_user, submit
 from tests.helpers import drive, wait_for
@@ -151,11 +152,11 @@ def test_a_tenant_export_holds_its_configuration_without_secret_values(world, ex
     assert [r["fields"]["name"] for r in by_model["tasks_app.agentprofile"]] == ["support"]
     assert "lookup_order" in {r["fields"]["name"] for r in by_model["tools_app.tool"]}
     assert by_model["tasks_app.agentversion"]
-    [secret] = by_model["tasks_app.tenantsecret"]
+    [secret] = by_model["accounts_app.tenantsecret"]
     assert secret["fields"]["name"] == "payments-key" and "ciphertext" not in secret["fields"]
     [webhook] = by_model["notify_app.webhooksubscription"]
     assert "secret_sealed" not in webhook["fields"]
-    members = {tuple(r["fields"]["user"]) for r in by_model["tasks_app.membership"]}
+    members = {tuple(r["fields"]["user"]) for r in by_model["accounts_app.membership"]}
     assert (world.users["admin"].username,) in members
     everything = b"".join(files.values()).decode()
     assert secret_value not in everything and hook.secret not in everything

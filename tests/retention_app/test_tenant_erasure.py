@@ -16,15 +16,16 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 
+from accounts_app.models import Role, Tenant
+from accounts_app.services.secrets import secret_create
 from audit_app.models import AuditEntry
+from foundations.actors import SYSTEM
 from memory_app.models import MemoryItem
 from retention_app.models import ArchivedTask, ArchiveFile
 from retention_app.services.archive import archive_sweep
-from tasks_app.actors import SYSTEM
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Role, Task, Tenant
+from tasks_app.models import Task
 from tasks_app.services.demo import demo_agent_ensure, demo_tools_ensure
-from tasks_app.services.secrets import secret_create
 from tests.api.conftest import client_for
 from tests.factories import TenantFactory, make_user, submit
 from tests.helpers import drive

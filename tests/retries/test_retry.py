@@ -275,8 +275,8 @@ def test_a_retry_keeps_pinned_what_a_person_answered_the_task_it_continues(shop)
 
 
 def test_a_retry_keeps_the_key_that_submitted_the_original(shop) -> None:
-    from tasks_app.models import ApiKey
-    from tasks_app.services.accounts import api_key_create
+    from accounts_app.models import ApiKey
+    from accounts_app.services.accounts import api_key_create
 
     key = ApiKey.objects.get(prefix=api_key_create(user=shop.requester)[:12])
     task = drive(submit(shop.tenant, [NOTIFY, {"final": {}}], agent="shop",

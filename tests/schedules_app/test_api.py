@@ -10,12 +10,13 @@ import pytest
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from accounts_app.models import Role
 from audit_app.models import AuditEntry
 from schedules_app import starters
 from schedules_app.models import Schedule, ScheduleRun
 from schedules_app.services.firing import schedules_fire
 from schedules_app.starters import ScheduledStart
-from tasks_app.models import Role, Task
+from tasks_app.models import Task
 from tasks_app.services.demo import demo_agent_ensure
 from tests.factories import actor_of
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
+from accounts_app.models import Role
 from schedules_app.models import Schedule
 from schedules_app.services.firing import schedules_fire
-from tasks_app.models import Role, Task
+from tasks_app.models import Task
 from tests.factories import TenantFactory, make_user
 
 from .conftest import make_schedule, minute_now

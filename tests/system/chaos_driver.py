@@ -55,8 +55,8 @@ def setup(base: str) -> None:
 
 
 def submit(count: int) -> list[int]:
-    from tasks_app.actors import SYSTEM
-    from tasks_app.models import Tenant
+    from accounts_app.models import Tenant
+    from foundations.actors import SYSTEM
     from tasks_app.services.tasks import task_submit
 
     tenant = Tenant.objects.get(name="chaos")

@@ -26,11 +26,11 @@ from a2a.types.a2a_pb2 import (
 )
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
 
+from accounts_app.models import Role as TetherRole
+from accounts_app.services.accounts import api_key_create
 from approvals_app.models import Question, RequesterScope
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Role as TetherRole
 from tasks_app.models import Task
-from tasks_app.services.accounts import api_key_create
 from tests.console.server import DaphneServer
 from tests.factories import TenantFactory, make_user
 from tests.fakes.fixtures import openai_agent, openai_server  # noqa: F401 - a fixture

@@ -22,9 +22,10 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
+from accounts_app.models import Role
+from accounts_app.services.accounts import api_key_create
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Event, Role, Step, Task
-from tasks_app.services.accounts import api_key_create
+from tasks_app.models import Event, Step, Task
 from tests.helpers import wait_for
 from tests.processes import CeleryWorkers, free_port, port_open
 from tools_app.models import ToolExecution

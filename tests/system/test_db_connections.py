@@ -26,8 +26,9 @@ import pytest
 from django.conf import settings as django_settings
 from django.test import Client
 
-from tasks_app.models import Role, Task
-from tasks_app.services.accounts import api_key_create
+from accounts_app.models import Role
+from accounts_app.services.accounts import api_key_create
+from tasks_app.models import Task
 from tests.console.server import DaphneServer, daphne_servers
 from tests.processes import database_url, free_port
 

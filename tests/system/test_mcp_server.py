@@ -28,11 +28,12 @@ from mcp.client.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from accounts_app.models import Role
+from accounts_app.services.accounts import api_key_create
 from approvals_app.models import Approval, RequesterScope
-from tasks_app.actors import SYSTEM
+from foundations.actors import SYSTEM
 from tasks_app.machine import TaskStatus
-from tasks_app.models import AgentProfile, Role, Task
-from tasks_app.services.accounts import api_key_create
+from tasks_app.models import AgentProfile, Task
 from tasks_app.services.demo import demo_agent_ensure
 from tests.console.server import DaphneServer, daphne_servers
 from tests.factories import TenantFactory, submit
@@ -160,7 +161,7 @@ def test_tools_are_the_published_agents_of_the_callers_tenant_within_its_scope(
 
 def test_a_scoped_key_lists_and_runs_only_its_agents_and_its_task_names_the_key(
         world, published, live):
-    from tasks_app.models import ApiKey
+    from accounts_app.models import ApiKey
 
     scoped_raw = api_key_create(user=world.users[Role.REQUESTER])
     scoped = ApiKey.objects.get(prefix=scoped_raw[:12])

@@ -29,7 +29,7 @@ import pytest
 
 from approvals_app.models import Approval
 from approvals_app.services.decisions import approval_decide
-from tasks_app.actors import SYSTEM
+from foundations.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Step, Task
 from tasks_app.services.tasks import task_cancel

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from tasks_app.actors import SYSTEM
+from foundations.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, SweepRun, Task
 from tasks_app.services.tasks import task_cancel_many

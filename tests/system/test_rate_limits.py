@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from django.db import transaction
 
-from tasks_app.actors import SYSTEM
+from foundations.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Task
 from tasks_app.services.tasks import task_submit

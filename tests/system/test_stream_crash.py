@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import pytest
 
+from accounts_app.models import Role
+from accounts_app.services.accounts import api_key_create
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Event, Role, Step, Task
-from tasks_app.services.accounts import api_key_create
+from tasks_app.models import Event, Step, Task
 from tests.factories import submit
 from tests.fakes.fixtures import (
     openai_agent,

@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 
+from accounts_app.models import Role
+from accounts_app.services.accounts import api_key_create
 from approvals_app.models import Approval
 from foundations.tracing import root_span_id
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Role, Task
-from tasks_app.services.accounts import api_key_create
+from tasks_app.models import Task
 from tests.factories import make_user
 from tests.fakes.fixtures import openai_agent, openai_server  # noqa: F401 - a fixture
 from tests.fakes.http_tool_server import FakeToolServer, Reply

@@ -21,9 +21,10 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from accounts_app.models import Role
+from accounts_app.services.accounts import api_key_create
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Role, Step, StepKind, StepStatus, Task
-from tasks_app.services.accounts import api_key_create
+from tasks_app.models import Step, StepKind, StepStatus, Task
 from tests.console.server import DaphneServer, daphne_servers
 from tests.factories import submit
 from tests.helpers import wait_for

@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
+from accounts_app.services.accounts import api_key_create
 from tasks_app.models import Event, Step, Task
-from tasks_app.services.accounts import api_key_create
 from tests.fakes.downstream import Downstream
 from tests.fakes.runtime import add_tool
 from tests.helpers import wait_for

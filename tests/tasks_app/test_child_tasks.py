@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from approvals_app.services.answers import task_provide_input
+from foundations.actors import SYSTEM
 from foundations.errors import DomainError
-from tasks_app.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Step, Task
 from tasks_app.runner import children as runner_children

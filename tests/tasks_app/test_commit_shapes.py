@@ -25,7 +25,7 @@ import pytest
 from django.conf import settings
 
 from approvals_app.models import Approval, Question
-from tasks_app.actors import Actor
+from foundations.actors import Actor
 from tasks_app.models import Event, Step, Task
 from tasks_app.services.tasks import task_cancel
 from tests.factories import submit

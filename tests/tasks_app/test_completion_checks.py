@@ -7,8 +7,9 @@ import json
 
 import pytest
 
+from accounts_app.models import Role
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Event, Role, Step
+from tasks_app.models import Event, Step
 from tests.factories import submit
 from tests.fakes.fixtures import openai_agent
 from tests.fakes.http_tool_server import FakeToolServer, Reply

@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
+from accounts_app.models import Role
+from accounts_app.services.accounts import api_key_create
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Event, Role, Step, Task
-from tasks_app.services.accounts import api_key_create
+from tasks_app.models import Event, Step, Task
 from tests.factories import submit
 from tests.fakes.fixtures import openai_agent
 from tests.fakes.mcp_process import McpTestServer

@@ -10,7 +10,7 @@ import threading
 import pytest
 from django.db import connection, transaction
 
-from tasks_app.actors import SYSTEM
+from foundations.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Task
 from tasks_app.services.admission import admit_created_tasks

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from tasks_app.actors import SYSTEM
+from foundations.actors import SYSTEM
 from tasks_app.models import Task
 from tasks_app.services.admission import admit_created_tasks
 from tasks_app.services.tasks import task_cancel

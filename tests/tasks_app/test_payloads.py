@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from foundations.actors import SYSTEM
 from retention_app.services.archive import archive_sweep
 from retention_app.services.erasure import subject_erasure
 from retention_app.services.restore import task_restore
-from tasks_app.actors import SYSTEM
 from tasks_app.context.builder import _truncate, build_context, context_limits
 from tasks_app.machine import TaskStatus
 from tasks_app.models import PayloadBlob, PayloadUse, Step, Task

@@ -13,14 +13,15 @@ from django.core.management import call_command
 from django.db import transaction
 from rest_framework.test import APIClient
 
+from accounts_app.models import Role, TenantQuota
+from accounts_app.services.accounts import api_key_create
+from accounts_app.services.quotas import quota_set
+from foundations.actors import SYSTEM
 from notify_app.services.sweep import spend_warnings_emit
 from notify_app.signing import verify
-from tasks_app.actors import SYSTEM
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Role, Task, TenantQuota
-from tasks_app.services.accounts import api_key_create
+from tasks_app.models import Task
 from tasks_app.services.demo import demo_agent_ensure, demo_tools_ensure
-from tasks_app.services.quotas import quota_set
 from tasks_app.services.tasks import task_cancel
 from tests.factories import TenantFactory, submit
 from tests.fakes.fixtures import openai_agent

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from tasks_app.models import AgentProfile, Event, Role, Step, StepStatus, Task
+from accounts_app.models import Role
+from tasks_app.models import AgentProfile, Event, Step, StepStatus, Task
 from tasks_app.runner.loop import run_slice
 from tasks_app.services.admission import admit_created_tasks
 from tests.factories import submit
@@ -88,7 +89,7 @@ def test_a_model_call_over_its_limit_waits_and_is_not_sent(
 
 
 def submit_model_task(world: Any, goal: str) -> Task:
-    from tasks_app.actors import SYSTEM
+    from foundations.actors import SYSTEM
     from tasks_app.services.tasks import task_submit
 
     task = task_submit(tenant_id=world.tenant.pk, requester_id=None, agent="limited", goal=goal,

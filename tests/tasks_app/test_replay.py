@@ -6,7 +6,7 @@ import pytest
 from approvals_app.models import Approval, Reconciliation
 from approvals_app.services.answers import task_provide_input
 from approvals_app.services.decisions import approval_decide, reconciliation_resolve
-from tasks_app.actors import SYSTEM
+from foundations.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Step, Task
 from tasks_app.services.replay import task_replay, task_replay_check

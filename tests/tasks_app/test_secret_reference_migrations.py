@@ -8,8 +8,9 @@ import importlib
 import pytest
 from django.apps import apps
 
+from accounts_app.models import TenantSecret
 from tasks_app.machine import TaskStatus
-from tasks_app.models import AgentProfile, Task, TenantSecret
+from tasks_app.models import AgentProfile, Task
 from tests.factories import TenantFactory, submit
 from tests.fakes.runtime import add_agent, add_tool
 

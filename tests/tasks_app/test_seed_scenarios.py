@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 from prometheus_client import REGISTRY
 
-from tasks_app.actors import SYSTEM
+from foundations.actors import SYSTEM
 from tasks_app.context.builder import build_context
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Step, StepKind, StepStatus, Task

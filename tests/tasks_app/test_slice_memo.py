@@ -9,7 +9,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from tasks_app.actors import SYSTEM
+from foundations.actors import SYSTEM
 from tasks_app.context.builder import gather
 from tasks_app.models import ContextSummary, Event, Task
 from tasks_app.runner.memo import SliceMemo

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tasks_app.actors import Actor
+from foundations.actors import Actor
 from tasks_app.keys import idempotency_key
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Step, Task

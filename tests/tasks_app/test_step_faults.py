@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tasks_app.actors import SYSTEM
+from foundations.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Step, Task
 from tasks_app.runner.faults import trimmed_traceback

@@ -9,8 +9,8 @@ import pytest
 from django.utils import timezone
 
 from approvals_app.services.answers import task_provide_input
+from foundations.actors import SYSTEM
 from foundations.errors import DomainError, ErrorKind
-from tasks_app.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Step, StepStatus, Task
 from tasks_app.runner.recovery import recovery_sweep

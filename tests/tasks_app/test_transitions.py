@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from foundations.actors import SYSTEM
 from foundations.errors import DomainError, ErrorKind
-from tasks_app.actors import SYSTEM
 from tasks_app.machine import EVENTS, TERMINAL, TaskStatus, target_of
 from tasks_app.models import Event, Task
 from tasks_app.store.tasks import task_transition

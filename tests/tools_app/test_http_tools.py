@@ -7,11 +7,11 @@ from email.utils import format_datetime
 import pytest
 from django.utils import timezone
 
+from accounts_app.services.secrets import secret_create
 from approvals_app.models import Reconciliation
-from tasks_app.actors import SYSTEM
+from foundations.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Step, StepStatus, Task
-from tasks_app.services.secrets import secret_create
 from tests.factories import submit
 from tests.fakes.http_tool_server import FakeToolServer, Recorded, Reply
 from tests.fakes.runtime import add_agent, add_tool, assert_log_consistent, events_of

@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
+from accounts_app.services.accounts import api_key_create
+from accounts_app.services.secrets import secret_create
 from approvals_app.models import Approval
 from approvals_app.services.decisions import approval_decide
 from audit_app.models import AuditEntry
-from tasks_app.actors import SYSTEM
+from foundations.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Step, StepStatus, Task
-from tasks_app.services.accounts import api_key_create
-from tasks_app.services.secrets import secret_create
 from tests.factories import actor_of, submit
 from tests.fakes.mcp_process import McpTestServer, start_mcp_server
 from tests.fakes.runtime import add_agent, assert_log_consistent

@@ -11,11 +11,11 @@ import logging
 
 import pytest
 
-from tasks_app.actors import SYSTEM
+from accounts_app.services.secrets import secret_create, secret_rotate
+from accounts_app.vault.values import MASK
+from foundations.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event, Step, StepStatus, Task
-from tasks_app.services.secrets import secret_create, secret_rotate
-from tasks_app.vault.values import MASK
 from tests.factories import TenantFactory, submit
 from tests.fakes.http_tool_server import FakeToolServer, Recorded, Reply
 from tests.fakes.runtime import add_agent, add_tool

@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from accounts_app.models import Role
 from approvals_app.services.answers import task_provide_input
-from tasks_app.actors import SYSTEM
+from foundations.actors import SYSTEM
 from tasks_app.machine import TaskStatus
-from tasks_app.models import Role, Task
+from tasks_app.models import Task
 from tasks_app.runner.loop import run_slice
 from tests.fakes.fixtures import openai_agent, openai_server  # noqa: F401 - fixture
 from tests.fakes.openai_server import reply

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
+from accounts_app.services.accounts import api_key_create
 from foundations.expressions import MAX_LOOP_ITEMS, MAX_RESULT_BYTES
 from tasks_app.machine import TaskStatus
-from tasks_app.services.accounts import api_key_create
 from tests.fakes.runtime import add_tool
 from tests.helpers import drive
 from workflows_app.models import Workflow

@@ -25,8 +25,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
+from accounts_app.services.accounts import api_key_create
 from tasks_app.machine import TaskStatus
-from tasks_app.services.accounts import api_key_create
 from tests.fakes import python_tools
 from tests.fakes.runtime import add_tool
 from tests.helpers import drive

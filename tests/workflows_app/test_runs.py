@@ -7,7 +7,7 @@ import json
 import pytest
 
 from approvals_app.services.answers import task_provide_input
-from tasks_app.actors import SYSTEM
+from foundations.actors import SYSTEM
 from tasks_app.machine import TaskStatus
 from tasks_app.models import Event
 from tasks_app.runner.compensation import compensate_task

@@ -9,7 +9,7 @@ from typing import Any
 
 from django import forms
 
-from tasks_app.console.actions import ServiceErrorsForm
+from foundations.console_actions import ServiceErrorsForm
 
 from ..models import Risk, SideEffect, Tool, ToolKind
 from ..services import EDITABLE, MCP_SERVER_OWNED

@@ -12,10 +12,10 @@ from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
+from foundations.console_access import ADMINS, ConsoleUser, console_view
+from foundations.console_actions import ServiceErrorsForm, save_form, succeeded
+from foundations.console_errors import error_line, error_status
 from foundations.errors import DomainError
-from tasks_app.console.access import ADMINS, ConsoleUser, console_view
-from tasks_app.console.actions import ServiceErrorsForm, save_form, succeeded
-from tasks_app.console.errors import error_line, error_status
 
 from ..mcp.connections import stdio_commands
 from ..mcp.services import (

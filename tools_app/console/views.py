@@ -7,8 +7,8 @@ from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from tasks_app.console.access import ADMINS, ConsoleUser, console_view
-from tasks_app.console.actions import save_form, succeeded
+from foundations.console_access import ADMINS, ConsoleUser, console_view
+from foundations.console_actions import save_form, succeeded
 
 from ..breakers.selectors import tool_breakers
 from ..models import LedgerStatus, ToolExecution, ToolKind

@@ -9,7 +9,7 @@ valid against the tool's result schema (`schemas.schema_errors`); otherwise
 it is a business error.
 
 An http or mcp tool's secret headers (an mcp tool's are its server's) are
-rendered here, for the call's own tenant (`tasks_app.vault.lookup`), and
+rendered here, for the call's own tenant (`accounts_app.vault.lookup`), and
 exist only for the call: a secret that cannot
 be resolved is a permission error and nothing is sent. The downstream may echo
 them back, so its answer (result, error, status answer) is redacted of every
@@ -23,9 +23,9 @@ from typing import Any
 
 from django.conf import settings
 
+from accounts_app.vault.lookup import tool_headers
+from accounts_app.vault.values import Resolved, Unresolved
 from foundations.ioloop import run_io
-from tasks_app.vault.lookup import tool_headers
-from tasks_app.vault.values import Resolved, Unresolved
 
 from ..schemas import SchemaRefused, schema_errors
 from . import http_kind, mcp_kind, python_kind

@@ -27,12 +27,12 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from mcp.shared.exceptions import MCPError
 
+from accounts_app.vault.lookup import tool_headers
+from accounts_app.vault.values import Resolved, Unresolved
 from audit_app.services import audit_record
+from foundations.actors import SYSTEM, Actor
 from foundations.errors import conflict, invalid, not_found
 from foundations.named_resources import NamedResource
-from tasks_app.actors import SYSTEM, Actor
-from tasks_app.vault.lookup import tool_headers
-from tasks_app.vault.values import Resolved, Unresolved
 
 from ..models import McpServer, Review, Tool, ToolKind
 from ..outbound import REFUSED, url_problem

@@ -7,7 +7,7 @@ from typing import Any
 
 from django import forms
 
-from tasks_app.console.actions import ServiceErrorsForm
+from foundations.console_actions import ServiceErrorsForm
 
 from ..definition import MAX_DEFINITION_BYTES
 from ..services.workflows import NAME_MAX

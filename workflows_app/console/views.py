@@ -14,10 +14,10 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_POST
 
+from foundations.console_access import ADMINS, ConsoleUser, console_view
+from foundations.console_actions import form_action, save_form, succeeded
+from foundations.console_errors import error_line, error_status, form_errors
 from foundations.errors import DomainError
-from tasks_app.console.access import ADMINS, ConsoleUser, console_view
-from tasks_app.console.actions import form_action, save_form, succeeded
-from tasks_app.console.errors import error_line, error_status, form_errors
 
 from ..models import Workflow
 from ..services.workflows import (

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks_app.actors import SYSTEM
-from tasks_app.models import Tenant
+from accounts_app.models import Tenant
+from foundations.actors import SYSTEM
 
 from ..models import Workflow
 from .runs import submit_run

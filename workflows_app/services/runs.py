@@ -13,8 +13,8 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
+from foundations.actors import Actor
 from foundations.errors import invalid
-from tasks_app.actors import Actor
 from tasks_app.keys import canonical_json, sha256_hex
 from tasks_app.models import Step, Task
 from tasks_app.services.admission import admission_after_commit

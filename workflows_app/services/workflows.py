@@ -19,8 +19,8 @@ from django.db import IntegrityError, transaction
 
 from audit_app.diffs import config_diff
 from audit_app.services import audit_record
+from foundations.actors import Actor
 from foundations.errors import conflict, invalid, not_found
-from tasks_app.actors import Actor
 from tasks_app.models import AgentProfile
 from tools_app.registry import tool_specs
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from tasks_app.models import Tenant
+from accounts_app.models import Tenant
 
 from ...services.archive import archive_sweep
 

@@ -9,9 +9,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from accounts_app.models import Tenant
+from foundations.actors import Actor
 from foundations.errors import DomainError
-from tasks_app.actors import Actor
-from tasks_app.models import Tenant
 
 from ...services.tenant_erasure import tenant_erasure
 

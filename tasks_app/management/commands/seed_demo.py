@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from tasks_app.models import Role, Tenant
+from accounts_app.models import Role, Tenant
 from tasks_app.services.demo import seed_demo
 from workflows_app.services.demo import demo_workflow_ensure
 

@@ -1,11 +1,15 @@
-"""Show or set a tenant's quota (the operator's; tenants cannot change it)."""
+"""Show or set a tenant's quota (the operator's; tenants cannot change it).
+
+A command of tasks_app, not of accounts_app, which owns the quota: besides its
+terms it shows the tenant's spend against them (`services.quotas.spend_use`)."""
 from decimal import Decimal, InvalidOperation
 
 from django.core.management.base import BaseCommand, CommandError
 
+from accounts_app.models import OverSpend, Tenant
+from accounts_app.services.quotas import quota_set
 from foundations.errors import DomainError
-from tasks_app.models import OverSpend, Tenant
-from tasks_app.services.quotas import quota_set, spend_use
+from tasks_app.services.quotas import spend_use
 
 NONE = "none"
 UNSET = object()  # an option not given (None is an option given as "none")

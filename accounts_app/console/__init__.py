@@ -1,0 +1,2 @@
+"""The console's accounts pages: members, API keys and secrets (thin views over
+services, through `foundations.console_access`)."""

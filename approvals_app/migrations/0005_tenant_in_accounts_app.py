@@ -1,0 +1,52 @@
+"""The tenant models moved to accounts_app: this app's foreign keys point there.
+
+State only: the tables and their columns stay as they are."""
+
+import django.db.models.deletion
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+
+    dependencies = [
+        ('accounts_app', '0001_initial'),
+        ('approvals_app', '0004_rules_groups_scopes'),
+    ]
+
+    operations = [
+        migrations.SeparateDatabaseAndState(
+            state_operations=[
+                migrations.AlterField(
+                    model_name='approval',
+                    name='tenant',
+                    field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts_app.tenant'),
+                ),
+                migrations.AlterField(
+                    model_name='approvalrule',
+                    name='tenant',
+                    field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts_app.tenant'),
+                ),
+                migrations.AlterField(
+                    model_name='question',
+                    name='tenant',
+                    field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts_app.tenant'),
+                ),
+                migrations.AlterField(
+                    model_name='reconciliation',
+                    name='tenant',
+                    field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts_app.tenant'),
+                ),
+                migrations.AlterField(
+                    model_name='requesterscope',
+                    name='tenant',
+                    field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts_app.tenant'),
+                ),
+                migrations.AlterField(
+                    model_name='reviewergroup',
+                    name='tenant',
+                    field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts_app.tenant'),
+                ),
+            ],
+            database_operations=[],
+        ),
+    ]

@@ -1,0 +1,27 @@
+"""The tenant models moved to accounts_app: this app's foreign keys point there.
+
+State only: the tables and their columns stay as they are."""
+
+import django.db.models.deletion
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+
+    dependencies = [
+        ('accounts_app', '0001_initial'),
+        ('audit_app', '0001_initial'),
+    ]
+
+    operations = [
+        migrations.SeparateDatabaseAndState(
+            state_operations=[
+                migrations.AlterField(
+                    model_name='auditentry',
+                    name='tenant',
+                    field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts_app.tenant'),
+                ),
+            ],
+            database_operations=[],
+        ),
+    ]
